@@ -1,0 +1,46 @@
+# dap — one entry point per job. Every target installs what it needs by itself.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install dev test lint unit bench crds e2e clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+# Reinstall only when the dependency list changes.
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+dev: $(STAMP)
+	$(BIN)/dap dev
+
+test: $(STAMP)
+	$(MAKE) lint
+	$(BIN)/python -m pytest
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest -x -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check dap tests bench e2e-kind
+	$(BIN)/ruff format --check dap tests bench e2e-kind
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+bench: $(STAMP)
+	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+crds: $(STAMP)
+	$(BIN)/python -m dap.operator.crds crds
+
+e2e: $(STAMP)
+	$(BIN)/python -m pytest e2e-kind -m e2e
+
+clean:
+	rm -rf $(VENV) .dap .pytest_cache .mypy_cache .ruff_cache

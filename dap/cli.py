@@ -1,0 +1,58 @@
+"""The ``dap`` command.
+
+Subcommands live with the package they drive and are imported only when invoked, so that
+``dap validate`` never pays for importing kopf or aiohttp. ``COMMANDS`` maps each name to
+``module:attribute`` of a click command.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+from dap import __version__
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "validate": ("dap.config.cli:validate", "validate a manifest directory"),
+    "schema": ("dap.config.cli:schema", "print the JSON Schema (draft-07) of every manifest kind"),
+    "serve": ("dap.server.cli:serve", "run the production server"),
+    "migrate": ("dap.server.cli:migrate", "apply pending schema changes, destructive ones included"),
+    "control": ("dap.control.cli:control", "control plane: serve (region, cluster, standalone), keys"),
+    "register": ("dap.control.cli:register", "register a manifest directory with a control plane"),
+    "operator": ("dap.operator.cli:operator", "run the Kubernetes operator"),
+    "claim": ("dap.operator.cli:claim", "sign and inspect resource claims"),
+    "pod": ("dap.resource_pod.cli:pod", "run the generic resource pod"),
+    "dev": ("dap.resource_pod.cli:dev", "run the whole local pipeline on a laptop"),
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(name for name in COMMANDS if self._target(name) is not None)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return self._target(cmd_name)
+
+    @staticmethod
+    def _target(name: str) -> click.Command | None:
+        entry = COMMANDS.get(name)
+        if entry is None:
+            return None
+        module_name, _, attribute = entry[0].partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:  # the part is not built yet
+                return None
+            raise
+        command = getattr(module, attribute, None)
+        return command if isinstance(command, click.Command) else None
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="dap")
+def main() -> None:
+    """dap — the Declarative Application Platform."""

@@ -1,0 +1,52 @@
+"""Embedded Postgres for laptops, tests and benchmarks.
+
+Postgres is the only database of dap. Where no DSN is given, an embedded server from the
+``pgserver`` package starts in a data directory (by default under ``.dap/``). pgserver is an
+optional dependency (``dap[embedded]``): production images always receive a DSN, so the import
+happens only when the embedded server is actually asked for.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+DEFAULT_DATA_DIR = Path(".dap") / "pg"
+
+
+class EmbeddedPostgresError(RuntimeError):
+    """The embedded Postgres could not be started."""
+
+
+def start(data_dir: Path = DEFAULT_DATA_DIR, database: str = "postgres") -> tuple[str, Any]:
+    """Start (or reuse) an embedded server in ``data_dir``; return ``(dsn, server handle)``.
+
+    The handle stops the server when its ``cleanup()`` is called or the process exits, unless
+    another process still uses the same data directory (pgserver counts its users).
+    """
+    try:
+        import pgserver
+    except ImportError as exc:
+        raise EmbeddedPostgresError(
+            "no --dsn was given and the embedded Postgres is not installed; "
+            "install 'dap[embedded]' or pass a postgresql:// DSN"
+        ) from exc
+    data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        server = pgserver.get_server(data_dir.resolve(), cleanup_mode="stop")
+    except Exception as exc:  # pgserver raises bare exceptions from initdb/pg_ctl
+        raise EmbeddedPostgresError(f"embedded Postgres failed to start in {data_dir}: {exc}") from exc
+    return server.get_uri(database), server
+
+
+_SAFE_DATABASE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+def dsn_for_database(dsn: str, database: str) -> str:
+    """Return ``dsn`` pointing at another database on the same server."""
+    if not _SAFE_DATABASE.match(database):
+        raise ValueError(f"invalid database name {database!r}")
+    head, sep, query = dsn.partition("?")
+    base, _, _old = head.rpartition("/")
+    return f"{base}/{database}{sep}{query}"

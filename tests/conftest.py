@@ -1,0 +1,69 @@
+"""Shared fixtures: a real Postgres for every test that needs one.
+
+``DAP_TEST_DSN`` wins when set (a server the caller runs). Otherwise one embedded ``pgserver``
+starts per test session in a temporary directory. Each test module gets a fresh database, so
+modules never see each other's tables.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from dap import embedded
+
+
+@pytest.fixture(scope="session")
+def pg_server_dsn() -> Iterator[str]:
+    """DSN of the Postgres server used by this test session (its maintenance database)."""
+    given = os.environ.get("DAP_TEST_DSN")
+    if given:
+        yield given
+        return
+    with tempfile.TemporaryDirectory(prefix="dap-pg-") as tmp:
+        dsn, server = embedded.start(Path(tmp) / "data")
+        try:
+            yield dsn
+        finally:
+            server.cleanup()
+
+
+async def _create_database(server_dsn: str, name: str) -> None:
+    conn = await asyncpg.connect(server_dsn)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+
+
+async def _drop_database(server_dsn: str, name: str) -> None:
+    conn = await asyncpg.connect(server_dsn)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+def fresh_database(server_dsn: str) -> tuple[str, str]:
+    """Create a new empty database on the server; return ``(name, dsn)``."""
+    import asyncio
+
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    asyncio.run(_create_database(server_dsn, name))
+    return name, embedded.dsn_for_database(server_dsn, name)
+
+
+@pytest.fixture(scope="module")
+def pg_dsn(pg_server_dsn: str) -> Iterator[str]:
+    """DSN of a fresh, empty database for this test module."""
+    import asyncio
+
+    name, dsn = fresh_database(pg_server_dsn)
+    yield dsn
+    asyncio.run(_drop_database(pg_server_dsn, name))
