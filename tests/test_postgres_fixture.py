@@ -20,7 +20,8 @@ async def test_fixture_database_is_fresh_per_module(pg_dsn: str) -> None:
     conn = await asyncpg.connect(pg_dsn)
     try:
         tables = await conn.fetchval(
-            "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public' AND table_name <> 'probe'"
+            "SELECT count(*) FROM information_schema.tables"
+            " WHERE table_schema = 'public' AND table_name <> 'probe'"
         )
         assert tables == 0
     finally:

@@ -1,0 +1,60 @@
+"""dap.config — the manifest model, its loader, its JSON Schema and its validation rules.
+
+Public face::
+
+    spec = config.load_spec(Path("examples/procurement"))   # or config.load_files({path: bytes})
+    spec.entities["buying/purchase_order"].spec.fields
+    config.manifest_schema()                                # JSON Schema draft-07 of every kind
+
+Both loaders raise ``SpecError`` whose ``problems`` list every ``Problem`` (file, document,
+JSON path, message). This package depends on nothing else of dap.
+"""
+
+from dap.config import durations, enums, names
+from dap.config.actions import Action
+from dap.config.entities import EntitySpec, ExposeConfig
+from dap.config.errors import Problem, SpecError
+from dap.config.fields import Field, FieldOption
+from dap.config.loading import load_files, load_spec
+from dap.config.manifests import (
+    KINDS,
+    AppManifest,
+    EntityManifest,
+    FormManifest,
+    Manifest,
+    ModuleManifest,
+    PageManifest,
+    ServiceManifest,
+    TableManifest,
+    WorkspaceManifest,
+)
+from dap.config.schema import manifest_schema
+from dap.config.specs import Origin, Spec
+
+__all__ = [
+    "KINDS",
+    "Action",
+    "AppManifest",
+    "EntityManifest",
+    "EntitySpec",
+    "ExposeConfig",
+    "Field",
+    "FieldOption",
+    "FormManifest",
+    "Manifest",
+    "ModuleManifest",
+    "Origin",
+    "PageManifest",
+    "Problem",
+    "ServiceManifest",
+    "Spec",
+    "SpecError",
+    "TableManifest",
+    "WorkspaceManifest",
+    "durations",
+    "enums",
+    "load_files",
+    "load_spec",
+    "manifest_schema",
+    "names",
+]

@@ -1,0 +1,190 @@
+"""Read manifest files into a validated ``Spec``.
+
+The pipeline per document is: strict YAML → JSON Schema of its kind (draft-07, the same schema
+``dap schema`` prints) → pydantic model → cross-document rules (``validation``). Every stage
+collects problems instead of stopping at the first, so one run reports everything wrong with a
+spec. Schema messages are rewritten to say what to do, since jsonschema's wording
+("Additional properties are not allowed") is written for schema authors, not manifest authors.
+"""
+
+from __future__ import annotations
+
+import difflib
+import warnings
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import pydantic
+import yaml
+from jsonschema.exceptions import ValidationError as SchemaError
+from jsonschema.exceptions import best_match
+
+from dap.config import manifests, schema, validation, yamls
+from dap.config.errors import Problem, SpecError, json_path
+from dap.config.specs import Origin, Spec
+
+MANIFEST_SUFFIXES = (".yaml", ".yml")
+_JSON_TYPES = {dict: "object", list: "array", str: "string", bool: "boolean", int: "integer", float: "number"}
+
+
+def load_spec(root: Path) -> Spec:
+    """Load every ``.yaml``/``.yml`` file below ``root`` (recursively) into a validated ``Spec``."""
+    if not root.is_dir():
+        raise SpecError(
+            [Problem(str(root), None, "", "not a directory; give the folder holding the manifests")]
+        )
+    files: dict[str, bytes] = {}
+    for path in sorted(root.rglob("*")):
+        if path.suffix in MANIFEST_SUFFIXES and path.is_file():
+            files[path.relative_to(root).as_posix()] = path.read_bytes()
+    return load_files(files)
+
+
+def load_files(files: Mapping[str, bytes | str]) -> Spec:
+    """Load manifests from memory (path → content); non-YAML paths are ignored."""
+    problems: list[Problem] = []
+    located: list[tuple[Origin, manifests.Manifest]] = []
+    caught: list[Problem] = []
+    for name in sorted(files):
+        if not name.endswith(MANIFEST_SUFFIXES):
+            continue
+        content = files[name]
+        text = content.decode("utf-8", errors="replace") if isinstance(content, bytes) else content
+        for origin, document in _documents(name, text, problems):
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                built = _build(origin, document, problems)
+            caught.extend(Problem(origin.file, origin.document, "", str(w.message)) for w in seen)
+            if built is not None:
+                located.append((origin, built))
+    if not located and not problems:
+        problems.append(
+            Problem("", None, "", "no manifests found; add .yaml files with apiVersion dap.io/v1")
+        )
+    origins, duplicates = _origins(located)
+    problems.extend(duplicates)
+    if problems:
+        raise SpecError(problems)
+    spec = Spec(manifests=tuple(man for _, man in located), origins=origins, warnings=tuple(caught))
+    problems.extend(validation.check(spec))
+    if problems:
+        raise SpecError(problems)
+    return spec
+
+
+def _documents(name: str, text: str, problems: list[Problem]) -> Iterable[tuple[Origin, Any]]:
+    try:
+        documents = list(yamls.load_all(text))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        detail = getattr(exc, "problem", None) or str(exc)
+        problems.append(Problem(name, None, "", f"YAML syntax error{where}: {detail}"))
+        return []
+    return [(Origin(name, index), doc) for index, doc in enumerate(documents, start=1) if doc is not None]
+
+
+def _build(origin: Origin, document: Any, problems: list[Problem]) -> manifests.Manifest | None:
+    def report(path: str, message: str) -> None:
+        problems.append(Problem(origin.file, origin.document, path, message))
+
+    if not isinstance(document, dict):
+        report("", "a manifest must be a mapping with apiVersion, kind, metadata and spec")
+        return None
+    kind = document.get("kind")
+    if kind not in manifests.KINDS:
+        report("kind", f"unknown kind {kind!r}; use one of {', '.join(manifests.KINDS)}")
+        return None
+    errors = sorted(schema.validator_for(kind).iter_errors(document), key=lambda e: list(e.absolute_path))
+    if errors:
+        for error in errors:
+            for path, message in _explain(error):
+                report(path, message)
+        return None
+    try:
+        built = manifests.KINDS[kind].model_validate(document)
+    except pydantic.ValidationError as exc:
+        for item in exc.errors():
+            message = item["msg"].removeprefix("Value error, ")
+            report(json_path(str(p) if not isinstance(p, int) else p for p in item["loc"]), message)
+        return None
+    module_scoped = kind in manifests.MODULE_SCOPED
+    if module_scoped and not built.metadata.module:
+        report("metadata.module", f"a {kind} belongs to a module; add metadata.module")
+        return None
+    if not module_scoped and built.metadata.module:
+        report("metadata.module", f"a {kind} is not part of a module; remove metadata.module")
+        return None
+    return built
+
+
+def _origins(
+    located: list[tuple[Origin, manifests.Manifest]],
+) -> tuple[Mapping[tuple[str, str], Origin], list[Problem]]:
+    origins: dict[tuple[str, str], Origin] = {}
+    problems: list[Problem] = []
+    for origin, man in located:
+        key = (man.kind, man.key)
+        first = origins.get(key)
+        if first is not None:
+            problems.append(
+                Problem(
+                    origin.file,
+                    origin.document,
+                    "metadata.name",
+                    f"duplicate {man.kind} {man.key!r}, first declared in {first.file}#{first.document}; "
+                    "rename one of them",
+                )
+            )
+            continue
+        origins[key] = origin
+    return MappingProxyType(origins), problems
+
+
+def _explain(error: SchemaError) -> list[tuple[str, str]]:
+    """Turn one jsonschema error into (path, message) pairs a manifest author can act on."""
+    if error.validator in ("anyOf", "oneOf") and error.context:
+        non_null = [e for e in error.context if e.schema != {"type": "null"} and e.validator != "type"]
+        return _explain(best_match(non_null or error.context))
+    path = list(error.absolute_path)
+    where = json_path(path)
+    value: Any = error.instance
+    rule: Any = error.validator_value
+    subschema: Any = error.schema
+    if error.validator == "additionalProperties":
+        allowed = sorted(subschema.get("properties", {}))
+        known = set(allowed)
+        return [(json_path([*path, key]), _unknown_key(key, allowed)) for key in value if key not in known]
+    if error.validator == "required":
+        missing = [k for k in rule if k not in value]
+        return [(json_path([*path, k]), f"missing required key {k!r}; add it") for k in missing]
+    if error.validator == "type":
+        got = _JSON_TYPES.get(type(value), "null" if value is None else type(value).__name__)
+        return [(where, f"expected {rule}, got {got} {value!r}")]
+    if error.validator == "enum":
+        options = [str(v) for v in rule]
+        close = difflib.get_close_matches(str(value), options, n=1)
+        guess = f"did you mean {close[0]!r}? " if close else ""
+        return [(where, f"{value!r} is not allowed; {guess}use one of: {', '.join(options)}")]
+    if error.validator == "const":
+        return [(where, f"{value!r} is not allowed; use {rule!r}")]
+    if error.validator == "pattern":
+        pattern = rule
+        return [(where, f"{value!r} does not match the pattern {pattern}{_PATTERN_HINTS.get(pattern, '')}")]
+    return [(where, error.message)]
+
+
+def _unknown_key(key: str, allowed: list[str]) -> str:
+    close = difflib.get_close_matches(str(key), allowed, n=1)
+    if close:
+        return f"unknown key {key!r}; did you mean {close[0]!r}?"
+    return f"unknown key {key!r}; allowed keys here: {', '.join(allowed)}"
+
+
+_PATTERN_HINTS = {
+    "^[a-z][a-z0-9_]*$": " (lower snake_case starting with a letter, e.g. unit_price)",
+    "^[a-z][a-z0-9-]*$": " (lower kebab-case starting with a letter, e.g. manager-review)",
+    "^[a-z][a-z0-9_-]*$": " (lower case letters, digits, _ or -, starting with a letter)",
+}

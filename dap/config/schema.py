@@ -1,0 +1,52 @@
+"""JSON Schema (draft-07) of every manifest kind, generated from the pydantic models.
+
+One generator feeds both ``dap schema`` (editors, CI of authors) and the loader, which validates
+each document against its kind's schema before building models. pydantic emits 2020-12 style
+``$defs``; they are moved under draft-07's ``definitions``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jsonschema
+
+from dap.config.manifests import KINDS
+
+DRAFT_07 = "http://json-schema.org/draft-07/schema#"
+
+
+@functools.cache
+def manifest_schema() -> dict[str, Any]:
+    """The schema of one manifest document of any kind, selected by ``kind``."""
+    definitions: dict[str, Any] = {}
+    branches: list[dict[str, Any]] = []
+    for kind, model in KINDS.items():
+        schema = model.model_json_schema(by_alias=True, ref_template="#/definitions/{model}")
+        definitions.update(schema.pop("$defs", {}))
+        definitions[model.__name__] = schema
+        branches.append(
+            {
+                "if": {"properties": {"kind": {"const": kind}}, "required": ["kind"]},
+                "then": {"$ref": f"#/definitions/{model.__name__}"},
+            }
+        )
+    return {
+        "$schema": DRAFT_07,
+        "$id": "https://dap.io/schemas/manifest-v1.json",
+        "title": "dap manifest (apiVersion dap.io/v1)",
+        "type": "object",
+        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "properties": {"kind": {"enum": list(KINDS)}},
+        "allOf": branches,
+        "definitions": definitions,
+    }
+
+
+@functools.cache
+def validator_for(kind: str) -> jsonschema.Draft7Validator:
+    """A compiled validator for documents of ``kind`` (built once per process)."""
+    root = manifest_schema()
+    schema = {"$ref": f"#/definitions/{KINDS[kind].__name__}", "definitions": root["definitions"]}
+    return jsonschema.Draft7Validator(schema)
