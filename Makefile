@@ -17,8 +17,10 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 install: $(STAMP)
 
+SPEC ?= examples/procurement
+
 dev: $(STAMP)
-	$(BIN)/dap dev
+	$(BIN)/dap validate $(SPEC)
 
 test: $(STAMP)
 	$(MAKE) lint

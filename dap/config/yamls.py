@@ -25,7 +25,9 @@ class StrictLoader(_Base):  # type: ignore[misc]
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
+            # Scalar keys compare by their text; constructing them here would do the work twice.
+            is_scalar = isinstance(key_node, yaml.ScalarNode)
+            key = key_node.value if is_scalar else self.construct_object(key_node, deep=deep)
             if key in seen:
                 raise DuplicateKeyError(
                     "while constructing a mapping",
