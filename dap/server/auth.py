@@ -1,0 +1,145 @@
+"""JWT verification (and, with an HS256 secret, issuing) for the REST API.
+
+The algorithm is fixed by configuration, never read from the token header: HS256 with
+``--jwt-secret``, RS256 or ES256 with ``--jwt-public-key`` (chosen by the key's type). pyjwt is
+always called with exactly that one algorithm, which refuses ``alg: none`` and algorithm
+confusion (an HS256 token signed with the public key as secret). Claims follow ARCHITECTURE.md:
+``sub``, ``username``, ``roles``, ``workspace``, ``attrs``, ``iss``, ``exp``, ``iat``. Every
+pyjwt error becomes :class:`~dap.server.errors.Unauthorized`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import jwt
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+from dap.server import errors
+
+DEFAULT_TOKEN_TTL = 3600
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The authenticated caller of one request."""
+
+    sub: str
+    username: str
+    roles: tuple[str, ...] = ()
+    workspace: str | None = None
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+
+class JwtVerifier:
+    """Verifies bearer tokens with the one configured algorithm and key."""
+
+    def __init__(self, *, issuer: str, secret: str | None = None, public_key_pem: str | None = None) -> None:
+        if (secret is None) == (public_key_pem is None):
+            raise errors.BootRefused("exactly one of the JWT secret and the JWT public key is required")
+        self.issuer = issuer
+        self._secret = secret
+        self._key: Any
+        if secret is not None:
+            self.algorithm = "HS256"
+            self._key = secret
+        else:
+            assert public_key_pem is not None
+            try:
+                key = serialization.load_pem_public_key(public_key_pem.encode())
+            except ValueError as exc:
+                raise errors.BootRefused("--jwt-public-key is not a PEM public key") from exc
+            if isinstance(key, rsa.RSAPublicKey):
+                self.algorithm = "RS256"
+            elif isinstance(key, ec.EllipticCurvePublicKey):
+                self.algorithm = "ES256"
+            else:
+                raise errors.BootRefused("--jwt-public-key must be an RSA or ECDSA public key")
+            self._key = key
+
+    @property
+    def can_issue(self) -> bool:
+        """Whether this server holds the HS256 secret and may issue tokens (``/_ui/login``)."""
+        return self._secret is not None
+
+    def verify(self, token: str, *, workspace: str) -> Principal:
+        """Decode ``token`` and check it for the workspace ``workspace``; raise ``Unauthorized``."""
+        try:
+            claims = jwt.decode(
+                token,
+                self._key,
+                algorithms=[self.algorithm],
+                issuer=self.issuer,
+                options={"require": ["exp", "iss", "sub"]},
+            )
+        except jwt.ExpiredSignatureError as exc:
+            raise errors.Unauthorized("the token has expired", code="SVC.AUTH.TOKEN_EXPIRED") from exc
+        except jwt.InvalidIssuerError as exc:
+            raise errors.Unauthorized(
+                "the token's issuer is not accepted", code="SVC.AUTH.BAD_ISSUER"
+            ) from exc
+        except jwt.PyJWTError as exc:
+            raise errors.Unauthorized(f"invalid token: {exc}", code="SVC.AUTH.INVALID_TOKEN") from exc
+        claimed_ws = claims.get("workspace")
+        if claimed_ws is not None and claimed_ws != workspace:
+            raise errors.Unauthorized(
+                "the token was issued for another workspace", code="SVC.AUTH.WRONG_WORKSPACE"
+            )
+        roles = claims.get("roles", [])
+        attrs = claims.get("attrs", {})
+        if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
+            raise errors.Unauthorized(
+                "claim 'roles' must be a list of strings", code="SVC.AUTH.INVALID_TOKEN"
+            )
+        if not isinstance(attrs, dict):
+            raise errors.Unauthorized("claim 'attrs' must be an object", code="SVC.AUTH.INVALID_TOKEN")
+        sub = str(claims["sub"])
+        return Principal(
+            sub=sub,
+            username=str(claims.get("username", sub)),
+            roles=tuple(roles),
+            workspace=claimed_ws,
+            attrs=attrs,
+        )
+
+    def issue(
+        self,
+        *,
+        sub: str,
+        username: str,
+        roles: tuple[str, ...] | list[str],
+        workspace: str,
+        ttl: int = DEFAULT_TOKEN_TTL,
+        attrs: dict[str, Any] | None = None,
+    ) -> str:
+        """A signed HS256 token; only where the server holds the secret."""
+        if self._secret is None:
+            raise errors.NotImplementedHere(
+                "this server verifies tokens with a public key and cannot issue them",
+                code="SVC.AUTH.LOGIN_UNAVAILABLE",
+            )
+        now = int(time.time())
+        claims = {
+            "sub": sub,
+            "username": username,
+            "roles": list(roles),
+            "workspace": workspace,
+            "attrs": attrs or {},
+            "iss": self.issuer,
+            "iat": now,
+            "exp": now + ttl,
+        }
+        return jwt.encode(claims, self._secret, algorithm="HS256")
+
+
+def bearer_token(header: str | None) -> str:
+    """The token of an ``Authorization: Bearer <token>`` header; raise ``Unauthorized`` otherwise."""
+    if not header:
+        raise errors.Unauthorized("no Authorization header: send 'Authorization: Bearer <token>'")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise errors.Unauthorized("the Authorization header must be 'Bearer <token>'")
+    return token.strip()

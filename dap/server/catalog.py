@@ -1,0 +1,140 @@
+"""The loaded spec as the server sees it: one immutable object derived once per spec.
+
+A :class:`Catalog` holds the entities, their tables, which REST actions each opts into, and the
+UI kinds (apps, pages, forms, tables) that the UI metadata endpoints answer from. The app keeps
+it behind ``state.SpecHolder``: a request reads the reference once and uses that catalog to the
+end, so a swap by the resource pod never mixes two specs inside one request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from dap.config import Spec
+from dap.config.apps import AppSpec, FormSpec, PageSpec, TableSpec
+from dap.config.entities import EntitySpec
+from dap.config.enums import REST_ACTIONS, FieldType
+from dap.config.fields import Field
+from dap.server import tables
+from dap.server.tables import Table
+
+SYSTEM_OUTPUT = ("id", "version", "docstatus", "created_at", "updated_at", "owner")
+REST_SURFACE = "rest"
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One entity reachable over REST: its declaration, table, child tables and opted-in actions."""
+
+    key: str  # module/name
+    module: str
+    name: str
+    spec: EntitySpec
+    table: Table
+    children: Mapping[str, Table]  # child field name -> child table
+    actions: frozenset[str]
+    title: str
+    fields: Mapping[str, Field] = field(default_factory=dict)  # REST-visible, stored or child
+
+    @property
+    def lifecycle(self) -> bool:
+        return self.spec.lifecycle
+
+    def column(self, field_name: str) -> str | None:
+        col = self.table.column_for(field_name)
+        return col.name if col is not None else None
+
+
+def _rest_fields(spec: EntitySpec) -> dict[str, Field]:
+    return {
+        f.name: f
+        for f in spec.fields
+        if not f.removed and REST_SURFACE not in f.exclude and f.name not in tables.SYSTEM_FIELDS
+    }
+
+
+@dataclass(frozen=True)
+class Catalog:
+    entities: Mapping[str, EntitySpec]
+    tables: tuple[Table, ...]
+    resources: Mapping[str, Resource]  # only entities exposed over REST
+    titles: Mapping[str, str] = field(default_factory=dict)
+    apps: Mapping[str, AppSpec] = field(default_factory=dict)
+    pages: Mapping[str, PageSpec] = field(default_factory=dict)
+    forms: Mapping[str, FormSpec] = field(default_factory=dict)
+    views: Mapping[str, TableSpec] = field(default_factory=dict)  # Table manifests
+
+    def resource(self, module: str, name: str) -> Resource | None:
+        return self.resources.get(f"{module}/{name}")
+
+    @classmethod
+    def build(
+        cls,
+        entities: Mapping[str, EntitySpec],
+        *,
+        titles: Mapping[str, str] | None = None,
+        apps: Mapping[str, AppSpec] | None = None,
+        pages: Mapping[str, PageSpec] | None = None,
+        forms: Mapping[str, FormSpec] | None = None,
+        views: Mapping[str, TableSpec] | None = None,
+    ) -> Catalog:
+        """Derive tables and REST resources from entity specs keyed ``module/name``."""
+        all_tables = tables.all_tables(entities)
+        by_entity: dict[str, list[Table]] = {}
+        for t in all_tables:
+            by_entity.setdefault(t.entity, []).append(t)
+        resources: dict[str, Resource] = {}
+        names = dict(titles or {})
+        for key, spec in entities.items():
+            rest = spec.rest()
+            module, name = key.split("/", 1)
+            title = spec.title or names.get(key) or name.replace("_", " ").capitalize()
+            names[key] = title
+            if rest is None or spec.extends is not None or key not in by_entity:
+                continue
+            owned = by_entity[key]
+            main = next(t for t in owned if t.kind == "entity")
+            children = {t.field or "": t for t in owned if t.kind == "child"}
+            resources[key] = Resource(
+                key=key,
+                module=module,
+                name=name,
+                spec=spec,
+                table=main,
+                children=MappingProxyType(children),
+                actions=frozenset(str(a) for a in REST_ACTIONS if rest.allows(a)),
+                title=title,
+                fields=MappingProxyType(_rest_fields(spec)),
+            )
+        return cls(
+            entities=MappingProxyType(dict(entities)),
+            tables=all_tables,
+            resources=MappingProxyType(resources),
+            titles=MappingProxyType(names),
+            apps=MappingProxyType(dict(apps or {})),
+            pages=MappingProxyType(dict(pages or {})),
+            forms=MappingProxyType(dict(forms or {})),
+            views=MappingProxyType(dict(views or {})),
+        )
+
+    @classmethod
+    def from_spec(cls, spec: Spec) -> Catalog:
+        """From a ``dap.config`` loaded spec (``spec.entities`` etc. keyed ``module/name``)."""
+        return cls.build(
+            {key: m.spec for key, m in spec.entities.items()},
+            apps={k: m.spec for k, m in spec.apps.items()},
+            pages={k: m.spec for k, m in spec.pages.items()},
+            forms={k: m.spec for k, m in spec.forms.items()},
+            views={k: m.spec for k, m in spec.tables.items()},
+        )
+
+
+def child_field_specs(resource: Resource, field_name: str, catalog: Catalog) -> tuple[Field, ...]:
+    f = resource.fields[field_name]
+    return tables.child_fields(f, resource.module, catalog.entities)
+
+
+def is_child_table(f: Field) -> bool:
+    return f.type is FieldType.CHILD and f.child is not None and str(f.child.storage) == "table"

@@ -1,0 +1,184 @@
+"""``dap serve`` and ``dap migrate``.
+
+Every option is also read from ``DAP_<OPTION>`` (``DAP_DSN``, ``DAP_JWT_SECRET``, ...). A refusal
+is one line on stderr and a non-zero exit (2 for an unsupported ``--mode``), never a traceback:
+every expected failure is a :class:`~dap.server.errors.BootRefused` or a ``SpecError`` and is
+caught here; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+from dap import config, logs
+from dap.server import app, db, errors, options, schema_sync
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _refuse(message: str, code: int = 1) -> NoReturn:
+    click.echo(f"dap: {message}", err=True)
+    sys.exit(code)
+
+
+def _load_catalog(spec_dir: Path) -> Any:
+    from dap.server.catalog import Catalog
+
+    if not spec_dir.is_dir():
+        raise errors.BootRefused(f"--spec {spec_dir} is not a directory")
+    try:
+        loaded = config.load_spec(spec_dir)
+    except config.SpecError as exc:
+        first = exc.problems[0] if exc.problems else None
+        raise errors.BootRefused(
+            f"the manifests in {spec_dir} are invalid ({len(exc.problems)} problem(s)); first: {first}; "
+            f"run `dap validate {spec_dir}`"
+        ) from exc
+    return Catalog.from_spec(loaded)
+
+
+def _read_key(value: str | None) -> str | None:
+    """``--jwt-public-key`` is PEM text or the path of a PEM file."""
+    if not value or value.lstrip().startswith("-----BEGIN"):
+        return value
+    try:
+        return Path(value).read_text()
+    except OSError as exc:
+        raise errors.BootRefused(f"cannot read --jwt-public-key {value}: {exc.strerror}") from exc
+
+
+def _common(fn: F) -> F:
+    fn = click.option(
+        "--spec",
+        "spec",
+        default="./spec",
+        show_default=True,
+        envvar="DAP_SPEC",
+        help="manifest directory, read once",
+    )(fn)
+    fn = click.option("--dsn", envvar="DAP_DSN", help="postgresql:// DSN (required)")(fn)
+    fn = click.option(
+        "--log-level",
+        default="info",
+        envvar="DAP_LOG_LEVEL",
+        show_default=True,
+        type=click.Choice(options.LOG_LEVELS),
+    )(fn)
+    return fn
+
+
+@click.command()
+@_common
+@click.option("--mode", default="production", envvar="DAP_MODE", show_default=True)
+@click.option("--addr", default=options.DEFAULT_ADDR, envvar="DAP_ADDR", show_default=True)
+@click.option("--workspace", envvar="DAP_WORKSPACE", help="active workspace")
+@click.option("--jwt-secret", envvar="DAP_JWT_SECRET", help="HS256 shared secret")
+@click.option("--jwt-public-key", envvar="DAP_JWT_PUBLIC_KEY", help="PEM (text or file): RS256/ES256")
+@click.option("--jwt-issuer", default=options.DEFAULT_ISSUER, envvar="DAP_JWT_ISSUER", show_default=True)
+@click.option("--tls-cert", envvar="DAP_TLS_CERT")
+@click.option("--tls-key", envvar="DAP_TLS_KEY")
+@click.option(
+    "--cors-origin",
+    "cors_origins",
+    multiple=True,
+    envvar="DAP_CORS_ORIGIN",
+    help="allowed origin; repeatable (env: space-separated)",
+)
+@click.option("--web-dir", envvar="DAP_WEB_DIR")
+@click.option("--sidecar-endpoint", envvar="DAP_SIDECAR_ENDPOINT")
+@click.option("--invoke-timeout", default="30s", envvar="DAP_INVOKE_TIMEOUT", show_default=True)
+@click.option(
+    "--metrics-addr",
+    default=options.DEFAULT_METRICS_ADDR,
+    envvar="DAP_METRICS_ADDR",
+    show_default=True,
+    help="admin listener; empty = off",
+)
+@click.option("--admin-secret", envvar="DAP_ADMIN_SECRET")
+@click.option("--log-debug", is_flag=True, envvar="DAP_LOG_DEBUG")
+@click.option(
+    "--max-body-bytes",
+    default=options.DEFAULT_MAX_BODY,
+    envvar="DAP_MAX_BODY_BYTES",
+    type=int,
+    show_default=True,
+)
+@click.option(
+    "--pool-size", default=options.DEFAULT_POOL_SIZE, envvar="DAP_POOL_SIZE", type=int, show_default=True
+)
+def serve(**raw: Any) -> None:
+    """Run the production server (REST, UI metadata, admin listener)."""
+    logs.configure("debug" if raw.get("log_debug") else raw["log_level"])
+    try:
+        raw["jwt_public_key"] = _read_key(raw["jwt_public_key"])
+        opts = options.check(**raw)
+        catalog = _load_catalog(opts.spec)
+    except errors.BootRefused as exc:
+        _refuse(str(exc), exc.exit_code)
+    try:
+        asyncio.run(_serve(opts, catalog))
+    except errors.BootRefused as exc:
+        _refuse(str(exc), exc.exit_code)
+    except OSError as exc:  # address in use, permission denied
+        _refuse(f"cannot listen: {exc.strerror or exc}")
+
+
+async def _serve(opts: options.ServeOptions, catalog: Any) -> None:
+    started = time.perf_counter()
+    server = await app.create_server(opts, catalog)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await server.start()
+    except BaseException:
+        await server.stop()
+        raise
+    click.echo(f"{server.banner()} (ready in {time.perf_counter() - started:.2f}s)", err=True)
+    await stop.wait()
+    click.echo("dap serve: shutting down (finishing in-flight requests)", err=True)
+    await server.stop()
+
+
+@click.command()
+@_common
+@click.option("--dry-run", is_flag=True, envvar="DAP_DRY_RUN", help="print the plan, change nothing")
+def migrate(spec: str, dsn: str | None, log_level: str, dry_run: bool) -> None:
+    """Print the schema migration plan and apply it, destructive steps included when declared."""
+    logs.configure(log_level)
+    try:
+        if not dsn:
+            raise errors.BootRefused("no --dsn given: a postgresql:// DSN is required (or DAP_DSN)")
+        options.check(dsn=dsn, jwt_secret="unused", cors_origins=("http://unused",))  # DSN rules only
+        catalog = _load_catalog(Path(spec))
+        asyncio.run(_migrate(dsn, catalog, dry_run=dry_run))
+    except errors.ServerError as exc:
+        _refuse(str(exc), getattr(exc, "exit_code", 1))
+
+
+async def _migrate(dsn: str, catalog: Any, *, dry_run: bool) -> None:
+    pool = await db.open_pool(dsn, 2)
+    try:
+        async with pool.acquire() as conn:
+            plan = await schema_sync.current_plan(conn, catalog.tables, catalog.entities)
+            click.echo(plan.render())
+            if plan.blockers:
+                raise errors.MigrationError(
+                    "undeclared destructive changes block the migration; nothing was changed"
+                )
+            if dry_run or not plan.steps:
+                click.echo("nothing applied" if dry_run else "schema is up to date")
+                return
+        await app.prepare_database(pool, catalog, allow_destructive=True)
+        click.echo(f"applied {len(plan.steps)} step(s)")
+    finally:
+        await pool.close()

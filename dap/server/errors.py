@@ -1,0 +1,219 @@
+"""The one error tree of ``dap.server`` and its RFC 9457 problem documents.
+
+Every failure the server can name is a subclass of :class:`ServerError`. Library errors
+(asyncpg, pyjwt, aiohttp) are translated at the boundary with ``raise X from exc`` so that the
+rest of the package, and the HTTP layer in particular, only ever sees this tree::
+
+    ServerError
+     ├── BootRefused                 the process must not start (one line on stderr, exit code)
+     ├── MigrationError              the schema cannot be brought to the manifests' shape
+     │    └── DestructivePending     destructive steps wait for ``dap migrate`` (or are undeclared)
+     └── ApiError                    answered to an HTTP client as a problem document
+          ├── BadRequest             400  malformed JSON, query or path
+          ├── Unauthorized           401  no or bad token
+          ├── Forbidden              403
+          ├── NotFound               404  unknown workspace, route or record
+          ├── MethodNotAllowed       405  action not opted in by ``expose``
+          ├── Conflict               409  lifecycle, unique value, first admin exists
+          ├── PreconditionFailed     412  ``If-Match`` version mismatch
+          ├── PayloadTooLarge        413
+          ├── ValidationFailed       422  one entry in ``errors`` per offending field
+          ├── RateLimited            429
+          ├── NotImplementedHere     501  e.g. login without an HS256 secret
+          └── InternalError          500  carries a request id, never internals
+
+The problem document is fixed by ARCHITECTURE.md: ``type`` ``urn:dap:error:<code>``, ``title``,
+``status``, ``detail``, ``code`` and ``errors`` (``[{path, message}]``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from aiohttp import web
+
+PROBLEM_CONTENT_TYPE = "application/problem+json"
+
+
+@dataclass(frozen=True)
+class FieldProblem:
+    """One offending input: ``path`` is a field name or a query parameter."""
+
+    path: str
+    message: str
+
+
+class ServerError(Exception):
+    """Root of every error raised by ``dap.server``."""
+
+
+class BootRefused(ServerError):  # noqa: N818 -- named for the HTTP status, as aiohttp's are
+    """The server must not start; ``str(self)`` is the one-line reason."""
+
+    def __init__(self, reason: str, *, exit_code: int = 1) -> None:
+        super().__init__(reason)
+        self.exit_code = exit_code
+
+
+class MigrationError(ServerError):
+    """The database schema cannot be brought to the manifests' shape."""
+
+
+class DestructivePending(MigrationError):  # noqa: N818 -- named for the HTTP status, as aiohttp's are
+    """Destructive steps are pending: boot is refused until ``dap migrate`` applies them."""
+
+
+class ApiError(ServerError):
+    """An error answered to an HTTP client as an RFC 9457 problem document."""
+
+    status: ClassVar[int] = 500
+    default_code: ClassVar[str] = "SVC.SERVER.INTERNAL"
+    title: ClassVar[str] = "Internal server error"
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        code: str | None = None,
+        errors: tuple[FieldProblem, ...] | list[FieldProblem] = (),
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.code = code or self.default_code
+        self.errors = tuple(errors)
+        self.headers = dict(headers or {})
+
+    def problem(self) -> dict[str, Any]:
+        """The problem document of this error."""
+        return {
+            "type": f"urn:dap:error:{self.code}",
+            "title": self.title,
+            "status": self.status,
+            "detail": self.detail,
+            "code": self.code,
+            "errors": [{"path": e.path, "message": e.message} for e in self.errors],
+        }
+
+
+class BadRequest(ApiError):  # noqa: N818 -- named for the HTTP status, as aiohttp's are
+    status = 400
+    default_code = "SVC.REQUEST.MALFORMED"
+    title = "Bad request"
+
+
+class Unauthorized(ApiError):  # noqa: N818 -- named for the HTTP status, as aiohttp's are
+    status = 401
+    default_code = "SVC.AUTH.UNAUTHENTICATED"
+    title = "Unauthorized"
+
+    def __init__(self, detail: str, *, code: str | None = None) -> None:
+        super().__init__(detail, code=code, headers={"WWW-Authenticate": 'Bearer realm="dap"'})
+
+
+class Forbidden(ApiError):  # noqa: N818 -- named for the HTTP status, as aiohttp's are
+    status = 403
+    default_code = "SVC.AUTH.FORBIDDEN"
+    title = "Forbidden"
+
+
+class NotFound(ApiError):  # noqa: N818 -- named for the HTTP status, as aiohttp's are
+    status = 404
+    default_code = "SVC.NOT_FOUND"
+    title = "Not found"
+
+
+class MethodNotAllowed(ApiError):  # noqa: N818 -- named for the HTTP status, as aiohttp's are
+    status = 405
+    default_code = "SVC.REQUEST.METHOD_NOT_ALLOWED"
+    title = "Method not allowed"
+
+
+class Conflict(ApiError):  # noqa: N818 -- named for the HTTP status, as aiohttp's are
+    status = 409
+    default_code = "SVC.CONFLICT"
+    title = "Conflict"
+
+
+class PreconditionFailed(ApiError):  # noqa: N818 -- named for the HTTP status, as aiohttp's are
+    status = 412
+    default_code = "SVC.VERSION.MISMATCH"
+    title = "Precondition failed"
+
+
+class PayloadTooLarge(ApiError):  # noqa: N818 -- named for the HTTP status, as aiohttp's are
+    status = 413
+    default_code = "SVC.REQUEST.TOO_LARGE"
+    title = "Payload too large"
+
+
+class ValidationFailed(ApiError):  # noqa: N818 -- named for the HTTP status, as aiohttp's are
+    status = 422
+    default_code = "SVC.VALIDATE.INVALID"
+    title = "Validation failed"
+
+
+class RateLimited(ApiError):  # noqa: N818 -- named for the HTTP status, as aiohttp's are
+    status = 429
+    default_code = "SVC.RATE.LIMITED"
+    title = "Too many requests"
+
+
+class NotImplementedHere(ApiError):  # noqa: N818 -- named for the HTTP status, as aiohttp's are
+    status = 501
+    default_code = "SVC.SERVER.NOT_IMPLEMENTED"
+    title = "Not implemented"
+
+
+class InternalError(ApiError):
+    status = 500
+    default_code = "SVC.SERVER.INTERNAL"
+    title = "Internal server error"
+
+
+def problem_response(error: ApiError, *, request_id: str | None = None) -> web.Response:
+    """An ``application/problem+json`` response for ``error``."""
+    body = error.problem()
+    if request_id is not None:
+        body["request_id"] = request_id
+    headers = dict(error.headers)
+    if request_id is not None:
+        headers["X-Request-Id"] = request_id
+    return web.Response(
+        status=error.status,
+        body=json.dumps(body).encode(),
+        content_type=PROBLEM_CONTENT_TYPE,
+        headers=headers,
+    )
+
+
+_BY_STATUS: dict[int, type[ApiError]] = {
+    cls.status: cls
+    for cls in (
+        BadRequest,
+        Unauthorized,
+        Forbidden,
+        NotFound,
+        MethodNotAllowed,
+        Conflict,
+        PreconditionFailed,
+        PayloadTooLarge,
+        ValidationFailed,
+        RateLimited,
+        NotImplementedHere,
+        InternalError,
+    )
+}
+
+
+def from_http_exception(exc: web.HTTPException) -> ApiError:
+    """Translate one of aiohttp's own HTTP errors (413 from ``client_max_size``, 404 of the router)."""
+    cls = _BY_STATUS.get(exc.status, BadRequest if exc.status < 500 else InternalError)
+    if cls is Unauthorized:
+        return Unauthorized(exc.reason)
+    error = cls(exc.reason)
+    if cls is BadRequest and exc.status != 400:
+        error.code = f"SVC.REQUEST.HTTP_{exc.status}"
+    return error

@@ -1,0 +1,160 @@
+"""Boot options of ``dap serve`` and the rules that refuse a boot.
+
+The options mirror the spec's "Process options: Server" table. ``check`` is pure: it receives
+the raw values (as click parsed them) and either returns a validated :class:`ServeOptions` or
+raises :class:`~dap.server.errors.BootRefused` with a one-line reason, so every refusal is tested
+without starting anything. Reading the PEM file named by ``--jwt-public-key`` is the only I/O and
+happens in the CLI before ``check`` is called.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dap.server import errors
+
+DEFAULT_ADDR = ":8080"
+DEFAULT_METRICS_ADDR = "127.0.0.1:9102"
+DEFAULT_ISSUER = "svc"
+DEFAULT_MAX_BODY = 1024 * 1024
+DEFAULT_POOL_SIZE = 10
+LOG_LEVELS = ("debug", "info", "warn", "error")
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+@dataclass(frozen=True)
+class Address:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """Validated options of one server process."""
+
+    spec: Path
+    dsn: str
+    addr: Address
+    jwt_issuer: str
+    cors_origins: tuple[str, ...]
+    mode: str = "production"
+    workspace: str | None = None
+    jwt_secret: str | None = None
+    jwt_public_key: str | None = None  # PEM text, not the file name
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    web_dir: Path | None = None
+    sidecar_endpoint: str | None = None
+    invoke_timeout: float = 30.0
+    metrics_addr: Address | None = field(default_factory=lambda: parse_address(DEFAULT_METRICS_ADDR))
+    admin_secret: str | None = None
+    log_level: str = "info"
+    log_debug: bool = False
+    max_body_bytes: int = DEFAULT_MAX_BODY
+    pool_size: int = DEFAULT_POOL_SIZE
+
+
+def parse_address(value: str) -> Address:
+    """``":8080"`` → ``0.0.0.0:8080``; ``"127.0.0.1:9102"``; ``"[::1]:80"``."""
+    host, sep, port = value.strip().rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise errors.BootRefused(f"invalid address {value!r}: expected host:port or :port")
+    host = host.strip("[]") or "0.0.0.0"
+    return Address(host, int(port))
+
+
+def parse_duration(value: str) -> float:
+    """``"30s"``, ``"500ms"``, ``"2m"``, ``"1h"`` or bare seconds → seconds."""
+    match = _DURATION.match(value.strip())
+    if match is None:
+        raise errors.BootRefused(f"invalid duration {value!r}: expected e.g. 30s, 500ms, 2m")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def check(
+    *,
+    mode: str = "production",
+    spec: str | Path = "./spec",
+    dsn: str | None,
+    addr: str = DEFAULT_ADDR,
+    workspace: str | None = None,
+    jwt_secret: str | None = None,
+    jwt_public_key: str | None = None,
+    jwt_issuer: str = DEFAULT_ISSUER,
+    tls_cert: str | Path | None = None,
+    tls_key: str | Path | None = None,
+    cors_origins: tuple[str, ...] | list[str] = (),
+    web_dir: str | Path | None = None,
+    sidecar_endpoint: str | None = None,
+    invoke_timeout: str = "30s",
+    metrics_addr: str = DEFAULT_METRICS_ADDR,
+    admin_secret: str | None = None,
+    log_level: str = "info",
+    log_debug: bool = False,
+    max_body_bytes: int = DEFAULT_MAX_BODY,
+    pool_size: int = DEFAULT_POOL_SIZE,
+) -> ServeOptions:
+    """Validate raw option values; raise ``BootRefused`` with a one-line reason on the first rule broken."""
+    if mode != "production":
+        raise errors.BootRefused(f"--mode {mode!r} is not implemented; only 'production' is", exit_code=2)
+    dsn = (dsn or "").strip()
+    if not dsn:
+        raise errors.BootRefused("no --dsn given: a postgresql:// DSN is required (or DAP_DSN)")
+    scheme = dsn.partition(":")[0].lower()
+    if scheme.startswith("sqlite"):
+        raise errors.BootRefused("a sqlite DSN is refused: the production server runs on Postgres only")
+    if scheme not in ("postgres", "postgresql"):
+        raise errors.BootRefused(f"--dsn must be a postgresql:// DSN, got scheme {scheme!r}")
+    secret = (jwt_secret or "").strip() or None
+    public_key = (jwt_public_key or "").strip() or None
+    if secret is None and public_key is None:
+        raise errors.BootRefused("no JWT configuration: give --jwt-secret (HS256) or --jwt-public-key (PEM)")
+    if secret is not None and public_key is not None:
+        raise errors.BootRefused("give one of --jwt-secret and --jwt-public-key, not both")
+    if not jwt_issuer.strip():
+        raise errors.BootRefused("--jwt-issuer must not be empty")
+    origins = tuple(o.strip().rstrip("/") for o in cors_origins if o.strip())
+    if not origins:
+        raise errors.BootRefused("no --cors-origin given: a non-empty CORS allow-list is required")
+    if "*" in origins:
+        raise errors.BootRefused("--cors-origin '*' is refused: list the allowed origins")
+    for origin in origins:
+        if not re.match(r"^https?://[^/\s]+$", origin):
+            raise errors.BootRefused(f"--cors-origin {origin!r} is not an origin (scheme://host[:port])")
+    if (tls_cert is None) != (tls_key is None):
+        raise errors.BootRefused("--tls-cert and --tls-key must be given together")
+    if log_level not in LOG_LEVELS:
+        raise errors.BootRefused(f"--log-level must be one of {', '.join(LOG_LEVELS)}")
+    if max_body_bytes < 1024:
+        raise errors.BootRefused("--max-body-bytes must be at least 1024")
+    if not 1 <= pool_size <= 1000:
+        raise errors.BootRefused("--pool-size must be between 1 and 1000")
+    return ServeOptions(
+        mode=mode,
+        spec=Path(spec),
+        dsn=dsn,
+        addr=parse_address(addr),
+        workspace=workspace or None,
+        jwt_secret=secret,
+        jwt_public_key=public_key,
+        jwt_issuer=jwt_issuer.strip(),
+        tls_cert=Path(tls_cert) if tls_cert is not None else None,
+        tls_key=Path(tls_key) if tls_key is not None else None,
+        cors_origins=origins,
+        web_dir=Path(web_dir) if web_dir else None,
+        sidecar_endpoint=sidecar_endpoint or None,
+        invoke_timeout=parse_duration(invoke_timeout),
+        metrics_addr=parse_address(metrics_addr) if metrics_addr.strip() else None,
+        admin_secret=(admin_secret or "").strip() or None,
+        log_level=log_level,
+        log_debug=log_debug,
+        max_body_bytes=max_body_bytes,
+        pool_size=pool_size,
+    )

@@ -1,0 +1,386 @@
+"""REST handlers of the generated entity API (list, find, create, update, delete).
+
+Paths and bodies are those of ARCHITECTURE.md. A handler resolves the workspace (404 when it is
+not registered), verifies the bearer token for that workspace (401), reads the catalog reference
+once, checks that the entity opted into the action through ``expose`` (404 when the entity is not
+exposed, 405 when the action is not), and then runs parameterised SQL that always carries the
+workspace's ``tenant_id``. Uniqueness comes from the database's unique index (a
+``UniqueViolationError`` names the constraint, which maps back to the field), never from a racy
+pre-check.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from typing import Any
+
+import asyncpg
+from aiohttp import web
+
+from dap.server import auth, db, errors, filters, records, sql, state, tables
+from dap.server.catalog import SYSTEM_OUTPUT, Catalog, Resource
+from dap.server.workspaces import Workspace
+
+log = logging.getLogger(__name__)
+RESERVED_INPUT = frozenset({*tables.SYSTEM_FIELDS, "tenant_id"})
+
+
+async def resolve(request: web.Request) -> tuple[Workspace, auth.Principal, Catalog]:
+    """Workspace, caller and catalog of a REST request, in that order of checks."""
+    workspace = await request.app[state.REGISTRY].resolve(request.match_info["ws"])
+    request["workspace"] = workspace.slug
+    token = auth.bearer_token(request.headers.get("Authorization"))
+    principal = request.app[state.VERIFIER].verify(token, workspace=workspace.slug)
+    return workspace, principal, request.app[state.SPEC].current
+
+
+def _resource(
+    catalog: Catalog, request: web.Request, action: str, *, siblings: Sequence[tuple[str, str]]
+) -> Resource:
+    resource = catalog.resource(request.match_info["module"], request.match_info["entity"])
+    if resource is None:
+        raise errors.NotFound(
+            f"no entity {request.match_info['module']}/{request.match_info['entity']} is exposed over REST",
+            code="SVC.ENTITY.NOT_FOUND",
+        )
+    if action not in resource.actions:
+        allowed = [method for name, method in siblings if name in resource.actions]
+        if not allowed:
+            raise errors.NotFound(f"{resource.key} does not expose {action}", code="SVC.ACTION.NOT_EXPOSED")
+        raise errors.MethodNotAllowed(
+            f"{resource.key} does not expose {action}",
+            code="SVC.ACTION.NOT_EXPOSED",
+            headers={"Allow": ", ".join(allowed)},
+        )
+    return resource
+
+
+_COLLECTION = (("list", "GET"), ("create", "POST"))
+_ITEM = (("find", "GET"), ("update", "PATCH"), ("delete", "DELETE"))
+
+
+def _record_id(request: web.Request) -> uuid.UUID:
+    try:
+        return uuid.UUID(request.match_info["id"])
+    except ValueError as exc:
+        # a malformed id cannot name a record: 404, as for any id that does not exist
+        raise errors.NotFound("no such record", code="SVC.RECORD.NOT_FOUND") from exc
+
+
+def dumps(data: Any) -> str:
+    return json.dumps(data, default=db.json_default, separators=(",", ":"))
+
+
+def _reply(data: Any, *, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
+    return web.Response(
+        text=dumps(data), status=status, content_type="application/json", headers=dict(headers or {})
+    )
+
+
+def present(
+    resource: Resource,
+    row: Mapping[str, Any] | asyncpg.Record,
+    children: Mapping[str, list[dict[str, Any]]] | None = None,
+    *,
+    surface: str = "rest",
+    only: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """The JSON of one stored row: REST-visible fields plus the system fields."""
+    out: dict[str, Any] = {}
+    for name, f in resource.fields.items():
+        if (only is not None and name not in only) or surface in f.exclude:
+            continue
+        if name in resource.children:
+            out[name] = (children or {}).get(name, [])
+            continue
+        column = resource.column(name)
+        if column is not None:
+            out[name] = records.present(f, row[column])
+    for name in SYSTEM_OUTPUT:
+        if only is not None and name not in only and name != "id":
+            continue
+        if name == "docstatus":
+            if resource.lifecycle:
+                out[name] = tables.DOCSTATUS[row["docstatus"]]
+            continue
+        value = row[name]
+        out[name] = records.to_json(filters.SYSTEM["id"], value)
+    return out
+
+
+async def _load_children(
+    conn: db.Connection,
+    resource: Resource,
+    tenant: uuid.UUID,
+    ids: Sequence[uuid.UUID],
+    catalog: Catalog,
+) -> dict[uuid.UUID, dict[str, list[dict[str, Any]]]]:
+    out: dict[uuid.UUID, dict[str, list[dict[str, Any]]]] = {i: {} for i in ids}
+    if not ids:
+        return out
+    for field_name, child in resource.children.items():
+        statement, args = sql.child_rows(child, tenant, ids)
+        child_specs = {c.field: c for c in child.columns if c.field}
+        decls = {
+            f.name: f
+            for f in tables.child_fields(resource.fields[field_name], resource.module, catalog.entities)
+        }
+        for row in await conn.fetch(statement, *args):
+            item = {
+                name: records.present(decls[name], row[col.name])
+                for name, col in child_specs.items()
+                if name is not None and name in decls
+            }
+            out[row["parent_id"]].setdefault(field_name, []).append(item)
+    return out
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    raw = await request.read()  # aiohttp raises 413 past client_max_size
+    try:
+        body = json.loads(raw, parse_float=Decimal) if raw else None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise errors.BadRequest(
+            f"the body is not valid JSON: {exc}", code="SVC.REQUEST.MALFORMED_JSON"
+        ) from exc
+    if not isinstance(body, dict):
+        raise errors.BadRequest("the body must be a JSON object", code="SVC.REQUEST.MALFORMED_JSON")
+    return body
+
+
+def _validate(
+    resource: Resource, body: Mapping[str, Any], *, partial: bool, catalog: Catalog
+) -> dict[str, Any]:
+    children = {
+        name: tables.child_fields(f, resource.module, catalog.entities)
+        for name, f in resource.fields.items()
+        if f.child is not None
+    }
+    try:
+        return records.coerce_row(
+            resource.fields, body, partial=partial, children=children, reserved=RESERVED_INPUT
+        )
+    except records.InvalidRowError as exc:
+        code = "SVC.DOC.RESERVED_FIELD" if any(p in RESERVED_INPUT for p, _ in exc.problems) else None
+        raise errors.ValidationFailed(
+            f"{len(exc.problems)} field(s) are invalid",
+            code=code,
+            errors=[errors.FieldProblem(p, m) for p, m in exc.problems],
+        ) from exc
+
+
+def _translate(resource: Resource, exc: asyncpg.PostgresError) -> errors.ApiError:
+    """Map a database refusal of bad input to a client error; anything else stays a server error."""
+    if isinstance(exc, asyncpg.UniqueViolationError):
+        index = next((i for i in resource.table.indexes if i.name == exc.constraint_name), None)
+        field = next(
+            (c.field for c in resource.table.columns if index is not None and c.name == index.columns[-1]),
+            None,
+        )
+        path = field or "id"
+        return errors.Conflict(
+            f"another record of this workspace already has this {path}",
+            code="SVC.VALIDATE.DUPLICATE",
+            errors=[errors.FieldProblem(path, "must be unique within the workspace")],
+        )
+    if isinstance(exc, asyncpg.DataError):
+        return errors.ValidationFailed(f"a value does not fit its column: {exc.__class__.__name__}")
+    raise exc
+
+
+def _split(resource: Resource, values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Field values → (column values of the main table, child field → rows)."""
+    columns: dict[str, Any] = {}
+    children: dict[str, Any] = {}
+    for name, value in values.items():
+        if name in resource.children:
+            children[name] = value or []
+        else:
+            column = resource.column(name)
+            if column is not None:
+                columns[column] = value
+    return columns, children
+
+
+async def _write_children(
+    conn: db.Connection,
+    resource: Resource,
+    tenant: uuid.UUID,
+    parent: uuid.UUID,
+    rows: Mapping[str, Any],
+) -> None:
+    for field_name, items in rows.items():
+        child = resource.children[field_name]
+        await conn.execute(*_stmt(sql.delete_children(child, tenant, parent)))
+        cols = [c for c in child.columns if c.field is not None]
+        if items:
+            await conn.executemany(
+                sql.insert_children(child, [c.name for c in cols]),
+                [(tenant, parent, i, *(item.get(c.field) for c in cols)) for i, item in enumerate(items)],
+            )
+
+
+def _stmt(statement: sql.Statement) -> tuple[Any, ...]:
+    return (statement[0], *statement[1])
+
+
+# --- handlers ----------------------------------------------------------------------------
+
+
+async def list_records(request: web.Request) -> web.Response:
+    workspace, _principal, catalog = await resolve(request)
+    resource = _resource(catalog, request, "list", siblings=_COLLECTION)
+    query = filters.parse(resource, request.query.items())
+    columns = None
+    if query.fields is not None:
+        wanted = set(query.fields) | {"id"}
+        columns = [c.name for c in resource.table.columns if (c.field or c.name) in wanted]
+    statement, args = sql.select_list(resource.table, query, workspace.tenant_id, columns)
+    pool = request.app[state.POOL]
+    async with pool.acquire() as conn:
+        rows = await conn.fetch(statement, *args)
+        total = None
+        if query.count:
+            count_sql, count_args = sql.count(resource.table, query, workspace.tenant_id)
+            total = await conn.fetchval(count_sql, *count_args)
+        kids: dict[uuid.UUID, dict[str, list[dict[str, Any]]]] = {}
+        if resource.children and (query.fields is None or set(query.fields) & set(resource.children)):
+            kids = await _load_children(conn, resource, workspace.tenant_id, [r["id"] for r in rows], catalog)
+    data = [present(resource, r, kids.get(r["id"]), surface="list", only=query.fields) for r in rows]
+    return _reply({"data": data, "limit": query.limit, "offset": query.offset, "total": total})
+
+
+async def find_record(request: web.Request) -> web.Response:
+    workspace, _principal, catalog = await resolve(request)
+    resource = _resource(catalog, request, "find", siblings=_ITEM)
+    record_id = _record_id(request)
+    async with request.app[state.POOL].acquire() as conn:
+        row = await conn.fetchrow(*_stmt(sql.select_one(resource.table, workspace.tenant_id, record_id)))
+        if row is None:
+            raise errors.NotFound("no such record", code="SVC.RECORD.NOT_FOUND")
+        kids = (
+            await _load_children(conn, resource, workspace.tenant_id, [record_id], catalog)
+            if resource.children
+            else {}
+        )
+    return _reply(
+        {"data": present(resource, row, kids.get(record_id))}, headers={"ETag": f'"{row["version"]}"'}
+    )
+
+
+async def create_record(request: web.Request) -> web.Response:
+    workspace, principal, catalog = await resolve(request)
+    resource = _resource(catalog, request, "create", siblings=_COLLECTION)
+    values = _validate(resource, await _body(request), partial=False, catalog=catalog)
+    columns, children = _split(resource, values)
+    statement, args = sql.insert(resource.table, workspace.tenant_id, columns, owner=principal.username)
+    async with request.app[state.POOL].acquire() as conn:
+        try:
+            async with conn.transaction():
+                row = await conn.fetchrow(statement, *args)
+                assert row is not None
+                await _write_children(conn, resource, workspace.tenant_id, row["id"], children)
+        except asyncpg.PostgresError as exc:
+            raise _translate(resource, exc) from exc
+        kids = (
+            await _load_children(conn, resource, workspace.tenant_id, [row["id"]], catalog)
+            if resource.children
+            else {}
+        )
+    location = f"/{workspace.slug}/api/{resource.module}/{resource.name}/{row['id']}"
+    return _reply(
+        {"data": present(resource, row, kids.get(row["id"]))},
+        status=201,
+        headers={"Location": location, "ETag": f'"{row["version"]}"'},
+    )
+
+
+def _if_match(request: web.Request) -> int | None:
+    header = request.headers.get("If-Match")
+    if header is None:
+        return None
+    value = header.strip().removeprefix("W/").strip('"')
+    if not value.isdigit():
+        raise errors.BadRequest(
+            'If-Match must be a version in quotes, e.g. If-Match: "3"', code="SVC.REQUEST.IF_MATCH"
+        )
+    return int(value)
+
+
+async def update_record(request: web.Request) -> web.Response:
+    workspace, _principal, catalog = await resolve(request)
+    resource = _resource(catalog, request, "update", siblings=_ITEM)
+    record_id = _record_id(request)
+    expected = _if_match(request)
+    values = _validate(resource, await _body(request), partial=True, catalog=catalog)
+    columns, children = _split(resource, values)
+    tenant = workspace.tenant_id
+    async with request.app[state.POOL].acquire() as conn:
+        try:
+            async with conn.transaction():
+                lock_cols = "version, docstatus" if resource.lifecycle else "version"
+                current = await conn.fetchrow(
+                    f"SELECT {lock_cols} FROM {tables.quote(resource.table.name)} "
+                    "WHERE tenant_id = $1 AND id = $2 FOR UPDATE",
+                    tenant,
+                    record_id,
+                )
+                if current is None:
+                    raise errors.NotFound("no such record", code="SVC.RECORD.NOT_FOUND")
+                if expected is not None and current["version"] != expected:
+                    raise errors.PreconditionFailed(
+                        f"the record is at version {current['version']}, not {expected}",
+                        headers={"ETag": f'"{current["version"]}"'},
+                    )
+                if resource.lifecycle and current["docstatus"] != 0:
+                    raise errors.Conflict(
+                        "only draft documents can be updated", code="SVC.DOC.UPDATE_NOT_DRAFT"
+                    )
+                row = await conn.fetchrow(
+                    *_stmt(sql.update(resource.table, tenant, record_id, columns, expected_version=None))
+                )
+                assert row is not None
+                await _write_children(conn, resource, tenant, record_id, children)
+        except asyncpg.PostgresError as exc:
+            raise _translate(resource, exc) from exc
+        kids = await _load_children(conn, resource, tenant, [record_id], catalog) if resource.children else {}
+    return _reply(
+        {"data": present(resource, row, kids.get(record_id))}, headers={"ETag": f'"{row["version"]}"'}
+    )
+
+
+async def delete_record(request: web.Request) -> web.Response:
+    workspace, _principal, catalog = await resolve(request)
+    resource = _resource(catalog, request, "delete", siblings=_ITEM)
+    record_id = _record_id(request)
+    tenant = workspace.tenant_id
+    async with request.app[state.POOL].acquire() as conn, conn.transaction():
+        if resource.lifecycle:
+            status = await conn.fetchval(
+                f"SELECT docstatus FROM {tables.quote(resource.table.name)} "
+                "WHERE tenant_id = $1 AND id = $2 FOR UPDATE",
+                tenant,
+                record_id,
+            )
+            if status == 1:
+                raise errors.Conflict(
+                    "a submitted document cannot be deleted; cancel it first", code="SVC.DOC.DELETE_SUBMITTED"
+                )
+        for child in resource.children.values():
+            await conn.execute(*_stmt(sql.delete_children(child, tenant, record_id)))
+        result = await conn.execute(*_stmt(sql.delete(resource.table, tenant, record_id)))
+    if not result.endswith(" 1"):
+        raise errors.NotFound("no such record", code="SVC.RECORD.NOT_FOUND")
+    return web.Response(status=204)
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/{ws}/api/{module}/{entity}", list_records)
+    app.router.add_post("/{ws}/api/{module}/{entity}", create_record)
+    app.router.add_get("/{ws}/api/{module}/{entity}/{id}", find_record)
+    app.router.add_patch("/{ws}/api/{module}/{entity}/{id}", update_record)
+    app.router.add_delete("/{ws}/api/{module}/{entity}/{id}", delete_record)

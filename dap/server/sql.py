@@ -1,0 +1,154 @@
+"""Parameterised SQL for the REST actions, built from the typed list query. Pure.
+
+Every statement starts its ``WHERE`` with ``tenant_id = $1``: a statement that does not carry
+the tenant cannot be built here. Identifiers come from the table description (validated
+manifest names, quoted); values are always ``$n`` parameters. The builders return
+``(sql, args)`` so the handlers stay thin and the tests can read the SQL.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dap.config.enums import FilterOp
+from dap.server.filters import ListQuery
+from dap.server.tables import Table, quote
+
+_COMPARE = {
+    FilterOp.EQ: "=",
+    FilterOp.NEQ: "<>",
+    FilterOp.GT: ">",
+    FilterOp.GTE: ">=",
+    FilterOp.LT: "<",
+    FilterOp.LTE: "<=",
+    FilterOp.LIKE: "LIKE",
+    FilterOp.ILIKE: "ILIKE",
+}
+
+Statement = tuple[str, list[Any]]
+
+
+class _Args:
+    def __init__(self, tenant: uuid.UUID) -> None:
+        self.values: list[Any] = [tenant]
+
+    def add(self, value: Any) -> str:
+        self.values.append(value)
+        return f"${len(self.values)}"
+
+
+def _columns(table: Table, names: Sequence[str] | None) -> str:
+    cols = [c.name for c in table.columns if c.name != "tenant_id" and (names is None or c.name in names)]
+    return ", ".join(quote(c) for c in cols)
+
+
+def _where(query: ListQuery, args: _Args) -> str:
+    parts = ["tenant_id = $1"]
+    for cond in query.conditions:
+        col = quote(cond.column)
+        op = cond.op
+        if op is FilterOp.NULL:
+            parts.append(f"{col} IS NULL")
+        elif op is FilterOp.NOTNULL:
+            parts.append(f"{col} IS NOT NULL")
+        elif op is FilterOp.BETWEEN:
+            parts.append(f"{col} BETWEEN {args.add(cond.values[0])} AND {args.add(cond.values[1])}")
+        elif op is FilterOp.IN:
+            parts.append(f"{col} = ANY({args.add(list(cond.values))})")
+        elif op is FilterOp.NIN:
+            parts.append(f"NOT ({col} = ANY({args.add(list(cond.values))}))")
+        else:
+            parts.append(f"{col} {_COMPARE[op]} {args.add(cond.values[0])}")
+    return " AND ".join(parts)
+
+
+def select_list(
+    table: Table, query: ListQuery, tenant: uuid.UUID, columns: Sequence[str] | None
+) -> Statement:
+    args = _Args(tenant)
+    where = _where(query, args)
+    order = ", ".join(f"{quote(k.column)} {'DESC' if k.descending else 'ASC'}" for k in query.sort)
+    limit = args.add(query.limit)
+    offset = args.add(query.offset)
+    sql = (
+        f"SELECT {_columns(table, columns)} FROM {quote(table.name)} WHERE {where} "
+        f"ORDER BY {order} LIMIT {limit} OFFSET {offset}"
+    )
+    return sql, args.values
+
+
+def count(table: Table, query: ListQuery, tenant: uuid.UUID) -> Statement:
+    args = _Args(tenant)
+    return f"SELECT count(*) FROM {quote(table.name)} WHERE {_where(query, args)}", args.values
+
+
+def select_one(table: Table, tenant: uuid.UUID, record_id: uuid.UUID) -> Statement:
+    return (
+        f"SELECT {_columns(table, None)} FROM {quote(table.name)} WHERE tenant_id = $1 AND id = $2",
+        [tenant, record_id],
+    )
+
+
+def insert(table: Table, tenant: uuid.UUID, values: Mapping[str, Any], *, owner: str) -> Statement:
+    """``values`` maps column → value; ``created_by`` and ``owner`` are the caller."""
+    args = _Args(tenant)
+    cols = ["tenant_id", "created_by", "owner"]
+    params = ["$1", args.add(owner), args.add(owner)]
+    for column, value in values.items():
+        cols.append(column)
+        params.append(args.add(value))
+    sql = (
+        f"INSERT INTO {quote(table.name)} ({', '.join(quote(c) for c in cols)}) "
+        f"VALUES ({', '.join(params)}) RETURNING {_columns(table, None)}"
+    )
+    return sql, args.values
+
+
+def update(
+    table: Table,
+    tenant: uuid.UUID,
+    record_id: uuid.UUID,
+    values: Mapping[str, Any],
+    *,
+    expected_version: int | None,
+) -> Statement:
+    """Set ``values``, bump ``version``; with ``expected_version`` only when it still matches."""
+    args = _Args(tenant)
+    sets = ["version = version + 1", "updated_at = now()"]
+    for column, value in values.items():
+        sets.append(f"{quote(column)} = {args.add(value)}")
+    where = f"tenant_id = $1 AND id = {args.add(record_id)}"
+    if expected_version is not None:
+        where += f" AND version = {args.add(expected_version)}"
+    sql = f"UPDATE {quote(table.name)} SET {', '.join(sets)} WHERE {where} RETURNING {_columns(table, None)}"
+    return sql, args.values
+
+
+def delete(table: Table, tenant: uuid.UUID, record_id: uuid.UUID) -> Statement:
+    return f"DELETE FROM {quote(table.name)} WHERE tenant_id = $1 AND id = $2", [tenant, record_id]
+
+
+def exists(table: Table, tenant: uuid.UUID, record_id: uuid.UUID) -> Statement:
+    return f"SELECT version FROM {quote(table.name)} WHERE tenant_id = $1 AND id = $2", [tenant, record_id]
+
+
+def child_rows(child: Table, tenant: uuid.UUID, parent_ids: Sequence[uuid.UUID]) -> Statement:
+    cols = ", ".join(quote(c.name) for c in child.columns if c.name != "tenant_id")
+    return (
+        f"SELECT {cols} FROM {quote(child.name)} WHERE tenant_id = $1 AND parent_id = ANY($2) "
+        "ORDER BY parent_id, idx",
+        [tenant, list(parent_ids)],
+    )
+
+
+def delete_children(child: Table, tenant: uuid.UUID, parent_id: uuid.UUID) -> Statement:
+    return f"DELETE FROM {quote(child.name)} WHERE tenant_id = $1 AND parent_id = $2", [tenant, parent_id]
+
+
+def insert_children(child: Table, columns: Sequence[str]) -> str:
+    """One child row per ``executemany`` tuple: ``(tenant_id, parent_id, idx, *columns)``."""
+    cols = ["tenant_id", "parent_id", "idx", *columns]
+    params = ", ".join(f"${i}" for i in range(1, len(cols) + 1))
+    return f"INSERT INTO {quote(child.name)} ({', '.join(quote(c) for c in cols)}) VALUES ({params})"

@@ -1,0 +1,38 @@
+"""Typed application state shared by the handlers: the ``web.AppKey`` of every shared object.
+
+One module holds the keys so that handlers, the admin listener and the assembly in ``app.py``
+agree on them without importing each other. The loaded spec is held through a
+:class:`SpecHolder`: handlers read ``holder.current`` once per request, and a later swap (the
+resource pod loading a new artifact) replaces that one reference atomically.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import asyncpg
+from aiohttp import web
+
+if TYPE_CHECKING:
+    from dap.server import auth, catalog, metrics, options, workspaces
+
+
+@dataclass
+class SpecHolder:
+    """The one mutable cell: the loaded spec currently served."""
+
+    current: catalog.Catalog
+
+    def swap(self, new: catalog.Catalog) -> catalog.Catalog:
+        """Serve ``new`` from the next request on; return the previous catalog."""
+        old, self.current = self.current, new
+        return old
+
+
+POOL: web.AppKey[asyncpg.Pool] = web.AppKey("pool", asyncpg.Pool)
+SPEC: web.AppKey[SpecHolder] = web.AppKey("spec", SpecHolder)
+REGISTRY: web.AppKey[workspaces.Registry] = web.AppKey("registry")
+METRICS: web.AppKey[metrics.Metrics] = web.AppKey("metrics")
+VERIFIER: web.AppKey[auth.JwtVerifier] = web.AppKey("verifier")
+OPTIONS: web.AppKey[options.ServeOptions] = web.AppKey("options")

@@ -1,0 +1,157 @@
+"""Workspace users: the first-admin setup and password login of the UI.
+
+``POST /{ws}/_ui/setup`` creates the first admin while the workspace has no user (409 after);
+an advisory lock per tenant makes two concurrent setups produce one admin. ``POST
+/{ws}/_ui/login`` checks a password and issues an HS256 token (501 where the server only holds a
+public key). Passwords are hashed with the standard library's scrypt (N=2^14, r=8, p=1, 16-byte
+salt), stored as ``scrypt$N$r$p$salt$hash``, compared in constant time, and hashed off the event
+loop because scrypt is deliberately slow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import json
+import os
+import re
+import uuid
+from typing import Any
+
+from aiohttp import web
+
+from dap.server import db, errors, state
+
+N, R, P, DKLEN = 2**14, 8, 1, 32
+USERNAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}$")
+MIN_PASSWORD = 8
+
+DDL = """
+CREATE SCHEMA IF NOT EXISTS dap;
+CREATE TABLE IF NOT EXISTS dap.users (
+    tenant_id uuid NOT NULL,
+    id uuid NOT NULL DEFAULT gen_random_uuid(),
+    username text NOT NULL,
+    email text,
+    password_hash text NOT NULL,
+    roles text[] NOT NULL DEFAULT '{}',
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant_id, id),
+    UNIQUE (tenant_id, username)
+);
+"""
+
+
+def hash_password(password: str, *, salt: bytes | None = None) -> str:
+    salt = salt or os.urandom(16)
+    digest = hashlib.scrypt(password.encode(), salt=salt, n=N, r=R, p=P, dklen=DKLEN)
+    b64 = base64.b64encode
+    return f"scrypt${N}${R}${P}${b64(salt).decode()}${b64(digest).decode()}"
+
+
+def check_password(password: str, stored: str) -> bool:
+    try:
+        scheme, n, r, p, salt, digest = stored.split("$")
+        if scheme != "scrypt":
+            return False
+        expected = base64.b64decode(digest)
+        actual = hashlib.scrypt(
+            password.encode(), salt=base64.b64decode(salt), n=int(n), r=int(r), p=int(p), dklen=len(expected)
+        )
+    except ValueError:
+        return False
+    return hmac.compare_digest(actual, expected)
+
+
+_DUMMY = hash_password("not a password", salt=b"\x00" * 16)
+
+
+async def ensure_schema(conn: db.Connection) -> None:
+    await conn.execute(DDL)
+
+
+async def _json_body(request: web.Request) -> dict[str, Any]:
+    try:
+        body = json.loads(await request.read() or b"null")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise errors.BadRequest("the body is not valid JSON", code="SVC.REQUEST.MALFORMED_JSON") from exc
+    if not isinstance(body, dict):
+        raise errors.BadRequest("the body must be a JSON object", code="SVC.REQUEST.MALFORMED_JSON")
+    return body
+
+
+def _credentials(body: dict[str, Any], *, with_email: bool) -> tuple[str, str, str | None]:
+    problems: list[errors.FieldProblem] = []
+    username, password, email = body.get("username"), body.get("password"), body.get("email")
+    allowed = {"username", "password", "email"} if with_email else {"username", "password"}
+    problems += [errors.FieldProblem(k, "unknown field") for k in body if k not in allowed]
+    if not isinstance(username, str) or not USERNAME.match(username):
+        problems.append(errors.FieldProblem("username", "1-128 characters: letters, digits, _ . @ -"))
+    if not isinstance(password, str) or (with_email and len(password) < MIN_PASSWORD):
+        problems.append(errors.FieldProblem("password", f"a string of at least {MIN_PASSWORD} characters"))
+    if with_email and email is not None and (not isinstance(email, str) or "@" not in email):
+        problems.append(errors.FieldProblem("email", "an e-mail address"))
+    if problems:
+        raise errors.ValidationFailed("invalid credentials payload", errors=problems)
+    assert isinstance(username, str)
+    assert isinstance(password, str)
+    return username, password, email if isinstance(email, str) else None
+
+
+async def setup(request: web.Request) -> web.Response:
+    workspace = await request.app[state.REGISTRY].resolve(request.match_info["ws"])
+    request["workspace"] = workspace.slug
+    username, password, email = _credentials(await _json_body(request), with_email=True)
+    hashed = await asyncio.to_thread(hash_password, password)
+    tenant = workspace.tenant_id
+    async with request.app[state.POOL].acquire() as conn, conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1::text))", str(tenant))
+        if await conn.fetchval("SELECT EXISTS (SELECT 1 FROM dap.users WHERE tenant_id = $1)", tenant):
+            raise errors.Conflict(
+                "this workspace already has users; setup is only for the first admin",
+                code="SVC.SETUP.ALREADY_DONE",
+            )
+        user_id: uuid.UUID = await conn.fetchval(
+            """INSERT INTO dap.users (tenant_id, username, email, password_hash, roles)
+               VALUES ($1, $2, $3, $4, $5) RETURNING id""",
+            tenant,
+            username,
+            email,
+            hashed,
+            ["admin"],
+        )
+    data: dict[str, Any] = {"id": str(user_id), "username": username, "email": email, "roles": ["admin"]}
+    verifier = request.app[state.VERIFIER]
+    if verifier.can_issue:
+        data["token"] = verifier.issue(
+            sub=str(user_id), username=username, roles=["admin"], workspace=workspace.slug
+        )
+    return web.json_response({"data": data}, status=201)
+
+
+async def login(request: web.Request) -> web.Response:
+    workspace = await request.app[state.REGISTRY].resolve(request.match_info["ws"])
+    request["workspace"] = workspace.slug
+    verifier = request.app[state.VERIFIER]
+    if not verifier.can_issue:
+        raise errors.NotImplementedHere(
+            "this server verifies tokens with a public key; obtain tokens from your identity provider",
+            code="SVC.AUTH.LOGIN_UNAVAILABLE",
+        )
+    username, password, _ = _credentials(await _json_body(request), with_email=False)
+    async with request.app[state.POOL].acquire() as conn:
+        row = await conn.fetchrow(
+            "SELECT id, password_hash, roles FROM dap.users WHERE tenant_id = $1 AND username = $2",
+            workspace.tenant_id,
+            username,
+        )
+    stored = row["password_hash"] if row is not None else _DUMMY
+    ok = await asyncio.to_thread(check_password, password, stored)
+    if row is None or not ok:
+        raise errors.Unauthorized("unknown username or wrong password", code="SVC.AUTH.BAD_CREDENTIALS")
+    token = verifier.issue(
+        sub=str(row["id"]), username=username, roles=list(row["roles"]), workspace=workspace.slug
+    )
+    return web.json_response({"token": token, "token_type": "Bearer", "expires_in": 3600})
