@@ -42,7 +42,8 @@ Values and the None rules (SQL-like, so a half-filled form evaluates quietly):
   context become Decimals (via their shortest repr).
 - Arithmetic with None is None (`None + 1` is None); so are unary minus, abs, round, len, lower,
   upper of None. Ints stay ints under + - * %; `/` always gives a Decimal; ints and Decimals mix
-  exactly (Decimal results keep 34 significant digits). Division by zero is an ExpressionEvalError. `%` follows Python (sign of the divisor).
+  exactly (Decimal results keep 34 significant digits). Division by zero is an
+  ExpressionEvalError. `%` follows Python (the result takes the sign of the divisor).
 - `==` and `!=` are null-aware (`x == null`); values of different types are simply unequal; a
   boolean never equals a number. `<`, `<=`, `>`, `>=` with None are False; ordering values of
   different types is an error naming the operator and both types.
