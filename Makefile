@@ -29,9 +29,11 @@ test: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/python -m pytest -x -q
 
+PY_DIRS := $(wildcard dap tests bench e2e-kind)
+
 lint: $(STAMP)
-	$(BIN)/ruff check dap tests bench e2e-kind
-	$(BIN)/ruff format --check dap tests bench e2e-kind
+	$(BIN)/ruff check $(PY_DIRS)
+	$(BIN)/ruff format --check $(PY_DIRS)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

@@ -56,7 +56,9 @@ def stages(files: dict[str, str]) -> dict[str, float]:
     """Time each stage of the loader separately, on the same input."""
     out: dict[str, float] = {}
     start = time.perf_counter()
-    documents = [(name, i, doc) for name in sorted(files) for i, doc in enumerate(yamls.load_all(files[name]), 1)]
+    documents = [
+        (name, i, doc) for name in sorted(files) for i, doc in enumerate(yamls.load_all(files[name]), 1)
+    ]
     out["yaml"] = time.perf_counter() - start
     start = time.perf_counter()
     for _, _, doc in documents:
@@ -64,7 +66,9 @@ def stages(files: dict[str, str]) -> dict[str, float]:
             raise SystemExit("generated spec is invalid")
     out["json schema"] = time.perf_counter() - start
     start = time.perf_counter()
-    built = [(Origin(name, i), manifests.KINDS[doc["kind"]].model_validate(doc)) for name, i, doc in documents]
+    built = [
+        (Origin(name, i), manifests.KINDS[doc["kind"]].model_validate(doc)) for name, i, doc in documents
+    ]
     out["models"] = time.perf_counter() - start
     start = time.perf_counter()
     spec = Spec(

@@ -378,6 +378,49 @@ metadata: {name: g}
         id="unknown-kind",
     ),
     pytest.param(CUSTOMER, "metadata.name", "duplicate Entity 'shop/customer'", id="duplicate-manifest"),
+    pytest.param(
+        entity(
+            "fields: [{name: qty, type: integer}, {name: total, type: integer, computed: {formula: 'qty *'}}]"
+        ),
+        "spec.fields[1].computed.formula",
+        "invalid expression 'qty *'",
+        id="formula-syntax",
+    ),
+    pytest.param(
+        entity("fields: [{name: total, type: integer, computed: {formula: 'qty * 2'}}]"),
+        "spec.fields[0].computed.formula",
+        "uses 'qty', which is not a field here",
+        id="formula-unknown-field",
+    ),
+    pytest.param(
+        entity(
+            """
+            fields:
+              - name: lines
+                type: child
+                child: {storage: jsonb, fields: [{name: amount, type: decimal}]}
+              - {name: total, type: decimal, computed: {formula: "sum(lines.price)"}}
+            """
+        ),
+        "spec.fields[1].computed.formula",
+        "lines rows have no 'price'",
+        id="formula-child-field",
+    ),
+    pytest.param(
+        entity("fields: [{name: a, type: string, visible_when: 'eval(a)'}]"),
+        "spec.fields[0].visible_when",
+        "invalid expression",
+        id="expression-function-whitelist",
+    ),
+    pytest.param(
+        entity(
+            "fields: [{name: a, type: string}]\n"
+            "actions: [{name: go, conditions: [{script: 'b > 1', message: m}]}]"
+        ),
+        "spec.actions[0].conditions[0].script",
+        "uses 'b'",
+        id="condition-references",
+    ),
 ]
 
 
