@@ -13,7 +13,9 @@ from types import MappingProxyType
 from typing import TypeVar
 
 from dap.config import manifests as m
+from dap.config.enums import DocStatus
 from dap.config.errors import Problem
+from dap.config.events import EventDecl
 
 M = TypeVar("M", bound=m.Manifest)
 
@@ -74,6 +76,20 @@ class Spec:
     def resolve(self, table: Mapping[str, M], ref: str, module: str | None) -> M | None:
         """Find a module-scoped manifest of any kind by reference, as ``resolve_entity`` does."""
         return table.get(qualify(ref, module))
+
+    def events_of(self, entity_key: str) -> Mapping[str, EventDecl]:
+        """The events an entity declares, by name."""
+        entity = self.entities.get(entity_key)
+        return MappingProxyType({e.name: e for e in entity.spec.events} if entity else {})
+
+    def states_of(self, entity_key: str) -> tuple[str, ...]:
+        """The document states (with a lifecycle) followed by the state machine's states."""
+        entity = self.entities.get(entity_key)
+        if entity is None:
+            return ()
+        lifecycle = tuple(s.value for s in DocStatus) if entity.spec.lifecycle else ()
+        machine = entity.spec.state_machine
+        return lifecycle + (machine.states if machine is not None else ())
 
     def summary(self) -> str:
         fields = sum(len(e.spec.fields) for e in self.entities.values())

@@ -35,6 +35,17 @@ def test_example_loads_with_lookups(spec: config.Spec) -> None:
     assert spec.resolve_entity("supplier", "buying") is spec.entities["buying/supplier"]
     assert spec.resolve_entity("buying.supplier", None) is spec.entities["buying/supplier"]
     assert "default" in spec.workspaces
+    assert set(spec.events_of("buying/purchase_order")) == {"approval_requested", "approved"}
+    assert spec.states_of("buying/purchase_order") == (
+        "draft",
+        "submitted",
+        "cancelled",
+        "open",
+        "pending_approval",
+        "approved",
+        "rejected",
+    )
+    assert spec.states_of("stock/item") == ()
     rest = order.spec.rest()
     assert rest is not None and rest.allows("delete")
     supplier_rest = spec.entities["buying/supplier"].spec.rest()

@@ -1,0 +1,39 @@
+"""dap.config's public face is deliberate: adding or removing a name must be a visible decision."""
+
+from __future__ import annotations
+
+import dap.config
+
+EXPECTED = {
+    "KINDS",
+    "Action",
+    "AppManifest",
+    "EntityManifest",
+    "EntitySpec",
+    "ExposeConfig",
+    "Field",
+    "FieldOption",
+    "FormManifest",
+    "Manifest",
+    "ModuleManifest",
+    "Origin",
+    "PageManifest",
+    "Problem",
+    "ServiceManifest",
+    "Spec",
+    "SpecError",
+    "TableManifest",
+    "WorkspaceManifest",
+    "durations",
+    "enums",
+    "load_files",
+    "load_spec",
+    "manifest_schema",
+    "names",
+}
+
+
+def test_public_names_are_pinned() -> None:
+    assert set(dap.config.__all__) == EXPECTED
+    for name in EXPECTED:
+        assert hasattr(dap.config, name), name
