@@ -1,0 +1,240 @@
+"""``dap operator`` (run the operator) and ``dap claim`` (make and check resource claims).
+
+Every option also reads ``DAP_<OPTION>`` from the environment (click's auto_envvar_prefix is not
+used by the lazy group, so each option names its variable). ``dap claim keygen`` makes an owner
+key pair; ``dap claim sign`` prints the hex signature to put into a ResourceClaim's
+``spec.signature`` (or, with ``--manifest``, the whole ResourceClaim YAML); ``dap claim verify``
+checks one offline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import cast
+
+import click
+import yaml
+
+from dap import logs
+from dap.config import names
+from dap.operator import bodies, claims, running
+
+
+def _env(name: str) -> str:
+    return f"DAP_{name.upper().replace('-', '_')}"
+
+
+@click.command("operator")
+@click.option(
+    "--control-cluster-url",
+    envvar=_env("control-cluster-url"),
+    default="",
+    show_default=True,
+    help="Cluster control plane URL (reports, trusted keys; pods' CONTROL_CLUSTER_URL).",
+)
+@click.option(
+    "--leader-elect/--no-leader-elect",
+    envvar=_env("leader-elect"),
+    default=False,
+    show_default=True,
+    help="Run one active replica among several (kopf peering).",
+)
+@click.option(
+    "--metrics-bind-address",
+    envvar=_env("metrics-bind-address"),
+    default=":8443",
+    show_default=True,
+    help="Address of /metrics; empty or 0 disables it.",
+)
+@click.option(
+    "--health-probe-bind-address",
+    envvar=_env("health-probe-bind-address"),
+    default=":8081",
+    show_default=True,
+    help="Address of /healthz and /readyz; empty or 0 disables it.",
+)
+@click.option(
+    "--workspace-concurrency",
+    envvar=_env("workspace-concurrency"),
+    default=10,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Workspace reconciles running at once.",
+)
+@click.option(
+    "--namespace",
+    envvar=_env("namespace"),
+    default="",
+    show_default=True,
+    help="Watch this namespace only; empty watches all.",
+)
+@click.option(
+    "--resource-image",
+    envvar=_env("resource-image"),
+    default=running.DEFAULT_RESOURCE_IMAGE,
+    show_default=True,
+    help="Image of the generic resource pod (pinned by tag or digest).",
+)
+@click.option(
+    "--insecure-skip-signature-verify",
+    envvar=_env("insecure-skip-signature-verify"),
+    is_flag=True,
+    default=False,
+    help="Development only: accept claims without checking signatures.",
+)
+@click.option(
+    "--cluster-name",
+    envvar=_env("cluster-name"),
+    default="default",
+    show_default=True,
+    help="Name of this cluster in the reports to the control plane.",
+)
+@click.option(
+    "--log-level",
+    envvar=_env("log-level"),
+    default="info",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warn", "error"]),
+)
+def operator(
+    control_cluster_url: str,
+    leader_elect: bool,
+    metrics_bind_address: str,
+    health_probe_bind_address: str,
+    workspace_concurrency: int,
+    namespace: str,
+    resource_image: str,
+    insecure_skip_signature_verify: bool,
+    cluster_name: str,
+    log_level: str,
+) -> None:
+    """Run the Kubernetes operator (Workspace, Datastore, ResourceClaim, ClusterClass)."""
+    logs.configure(log_level)
+    if insecure_skip_signature_verify:
+        click.echo("warning: --insecure-skip-signature-verify: claims are NOT verified", err=True)
+    options = running.Options(
+        control_cluster_url=control_cluster_url,
+        leader_elect=leader_elect,
+        metrics_bind_address=metrics_bind_address,
+        health_probe_bind_address=health_probe_bind_address,
+        workspace_concurrency=workspace_concurrency,
+        namespace=namespace,
+        resource_image=resource_image,
+        insecure_skip_signature_verify=insecure_skip_signature_verify,
+        cluster_name=cluster_name,
+    )
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(running.run(options))
+
+
+@click.group("claim")
+def claim() -> None:
+    """Make, sign and verify resource claims (ed25519, by the datastore's owner)."""
+
+
+@claim.command("keygen")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the private key (hex) to this file (mode 0600) instead of stdout.",
+)
+def keygen(out: Path | None) -> None:
+    """Make an owner key pair: the public half goes into Datastore.spec.ownerPublicKey."""
+    private, public = claims.keygen()
+    if out is not None:
+        out.touch(mode=0o600)
+        out.write_text(private + "\n")
+        click.echo(f"private key written to {out}", err=True)
+    else:
+        click.echo(f"private-key: {private}")
+    click.echo(f"public-key: {public}")
+
+
+def _read_key(key_file: Path | None, key_env: str) -> str:
+    import os
+
+    if key_file is not None:
+        return key_file.read_text().strip()
+    value = os.environ.get(key_env, "").strip()
+    if not value:
+        raise click.UsageError(f"give --key-file or set {key_env} to the owner's private key (hex)")
+    return value
+
+
+@claim.command("sign")
+@click.option("--datastore", required=True, help="Datastore name (or namespace/name), as in the claim.")
+@click.option("--workspace", required=True, help="Workspace name, as in the claim.")
+@click.option("--permission", required=True, type=click.Choice(["read", "write", "read_write"]))
+@click.option("--granted-by", required=True, help="Who grants (the datastore owner).")
+@click.option("--granted-at", default=None, help="RFC 3339 time; default now (UTC).")
+@click.option(
+    "--key-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="File holding the owner's private key (hex); else $DAP_CLAIM_PRIVATE_KEY.",
+)
+@click.option(
+    "--manifest",
+    "name",
+    default=None,
+    metavar="NAME",
+    help="Print a whole ResourceClaim named NAME instead of the bare signature.",
+)
+@click.option("--namespace", default=None, help="Namespace of the printed ResourceClaim.")
+def sign(
+    datastore: str,
+    workspace: str,
+    permission: str,
+    granted_by: str,
+    granted_at: str | None,
+    key_file: Path | None,
+    name: str | None,
+    namespace: str | None,
+) -> None:
+    """Sign datastore|workspace|permission|grantedBy|grantedAt with the owner's private key."""
+    at = granted_at or datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    grant = claims.Grant(datastore, workspace, permission, granted_by, at)
+    try:
+        signature = claims.sign(grant, _read_key(key_file, "DAP_CLAIM_PRIVATE_KEY"))
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    if name is None:
+        click.echo(signature)
+        return
+    metadata: dict[str, str] = {"name": name}
+    if namespace:
+        metadata["namespace"] = namespace
+    manifest = {
+        "apiVersion": names.CRD_API_VERSION,
+        "kind": "ResourceClaim",
+        "metadata": metadata,
+        "spec": {
+            "datastore": datastore,
+            "workspace": workspace,
+            "permission": permission,
+            "grantedBy": granted_by,
+            "grantedAt": at,
+            "signature": signature,
+        },
+    }
+    click.echo(yaml.safe_dump(manifest, sort_keys=False), nl=False)
+
+
+@claim.command("verify")
+@click.argument("claim_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--public-key", required=True, help="The datastore's ownerPublicKey (hex).")
+def verify(claim_file: Path, public_key: str) -> None:
+    """Check a ResourceClaim YAML's signature; exit 1 when it does not verify."""
+    body = yaml.safe_load(claim_file.read_text()) or {}
+    spec = body.get("spec", {}) if isinstance(body, dict) else {}
+    grant = claims.Grant.from_spec(cast(bodies.ResourceClaimSpec, spec))
+    if claims.verify(grant, str(spec.get("signature", "")), public_key):
+        click.echo("valid")
+        return
+    click.echo("invalid: the signature does not verify against the public key", err=True)
+    sys.exit(1)

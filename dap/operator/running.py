@@ -1,0 +1,186 @@
+"""One operator instance: its options, its parts, and the coroutine that runs it under kopf.
+
+``Runtime`` owns everything with a lifetime: the Kubernetes client (made when kopf logs in), the
+caches, the reconciler and nudger, the reporter, the trusted-key refresher, and the probe and
+metrics servers. ``run`` builds a fresh kopf registry for it and awaits ``kopf.operator``; the
+CLI calls it with the options of ``dap operator``, tests and the benchmark call it in a task
+with ``Options.server`` pointing at kmock's emulator and a ``stop_flag`` to end it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import socket
+from typing import Any
+
+import aiohttp
+import kopf
+from aiohttp import web
+
+from dap.operator import caches, errors, handlers, kube, probes, reconciling, reporting, trusting
+from dap.operator.metrics import Metrics
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_RESOURCE_IMAGE = "ghcr.io/dap-platform/dap:0.1.0"
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """The options of ``dap operator`` (spec: "Process options: Operator"), plus test hooks."""
+
+    control_cluster_url: str = ""
+    leader_elect: bool = False
+    metrics_bind_address: str = ":8443"
+    health_probe_bind_address: str = ":8081"
+    workspace_concurrency: int = 10
+    namespace: str = ""
+    resource_image: str = DEFAULT_RESOURCE_IMAGE
+    insecure_skip_signature_verify: bool = False
+    cluster_name: str = "default"
+    node_name: str = dataclasses.field(
+        default_factory=lambda: os.environ.get("NODE_NAME") or socket.gethostname()
+    )
+    report_interval: float = reporting.NODE_HEALTH_INTERVAL
+    keys_refresh_interval: float = 60.0
+    watch_server_timeout: int = 300
+    # Test and benchmark hook: talk to this API server URL without credentials (kmock).
+    server: str = ""
+
+
+class Runtime:
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.metrics = Metrics()
+        self.caches = caches.Caches()
+        self.trust = reconciling.Trust()
+        self.reporter = reporting.Reporter(
+            control_url=options.control_cluster_url,
+            cluster=options.cluster_name,
+            node=options.node_name,
+            metrics=self.metrics,
+            interval=options.report_interval,
+        )
+        self._client: kube.Client | None = None
+        self.reconciler = reconciling.Reconciler(
+            client=_Unconnected(),  # replaced at login
+            caches=self.caches,
+            metrics=self.metrics,
+            reporter=self.reporter,
+            resource_image=options.resource_image,
+            control_cluster_url=options.control_cluster_url,
+            trust=self.trust,
+            workspace_concurrency=options.workspace_concurrency,
+            skip_signature=options.insecure_skip_signature_verify,
+        )
+        self.nudger = reconciling.Nudger(self.metrics)
+        self.started = False
+        self.probe_port: int | None = None
+        self.metrics_port: int | None = None
+        self._runners: list[web.AppRunner] = []
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def ready(self) -> bool:
+        return self.started and self._client is not None and self.caches.attached
+
+    async def connect(self, info: kopf.ConnectionInfo) -> None:
+        old = self._client
+        self._client = kube.Client.connect(info, observer=self.metrics.observe_request)
+        self.reconciler.client = self._client
+        if old is not None:
+            await old.close()
+
+    def log_failure(self, controller: str, key: caches.ObjectKey, exc: Exception) -> None:
+        self.metrics.reconcile_errors_total.labels(controller).inc()
+        logger.warning("%s %s/%s: %s", controller, key[0], key[1], exc)
+
+    async def start_background(self) -> None:
+        """Probes, metrics, reports and key refresh: started once kopf runs the startup handler."""
+        if self.started:
+            return
+        probe = await probes.serve(probes.probe_app(self.ready), self.options.health_probe_bind_address)
+        if probe is not None:
+            self._runners.append(probe[0])
+            self.probe_port = probe[1]
+        served = await probes.serve(probes.metrics_app(self.metrics), self.options.metrics_bind_address)
+        if served is not None:
+            self._runners.append(served[0])
+            self.metrics_port = served[1]
+        if self.options.control_cluster_url:
+            await self._refresh_keys_once()
+            self._tasks.append(asyncio.create_task(self._refresh_keys()))
+        self._tasks.append(asyncio.create_task(self.reporter.run()))
+        self.started = True
+
+    async def stop_background(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        await self.nudger.close()
+        for runner in self._runners:
+            await runner.cleanup()
+        self._runners.clear()
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    async def _refresh_keys_once(self) -> bool:
+        timeout = aiohttp.ClientTimeout(total=5)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            keys = await trusting.fetch_keys(session, self.options.control_cluster_url)
+        if keys is None or keys == self.trust.keys:
+            return False
+        self.trust.keys = keys
+        logger.info("trusting %d artifact signing key(s)", len(keys))
+        return True
+
+    async def _refresh_keys(self) -> None:
+        while True:
+            await asyncio.sleep(self.options.keys_refresh_interval)
+            if await self._refresh_keys_once():
+                for key in self.caches.workspace_keys():
+                    self.nudger.nudge("workspace", key, self.reconciler.workspace)
+
+
+class _Unconnected(kube.Client):
+    """Placeholder until kopf logs in; any call is a clear error, not an AttributeError."""
+
+    def __init__(self) -> None:
+        pass
+
+    async def _call(self, verb: str, method: str, path: str, body: Any = None, content_type: str = "") -> Any:
+        raise errors.ApiUnavailableError("the operator has not logged in to the API server yet")
+
+    async def close(self) -> None:
+        return None
+
+
+async def run(
+    options: Options,
+    *,
+    stop_flag: asyncio.Event | None = None,
+    runtime: Runtime | None = None,
+) -> Runtime:
+    """Run one operator until ``stop_flag`` is set (or forever); returns its runtime."""
+    runtime = runtime or Runtime(options)
+    registry = kopf.OperatorRegistry()
+    handlers.register(registry, runtime)
+    namespaces = [options.namespace] if options.namespace else []
+    try:
+        await kopf.operator(
+            registry=registry,
+            clusterwide=not options.namespace,
+            namespaces=namespaces,
+            standalone=not options.leader_elect,
+            stop_flag=stop_flag,
+        )
+    finally:
+        await runtime.stop_background()
+    return runtime
