@@ -129,7 +129,7 @@ def _middleware(opts: options.ServeOptions, meter: metrics.Metrics) -> Middlewar
             response.headers.update(_cors_headers(origin))
         response.headers.setdefault("X-Request-Id", request_id)
         meter.observe(
-            workspace=request.get("workspace", "_none"),
+            workspace=request.get(state.WORKSPACE, "_none"),
             route=_route_template(request),
             method=request.method,
             status=response.status,

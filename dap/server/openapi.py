@@ -287,5 +287,5 @@ def document(catalog: Catalog, slug: str) -> dict[str, Any]:
 
 async def handler(request: web.Request) -> web.Response:
     workspace = await request.app[state.REGISTRY].resolve(request.match_info["ws"])
-    request["workspace"] = workspace.slug
+    request[state.WORKSPACE] = workspace.slug
     return web.json_response(document(request.app[state.SPEC].current, workspace.slug))

@@ -32,7 +32,7 @@ RESERVED_INPUT = frozenset({*tables.SYSTEM_FIELDS, "tenant_id"})
 async def resolve(request: web.Request) -> tuple[Workspace, auth.Principal, Catalog]:
     """Workspace, caller and catalog of a REST request, in that order of checks."""
     workspace = await request.app[state.REGISTRY].resolve(request.match_info["ws"])
-    request["workspace"] = workspace.slug
+    request[state.WORKSPACE] = workspace.slug
     token = auth.bearer_token(request.headers.get("Authorization"))
     principal = request.app[state.VERIFIER].verify(token, workspace=workspace.slug)
     return workspace, principal, request.app[state.SPEC].current

@@ -36,3 +36,5 @@ REGISTRY: web.AppKey[workspaces.Registry] = web.AppKey("registry")
 METRICS: web.AppKey[metrics.Metrics] = web.AppKey("metrics")
 VERIFIER: web.AppKey[auth.JwtVerifier] = web.AppKey("verifier")
 OPTIONS: web.AppKey[options.ServeOptions] = web.AppKey("options")
+# the resolved workspace slug of a request, for the metrics label
+WORKSPACE: web.RequestKey[str] = web.RequestKey("workspace", str)

@@ -142,7 +142,7 @@ def _app_detail(key: str, catalog: Catalog) -> dict[str, Any]:
 
 async def _workspace(request: web.Request) -> Catalog:
     workspace = await request.app[state.REGISTRY].resolve(request.match_info["ws"])
-    request["workspace"] = workspace.slug
+    request[state.WORKSPACE] = workspace.slug
     return request.app[state.SPEC].current
 
 

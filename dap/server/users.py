@@ -102,7 +102,7 @@ def _credentials(body: dict[str, Any], *, with_email: bool) -> tuple[str, str, s
 
 async def setup(request: web.Request) -> web.Response:
     workspace = await request.app[state.REGISTRY].resolve(request.match_info["ws"])
-    request["workspace"] = workspace.slug
+    request[state.WORKSPACE] = workspace.slug
     username, password, email = _credentials(await _json_body(request), with_email=True)
     hashed = await asyncio.to_thread(hash_password, password)
     tenant = workspace.tenant_id
@@ -133,7 +133,7 @@ async def setup(request: web.Request) -> web.Response:
 
 async def login(request: web.Request) -> web.Response:
     workspace = await request.app[state.REGISTRY].resolve(request.match_info["ws"])
-    request["workspace"] = workspace.slug
+    request[state.WORKSPACE] = workspace.slug
     verifier = request.app[state.VERIFIER]
     if not verifier.can_issue:
         raise errors.NotImplementedHere(

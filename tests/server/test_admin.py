@@ -1,0 +1,131 @@
+"""The admin listener: metrics, health, and the /workspaces registry endpoints."""
+
+from __future__ import annotations
+
+import asyncpg
+
+from dap.server import workspaces
+
+from .conftest import ADMIN, fresh_database_async, running
+
+BEARER = {"Authorization": f"Bearer {ADMIN}"}
+
+
+async def test_workspace_registry_endpoints(pg_dsn: str) -> None:
+    async with running(pg_dsn) as srv:
+        admin = srv.admin
+        async with srv.http.get(f"{admin}/workspaces") as resp:
+            assert resp.status == 401
+        async with srv.http.get(f"{admin}/workspaces", headers={"Authorization": "Bearer wrong"}) as resp:
+            assert resp.status == 401
+        async with srv.http.post(
+            f"{admin}/workspaces", json={"slug": "new-one", "name": "New"}, headers=BEARER
+        ) as resp:
+            assert resp.status == 201
+            assert await resp.json() == {"slug": "new-one", "created": True, "name": "New"}
+        # usable at once: meta answers 200 right after registering
+        async with srv.http.get(f"{srv.api}/new-one/_ui/_meta/apps") as resp:
+            assert resp.status == 200
+        async with srv.http.post(
+            f"{admin}/workspaces", json={"slug": "new-one", "name": "Renamed"}, headers=BEARER
+        ) as resp:
+            assert (await resp.json())["created"] is False
+        async with srv.http.get(f"{admin}/workspaces", headers=BEARER) as resp:
+            listed = {w["slug"]: w["name"] for w in (await resp.json())["data"]}
+            assert listed == {"default": "Default", "new-one": "Renamed"}
+        for bad in ("Upper", "two--dashes", "api", "_ui", "-lead", ""):
+            async with srv.http.post(f"{admin}/workspaces", json={"slug": bad}, headers=BEARER) as resp:
+                assert resp.status == 422, bad
+
+        # data survives a soft delete and comes back with the slug
+        status_url = f"{srv.api}/new-one/api/shop/product"
+        body = {"sku": "K1", "title": "Kept", "price": "2.00"}
+        async with srv.http.post(status_url, json=body, headers=srv.auth()) as resp:
+            assert resp.status == 201
+        async with srv.http.delete(f"{admin}/workspaces/new-one", headers=BEARER) as resp:
+            assert resp.status == 204
+        async with srv.http.get(status_url, headers=srv.auth()) as resp:
+            assert resp.status == 404
+        async with srv.http.delete(f"{admin}/workspaces/default", headers=BEARER) as resp:
+            assert resp.status == 409
+        async with srv.http.delete(f"{admin}/workspaces/never", headers=BEARER) as resp:
+            assert resp.status == 404
+        async with srv.http.post(f"{admin}/workspaces", json={"slug": "new-one"}, headers=BEARER) as resp:
+            assert (await resp.json())["created"] is True
+        async with srv.http.get(status_url, headers=srv.auth()) as resp:
+            assert [r["sku"] for r in (await resp.json())["data"]] == ["K1"]
+
+
+async def test_workspaces_absent_without_secret_and_default_reseeded(pg_dsn: str) -> None:
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        await workspaces.ensure_schema(conn)
+        await conn.execute("UPDATE dap.workspaces SET deleted_at = now() WHERE slug = 'default'")
+    finally:
+        await conn.close()
+    async with running(pg_dsn, admin_secret=None) as srv:
+        async with srv.http.get(f"{srv.admin}/workspaces", headers=BEARER) as resp:
+            assert resp.status == 404
+        async with srv.http.post(f"{srv.admin}/workspaces", json={"slug": "x"}, headers=BEARER) as resp:
+            assert resp.status in (404, 405)
+        async with srv.http.get(f"{srv.api}/default/_ui/_meta/apps") as resp:
+            assert resp.status == 200  # re-seeded at boot
+
+
+async def test_metrics_and_health(pg_server_dsn: str) -> None:
+    name, dsn = await fresh_database_async(pg_server_dsn)
+    async with running(dsn) as srv:
+        async with srv.http.get(f"{srv.api}/default/api/shop/product", headers=srv.auth()) as resp:
+            assert resp.status == 200
+        async with srv.http.get(f"{srv.api}/default/api/shop/product/123") as resp:
+            assert resp.status == 401
+        async with srv.http.get(f"{srv.admin}/metrics") as resp:
+            text = await resp.text()
+        assert (
+            'dap_http_requests_total{method="GET",route="/{ws}/api/{module}/{entity}",status_class="2xx",'
+            'workspace="default"} 1.0' in text
+        )
+        assert "dap_http_request_duration_seconds_bucket{" in text
+        assert 'status_class="4xx"' in text
+        assert "dap_db_pool_max_connections 4.0" in text
+        async with srv.http.get(f"{srv.admin}/health") as resp:
+            body = await resp.json()
+            assert resp.status == 200 and body["status"] == "ok" and body["reasons"] == []
+        # Postgres goes away: the pool's connections die and health says so
+        admin_conn = await asyncpg.connect(pg_server_dsn)
+        try:
+            await admin_conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        finally:
+            await admin_conn.close()
+        async with srv.http.get(f"{srv.admin}/health") as resp:
+            body = await resp.json()
+            assert resp.status == 503 and body["status"] == "unhealthy" and body["reasons"]
+            assert "checked_at" in body
+
+
+async def test_graceful_stop_finishes_in_flight_requests(pg_dsn: str) -> None:
+    import asyncio
+
+    import aiohttp
+    from aiohttp import web
+
+    from dap.server import app
+
+    from .conftest import load, serve_options
+
+    server = await app.create_server(serve_options(pg_dsn), load())
+
+    async def slow(_request: web.Request) -> web.Response:
+        await asyncio.sleep(0.5)
+        return web.Response(text="done")
+
+    server.app.router.add_get("/slow", slow)
+    await server.start()
+    async with aiohttp.ClientSession() as http:
+        pending = asyncio.create_task(http.get(server.urls["api"] + "/slow"))
+        await asyncio.sleep(0.1)
+        await server.stop()
+        resp = await pending
+        assert resp.status == 200 and await resp.text() == "done"
+    pool = server.app[app.state.POOL]
+    assert pool.is_closing()

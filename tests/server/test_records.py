@@ -1,0 +1,209 @@
+"""Field coercion per FieldType, list-query parsing and SQL building (pure)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from dap.config.enums import FilterOp
+from dap.config.fields import Field
+from dap.server import errors, filters, records, sql
+from dap.server.catalog import Catalog
+
+from .conftest import load
+
+
+def F(**kw: Any) -> Field:
+    return Field.model_validate({"name": "f", **kw})
+
+
+U = "6f1c3a9e-7b7d-4d7a-9a55-1b2c3d4e5f60"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        pytest.param(F(type="string"), "hi", "hi", id="string"),
+        pytest.param(F(type="text"), "long", "long", id="text"),
+        pytest.param(F(type="integer"), 42, 42, id="integer"),
+        pytest.param(F(type="decimal", scale=3), Decimal("1.5"), Decimal("1.500"), id="decimal-scale"),
+        pytest.param(F(type="money"), "10.10", Decimal("10.10"), id="money-string"),
+        pytest.param(F(type="money"), 3, Decimal("3.00"), id="money-int"),
+        pytest.param(F(type="percent", scale=2), "12.5", Decimal("12.50"), id="percent"),
+        pytest.param(F(type="number"), Decimal("0.1"), 0.1, id="number"),
+        pytest.param(F(type="boolean"), False, False, id="boolean"),
+        pytest.param(F(type="enum", enum_values=["a", "b"]), "b", "b", id="enum"),
+        pytest.param(F(type="string", options=[{"value": "s"}]), "s", "s", id="options"),
+        pytest.param(F(type="date"), "2024-02-29", dt.date(2024, 2, 29), id="date"),
+        pytest.param(
+            F(type="datetime"),
+            "2024-05-01T10:00:00Z",
+            dt.datetime(2024, 5, 1, 10, tzinfo=dt.UTC),
+            id="datetime",
+        ),
+        pytest.param(
+            F(type="datetime"),
+            "2024-05-01T10:00:00",
+            dt.datetime(2024, 5, 1, 10, tzinfo=dt.UTC),
+            id="naive-is-utc",
+        ),
+        pytest.param(F(type="time"), "08:30", dt.time(8, 30), id="time"),
+        pytest.param(F(type="uuid"), U, uuid.UUID(U), id="uuid"),
+        pytest.param(F(type="relation", relation={"entity": "m/x"}), U, uuid.UUID(U), id="relation"),
+        pytest.param(F(type="json"), {"a": [1]}, {"a": [1]}, id="json"),
+        pytest.param(F(type="string", multiple=True), ["a", "b"], ["a", "b"], id="multiple"),
+        pytest.param(F(type="money", multiple=True), ["1.5"], ["1.50"], id="multiple-money"),
+    ],
+)
+def test_coerce_accepts(field: Field, value: Any, expected: Any) -> None:
+    result = records.coerce(field, value)
+    assert result == expected
+    assert type(result) is type(expected)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "fragment"),
+    [
+        pytest.param(F(type="string"), 5, "string", id="string-int"),
+        pytest.param(F(type="string"), "a\x00b", "NUL", id="nul"),
+        pytest.param(F(type="integer"), "5", "integer", id="integer-string"),
+        pytest.param(F(type="integer"), True, "integer", id="integer-bool"),
+        pytest.param(F(type="integer"), 2**64, "range", id="integer-range"),
+        pytest.param(F(type="money"), 1.5, "decimal", id="money-float"),
+        pytest.param(F(type="money"), "1.005", "2 decimal places", id="money-scale"),
+        pytest.param(F(type="decimal", precision=4, scale=2), "123.45", "significant", id="precision"),
+        pytest.param(F(type="decimal"), "NaN", "finite", id="nan"),
+        pytest.param(F(type="decimal"), "abc", "decimal", id="decimal-text"),
+        pytest.param(F(type="boolean"), "true", "true or false", id="boolean-string"),
+        pytest.param(F(type="enum", enum_values=["a"]), "z", "one of", id="enum-value"),
+        pytest.param(F(type="string", options=[{"value": "s"}]), "x", "one of", id="option-value"),
+        pytest.param(F(type="date"), "01/02/2024", "ISO 8601", id="date-format"),
+        pytest.param(F(type="datetime"), "yesterday", "ISO 8601", id="datetime-format"),
+        pytest.param(F(type="time"), "25:00", "time", id="time-format"),
+        pytest.param(F(type="uuid"), "nope", "uuid", id="uuid"),
+        pytest.param(F(type="string", multiple=True), "a", "list", id="multiple-scalar"),
+    ],
+)
+def test_coerce_refuses(field: Field, value: Any, fragment: str) -> None:
+    with pytest.raises(records.InvalidValueError, match=fragment):
+        records.coerce(field, value)
+
+
+def test_output_is_exact_and_masked() -> None:
+    assert records.present(F(type="money"), Decimal("10.10")) == "10.10"
+    assert records.present(F(type="date"), dt.date(2024, 1, 2)) == "2024-01-02"
+    assert records.present(F(type="string", masked=True), "secret") == records.MASK
+    assert records.present(F(type="string", masked=True), None) is None
+
+
+def test_row_collects_every_problem() -> None:
+    fields = (
+        F(type="integer").model_copy(update={"name": "n"}),
+        Field(name="r", type="string", required=True),  # type: ignore[arg-type]
+        Field(name="ro", type="string", read_only=True),  # type: ignore[arg-type]
+        Field(name="im", type="string", immutable=True),
+    )  # type: ignore[arg-type]
+    with pytest.raises(records.InvalidRowError) as caught:
+        records.coerce_row(
+            fields, {"n": "x", "ro": "y", "zz": 1, "id": "1"}, partial=False, reserved=frozenset({"id"})
+        )
+    paths = {p for p, _ in caught.value.problems}
+    assert paths == {"n", "ro", "zz", "id", "r"}
+    with pytest.raises(records.InvalidRowError, match="immutable"):
+        records.coerce_row(fields, {"im": "x"}, partial=True)
+
+
+@pytest.fixture(scope="module")
+def shop() -> Catalog:
+    return load()
+
+
+def _parse(catalog: Catalog, query: str) -> filters.ListQuery:
+    pairs = [tuple(p.split("=", 1)) if "=" in p else (p, "") for p in query.split("&") if p]
+    return filters.parse(catalog.resources["shop/product"], pairs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("query", "op", "values"),
+    [
+        pytest.param("qty=3", FilterOp.EQ, (3,), id="plain-eq"),
+        pytest.param("qty[eq]=3", FilterOp.EQ, (3,), id="eq"),
+        pytest.param("qty[neq]=3", FilterOp.NEQ, (3,), id="neq"),
+        pytest.param("price[gt]=1.5", FilterOp.GT, (Decimal("1.50"),), id="gt"),
+        pytest.param("price[gte]=1", FilterOp.GTE, (Decimal("1.00"),), id="gte"),
+        pytest.param("launched[lt]=2024-01-01", FilterOp.LT, (dt.date(2024, 1, 1),), id="lt"),
+        pytest.param("qty[lte]=9", FilterOp.LTE, (9,), id="lte"),
+        pytest.param("qty[between]=1,5", FilterOp.BETWEEN, (1, 5), id="between"),
+        pytest.param("color[in]=red,blue", FilterOp.IN, ("red", "blue"), id="in"),
+        pytest.param("color[nin]=red", FilterOp.NIN, ("red",), id="nin"),
+        pytest.param("title[like]=Bo%", FilterOp.LIKE, ("Bo%",), id="like"),
+        pytest.param("title[ilike]=%bo%", FilterOp.ILIKE, ("%bo%",), id="ilike"),
+        pytest.param("weight[null]", FilterOp.NULL, (), id="null"),
+        pytest.param("weight[notnull]=true", FilterOp.NOTNULL, (), id="notnull"),
+        pytest.param(
+            "created_at[gte]=2024-01-01T00:00:00Z",
+            FilterOp.GTE,
+            (dt.datetime(2024, 1, 1, tzinfo=dt.UTC),),
+            id="system-created-at",
+        ),
+        pytest.param(f"id={U}", FilterOp.EQ, (uuid.UUID(U),), id="system-id"),
+        pytest.param("owner=alice", FilterOp.EQ, ("alice",), id="system-owner"),
+        pytest.param("attrs[null]", FilterOp.NULL, (), id="json-null"),
+    ],
+)
+def test_filter_operators(shop: Catalog, query: str, op: FilterOp, values: tuple[Any, ...]) -> None:
+    (cond,) = _parse(shop, query).conditions
+    assert (cond.op, cond.values) == (op, values)
+
+
+@pytest.mark.parametrize(
+    ("query", "param"),
+    [
+        pytest.param("nosuch=1", "nosuch", id="unknown-field"),
+        pytest.param("cost=1", "cost", id="excluded-field"),
+        pytest.param("qty=abc", "qty", id="wrong-type"),
+        pytest.param("qty[near]=1", "qty[near]", id="unknown-op"),
+        pytest.param("qty[between]=1", "qty[between]", id="between-one"),
+        pytest.param("qty[like]=1", "qty[like]", id="like-on-integer"),
+        pytest.param("active[gt]=true", "active[gt]", id="gt-on-boolean"),
+        pytest.param("attrs=1", "attrs", id="json-eq"),
+        pytest.param("supplier_email=x", "supplier_email", id="masked"),
+        pytest.param("docstatus=draft", "docstatus", id="docstatus-without-lifecycle"),
+        pytest.param("weight[null]=5", "weight[null]", id="null-with-value"),
+        pytest.param("limit=1001", "limit", id="limit-max"),
+        pytest.param("limit=0", "limit", id="limit-zero"),
+        pytest.param("offset=-1", "offset", id="offset-negative"),
+        pytest.param("sort=attrs", "sort", id="sort-json"),
+        pytest.param("sort=nosuch", "sort", id="sort-unknown"),
+        pytest.param("fields=nosuch", "fields", id="fields-unknown"),
+        pytest.param("count=maybe", "count", id="count-value"),
+        pytest.param("Bad-Name=1", "Bad-Name", id="bad-param"),
+    ],
+)
+def test_filter_refusals(shop: Catalog, query: str, param: str) -> None:
+    with pytest.raises(errors.BadRequest) as caught:
+        _parse(shop, query)
+    assert caught.value.errors[0].path == param
+    assert caught.value.code == "SVC.QUERY.INVALID"
+
+
+def test_sql_always_carries_the_tenant(shop: Catalog) -> None:
+    resource = shop.resources["shop/product"]
+    tenant = uuid.uuid4()
+    query = _parse(shop, "qty[in]=1,2&title[ilike]=%a%&sort=-price,title&limit=10&offset=20")
+    text, args = sql.select_list(resource.table, query, tenant, None)
+    assert text.count("tenant_id = $1") == 1 and args[0] == tenant
+    assert 'ORDER BY "price" DESC, "title" ASC, "id" ASC LIMIT $4 OFFSET $5' in text
+    assert args[1:] == [[1, 2], "%a%", 10, 20]
+    for text, args in (
+        sql.select_one(resource.table, tenant, uuid.uuid4()),
+        sql.update(resource.table, tenant, uuid.uuid4(), {"qty": 1}, expected_version=3),
+        sql.delete(resource.table, tenant, uuid.uuid4()),
+        sql.insert(resource.table, tenant, {"qty": 1}, owner="a"),
+        sql.count(resource.table, query, tenant),
+    ):
+        assert "$1" in text and args[0] == tenant

@@ -1,0 +1,144 @@
+"""A spawned ``dap serve`` / ``dap migrate``: banner, real requests, graceful stop, migration refusals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from .conftest import ORIGIN, SECRET
+
+DAP = str(Path(sys.executable).parent / "dap")
+
+MODULE = "apiVersion: dap.io/v1\nkind: Module\nmetadata: {name: inv}\nspec: {title: Inventory}\n"
+ENTITY = """apiVersion: dap.io/v1
+kind: Entity
+metadata: {name: thing, module: inv}
+spec:
+  fields:
+%s
+  expose:
+    - type: rest
+"""
+
+
+def _write(spec: Path, fields: str) -> None:
+    spec.mkdir(exist_ok=True)
+    (spec / "module.yaml").write_text(MODULE)
+    (spec / "thing.yaml").write_text(ENTITY % fields)
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _env(dsn: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DAP_")}
+    env.update({"DAP_DSN": dsn, "DAP_JWT_SECRET": SECRET, "DAP_CORS_ORIGIN": ORIGIN})
+    return env
+
+
+def _serve(spec: Path, dsn: str, port: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [DAP, "serve", "--spec", str(spec), "--addr", f"127.0.0.1:{port}", "--metrics-addr", ""],
+        env=_env(dsn),
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+def _wait_banner(proc: subprocess.Popen[str]) -> str:
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line and proc.poll() is not None:
+            raise AssertionError(f"dap serve exited with {proc.returncode}")
+        if line.startswith("dap serve: listening"):
+            return line
+    raise AssertionError("no banner within 60 s")
+
+
+def _refused(args: list[str], dsn: str) -> str:
+    done = subprocess.run([DAP, *args], env=_env(dsn), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    return done.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_serve_migrate_cycle(pg_dsn: str, tmp_path: Path) -> None:
+    spec = tmp_path / "spec"
+    _write(spec, "    - {name: label, type: string}\n    - {name: size, type: integer}")
+    port = _port()
+    proc = _serve(spec, pg_dsn, port)
+    try:
+        banner = _wait_banner(proc)
+        assert "API only" in banner and "admin listener off" in banner
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/default/_ui/_meta/apps", timeout=10) as resp:
+            assert resp.status == 200
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        assert proc.stderr is not None and "shutting down" in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+    # a declared rename is destructive: boot refused with a pointer to dap migrate, nothing changed
+    _write(
+        spec,
+        "    - {name: title, type: string, renamed_from: label, reason: wording}\n"
+        "    - {name: size, type: integer}",
+    )
+    line = _refused(
+        ["serve", "--spec", str(spec), "--addr", f"127.0.0.1:{port}", "--metrics-addr", ""], pg_dsn
+    )
+    assert "dap migrate" in line and "rename column" in line
+
+    done = subprocess.run(
+        [DAP, "migrate", "--spec", str(spec), "--dry-run"],
+        env=_env(pg_dsn),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (
+        done.returncode == 0
+        and "[destructive] rename column" in done.stdout
+        and "nothing applied" in done.stdout
+    )
+    done = subprocess.run(
+        [DAP, "migrate", "--spec", str(spec)], env=_env(pg_dsn), capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "reason: wording" in done.stdout and "applied 1 step(s)" in done.stdout
+
+    # an undeclared drop blocks both serve and migrate
+    _write(spec, "    - {name: title, type: string}")
+    assert "removed: true" in _refused(["serve", "--spec", str(spec), "--metrics-addr", ""], pg_dsn)
+    assert "nothing was changed" in _refused(["migrate", "--spec", str(spec)], pg_dsn)
+
+    _write(spec, "    - {name: title, type: string}\n    - {name: size, type: integer}")
+    proc = _serve(spec, pg_dsn, port)
+    try:
+        _wait_banner(proc)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+
+
+def test_invalid_spec_is_a_one_line_refusal(pg_dsn: str, tmp_path: Path) -> None:
+    spec = tmp_path / "bad"
+    _write(spec, "    - {name: Bad Name, type: string}")
+    assert "dap validate" in _refused(["serve", "--spec", str(spec)], pg_dsn)
+    assert "not a directory" in _refused(["serve", "--spec", str(tmp_path / "missing")], pg_dsn)

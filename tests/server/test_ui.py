@@ -1,0 +1,136 @@
+"""UI metadata, first-admin setup, login and the OpenAPI document."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dap.server import users
+
+from .conftest import SECRET, Running, running
+
+
+async def _get(srv: Running, path: str) -> tuple[int, Any]:
+    async with srv.http.get(srv.api + path) as resp:
+        return resp.status, await resp.json(content_type=None)
+
+
+async def test_meta_payloads(pg_dsn: str) -> None:
+    async with running(pg_dsn) as srv:
+        status, body = await _get(srv, "/default/_ui/_meta/apps")
+        assert status == 200
+        assert body["data"] == [
+            {
+                "name": "shop/store",
+                "module": "shop",
+                "app": "store",
+                "title": "Store",
+                "description": None,
+                "access": "private",
+                "icon": None,
+                "home": "shop/products",
+                "pages": ["shop/products"],
+            }
+        ]
+        status, body = await _get(srv, "/default/_ui/_meta/apps/shop/store")
+        assert status == 200 and body["data"]["pages"][0]["name"] == "shop/products"
+        assert body["data"]["pages"][0]["route"] == "/products"
+        assert (await _get(srv, "/default/_ui/_meta/apps/shop/nope"))[0] == 404
+        status, body = await _get(srv, "/default/_ui/_meta/entities/shop/product")
+        assert status == 200
+        meta = body["data"]
+        assert meta["rest"] == ["create", "delete", "find", "list", "update"]
+        fields = {f["name"]: f for f in meta["fields"]}
+        assert fields["title"]["caption"] == "Title" and fields["title"]["help"] == "Shown on the shelf label"
+        assert fields["size"]["options"] == [
+            {"value": "s", "label": "Small"},
+            {"value": "m", "label": "Medium"},
+            {"value": "l", "label": "Large"},
+        ]
+        assert fields["color"]["options"][0] == {"value": "red", "label": "Red"}
+        assert fields["price"]["type"] == "money" and fields["price"]["scale"] == 2
+        assert fields["parts"]["child"]["fields"][0]["name"] == "part"
+        assert fields["code"]["read_only"] is True and fields["sku"]["immutable"] is True
+        assert (await _get(srv, "/unknown/_ui/_meta/apps"))[0] == 404
+
+
+async def test_setup_then_login(pg_dsn: str) -> None:
+    async with running(pg_dsn) as srv:
+        await srv.register("fresh")
+        url = f"{srv.api}/fresh/_ui"
+        async with srv.http.post(f"{url}/setup", json={"username": "root", "password": "short"}) as resp:
+            assert resp.status == 422
+        admin = {"username": "root", "password": "correct horse", "email": "root@example.com"}
+        async with srv.http.post(f"{url}/setup", json=admin) as resp:
+            assert resp.status == 201
+            created = (await resp.json())["data"]
+            assert created["roles"] == ["admin"] and created["token"]
+        async with srv.http.post(f"{url}/setup", json={**admin, "username": "other"}) as resp:
+            assert resp.status == 409 and (await resp.json())["code"] == "SVC.SETUP.ALREADY_DONE"
+        async with srv.http.post(
+            f"{url}/login", json={"username": "root", "password": "wrong password"}
+        ) as resp:
+            assert resp.status == 401
+        async with srv.http.post(
+            f"{url}/login", json={"username": "ghost", "password": "wrong password"}
+        ) as resp:
+            assert resp.status == 401
+        async with srv.http.post(
+            f"{url}/login", json={"username": "root", "password": "correct horse"}
+        ) as resp:
+            assert resp.status == 200
+            issued = (await resp.json())["token"]
+        async with srv.http.get(
+            f"{srv.api}/fresh/api/shop/product", headers={"Authorization": f"Bearer {issued}"}
+        ) as resp:
+            assert resp.status == 200
+        # the token names its workspace: it does not open another one
+        async with srv.http.get(
+            f"{srv.api}/default/api/shop/product", headers={"Authorization": f"Bearer {issued}"}
+        ) as resp:
+            assert resp.status == 401
+        async with srv.http.post(f"{srv.api}/default/_ui/login", data=b"{") as resp:
+            assert resp.status == 400
+
+
+def test_password_hashing() -> None:
+    stored = users.hash_password("s3cret-pass")
+    assert stored.startswith("scrypt$") and "s3cret-pass" not in stored
+    assert users.check_password("s3cret-pass", stored)
+    assert not users.check_password("other", stored)
+    assert not users.check_password("s3cret-pass", "plain")
+    assert users.hash_password("x") != users.hash_password("x")  # salted
+
+
+async def test_openapi_describes_exactly_what_is_exposed(pg_dsn: str) -> None:
+    async with running(pg_dsn) as srv:
+        status, doc = await _get(srv, "/default/api/openapi.json")
+    assert status == 200 and doc["openapi"] == "3.1.0"
+    assert doc["servers"] == [{"url": "/default"}]
+    assert set(doc["paths"]) == {
+        "/api/shop/product",
+        "/api/shop/product/{id}",
+        "/api/shop/order",
+        "/api/shop/order/{id}",
+    }
+    assert set(doc["paths"]["/api/shop/order/{id}"]) == {"parameters", "get"}  # find only
+    assert set(doc["paths"]["/api/shop/order"]) == {"get", "post"}
+    product = doc["components"]["schemas"]["shop.product"]["properties"]
+    assert product["price"]["format"] == "decimal" and "cost" not in product
+    create = doc["components"]["schemas"]["shop.product.create"]
+    assert set(create["required"]) == {"sku", "title", "price"} and "code" not in create["properties"]
+    assert "sku" not in doc["components"]["schemas"]["shop.product.update"]["properties"]  # immutable
+    params = {p["name"] for p in doc["paths"]["/api/shop/product"]["get"]["parameters"]}
+    assert {
+        "limit",
+        "offset",
+        "sort",
+        "count",
+        "fields",
+        "price[between]",
+        "title[ilike]",
+        "created_at[gte]",
+    } <= params
+    assert "supplier_email" not in params and "docstatus" not in params
+    order_params = {p["name"] for p in doc["paths"]["/api/shop/order"]["get"]["parameters"]}
+    assert "docstatus[in]" in order_params
+    assert SECRET not in str(doc)
