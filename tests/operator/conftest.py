@@ -1,0 +1,219 @@
+"""Fixtures for the operator: kmock's Kubernetes emulator, a recording control plane, a running
+operator (the real kopf operator in a task of the test's event loop), and small API helpers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import kmock
+import pytest
+from aiohttp import web
+
+from dap.operator import running
+from tests.operator.emulator import WRITE_METHODS, Emulator, declare
+
+GROUP = "/apis/dap.io/v1alpha1"
+PATHS = {
+    "clusterclasses": f"{GROUP}/clusterclasses",
+    "workspaces": GROUP + "/namespaces/{ns}/workspaces",
+    "datastores": GROUP + "/namespaces/{ns}/datastores",
+    "resourceclaims": GROUP + "/namespaces/{ns}/resourceclaims",
+    "deployments": "/apis/apps/v1/namespaces/{ns}/deployments",
+    "services": "/api/v1/namespaces/{ns}/services",
+    "configmaps": "/api/v1/namespaces/{ns}/configmaps",
+    "secrets": "/api/v1/namespaces/{ns}/secrets",
+    "horizontalpodautoscalers": "/apis/autoscaling/v2/namespaces/{ns}/horizontalpodautoscalers",
+}
+RESOURCES = {
+    "clusterclasses": "dap.io/v1alpha1/clusterclasses",
+    "workspaces": "dap.io/v1alpha1/workspaces",
+    "datastores": "dap.io/v1alpha1/datastores",
+    "resourceclaims": "dap.io/v1alpha1/resourceclaims",
+    "deployments": "apps/v1/deployments",
+    "services": "v1/services",
+    "configmaps": "v1/configmaps",
+    "secrets": "v1/secrets",
+    "horizontalpodautoscalers": "autoscaling/v2/horizontalpodautoscalers",
+}
+
+
+class Api:
+    """What a test (or kubectl, or the kube-controller-manager) does to the emulated cluster."""
+
+    def __init__(self, emulator: Emulator, server: kmock.Server) -> None:
+        self.emulator = emulator
+        self.server = server
+
+    @property
+    def url(self) -> str:
+        return str(self.server.url).rstrip("/")
+
+    def _path(self, plural: str, ns: str | None, name: str | None = None) -> str:
+        path = PATHS[plural].format(ns=ns or "default")
+        return f"{path}/{name}" if name else path
+
+    async def create(self, plural: str, body: dict[str, Any]) -> None:
+        ns = body["metadata"].get("namespace")
+        async with self.server.client.post(self._path(plural, ns), json=body) as response:
+            assert response.status < 300, await response.text()
+
+    async def patch(
+        self, plural: str, ns: str | None, name: str, patch: dict[str, Any], sub: str = ""
+    ) -> None:
+        path = self._path(plural, ns, name) + (f"/{sub}" if sub else "")
+        headers = {"Content-Type": "application/merge-patch+json"}
+        async with self.server.client.patch(path, json=patch, headers=headers) as response:
+            assert response.status < 300, await response.text()
+
+    async def delete(self, plural: str, ns: str | None, name: str) -> None:
+        async with self.server.client.delete(self._path(plural, ns, name)) as response:
+            assert response.status < 300, await response.text()
+
+    def get(self, plural: str, ns: str | None, name: str) -> dict[str, Any] | None:
+        key = (kmock.resource(RESOURCES[plural]), ns, name)
+        if key not in self.emulator.objects:
+            return None
+        obj = self.emulator.objects[key]
+        if obj.deleted:
+            return None
+        return _plain(obj.raw)
+
+    def mark(self) -> int:
+        return len(self.emulator._requests)
+
+    def operator_writes(self, start: int) -> list[str]:
+        found = []
+        for request in list(self.emulator._requests)[start:]:
+            method = str(request.method).upper().rsplit(".", 1)[-1]
+            agent = request.headers.get("User-Agent", "")
+            if method in WRITE_METHODS and not agent.startswith("kmock/"):
+                found.append(f"{method} {request.url.path}")
+        return found
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if hasattr(value, "items"):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+async def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+    """Poll ``predicate`` until it returns a truthy value; fail with ``what`` after ``timeout``."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        try:
+            value = predicate()
+        except (KeyError, TypeError, IndexError, StopIteration):
+            value = None
+        if value:
+            return value
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[Api]:
+    async with Emulator() as emulator, kmock.Server(emulator) as server:
+        declare(emulator)
+        yield Api(emulator, server)
+
+
+@dataclass
+class Control:
+    """A real control-plane stand-in on 127.0.0.1 recording every report it receives."""
+
+    url: str = ""
+    node_health: list[dict[str, Any]] = field(default_factory=list)
+    workspace_status: list[dict[str, Any]] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
+    fail: bool = False
+
+
+@pytest.fixture
+async def control() -> AsyncIterator[Control]:
+    state = Control()
+
+    async def node_health(request: web.Request) -> web.Response:
+        if state.fail:
+            return web.Response(status=503)
+        state.node_health.append(await request.json())
+        return web.json_response({}, status=202)
+
+    async def workspace_status(request: web.Request) -> web.Response:
+        if state.fail:
+            return web.Response(status=503)
+        state.workspace_status.append(await request.json())
+        return web.json_response({}, status=202)
+
+    async def keys(request: web.Request) -> web.Response:
+        return web.json_response({"keys": [{"id": k[:16], "public_key": k} for k in state.keys]})
+
+    app = web.Application()
+    app.router.add_post("/v1/node-health", node_health)
+    app.router.add_post("/v1/workspace-status", workspace_status)
+    app.router.add_get("/v1/keys", keys)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    state.url = f"http://127.0.0.1:{port}"
+    yield state
+    await runner.cleanup()
+
+
+class Operators:
+    """Starts the real kopf operator against the emulator (call it); stops them all at teardown.
+
+    Operators are cancelled rather than stopped by the flag: a graceful stop waits 5 s for
+    "hung" tasks, and in a shared event loop kopf counts the emulator's watch-serving tasks
+    among them. Only one should run at a time: kopf treats every task of the loop as its own.
+    """
+
+    def __init__(self, api: Api) -> None:
+        self.api = api
+        self.tasks: list[asyncio.Task[running.Runtime]] = []
+
+    async def __call__(self, **overrides: Any) -> running.Runtime:
+        options = running.Options(
+            server=self.api.url,
+            health_probe_bind_address="127.0.0.1:0",
+            metrics_bind_address="127.0.0.1:0",
+            resource_image="example.test/dap:1.0",
+            **overrides,
+        )
+        runtime = running.Runtime(options)
+        task = asyncio.create_task(running.run(options, runtime=runtime))
+        self.tasks.append(task)
+        await wait_for(lambda: runtime.ready() or task.done(), timeout=15, what="operator ready")
+        if task.done():
+            task.result()  # raise what stopped it
+        return runtime
+
+    async def stop_all(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        for task in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait_for(task, timeout=10)
+        self.tasks.clear()
+
+
+StartOperator = Operators
+
+
+@pytest.fixture
+async def start_operator(api: Api) -> AsyncIterator[Operators]:
+    operators = Operators(api)
+    yield operators
+    await operators.stop_all()
