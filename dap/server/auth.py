@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from dap.server import errors
 
 DEFAULT_TOKEN_TTL = 3600
+CACHE_SIZE = 10_000
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class JwtVerifier:
             raise errors.BootRefused("exactly one of the JWT secret and the JWT public key is required")
         self.issuer = issuer
         self._secret = secret
+        self._cache: dict[str, tuple[float, Principal]] = {}
         self._key: Any
         if secret is not None:
             self.algorithm = "HS256"
@@ -66,7 +68,26 @@ class JwtVerifier:
         return self._secret is not None
 
     def verify(self, token: str, *, workspace: str) -> Principal:
-        """Decode ``token`` and check it for the workspace ``workspace``; raise ``Unauthorized``."""
+        """Decode ``token`` and check it for the workspace ``workspace``; raise ``Unauthorized``.
+
+        A verified token is remembered until its ``exp`` (signature checks dominate the cost of a
+        find-by-id); the cache is bounded and only ever holds tokens that passed every check.
+        """
+        hit = self._cache.get(token)
+        if hit is not None and hit[0] > time.time():
+            principal = hit[1]
+        else:
+            principal, expires = self._decode(token)
+            if len(self._cache) >= CACHE_SIZE:
+                self._cache.clear()
+            self._cache[token] = (expires, principal)
+        if principal.workspace is not None and principal.workspace != workspace:
+            raise errors.Unauthorized(
+                "the token was issued for another workspace", code="SVC.AUTH.WRONG_WORKSPACE"
+            )
+        return principal
+
+    def _decode(self, token: str) -> tuple[Principal, float]:
         try:
             claims = jwt.decode(
                 token,
@@ -84,10 +105,8 @@ class JwtVerifier:
         except jwt.PyJWTError as exc:
             raise errors.Unauthorized(f"invalid token: {exc}", code="SVC.AUTH.INVALID_TOKEN") from exc
         claimed_ws = claims.get("workspace")
-        if claimed_ws is not None and claimed_ws != workspace:
-            raise errors.Unauthorized(
-                "the token was issued for another workspace", code="SVC.AUTH.WRONG_WORKSPACE"
-            )
+        if claimed_ws is not None and not isinstance(claimed_ws, str):
+            raise errors.Unauthorized("claim 'workspace' must be a string", code="SVC.AUTH.INVALID_TOKEN")
         roles = claims.get("roles", [])
         attrs = claims.get("attrs", {})
         if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
@@ -97,13 +116,14 @@ class JwtVerifier:
         if not isinstance(attrs, dict):
             raise errors.Unauthorized("claim 'attrs' must be an object", code="SVC.AUTH.INVALID_TOKEN")
         sub = str(claims["sub"])
-        return Principal(
+        principal = Principal(
             sub=sub,
             username=str(claims.get("username", sub)),
             roles=tuple(roles),
             workspace=claimed_ws,
             attrs=attrs,
         )
+        return principal, float(claims["exp"])
 
     def issue(
         self,

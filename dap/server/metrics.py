@@ -10,6 +10,7 @@ by a custom collector instead of being updated on every acquire.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -51,14 +52,18 @@ class Metrics:
             buckets=BUCKETS,
             registry=self.registry,
         )
+        self._children: dict[tuple[str, ...], tuple[Any, Any]] = {}
 
     def watch_pool(self, stats: PoolStats) -> None:
         self.registry.register(_PoolCollector(stats))
 
     def observe(self, *, workspace: str, route: str, method: str, status: int, seconds: float) -> None:
         labels = (workspace, route, method, f"{status // 100}xx")
-        self.requests.labels(*labels).inc()
-        self.duration.labels(*labels).observe(seconds)
+        children = self._children.get(labels)
+        if children is None:  # labels() is a locked dict lookup; keep the pair per label set
+            children = self._children[labels] = (self.requests.labels(*labels), self.duration.labels(*labels))
+        children[0].inc()
+        children[1].observe(seconds)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

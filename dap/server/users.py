@@ -65,7 +65,14 @@ def check_password(password: str, stored: str) -> bool:
     return hmac.compare_digest(actual, expected)
 
 
-_DUMMY = hash_password("not a password", salt=b"\x00" * 16)
+_DUMMY: list[str] = []  # computed on first use: scrypt is slow on purpose, imports should not be
+
+
+def _dummy_hash() -> str:
+    """A hash to check unknown usernames against, so they take as long as known ones."""
+    if not _DUMMY:
+        _DUMMY.append(hash_password("not a password", salt=b"\x00" * 16))
+    return _DUMMY[0]
 
 
 async def ensure_schema(conn: db.Connection) -> None:
@@ -147,7 +154,7 @@ async def login(request: web.Request) -> web.Response:
             workspace.tenant_id,
             username,
         )
-    stored = row["password_hash"] if row is not None else _DUMMY
+    stored = row["password_hash"] if row is not None else _dummy_hash()
     ok = await asyncio.to_thread(check_password, password, stored)
     if row is None or not ok:
         raise errors.Unauthorized("unknown username or wrong password", code="SVC.AUTH.BAD_CREDENTIALS")

@@ -148,3 +148,16 @@ def test_issue_round_trip() -> None:
 def test_bearer_header(header: str | None) -> None:
     with pytest.raises(errors.Unauthorized):
         auth.bearer_token(header)
+
+
+def test_cached_tokens_keep_every_check() -> None:
+    verifier = auth.JwtVerifier(issuer=ISSUER, secret=SECRET)
+    scoped = token(workspace="acme")
+    assert verifier.verify(scoped, workspace="acme").workspace == "acme"
+    with pytest.raises(errors.Unauthorized):
+        verifier.verify(scoped, workspace="other")  # second use comes from the cache
+    short = token(ttl=1)
+    verifier.verify(short, workspace="w")
+    time.sleep(1.1)
+    with pytest.raises(errors.Unauthorized):
+        verifier.verify(short, workspace="w")

@@ -1,0 +1,407 @@
+"""REST benchmark: ``dap serve`` against a minimal aiohttp + asyncpg handler, in the same run.
+
+    .venv/bin/python bench/rest.py [--rows 100000] [--seconds 8] [--workers 32]
+
+Steps: start an embedded Postgres (or use ``DAP_BENCH_DSN``), load ``--rows`` rows into one
+workspace, spawn ``dap serve`` and a baseline server (same pool size, the same SQL the engine
+builds, ``json.dumps`` of the rows, no auth, no validation), and drive both over loopback with a
+bounded client (``--workers`` concurrent requests for ``--seconds`` each). Then measure boot time
+of a 300-entity spec to the first answered request, next to the time Postgres needs to create the
+same tables. Prints every figure and ratio; exits non-zero only when something fails to run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import asyncpg
+import jwt
+
+ROOT = Path(__file__).resolve().parent.parent
+DAP = str(Path(sys.executable).parent / "dap")
+SECRET = "bench-secret-bench-secret-bench-secret!"
+POOL = 10
+LIST_QUERY = "category=red&price[gt]=50&sort=-price&limit=50"
+
+SPEC = """apiVersion: dap.io/v1
+kind: Module
+metadata: {name: bench}
+spec: {title: Bench}
+---
+apiVersion: dap.io/v1
+kind: Entity
+metadata: {name: item, module: bench}
+spec:
+  fields:
+    - {name: code, type: string, required: true, unique: true}
+    - {name: title, type: string, required: true}
+    - {name: price, type: money, scale: 2, required: true}
+    - {name: qty, type: integer}
+    - {name: category, type: enum, enum_values: [red, green, blue, black, white], index: true}
+    - {name: launched, type: date}
+  expose:
+    - type: rest
+"""
+
+
+def port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def wait_http(url: str, limit: float = 120.0) -> float:
+    started = time.perf_counter()
+    async with aiohttp.ClientSession() as http:
+        while time.perf_counter() - started < limit:
+            try:
+                async with http.get(url) as resp:
+                    if resp.status == 200:
+                        return time.perf_counter() - started
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.02)
+    raise RuntimeError(f"{url} did not answer within {limit}s")
+
+
+# --- baseline server (run in a child process) ------------------------------------------------
+
+
+def baseline_main(port_: int, dsn: str, tenant: str) -> None:
+    from aiohttp import web
+
+    from dap import config
+    from dap.server import filters, sql
+    from dap.server.catalog import Catalog
+
+    catalog = Catalog.from_spec(config.load_files({"spec.yaml": SPEC}))
+    resource = catalog.resources["bench/item"]
+    tenant_id = uuid.UUID(tenant)
+    pairs = [tuple(p.split("=", 1)) for p in LIST_QUERY.split("&")]
+    list_sql, list_args = sql.select_list(resource.table, filters.parse(resource, pairs), tenant_id, None)  # type: ignore[arg-type]
+    one_sql, _ = sql.select_one(resource.table, tenant_id, uuid.uuid4())
+
+    def default(v: Any) -> Any:
+        return format(v, "f") if isinstance(v, Decimal) else str(v)
+
+    async def find(request: web.Request) -> web.Response:
+        async with request.app["pool"].acquire() as conn:
+            row = await conn.fetchrow(one_sql, tenant_id, uuid.UUID(request.match_info["id"]))
+        return web.Response(
+            text=json.dumps({"data": dict(row)}, default=default), content_type="application/json"
+        )
+
+    async def many(request: web.Request) -> web.Response:
+        async with request.app["pool"].acquire() as conn:
+            rows = await conn.fetch(list_sql, *list_args)
+        body = {"data": [dict(r) for r in rows], "limit": 50, "offset": 0, "total": None}
+        return web.Response(text=json.dumps(body, default=default), content_type="application/json")
+
+    async def make() -> web.Application:
+        app = web.Application()
+        app["pool"] = await asyncpg.create_pool(dsn, min_size=2, max_size=POOL)
+        app.router.add_get("/default/api/bench/item", many)
+        app.router.add_get("/default/api/bench/item/{id}", find)
+        return app
+
+    web.run_app(make(), host="127.0.0.1", port=port_, access_log=None, print=None)
+
+
+# --- load generator ----------------------------------------------------------------------------
+
+
+async def drive(url_of: Any, *, seconds: float, workers: int, headers: dict[str, str]) -> dict[str, float]:
+    latencies: list[float] = []
+    errors = 0
+    stop_at = time.perf_counter() + seconds
+    connector = aiohttp.TCPConnector(limit=workers)
+    async with aiohttp.ClientSession(connector=connector, headers=headers) as http:
+
+        async def worker() -> None:
+            nonlocal errors
+            while time.perf_counter() < stop_at:
+                started = time.perf_counter()
+                async with http.get(url_of()) as resp:
+                    await resp.read()
+                    if resp.status != 200:
+                        errors += 1
+                latencies.append(time.perf_counter() - started)
+
+        warm_until = time.perf_counter() + 1.0
+        while time.perf_counter() < warm_until:  # warm-up: pools, prepared statements
+            async with http.get(url_of()) as resp:
+                await resp.read()
+        stop_at = time.perf_counter() + seconds
+        began = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(workers)))
+        elapsed = time.perf_counter() - began
+    latencies.sort()
+    return {
+        "rps": len(latencies) / elapsed,
+        "p50_ms": latencies[len(latencies) // 2] * 1000,
+        "p99_ms": latencies[int(len(latencies) * 0.99)] * 1000,
+        "errors": errors,
+    }
+
+
+# --- setup -------------------------------------------------------------------------------------
+
+
+async def load_rows(dsn: str, rows: int) -> tuple[str, list[str]]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        tenant = await conn.fetchval("SELECT id FROM dap.workspaces WHERE slug = 'default'")
+        rng = random.Random(7)
+        colors = ["red", "green", "blue", "black", "white"]
+        records = [
+            (
+                tenant,
+                uuid.uuid4(),
+                f"C{i:07d}",
+                f"Item {i}",
+                Decimal(rng.randint(100, 100000)) / 100,
+                rng.randint(0, 500),
+                colors[i % 5],
+                "alice",
+                "alice",
+            )
+            for i in range(rows)
+        ]
+        await conn.copy_records_to_table(
+            "bench__item",
+            records=records,
+            columns=["tenant_id", "id", "code", "title", "price", "qty", "category", "created_by", "owner"],
+        )
+        await conn.execute("ANALYZE bench__item")
+        ids = [str(r[1]) for r in rng.sample(records, 2000)]
+        return str(tenant), ids
+    finally:
+        await conn.close()
+
+
+def spawn_serve(spec: Path, dsn: str, port_: int, metrics_port: int | None = None) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DAP_")}
+    env.update(
+        {
+            "DAP_DSN": dsn,
+            "DAP_JWT_SECRET": SECRET,
+            "DAP_CORS_ORIGIN": "http://localhost:3000",
+            "DAP_LOG_LEVEL": "warn",
+            "DAP_POOL_SIZE": str(POOL),
+        }
+    )
+    metrics = f"127.0.0.1:{metrics_port}" if metrics_port else ""
+    return subprocess.Popen(
+        [DAP, "serve", "--spec", str(spec), "--addr", f"127.0.0.1:{port_}", "--metrics-addr", metrics],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def spawn_baseline(port_: int, dsn: str, tenant: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, __file__, "--baseline", str(port_), dsn, tenant],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+async def new_database(server_dsn: str) -> str:
+    from dap import embedded
+
+    name = f"bench_{uuid.uuid4().hex[:10]}"
+    conn = await asyncpg.connect(server_dsn)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    return embedded.dsn_for_database(server_dsn, name)
+
+
+def big_spec(directory: Path, entities: int) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    docs = ["apiVersion: dap.io/v1\nkind: Module\nmetadata: {name: big}\nspec: {title: Big}\n"]
+    for i in range(entities):
+        docs.append(f"""apiVersion: dap.io/v1
+kind: Entity
+metadata: {{name: e{i:03d}, module: big}}
+spec:
+  fields:
+    - {{name: code, type: string, unique: true}}
+    - {{name: title, type: string}}
+    - {{name: amount, type: money}}
+    - {{name: qty, type: integer}}
+    - {{name: day, type: date}}
+    - {{name: owner_ref, type: relation, relation: {{entity: big/e000}}}}
+  expose:
+    - type: rest
+""")
+    (directory / "big.yaml").write_text("---\n".join(docs))
+
+
+async def ddl_seconds(server_dsn: str, spec_dir: Path) -> float:
+    """Time Postgres needs to create the spec's tables and indexes from plain DDL, once."""
+    from dap import config
+    from dap.server import migrations
+    from dap.server.catalog import Catalog
+
+    catalog = Catalog.from_spec(config.load_spec(spec_dir))
+    plan = migrations.plan({}, catalog.tables, catalog.entities)
+    dsn = await new_database(server_dsn)
+    conn = await asyncpg.connect(dsn)
+    try:
+        started = time.perf_counter()
+        async with conn.transaction():
+            for step in plan.steps:
+                for statement in step.statements:
+                    await conn.execute(statement)
+        return time.perf_counter() - started
+    finally:
+        await conn.close()
+
+
+async def main(args: argparse.Namespace) -> int:
+    tmp = Path(tempfile.mkdtemp(prefix="dap-bench-"))
+    server = None
+    server_dsn = os.environ.get("DAP_BENCH_DSN")
+    if not server_dsn:
+        from dap import embedded
+
+        print("starting embedded Postgres ...", flush=True)
+        server_dsn, server = embedded.start(tmp / "pg")
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        dsn = await new_database(server_dsn)
+        spec = tmp / "spec"
+        spec.mkdir()
+        (spec / "bench.yaml").write_text(SPEC)
+        api_port, admin_port, base_port = port(), port(), port()
+        serve = spawn_serve(spec, dsn, api_port, admin_port)
+        procs.append(serve)
+        await wait_http(f"http://127.0.0.1:{api_port}/default/_ui/_meta/apps")
+        print(f"loading {args.rows} rows ...", flush=True)
+        started = time.perf_counter()
+        tenant, ids = await load_rows(dsn, args.rows)
+        print(f"  loaded in {time.perf_counter() - started:.1f}s", flush=True)
+        baseline = spawn_baseline(base_port, dsn, tenant)
+        procs.append(baseline)
+        await wait_http(f"http://127.0.0.1:{base_port}/default/api/bench/item/{ids[0]}")
+
+        now = int(time.time())
+        token = jwt.encode(
+            {"sub": "u", "username": "alice", "iss": "svc", "iat": now, "exp": now + 3600},
+            SECRET,
+            algorithm="HS256",
+        )
+        auth = {"Authorization": f"Bearer {token}"}
+        results: dict[str, dict[str, dict[str, float]]] = {}
+        for scenario in ("find", "list"):
+            for target, p, headers in (("baseline", base_port, {}), ("dap", api_port, auth)):
+                base = f"http://127.0.0.1:{p}/default/api/bench/item"
+
+                def url_of(base: str = base, scenario: str = scenario) -> str:
+                    return f"{base}/{random.choice(ids)}" if scenario == "find" else f"{base}?{LIST_QUERY}"
+
+                print(f"running {scenario} against {target} for {args.seconds}s ...", flush=True)
+                results.setdefault(scenario, {})[target] = await drive(
+                    url_of, seconds=args.seconds, workers=args.workers, headers=headers
+                )
+        server_rss = rss_mib(serve.pid)
+        baseline_rss = rss_mib(baseline.pid)
+
+        big = tmp / "big"
+        big_spec(big, 300)
+        big_dsn = await new_database(server_dsn)
+        big_port = port()
+        started = time.perf_counter()
+        booting = spawn_serve(big, big_dsn, big_port)
+        procs.append(booting)
+        await wait_http(f"http://127.0.0.1:{big_port}/default/_ui/_meta/apps")
+        boot = time.perf_counter() - started
+        stop(booting)
+        started = time.perf_counter()
+        rebooting = spawn_serve(big, big_dsn, big_port)
+        procs.append(rebooting)
+        await wait_http(f"http://127.0.0.1:{big_port}/default/_ui/_meta/apps")
+        reboot = time.perf_counter() - started
+        ddl = await ddl_seconds(server_dsn, big)
+
+        print()
+        print(
+            f"REST benchmark: {args.rows} rows, {args.workers} concurrent clients, {args.seconds}s per run, "
+            f"pool size {POOL}, loopback, {os.cpu_count()} CPUs shared by client, servers and Postgres"
+        )
+        print(f"{'scenario':<8} {'target':<9} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}")
+        for scenario, by_target in results.items():
+            for target, r in by_target.items():
+                print(
+                    f"{scenario:<8} {target:<9} {r['rps']:>9.0f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} "
+                    f"{r['errors']:>7.0f}"
+                )
+        find_ratio = results["find"]["dap"]["rps"] / results["find"]["baseline"]["rps"]
+        find_p99 = results["find"]["dap"]["p99_ms"] / results["find"]["baseline"]["p99_ms"]
+        list_ratio = results["list"]["dap"]["rps"] / results["list"]["baseline"]["rps"]
+        print(f"find-by-id throughput ratio dap/baseline: {find_ratio:.2f}x (target >= 0.70x)")
+        print(f"find-by-id p99 ratio dap/baseline:        {find_p99:.2f}x (target <= 2.00x)")
+        print(
+            f"filtered sorted list throughput ratio:    {list_ratio:.2f}x (target >= 0.60x)  [{LIST_QUERY}]"
+        )
+        print(
+            f"server RSS after the run: {server_rss:.1f} MiB (target < 150 MiB); "
+            f"baseline RSS {baseline_rss:.1f} MiB"
+        )
+        print(
+            f"boot with 300 entities to first answered request: {boot:.2f}s (creating the tables), "
+            f"{reboot:.2f}s (tables exist); Postgres creating the same tables once: {ddl:.2f}s, "
+            f"twice: {2 * ddl:.2f}s"
+        )
+        failed = [r for by in results.values() for r in by.values() if r["errors"]]
+        return 1 if failed else 0
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                stop(proc)
+        if server is not None:
+            server.cleanup()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--baseline":
+        baseline_main(int(sys.argv[2]), sys.argv[3], sys.argv[4])
+        sys.exit(0)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--workers", type=int, default=32)
+    sys.exit(asyncio.run(main(parser.parse_args())))
