@@ -123,6 +123,10 @@ def _condition(resource: Resource, param: str, name: str, op_name: str | None, r
             FieldType.FILE,
         ):
             raise _bad(param, f"{op} applies to text fields only")
+        try:
+            records.check_text(raw)
+        except records.InvalidValueError as exc:
+            raise _bad(param, str(exc)) from exc
         return Condition(column, op, (raw,))
     if op in _SCALAR_ONLY and f.type in (FieldType.BOOLEAN, FieldType.UUID, FieldType.RELATION):
         raise _bad(param, f"{op} does not apply to {f.type} fields")

@@ -13,6 +13,7 @@ problem document, one entry per offending field.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import uuid
 from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
@@ -29,6 +30,16 @@ _TEXTUAL = (FieldType.STRING, FieldType.TEXT, FieldType.RICHTEXT, FieldType.FILE
 
 class InvalidValueError(ValueError):
     """One value does not fit its field."""
+
+
+def check_text(value: str) -> None:
+    """Refuse what Postgres text cannot store: NUL and lone surrogates (both survive JSON parsing)."""
+    if "\x00" in value:
+        raise InvalidValueError("must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidValueError("must be valid Unicode text") from exc
 
 
 def allowed_values(f: Field) -> tuple[Any, ...]:
@@ -51,10 +62,18 @@ def _exact(f: Field, value: Any) -> Decimal:
         scale = tables.DEFAULT_MONEY_SCALE
     exponent = number.as_tuple().exponent
     assert isinstance(exponent, int)
-    if scale is not None and -exponent > scale and number != number.quantize(Decimal(1).scaleb(-scale)):
-        raise InvalidValueError(f"at most {scale} decimal places")
+    if scale is not None and -exponent > scale:
+        try:
+            exact = number == number.quantize(Decimal(1).scaleb(-scale))
+        except InvalidOperation as exc:
+            raise InvalidValueError("too large") from exc
+        if not exact:
+            raise InvalidValueError(f"at most {scale} decimal places")
     if scale is not None:
-        number = number.quantize(Decimal(1).scaleb(-scale))
+        try:
+            number = number.quantize(Decimal(1).scaleb(-scale))
+        except InvalidOperation as exc:
+            raise InvalidValueError("too large") from exc
     precision = f.precision or (tables.DEFAULT_MONEY_PRECISION if f.type is FieldType.MONEY else None)
     if precision is not None:
         digits = len(number.as_tuple().digits)
@@ -69,8 +88,7 @@ def _one(f: Field, value: Any) -> Any:
     if t in _TEXTUAL:
         if not isinstance(value, str):
             raise InvalidValueError("expected a string")
-        if "\x00" in value:
-            raise InvalidValueError("must not contain NUL characters")
+        check_text(value)
         choices = allowed_values(f)
         if choices and value not in choices:
             raise InvalidValueError(f"must be one of {', '.join(map(str, choices))}")
@@ -89,7 +107,10 @@ def _one(f: Field, value: Any) -> Any:
     if t is FieldType.NUMBER:
         if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
             raise InvalidValueError("expected a number")
-        return float(value)
+        number = float(value)
+        if not math.isfinite(number):
+            raise InvalidValueError("must be a finite number")
+        return number
     if t is FieldType.BOOLEAN:
         if not isinstance(value, bool):
             raise InvalidValueError("expected true or false")
@@ -129,8 +150,23 @@ def _one(f: Field, value: Any) -> Any:
         choices = allowed_values(f)
         if choices and value not in choices:
             raise InvalidValueError(f"must be one of {', '.join(map(str, choices))}")
-        return value
+        return plain_json(value)
     raise InvalidValueError(f"fields of type {t} cannot be set directly")
+
+
+def plain_json(value: Any) -> Any:
+    """Free JSON as stored in jsonb: numbers stay numbers (bodies are parsed with Decimal)."""
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            raise InvalidValueError("numbers must be finite")
+        return int(value) if value == value.to_integral_value() and "E" not in str(value) else float(value)
+    if isinstance(value, list):
+        return [plain_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: plain_json(v) for k, v in value.items()}
+    if isinstance(value, str):
+        check_text(value)
+    return value
 
 
 def coerce(f: Field, value: Any, *, child_fields: tuple[Field, ...] = ()) -> Any:

@@ -242,7 +242,12 @@ async def list_records(request: web.Request) -> web.Response:
     statement, args = sql.select_list(resource.table, query, workspace.tenant_id, columns)
     pool = request.app[state.POOL]
     async with pool.acquire() as conn:
-        rows = await conn.fetch(statement, *args)
+        try:
+            rows = await conn.fetch(statement, *args)
+        except asyncpg.DataError as exc:  # a value Postgres cannot compare (out of its range)
+            raise errors.BadRequest(
+                f"a filter value is out of range: {exc}", code="SVC.QUERY.INVALID"
+            ) from exc
         total = None
         if query.count:
             count_sql, count_args = sql.count(resource.table, query, workspace.tenant_id)

@@ -55,6 +55,9 @@ U = "6f1c3a9e-7b7d-4d7a-9a55-1b2c3d4e5f60"
         pytest.param(F(type="uuid"), U, uuid.UUID(U), id="uuid"),
         pytest.param(F(type="relation", relation={"entity": "m/x"}), U, uuid.UUID(U), id="relation"),
         pytest.param(F(type="json"), {"a": [1]}, {"a": [1]}, id="json"),
+        pytest.param(
+            F(type="json"), {"a": Decimal("1.5"), "b": Decimal("2")}, {"a": 1.5, "b": 2}, id="json-numbers"
+        ),
         pytest.param(F(type="string", multiple=True), ["a", "b"], ["a", "b"], id="multiple"),
         pytest.param(F(type="money", multiple=True), ["1.5"], ["1.50"], id="multiple-money"),
     ],
@@ -70,6 +73,9 @@ def test_coerce_accepts(field: Field, value: Any, expected: Any) -> None:
     [
         pytest.param(F(type="string"), 5, "string", id="string-int"),
         pytest.param(F(type="string"), "a\x00b", "NUL", id="nul"),
+        pytest.param(F(type="string"), "a\ud800", "Unicode", id="lone-surrogate"),
+        pytest.param(F(type="money"), "1e400", "too large", id="huge-money"),
+        pytest.param(F(type="decimal", scale=2), "1.5e-400", "too large|decimal places", id="tiny-scale"),
         pytest.param(F(type="integer"), "5", "integer", id="integer-string"),
         pytest.param(F(type="integer"), True, "integer", id="integer-bool"),
         pytest.param(F(type="integer"), 2**64, "range", id="integer-range"),
@@ -85,6 +91,8 @@ def test_coerce_accepts(field: Field, value: Any, expected: Any) -> None:
         pytest.param(F(type="datetime"), "yesterday", "ISO 8601", id="datetime-format"),
         pytest.param(F(type="time"), "25:00", "time", id="time-format"),
         pytest.param(F(type="uuid"), "nope", "uuid", id="uuid"),
+        pytest.param(F(type="number"), Decimal("1e400"), "finite", id="number-infinite"),
+        pytest.param(F(type="json"), {"a": "\x00"}, "NUL", id="json-nul"),
         pytest.param(F(type="string", multiple=True), "a", "list", id="multiple-scalar"),
     ],
 )
@@ -182,6 +190,9 @@ def test_filter_operators(shop: Catalog, query: str, op: FilterOp, values: tuple
         pytest.param("fields=nosuch", "fields", id="fields-unknown"),
         pytest.param("count=maybe", "count", id="count-value"),
         pytest.param("Bad-Name=1", "Bad-Name", id="bad-param"),
+        pytest.param("title[like]=a\x00", "title[like]", id="like-nul"),
+        pytest.param("price[gt]=1e400", "price[gt]", id="huge-decimal"),
+        pytest.param("qty=99999999999999999999", "qty", id="integer-overflow"),
     ],
 )
 def test_filter_refusals(shop: Catalog, query: str, param: str) -> None:

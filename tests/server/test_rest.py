@@ -242,3 +242,41 @@ async def test_cors(srv: Running) -> None:
         assert resp.headers["Access-Control-Allow-Origin"] == "http://ui.example"
     async with srv.http.get(srv.api + P, headers={**srv.auth(), "Origin": "http://evil.example"}) as resp:
         assert "Access-Control-Allow-Origin" not in resp.headers
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param(b'{"sku": "N1", "title": "\\ud800", "price": "1"}', id="lone-surrogate"),
+        pytest.param(b'{"sku": "N2", "title": "t", "price": 1e400}', id="huge-money"),
+        pytest.param(b'{"sku": "N3", "title": "t", "price": "1", "rating": 1e400}', id="infinite-number"),
+        pytest.param(
+            b'{"sku": "N4", "title": "t", "price": "1", "attrs": {"a": "\\u0000"}}', id="nul-in-json"
+        ),
+        pytest.param(
+            b'{"sku": "N5", "title": "t", "price": "1", "qty": 123456789012345678901234567890}', id="huge-int"
+        ),
+        pytest.param(b'{"sku": "N6", "title": "t", "price": "1", "launched": "2024-02-30"}', id="bad-date"),
+        pytest.param(
+            b'{"sku": "N7", "title": "t", "price": "1", "parts": [{"part": 5}]}', id="bad-child-row"
+        ),
+    ],
+)
+async def test_hostile_values_are_client_errors(srv: Running, raw: bytes) -> None:
+    status, body, _ = await call(srv, "POST", P, raw=raw)
+    assert 400 <= status < 500, body
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        pytest.param("title[like]=%00", 400, id="nul-like"),
+        pytest.param("title=%ED%A0%80", 200, id="bad-utf8-is-replaced-by-aiohttp"),
+        pytest.param("price[gt]=1e400", 400, id="huge-decimal"),
+        pytest.param("launched=2024-02-30", 400, id="bad-date"),
+        pytest.param("id=zzz", 400, id="bad-id"),
+    ],
+)
+async def test_hostile_queries_are_client_errors(srv: Running, query: str, expected: int) -> None:
+    status, body, _ = await call(srv, "GET", f"{P}?{query}")
+    assert status == expected, body

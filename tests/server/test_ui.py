@@ -134,3 +134,22 @@ async def test_openapi_describes_exactly_what_is_exposed(pg_dsn: str) -> None:
     order_params = {p["name"] for p in doc["paths"]["/api/shop/order"]["get"]["parameters"]}
     assert "docstatus[in]" in order_params
     assert SECRET not in str(doc)
+
+
+async def test_spec_swap_replaces_routes_atomically(pg_dsn: str) -> None:
+    from dap.server import app, state
+
+    from .conftest import SHOP, load
+
+    async with running(pg_dsn) as srv:
+        url = f"{srv.api}/default/api/shop/product"
+        async with srv.http.get(url, headers=srv.auth()) as resp:
+            assert resp.status == 200
+        hidden = dict(SHOP)
+        hidden["shop/product.yaml"] = SHOP["shop/product.yaml"].replace("  expose:\n    - type: rest\n", "")
+        new = load(hidden)
+        await app.prepare_database(srv.server.app[state.POOL], new)  # migrate first, then swap
+        old = srv.server.app[state.SPEC].swap(new)
+        assert old.resource("shop", "product") is not None
+        async with srv.http.get(url, headers=srv.auth()) as resp:
+            assert resp.status == 404
