@@ -106,9 +106,9 @@ def _plain(value: Any) -> Any:
     return value
 
 
-async def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    """Poll ``predicate`` until it returns a truthy value; fail with ``what`` after ``timeout``."""
-    deadline = asyncio.get_running_loop().time() + timeout
+async def wait_for(predicate: Callable[[], Any], within: float = 10.0, what: str = "condition") -> Any:
+    """Poll ``predicate`` until it returns a truthy value; fail with ``what`` after ``within`` s."""
+    deadline = asyncio.get_running_loop().time() + within
     while True:
         try:
             value = predicate()
@@ -117,7 +117,7 @@ async def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, what: st
         if value:
             return value
         if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            raise AssertionError(f"timed out after {within}s waiting for {what}")
         await asyncio.sleep(0.05)
 
 
@@ -195,7 +195,7 @@ class Operators:
         runtime = running.Runtime(options)
         task = asyncio.create_task(running.run(options, runtime=runtime))
         self.tasks.append(task)
-        await wait_for(lambda: runtime.ready() or task.done(), timeout=15, what="operator ready")
+        await wait_for(lambda: runtime.ready() or task.done(), within=15, what="operator ready")
         if task.done():
             task.result()  # raise what stopped it
         return runtime

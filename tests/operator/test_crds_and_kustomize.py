@@ -1,0 +1,218 @@
+"""The generated CRDs (fresh, structural, valid) and the kustomize tree (renders, validates)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from dap.operator import crds
+
+ROOT = Path(__file__).resolve().parents[2]
+K8S_VERSION = "1.30"
+
+
+def crd_docs() -> dict[str, dict[str, Any]]:
+    return {kind.kind: crds.crd(kind) for kind in crds.KINDS}
+
+
+def test_crds_directory_is_fresh() -> None:
+    assert crds.stale_files(ROOT / "crds") == [], "crds/ is stale: run `make crds`"
+
+
+def test_check_mode_reports_a_stale_directory(tmp_path: Path) -> None:
+    assert crds.main([str(tmp_path), "--check"]) == 1
+    assert crds.main([str(tmp_path)]) == 0
+    assert crds.main([str(tmp_path), "--check"]) == 0
+    (tmp_path / "dap.io_workspaces.yaml").write_text("edited")
+    assert crds.main([str(tmp_path), "--check"]) == 1
+
+
+@pytest.mark.parametrize("kind", [pytest.param(k, id=k.kind) for k in crds.KINDS])
+def test_crd_passes_the_kubernetes_schema(kind: crds.Kind) -> None:
+    kubernetes_validate.validate(crds.crd(kind), K8S_VERSION, strict=True)
+
+
+def _walk_structural(node: dict[str, Any], path: str) -> None:
+    assert "$ref" not in node and "anyOf" not in node and "title" not in node, path
+    typed = (
+        "type" in node
+        or node.get("x-kubernetes-int-or-string")
+        or node.get("x-kubernetes-preserve-unknown-fields")
+    )
+    assert typed, f"untyped node at {path}"
+    assert not ("properties" in node and "additionalProperties" in node), path
+    for name, child in node.get("properties", {}).items():
+        _walk_structural(child, f"{path}.{name}")
+    if isinstance(node.get("additionalProperties"), dict):
+        _walk_structural(node["additionalProperties"], f"{path}.*")
+    if "items" in node:
+        _walk_structural(node["items"], f"{path}[]")
+
+
+@pytest.mark.parametrize("kind", [pytest.param(k, id=k.kind) for k in crds.KINDS])
+def test_crd_schema_is_structural_with_status_and_printer_columns(kind: crds.Kind) -> None:
+    doc = crds.crd(kind)
+    (version,) = doc["spec"]["versions"]
+    schema = version["schema"]["openAPIV3Schema"]
+    _walk_structural(schema, kind.kind)
+    assert doc["spec"]["names"]["shortNames"]
+    columns = {c["name"] for c in version["additionalPrinterColumns"]}
+    assert "Age" in columns
+    if kind.status is not None:
+        assert version["subresources"] == {"status": {}}
+        status = schema["properties"]["status"]["properties"]
+        assert {"phase", "conditions", "observedGeneration"} <= set(status)
+        condition = status["conditions"]["items"]["properties"]
+        assert set(condition) == {
+            "type",
+            "status",
+            "reason",
+            "message",
+            "lastTransitionTime",
+            "observedGeneration",
+        }
+        assert {"Phase", "Age"} <= columns
+
+
+def to_json_schema(node: Any) -> Any:
+    """OpenAPI v3 (structural) → JSON Schema, for validating instances in tests."""
+    if isinstance(node, dict):
+        if node.get("x-kubernetes-int-or-string"):
+            return {"type": ["integer", "string"]}
+        out = {k: to_json_schema(v) for k, v in node.items() if not k.startswith("x-kubernetes")}
+        if (
+            node.get("type") == "object"
+            and "properties" in node
+            and not node.get("x-kubernetes-preserve-unknown-fields")
+        ):
+            out["additionalProperties"] = False  # the API server would prune: treat as an error here
+        return out
+    if isinstance(node, list):
+        return [to_json_schema(v) for v in node]
+    return node
+
+
+def validate_custom(doc: dict[str, Any]) -> None:
+    crd = crd_docs()[doc["kind"]]
+    schema = to_json_schema(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+    schema["properties"]["metadata"] = {"type": "object"}
+    jsonschema.Draft7Validator(schema).validate(doc)
+
+
+def sample_docs() -> list[dict[str, Any]]:
+    docs = []
+    for path in sorted((ROOT / "kustomize" / "samples").glob("dap_*.yaml")):
+        docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
+    return docs
+
+
+@pytest.mark.parametrize(
+    "doc", [pytest.param(d, id=f"{d['kind']}-{d['metadata']['name']}") for d in sample_docs()]
+)
+def test_samples_are_valid(doc: dict[str, Any]) -> None:
+    if doc["apiVersion"].startswith("dap.io/"):
+        validate_custom(doc)
+    else:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def test_a_sample_per_kind() -> None:
+    assert {d["kind"] for d in sample_docs()} >= {k.kind for k in crds.KINDS}
+
+
+def test_sample_claim_signature_verifies() -> None:
+    from dap.operator import claims
+
+    docs = {d["kind"]: d for d in sample_docs()}
+    spec = docs["ResourceClaim"]["spec"]
+    grant = claims.Grant.from_spec(spec)
+    assert claims.verify(grant, spec["signature"], docs["Datastore"]["spec"]["ownerPublicKey"])
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param({"scaling": {"minReplicas": -1}}, id="negative-replicas"),
+        pytest.param({"scaling": {"minReplicas": "two"}}, id="string-replicas"),
+        pytest.param({"features": "auto-scaling"}, id="features-not-a-list"),
+        pytest.param({"unknown": 1}, id="unknown-field"),
+    ],
+)
+def test_bad_class_specs_are_refused_by_the_schema(bad: dict[str, Any]) -> None:
+    doc = {"apiVersion": "dap.io/v1alpha1", "kind": "ClusterClass", "metadata": {"name": "x"}, "spec": bad}
+    with pytest.raises(jsonschema.ValidationError):
+        validate_custom(doc)
+
+
+def render(overlay: str) -> list[dict[str, Any]]:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed: cannot render kustomize overlays")
+    out = subprocess.run(
+        [kubectl, "kustomize", str(ROOT / "kustomize" / "overlays" / overlay)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+@pytest.mark.parametrize("overlay", ["kind", "prod"])
+def test_overlay_renders_and_every_object_validates(overlay: str) -> None:
+    docs = render(overlay)
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    assert ("Deployment", "dap-operator") in kinds
+    assert ("Deployment", "dap-control") in kinds
+    assert ("Service", "dap-control") in kinds
+    assert ("ClusterRole", "dap-operator") in kinds
+    assert {("CustomResourceDefinition", k.crd_name) for k in crds.KINDS} <= kinds
+    for doc in docs:
+        if doc["apiVersion"].startswith("dap.io/"):
+            validate_custom(doc)
+        elif doc["apiVersion"].startswith("kopf.dev/"):
+            continue  # kopf's own peering object; its CRD preserves unknown fields
+        else:
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def test_operator_deployment_is_restricted_and_probed() -> None:
+    docs = render("prod")
+    operator = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "dap-operator")
+    pod = operator["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert pod["securityContext"] == {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert "limits" in container["resources"] and "requests" in container["resources"]
+    assert "--leader-elect" in container["args"]
+    assert operator["spec"]["replicas"] == 2
+
+
+def test_rbac_is_least_privilege_with_status_and_finalizers_apart() -> None:
+    role = next(
+        d for d in render("kind") if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "dap-operator"
+    )
+    rules = role["rules"]
+    for rule in rules:
+        assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
+        subresources = {r for r in rule["resources"] if "/" in r}
+        assert not subresources or subresources == set(rule["resources"]), "subresources in their own rules"
+    status_rule = next(r for r in rules if "workspaces/status" in r["resources"])
+    assert set(status_rule["resources"]) == {
+        "workspaces/status",
+        "datastores/status",
+        "resourceclaims/status",
+    }
+    assert any("workspaces/finalizers" in r["resources"] for r in rules)
+    classes = next(r for r in rules if r["resources"] == ["clusterclasses"])
+    assert set(classes["verbs"]) == {"get", "list", "watch"}
