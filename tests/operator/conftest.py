@@ -84,16 +84,15 @@ class Api:
         return _plain(obj.raw)
 
     def mark(self) -> int:
-        return len(self.emulator._requests)
+        return len(self.emulator.log)
 
     def operator_writes(self, start: int) -> list[str]:
-        found = []
-        for request in list(self.emulator._requests)[start:]:
-            method = str(request.method).upper().rsplit(".", 1)[-1]
-            agent = request.headers.get("User-Agent", "")
-            if method in WRITE_METHODS and not agent.startswith("kmock/"):
-                found.append(f"{method} {request.url.path}")
-        return found
+        """Write requests made by the operator (not by the test) since ``mark()`` gave ``start``."""
+        return [
+            f"{r.method} {r.path}"
+            for r in self.emulator.log[start:]
+            if r.method in WRITE_METHODS and not r.user_agent.startswith("kmock/")
+        ]
 
 
 def _plain(value: Any) -> Any:

@@ -15,6 +15,8 @@ are emulated: those behaviours are tested in the builders and in e2e-kind.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import datetime
 import itertools
 import uuid
@@ -41,10 +43,32 @@ DAP_RESOURCES: dict[str, tuple[str, bool, set[str]]] = {
 VERBS = {"list", "watch", "get", "create", "patch", "update", "delete"}
 
 
+@dataclasses.dataclass(frozen=True)
+class Logged:
+    method: str
+    path: str
+    user_agent: str
+    watch: bool
+
+
 class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
+    """The emulator with identity stamps, and a request log that stays fast at thousands of calls.
+
+    kmock matches each request against its whole request history (its DSL can address past
+    requests), which makes a long run quadratic. A completed request is therefore dropped from
+    that history and kept in ``log`` instead, which is what the tests and the benchmark count.
+    """
+
     _versions = itertools.count(1)
 
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        self.log: list[Logged] = []
+
     async def _handle(self, request: rendering.Request) -> Any:
+        method = str(request.method).upper().rsplit(".", 1)[-1]
+        watch = str(request.params.get("watch", "")).lower() in ("true", "1")
+        self.log.append(Logged(method, request.url.path, request.headers.get("User-Agent", ""), watch))
         if request.resource is not None and isinstance(request.data, dict):
             version = str(next(self._versions))
             meta = request.data.setdefault("metadata", {})
@@ -58,7 +82,11 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
                 meta["resourceVersion"] = version
             elif request.action == enums.action.UPDATE:
                 meta["resourceVersion"] = version
-        return await super()._handle(request)
+        try:
+            return await super()._handle(request)
+        finally:
+            with contextlib.suppress(ValueError):
+                self._requests.remove(request)
 
 
 def declare(emulator: kmock.KubernetesEmulator) -> None:
@@ -70,19 +98,3 @@ def declare(emulator: kmock.KubernetesEmulator) -> None:
 
 
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-
-
-def requests(emulator: kmock.KubernetesEmulator) -> list[rendering.Request]:
-    return list(emulator._requests)
-
-
-def writes(emulator: kmock.KubernetesEmulator, start: int = 0, *, user_agent: str | None = None) -> list[str]:
-    """``METHOD path`` of every write request from index ``start`` on (optionally by one client)."""
-    found = []
-    for request in requests(emulator)[start:]:
-        method = str(request.method).upper().rsplit(".", 1)[-1]
-        if method in WRITE_METHODS:
-            agent = request.headers.get("User-Agent", "")
-            if user_agent is None or user_agent in agent:
-                found.append(f"{method} {request.url.path}")
-    return found
