@@ -24,9 +24,9 @@ import asyncio
 import contextlib
 import os
 import socket
-import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -113,10 +113,21 @@ class Bench:
         return sum(1 for ws in self.objects("workspaces") if ws.get("status", {}).get("phase") == "Ready")
 
 
-async def start_operator(url: str) -> tuple[subprocess.Popen[bytes], int]:
+async def start_operator(url: str) -> tuple[asyncio.subprocess.Process, int]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-c", OPERATOR, url, f"127.0.0.1:{port}"], cwd=ROOT)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", OPERATOR, url, f"127.0.0.1:{port}", cwd=ROOT
+    )
+    await until(lambda: metric(port, 'dap_reconcile_total{controller="workspace"}'), 0)
     return proc, port
+
+
+async def until(read: Callable[[], Awaitable[float]], at_least: float, every: float = 0.2) -> None:
+    """Poll ``read`` until it gives ``at_least``."""
+    while True:
+        if await read() >= at_least:
+            return
+        await asyncio.sleep(every)
 
 
 async def metric(port: int, name: str) -> float:
@@ -131,13 +142,13 @@ async def metric(port: int, name: str) -> float:
     return 0
 
 
-async def stop_operator(proc: subprocess.Popen[bytes]) -> None:
+async def stop_operator(proc: asyncio.subprocess.Process) -> None:
     proc.terminate()
-    for _ in range(100):
-        if proc.poll() is not None:
-            return
-        await asyncio.sleep(0.1)
-    proc.kill()
+    try:
+        await asyncio.wait_for(proc.wait(), timeout=15)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
 
 
 async def quiet(bench: Bench, seconds: float = 2.0) -> None:
@@ -158,8 +169,6 @@ async def main(n: int) -> int:
 
         # Baseline: the same operator with no workspace at all.
         proc, port = await start_operator(bench.url)
-        while await metric(port, 'dap_reconcile_total{controller="workspace"}') < 0:
-            await asyncio.sleep(0.2)
         await asyncio.sleep(2)
         baseline_rss = rss_mib(proc.pid)
         await stop_operator(proc)
@@ -174,8 +183,6 @@ async def main(n: int) -> int:
             },
         )
         proc, port = await start_operator(bench.url)
-        while await metric(port, 'dap_reconcile_total{controller="workspace"}') < 0:
-            await asyncio.sleep(0.2)
         stop = asyncio.Event()
         controller = asyncio.create_task(bench.play_deployment_controller(stop))
         mark = bench.mark()
@@ -192,7 +199,10 @@ async def main(n: int) -> int:
                 },
             )
         last_report = 0.0
-        while (ready := bench.ready_count()) < n:
+        while True:
+            ready = bench.ready_count()
+            if ready >= n:
+                break
             if time.perf_counter() - last_report > 2:
                 deps = len(bench.objects("deployments"))
                 print(
@@ -218,8 +228,7 @@ async def main(n: int) -> int:
         await stop_operator(proc)
         mark = bench.mark()
         proc, port = await start_operator(bench.url)
-        while await metric(port, 'dap_reconcile_total{controller="workspace"}') < n:
-            await asyncio.sleep(0.5)
+        await until(lambda: metric(port, 'dap_reconcile_total{controller="workspace"}'), n, every=0.5)
         await quiet(bench)
         resync = bench.operator_requests(mark)
         resync_writes = [r for r in resync if r.method in WRITE_METHODS]
@@ -231,7 +240,7 @@ async def main(n: int) -> int:
     print(f"time until all Ready            {elapsed:.1f} s ({n / elapsed:.1f} workspaces/s)")
     print(
         f"API calls per workspace         {len(requests) / n:.2f} "
-        f"(writes {len(writes) / n:.2f}, reads {reads / n:.2f}; {len(watches)} watch streams in all)"
+        f"(writes {len(writes) / n:.2f}, reads {reads / n:.2f}; {len(watches)} watch streams opened during the run)"
     )
     print(
         f"resync of unchanged workspaces  {len(resync_writes)} write calls "
