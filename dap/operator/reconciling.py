@@ -79,7 +79,7 @@ class Reconciler:
         self.trust = trust
         self.skip_signature = skip_signature
         self._slots = asyncio.Semaphore(workspace_concurrency)
-        self._locks: dict[tuple[str, str, str], asyncio.Lock] = {}
+        self._locks: dict[tuple[str, str, str], tuple[asyncio.Lock, int]] = {}
         self._statuses: dict[tuple[str, str, str], dict[str, Any]] = {}
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -93,7 +93,9 @@ class Reconciler:
 
     @contextlib.asynccontextmanager
     async def _run(self, controller: str, key: caches.ObjectKey) -> AsyncIterator[None]:
-        lock = self._locks.setdefault((controller, *key), asyncio.Lock())
+        token = (controller, *key)
+        lock, users = self._locks.get(token, (asyncio.Lock(), 0))
+        self._locks[token] = (lock, users + 1)
         started = time.perf_counter()
         try:
             async with lock:
@@ -104,8 +106,11 @@ class Reconciler:
         finally:
             self.metrics.reconcile_total.labels(controller).inc()
             self.metrics.reconcile_duration_seconds.labels(controller).observe(time.perf_counter() - started)
-            if not lock.locked():
-                self._locks.pop((controller, *key), None)
+            lock, users = self._locks[token]
+            if users <= 1:
+                del self._locks[token]  # nobody else holds or awaits it
+            else:
+                self._locks[token] = (lock, users - 1)
 
     def seen(self, kind: str, key: caches.ObjectKey) -> None:
         """A watch event for this object arrived: drop what we remembered of our own writes."""

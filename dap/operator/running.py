@@ -162,6 +162,15 @@ class _Unconnected(kube.Client):
         return None
 
 
+def kopf_scope(options: Options) -> dict[str, Any]:
+    """kopf's scope arguments: all namespaces, or just ``--namespace``; peering or standalone."""
+    return {
+        "clusterwide": not options.namespace,
+        "namespaces": [options.namespace] if options.namespace else [],
+        "standalone": not options.leader_elect,
+    }
+
+
 async def run(
     options: Options,
     *,
@@ -172,15 +181,8 @@ async def run(
     runtime = runtime or Runtime(options)
     registry = kopf.OperatorRegistry()
     handlers.register(registry, runtime)
-    namespaces = [options.namespace] if options.namespace else []
     try:
-        await kopf.operator(
-            registry=registry,
-            clusterwide=not options.namespace,
-            namespaces=namespaces,
-            standalone=not options.leader_elect,
-            stop_flag=stop_flag,
-        )
+        await kopf.operator(registry=registry, stop_flag=stop_flag, **kopf_scope(options))
     finally:
         await runtime.stop_background()
     return runtime
