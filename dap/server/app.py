@@ -158,8 +158,9 @@ def build_app(
     app[state.REGISTRY] = workspaces.Registry(pool)
     app[state.METRICS] = meter
     app[state.VERIFIER] = verifier
-    app.router.add_get("/{ws}/api/openapi.json", openapi.handler)
+    # entity routes first: the router tries dynamic routes in order, and these carry the load
     rest.add_routes(app)
+    app.router.add_get("/{ws}/api/openapi.json", openapi.handler)
     ui_meta.add_routes(app)
     app.router.add_post("/{ws}/_ui/setup", users.setup)
     app.router.add_post("/{ws}/_ui/login", users.login)

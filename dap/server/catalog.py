@@ -8,20 +8,30 @@ end, so a swap by the resource pod never mixes two specs inside one request.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from dap.config import Spec
 from dap.config.apps import AppSpec, FormSpec, PageSpec, TableSpec
 from dap.config.entities import EntitySpec
 from dap.config.enums import REST_ACTIONS, FieldType
 from dap.config.fields import Field
-from dap.server import tables
+from dap.server import records, tables
 from dap.server.tables import Table
 
-SYSTEM_OUTPUT = ("id", "version", "docstatus", "created_at", "updated_at", "owner")
 REST_SURFACE = "rest"
+
+
+@dataclass(frozen=True)
+class Slot:
+    """How one output field of a record is read from a row and turned into JSON."""
+
+    name: str
+    column: str | None  # None: a child field stored in its own table
+    convert: Callable[[Any], Any] | None
+    exclude: frozenset[str]
 
 
 @dataclass(frozen=True)
@@ -37,6 +47,7 @@ class Resource:
     actions: frozenset[str]
     title: str
     fields: Mapping[str, Field] = field(default_factory=dict)  # REST-visible, stored or child
+    slots: tuple[Slot, ...] = ()  # the output plan, in field order
 
     @property
     def lifecycle(self) -> bool:
@@ -97,6 +108,17 @@ class Catalog:
             owned = by_entity[key]
             main = next(t for t in owned if t.kind == "entity")
             children = {t.field or "": t for t in owned if t.kind == "child"}
+            visible = _rest_fields(spec)
+            slots = tuple(
+                Slot(
+                    name,
+                    None if name in children else (c.name if (c := main.column_for(name)) else None),
+                    records.converter(f),
+                    frozenset(f.exclude),
+                )
+                for name, f in visible.items()
+                if name in children or main.column_for(name) is not None
+            )
             resources[key] = Resource(
                 key=key,
                 module=module,
@@ -106,7 +128,8 @@ class Catalog:
                 children=MappingProxyType(children),
                 actions=frozenset(str(a) for a in REST_ACTIONS if rest.allows(a)),
                 title=title,
-                fields=MappingProxyType(_rest_fields(spec)),
+                fields=MappingProxyType(visible),
+                slots=slots,
             )
         return cls(
             entities=MappingProxyType(dict(entities)),

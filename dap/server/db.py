@@ -41,9 +41,7 @@ async def _init_connection(conn: asyncpg.Connection[asyncpg.Record]) -> None:
 async def open_pool(dsn: str, size: int) -> asyncpg.Pool[asyncpg.Record]:
     """The process's one pool; an unreachable or refusing Postgres refuses the boot."""
     try:
-        pool = await asyncpg.create_pool(
-            dsn, min_size=min(2, size), max_size=size, init=_init_connection, command_timeout=60
-        )
+        pool = await asyncpg.create_pool(dsn, min_size=min(2, size), max_size=size, init=_init_connection)
     except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         raise errors.BootRefused(f"cannot connect to Postgres: {exc.__class__.__name__}: {exc}") from exc
     assert pool is not None

@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -301,6 +301,32 @@ def coerce_row(
     if problems:
         raise InvalidRowError(problems)
     return out
+
+
+def _decimal(value: Decimal) -> str:
+    return format(value, "f")
+
+
+def _iso(value: dt.date | dt.time) -> str:
+    return value.isoformat()
+
+
+def converter(f: Field) -> Callable[[Any], Any] | None:
+    """The column value → JSON conversion of ``f`` (``None``: the value is JSON already).
+
+    Chosen once per field when the catalog is built, so answering a row is one call per field.
+    """
+    if f.masked:
+        return lambda v: MASK if v is not None else None
+    if f.multiple or f.type in (FieldType.JSON, FieldType.ATTACHMENT, FieldType.CHILD):
+        return None
+    if f.type in _EXACT:
+        return _decimal
+    if f.type in (FieldType.DATE, FieldType.DATETIME, FieldType.TIME):
+        return _iso
+    if f.type in (FieldType.UUID, FieldType.RELATION):
+        return str
+    return None
 
 
 def present(f: Field, value: Any) -> Any:

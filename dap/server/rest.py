@@ -22,7 +22,7 @@ import asyncpg
 from aiohttp import web
 
 from dap.server import auth, db, errors, filters, records, sql, state, tables
-from dap.server.catalog import SYSTEM_OUTPUT, Catalog, Resource
+from dap.server.catalog import Catalog, Resource
 from dap.server.workspaces import Workspace
 
 log = logging.getLogger(__name__)
@@ -91,24 +91,24 @@ def present(
 ) -> dict[str, Any]:
     """The JSON of one stored row: REST-visible fields plus the system fields."""
     out: dict[str, Any] = {}
-    for name, f in resource.fields.items():
-        if (only is not None and name not in only) or surface in f.exclude:
+    for slot in resource.slots:
+        if (only is not None and slot.name not in only) or surface in slot.exclude:
             continue
-        if name in resource.children:
-            out[name] = (children or {}).get(name, [])
+        if slot.column is None:
+            out[slot.name] = (children or {}).get(slot.name, [])
             continue
-        column = resource.column(name)
-        if column is not None:
-            out[name] = records.present(f, row[column])
-    for name in SYSTEM_OUTPUT:
-        if only is not None and name not in only and name != "id":
-            continue
-        if name == "docstatus":
-            if resource.lifecycle:
-                out[name] = tables.DOCSTATUS[row["docstatus"]]
-            continue
-        value = row[name]
-        out[name] = records.to_json(filters.SYSTEM["id"], value)
+        value = row[slot.column]
+        out[slot.name] = value if slot.convert is None or value is None else slot.convert(value)
+    out["id"] = str(row["id"])  # always, even with ``fields=``
+    if only is None or "version" in only:
+        out["version"] = row["version"]
+    if resource.lifecycle and (only is None or "docstatus" in only):
+        out["docstatus"] = tables.DOCSTATUS[row["docstatus"]]
+    for name in ("created_at", "updated_at"):
+        if only is None or name in only:
+            out[name] = row[name].isoformat()
+    if only is None or "owner" in only:
+        out["owner"] = row["owner"]
     return out
 
 

@@ -40,6 +40,8 @@ class _Args:
 
 
 def _columns(table: Table, names: Sequence[str] | None) -> str:
+    if names is None:
+        return table.select_columns
     cols = [c.name for c in table.columns if c.name != "tenant_id" and (names is None or c.name in names)]
     return ", ".join(quote(c) for c in cols)
 

@@ -14,6 +14,7 @@ schema registry so that people can find a table from its entity.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -84,6 +85,11 @@ class Table:
 
     def column(self, name: str) -> Column | None:
         return next((c for c in self.columns if c.name == name), None)
+
+    @functools.cached_property
+    def select_columns(self) -> str:
+        """The quoted column list every read returns (all but ``tenant_id``), built once."""
+        return ", ".join(quote(c.name) for c in self.columns if c.name != "tenant_id")
 
     def column_for(self, field_name: str) -> Column | None:
         return next((c for c in self.columns if c.field == field_name), None)
