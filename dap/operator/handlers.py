@@ -152,7 +152,7 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
     async def workspace_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
         reconciler.seen("Workspace", _key(body))
         if event["type"] == "DELETED":
-            runtime.reporter.forget(_key(body)[1])
+            runtime.reporter.forget(_key(body))
 
     # -- ClusterClass: no reconciler, only a fan-out to its workspaces (spec rule 6) ------------
 

@@ -234,7 +234,7 @@ class Reconciler:
         status["replicas"] = int(dep_status.get("replicas", 0))
         status["readyReplicas"] = int(dep_status.get("readyReplicas", 0))
         await self._write_status("Workspace", WORKSPACES, key, ws.get("status", {}), status)
-        self.reporter.workspace_changed(key[1], verdict.phase, merged)
+        self.reporter.workspace_changed(key, verdict.phase, merged)
 
     # -- Datastore --------------------------------------------------------------------------
 

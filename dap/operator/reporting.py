@@ -156,9 +156,10 @@ class Reporter:
         self.node = node
         self.interval = interval
         self._metrics = metrics
-        self._phases: dict[str, str] = {}
-        self._sent: dict[str, tuple[str, str]] = {}
-        self._pending: dict[str, WorkspaceStatusReport] = {}
+        # Keyed by (namespace, name): equal names in two namespaces are two workspaces.
+        self._phases: dict[tuple[str, str], str] = {}
+        self._sent: dict[tuple[str, str], tuple[str, str]] = {}
+        self._pending: dict[tuple[str, str], WorkspaceStatusReport] = {}
         self._wake = asyncio.Event()
         self._limiter = _LogLimiter()
 
@@ -166,7 +167,9 @@ class Reporter:
     def enabled(self) -> bool:
         return bool(self.control_url)
 
-    def workspace_changed(self, workspace: str, phase: str, conditions: Sequence[bodies.Condition]) -> None:
+    def workspace_changed(
+        self, workspace: tuple[str, str], phase: str, conditions: Sequence[bodies.Condition]
+    ) -> None:
         """Record the workspace's status; it is posted if it differs from the last one posted."""
         self._phases[workspace] = phase
         self._metrics.workspaces.clear()
@@ -176,11 +179,11 @@ class Reporter:
         if self._sent.get(workspace) == fingerprint or not self.enabled:
             return
         self._pending[workspace] = workspace_status_body(
-            cluster=self.cluster, workspace=workspace, phase=phase, conditions=conditions, at=now_iso()
+            cluster=self.cluster, workspace=workspace[1], phase=phase, conditions=conditions, at=now_iso()
         )
         self._wake.set()
 
-    def forget(self, workspace: str) -> None:
+    def forget(self, workspace: tuple[str, str]) -> None:
         self._phases.pop(workspace, None)
         self._sent.pop(workspace, None)
         self._pending.pop(workspace, None)
@@ -189,7 +192,7 @@ class Reporter:
         return node_health_body(
             cluster=self.cluster,
             node=self.node,
-            phases=self._phases,
+            phases={f"{ns}/{name}": phase for (ns, name), phase in self._phases.items()},
             cpu=cpu_load(_read("/proc/loadavg"), os.cpu_count() or 1),
             memory=memory_used(_read("/proc/meminfo")),
             at=now_iso(),
