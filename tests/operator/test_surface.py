@@ -122,3 +122,66 @@ def test_kopf_scope(options: running.Options, scope: dict[str, Any]) -> None:
     # Namespaced mode is not run on kmock 0.8: its path parser fails on GET /api/v1/namespaces,
     # which kopf's namespace observer needs in that mode. e2e-kind runs the real thing.
     assert running.kopf_scope(options) == scope
+
+
+async def test_a_refused_object_marks_the_workspace_failed_and_is_permanent() -> None:
+    """A real HTTP server playing an API server that refuses the Deployment (422)."""
+    from aiohttp import web
+
+    from dap.operator import kube
+
+    status_patches: list[dict[str, Any]] = []
+
+    async def create(request: web.Request) -> web.Response:
+        body = await request.json()
+        if request.match_info["plural"] == "deployments":
+            message = 'spec.template.spec.containers[0].resources.limits[memory]: Invalid value: "lots"'
+            return web.json_response({"kind": "Status", "code": 422, "message": message}, status=422)
+        return web.json_response(body, status=201)
+
+    async def patch_status(request: web.Request) -> web.Response:
+        status_patches.append(await request.json())
+        return web.json_response({})
+
+    app = web.Application()
+    app.router.add_post("/api/v1/namespaces/{ns}/{plural}", create)
+    app.router.add_post("/apis/apps/v1/namespaces/{ns}/{plural}", create)
+    app.router.add_patch("/apis/dap.io/v1alpha1/namespaces/{ns}/workspaces/{name}/status", patch_status)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    m = metrics.Metrics()
+    client = kube.Client.connect(
+        kopf.ConnectionInfo(server=f"http://127.0.0.1:{port}"), observer=m.observe_request
+    )
+    reconciler = reconciling.Reconciler(
+        client=client,
+        caches=caches.Caches(),
+        metrics=m,
+        reporter=reporting.Reporter(control_url="", cluster="c", node="n", metrics=m),
+        resource_image="i",
+        control_cluster_url="",
+        trust=reconciling.Trust(),
+    )
+    body = {"metadata": {"name": "shop", "namespace": "tenants", "uid": "u", "generation": 2}, "spec": {}}
+    try:
+        with pytest.raises(errors.InvalidSpecError) as caught:
+            await reconciler.workspace(("tenants", "shop"), body)
+        with pytest.raises(kopf.PermanentError):
+            await handlers.guarded(_raise(caught.value))
+    finally:
+        await client.close()
+        await runner.cleanup()
+    (patch,) = status_patches
+    assert patch["status"]["phase"] == "Failed"
+    degraded = next(c for c in patch["status"]["conditions"] if c["type"] == "Degraded")
+    assert (degraded["status"], degraded["reason"], degraded["observedGeneration"]) == (
+        "True",
+        "InvalidSpec",
+        2,
+    )
+    assert "Invalid value" in degraded["message"]
+    assert m.reconcile_errors_total.labels("workspace")._value.get() == 1
+    assert m.kube_requests_total.labels("create", "4xx")._value.get() == 1
