@@ -1,0 +1,174 @@
+"""The aiohttp application of ``dap control serve`` and its life cycle.
+
+Routes per mode (spec, Endpoints: Control plane):
+
+| route                          | region | cluster | standalone |
+|--------------------------------|--------|---------|------------|
+| POST /v1/artifacts             | yes    |         | yes        |
+| GET  /v1/artifacts/{id}        | yes    | yes     | yes        |
+| GET  /v1/keys, /v1/snapshot    | yes    | yes     | yes        |
+| POST/GET /v1/evidence          | yes    | yes     | yes        |
+| POST /v1/node-health, /v1/workspace-status, GET /v1/workspace-status | yes | yes | yes |
+| PUT  /v1/clusters/{id}, GET /v1/clusters | yes |  |            |
+| POST /v1/poll                  |        |         | dev only   |
+| GET  /health                   | yes    | yes     | yes        |
+
+Start-up loads the desired state into memory and LISTENs on ``dap_control_changed`` so changes
+made by other processes (``dap control revoke``, another replica) reach the in-memory snapshot;
+cluster mode restores its cached region snapshot and starts the sync and relay agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from datetime import UTC, datetime
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import asyncpg
+from aiohttp import web
+
+from dap.control import (
+    cluster,
+    cluster_store,
+    errors,
+    handlers,
+    http,
+    live,
+    reports,
+    schema,
+    settings,
+    signing,
+    snapshots,
+)
+from dap.control.ids import KeyId
+
+log = logging.getLogger(__name__)
+
+LISTENER: web.AppKey[asyncpg.pool.PoolConnectionProxy[asyncpg.Record]] = web.AppKey("listener")
+ON_CHANGE: web.AppKey[Callable[..., None]] = web.AppKey("on_change")
+RELOADS: web.AppKey[set[asyncio.Task[None]]] = web.AppKey("reloads")
+SESSION = web.AppKey("session", aiohttp.ClientSession)
+CLUSTER_AGENT = web.AppKey("cluster_agent", cluster.Agent)
+
+
+def build_app(
+    *, config: settings.Settings, pool: Any, signer: signing.Signer | None = None
+) -> web.Application:
+    if config.mode != "cluster" and signer is None:
+        raise errors.SigningKeyError(f"{config.mode} mode signs artifacts and needs a signing key")
+    app = web.Application(middlewares=[http.problems], client_max_size=config.max_body_bytes)
+    app[http.POOL] = pool
+    app[http.SETTINGS] = config
+    initial = snapshots.State(
+        version=0,
+        issued_at=datetime.now(UTC).replace(microsecond=0),
+        ttl=config.snapshot_ttl,
+        environment=config.environment,
+    )
+    app[http.LIVE] = live.Live(initial, signer)
+    app[http.TRUSTED] = {signing.key_id(k): k for k in config.trusted_keys}
+    if signer is not None:
+        app[http.SIGNER] = signer
+
+    routes = [
+        web.get("/health", handlers.get_health),
+        web.get("/v1/keys", handlers.get_keys),
+        web.get("/v1/snapshot", handlers.get_snapshot),
+        web.get("/v1/artifacts/{artifact_id}", handlers.get_artifact),
+        web.post("/v1/evidence", reports.post_evidence),
+        web.get("/v1/evidence", reports.get_evidence),
+        web.post("/v1/node-health", reports.post_node_health),
+        web.post("/v1/workspace-status", reports.post_workspace_status),
+        web.get("/v1/workspace-status", reports.get_workspace_status),
+    ]
+    if config.accepts_artifacts:
+        routes.append(web.post("/v1/artifacts", handlers.post_artifact))
+    if config.mode == "region":
+        routes += [
+            web.put("/v1/clusters/{cluster_id}", reports.put_cluster),
+            web.get("/v1/clusters", reports.get_clusters),
+        ]
+    if config.polls:
+        routes.append(web.post("/v1/poll", handlers.post_poll))
+    app.add_routes(routes)
+    app.on_startup.append(_start)
+    app.on_cleanup.append(_stop)
+    return app
+
+
+async def _start(app: web.Application) -> None:
+    config = app[http.SETTINGS]
+    pool = app[http.POOL]
+    if config.mode == "cluster":
+        if not app[http.TRUSTED]:
+            app[http.TRUSTED].update(await cluster_store.trusted_keys(pool))
+        else:
+            await cluster_store.add_trusted_keys(pool, app[http.TRUSTED])
+        saved = await cluster_store.region_snapshot(pool)
+        if saved is not None:
+            etag, body = saved
+            version = cluster_store.snapshot_version(body)
+            app[http.LIVE].set_region(live.RegionSnapshot(etag=etag, body=body, version=version))
+        session = aiohttp.ClientSession()
+        app[SESSION] = session
+        trusted: dict[KeyId, bytes] = app[http.TRUSTED]
+        agent = cluster.Agent(
+            pool=pool, config=config, state=app[http.LIVE], trusted=trusted, session=session
+        )
+        app[CLUSTER_AGENT] = agent
+        app[http.AGENT] = agent
+        agent.start()
+        return
+    await http.reload_state(app)
+    listener = await pool.acquire()
+    app[LISTENER] = listener
+
+    app[RELOADS] = set()
+
+    def changed(*_: object) -> None:
+        task = asyncio.get_running_loop().create_task(http.reload_state(app))
+        app[RELOADS].add(task)  # held so that the task is not garbage-collected mid-flight
+        task.add_done_callback(app[RELOADS].discard)
+
+    app[ON_CHANGE] = changed
+    await listener.add_listener(schema.NOTIFY_CHANNEL, changed)
+
+
+async def _stop(app: web.Application) -> None:
+    if CLUSTER_AGENT in app:
+        await app[CLUSTER_AGENT].stop()
+    if SESSION in app:
+        await app[SESSION].close()
+    if LISTENER in app:
+        try:
+            await app[LISTENER].remove_listener(schema.NOTIFY_CHANNEL, app[ON_CHANGE])
+            await app[http.POOL].release(app[LISTENER])
+        except (asyncpg.InterfaceError, asyncpg.PostgresError, OSError):
+            log.warning("the listening connection was already gone at shutdown")
+        await asyncio.gather(*app[RELOADS], return_exceptions=True)
+
+
+async def serve(app: web.Application, *, host: str, port: int, ready: asyncio.Event | None = None) -> None:
+    """Run until SIGINT/SIGTERM (or cancellation), then shut down cleanly."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    config = app[http.SETTINGS]
+    log.info(
+        "control serving", extra={"ctx": {"mode": config.mode, "dev": config.dev, "host": host, "port": port}}
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    if ready is not None:
+        ready.set()
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()

@@ -1,0 +1,186 @@
+"""Cluster mode: sync from the region, relay evidence to it.
+
+``Agent`` runs two loops next to the HTTP server:
+
+- sync (every ``sync_interval``, about 30 s): announce this cluster (``PUT /v1/clusters/{id}``
+  with labels, maximum and the mean node CPU as load), then ``GET /v1/snapshot?cluster=ID`` with
+  the ETag held; on 200 verify the snapshot's signature, fetch every artifact it names that is not
+  cached yet, verify each (signature, file hashes, aggregate) and cache it, and only then switch
+  to the new snapshot. A failure leaves the previous snapshot in service; pods never see a
+  snapshot whose artifacts this cluster cannot serve.
+- relay (every ``relay_interval``, about 60 s): send the outbox oldest first in batches; delete a
+  batch only after the region answered 202. Records carry their idempotency ids, so a batch
+  resent after a lost answer is stored once.
+
+Trust: the region's public keys come from ``--trusted-key`` when given; otherwise they are
+fetched from the region's ``GET /v1/keys`` on first contact and pinned in the database (trust on
+first use; production deployments should pass the keys).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+
+from dap.control import (
+    cluster_store,
+    envelopes,
+    errors,
+    evidence_store,
+    live,
+    registry,
+    settings,
+    signing,
+    store,
+)
+from dap.control.ids import KeyId
+
+log = logging.getLogger(__name__)
+
+
+class Agent:
+    def __init__(
+        self,
+        *,
+        pool: store.Pool,
+        config: settings.Settings,
+        state: live.Live,
+        trusted: dict[KeyId, bytes],
+        session: aiohttp.ClientSession,
+    ) -> None:
+        if not config.region_url:
+            raise errors.ControlError("cluster mode needs --region-url")
+        self.pool = pool
+        self.config = config
+        self.live = state
+        self.trusted = trusted
+        self.session = session
+        self.region = config.region_url.rstrip("/")
+        self.last: dict[str, Any] = {
+            "sync_at": None,
+            "sync_error": None,
+            "relay_at": None,
+            "relay_error": None,
+        }
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def status(self) -> dict[str, Any]:
+        return dict(self.last)
+
+    def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._loop("sync", self.sync_once, self.config.sync_interval)),
+            asyncio.create_task(self._loop("relay", self.relay_once, self.config.relay_interval)),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _loop(self, name: str, step: Any, interval: float) -> None:
+        while True:
+            try:
+                await step()
+                self.last[f"{name}_at"] = datetime.now(UTC).isoformat()
+                self.last[f"{name}_error"] = None
+            except errors.ControlError as exc:
+                self.last[f"{name}_error"] = exc.detail
+                log.warning("%s with the region failed: %s", name, exc.detail)
+            except Exception as exc:  # a loop must survive anything and retry next round
+                self.last[f"{name}_error"] = f"{type(exc).__name__}: {exc}"
+                log.exception("%s with the region failed", name)
+            await asyncio.sleep(interval)
+
+    async def _request(self, method: str, path: str, **kwargs: Any) -> tuple[int, bytes, str | None]:
+        timeout = aiohttp.ClientTimeout(total=self.config.upstream_timeout)
+        try:
+            async with self.session.request(
+                method, self.region + path, timeout=timeout, **kwargs
+            ) as response:
+                return response.status, await response.read(), response.headers.get("ETag")
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise errors.UpstreamError(f"region {self.region} unreachable: {exc!r}") from exc
+
+    async def _announce(self) -> None:
+        load = await registry.cluster_load(self.pool, self.config.cluster_id)
+        body = {
+            "labels": dict(self.config.labels),
+            "max_workspaces": self.config.max_workspaces,
+            "status": "active",
+            "load": load,
+        }
+        status, text, _ = await self._request("PUT", f"/v1/clusters/{self.config.cluster_id}", json=body)
+        if status != 200:
+            raise errors.UpstreamError(f"region refused the announcement ({status}): {text[:200]!r}")
+
+    async def _ensure_keys(self) -> None:
+        if self.trusted:
+            return
+        status, body, _ = await self._request("GET", "/v1/keys")
+        if status != 200:
+            raise errors.UpstreamError(f"region keys unavailable ({status})")
+        published = [signing.parse_public_key(k["public_key"]) for k in json.loads(body)["keys"]]
+        keys = {signing.key_id(k): k for k in published}
+        await cluster_store.add_trusted_keys(self.pool, keys)
+        self.trusted.update(keys)
+        log.info("pinned region keys", extra={"ctx": {"keys": sorted(keys)}})
+
+    async def sync_once(self) -> bool:
+        """One sync; return True when a new snapshot was taken into service."""
+        await self._announce()
+        await self._ensure_keys()
+        headers = {"If-None-Match": self.live.region.etag} if self.live.region else {}
+        status, body, etag = await self._request(
+            "GET", "/v1/snapshot", params={"cluster": self.config.cluster_id}, headers=headers
+        )
+        if status == 304:
+            return False
+        if status != 200 or etag is None:
+            raise errors.UpstreamError(f"region snapshot answered {status}: {body[:200]!r}")
+        snapshot = json.loads(body)
+        signing.verify(snapshot, self.trusted)
+        cached = await cluster_store.cached_artifact_ids(self.pool)
+        for deployment in snapshot["deployments"]:
+            if deployment["artifact_id"] not in cached:
+                await self._fetch_artifact(deployment["artifact_id"])
+                cached.add(deployment["artifact_id"])
+        await cluster_store.save_region_snapshot(self.pool, etag, body)
+        self.live.set_region(live.RegionSnapshot(etag=etag, body=body, version=snapshot["version"]))
+        log.info("snapshot synced", extra={"ctx": {"version": snapshot["version"], "etag": etag}})
+        return True
+
+    async def _fetch_artifact(self, artifact_id: str) -> None:
+        status, body, _ = await self._request("GET", f"/v1/artifacts/{artifact_id}")
+        if status != 200:
+            raise errors.UpstreamError(f"artifact {artifact_id} unavailable from the region ({status})")
+        envelope = json.loads(body)
+        files = await asyncio.to_thread(envelopes.verify, envelope, self.trusted)
+        if envelope["artifact_id"] != artifact_id:
+            raise errors.SignatureError(
+                f"region answered artifact {envelope['artifact_id']} for {artifact_id}"
+            )
+        async with self.pool.acquire() as conn:
+            await cluster_store.cache_artifact(conn, envelope, body, {p: len(c) for p, c in files.items()})
+
+    async def relay_once(self) -> int:
+        """Relay outbox batches until it is empty; return how many records the region accepted."""
+        relayed = 0
+        while batch := await evidence_store.outbox_batch(self.pool, self.config.relay_batch):
+            records = [record for _, record in batch]
+            key = hashlib.sha256("\n".join(r["id"] for r in records).encode()).hexdigest()
+            status, body, _ = await self._request(
+                "POST", "/v1/evidence", json={"records": records}, headers={"Idempotency-Key": key}
+            )
+            if status != 202:
+                # Kept in the outbox: nothing is dropped, the next round retries.
+                raise errors.UpstreamError(f"region refused an evidence batch ({status}): {body[:300]!r}")
+            await evidence_store.outbox_done(self.pool, batch[-1][0])
+            relayed += len(records)
+        return relayed

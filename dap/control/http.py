@@ -1,0 +1,120 @@
+"""HTTP plumbing shared by the handlers: typed app keys, problem documents, JSON helpers.
+
+Every error leaves as an RFC 9457 problem document (``application/problem+json``) built from a
+``errors.ControlError``; aiohttp's own HTTP errors (unknown route, wrong method, body too large)
+are mapped into the same shape, and anything unexpected becomes a 500 that carries a request id
+and no internals (the traceback goes to the log under the same id).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import uuid
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from dap.control import errors, live, settings, signing, store
+from dap.control.ids import KeyId
+
+log = logging.getLogger(__name__)
+
+
+class Agent(Protocol):
+    """The cluster-mode sync and relay agent, as the health handler sees it."""
+
+    def status(self) -> dict[str, Any]: ...
+
+
+POOL: web.AppKey[store.Pool] = web.AppKey("pool")
+SETTINGS = web.AppKey("settings", settings.Settings)
+LIVE = web.AppKey("live", live.Live)
+SIGNER = web.AppKey("signer", signing.Signer)
+TRUSTED: web.AppKey[dict[KeyId, bytes]] = web.AppKey("trusted")
+AGENT: web.AppKey[Agent] = web.AppKey("agent")
+
+PROBLEM_TYPE = "application/problem+json"
+
+_AIOHTTP_CODES = {
+    404: ("SVC.CONTROL.NOT_FOUND", "Not found"),
+    405: ("SVC.REQUEST.METHOD_NOT_ALLOWED", "Method not allowed"),
+    413: ("SVC.ARTIFACT.TOO_LARGE", "Payload too large"),
+}
+
+
+def problem(
+    status: int, code: str, title: str, detail: str, items: list[errors.ErrorItem] | None = None, **extra: Any
+) -> web.Response:
+    body: dict[str, Any] = {
+        "type": f"urn:dap:error:{code}",
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "code": code,
+        "errors": [item.as_json() for item in items or []],
+        **extra,
+    }
+    return web.Response(status=status, body=json.dumps(body).encode(), content_type=PROBLEM_TYPE)
+
+
+def from_error(exc: errors.ControlError) -> web.Response:
+    return problem(exc.status, exc.code, exc.title, exc.detail, exc.errors)
+
+
+@web.middleware
+async def problems(request: web.Request, handler: Any) -> web.StreamResponse:
+    try:
+        response: web.StreamResponse = await handler(request)
+        return response
+    except errors.ControlError as exc:
+        if exc.status >= 500:
+            log.warning("request failed: %s", exc.detail, extra={"ctx": {"path": request.path}})
+        return from_error(exc)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code, title = _AIOHTTP_CODES.get(exc.status, ("SVC.REQUEST.MALFORMED", exc.reason))
+        return problem(exc.status, code, title, exc.text or exc.reason)
+    except Exception:
+        request_id = uuid.uuid4().hex
+        log.exception("unhandled error", extra={"ctx": {"request_id": request_id, "path": request.path}})
+        return problem(
+            500,
+            "SVC.CONTROL.INTERNAL",
+            "Internal control-plane error",
+            f"the control plane failed; quote request id {request_id}",
+            request_id=request_id,
+        )
+
+
+def json_response(data: Any, status: int = 200) -> web.Response:
+    return web.Response(status=status, body=json.dumps(data).encode(), content_type="application/json")
+
+
+async def json_body(request: web.Request) -> Any:
+    try:
+        return json.loads(await request.read())
+    except web.HTTPRequestEntityTooLarge as exc:
+        raise errors.PayloadTooLargeError(f"request body exceeds {exc.status} limit") from exc
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise errors.RequestError(f"request body is not JSON: {exc}") from exc
+
+
+async def reload_state(app: web.Application) -> None:
+    """Reload the desired state from Postgres into ``Live`` (region and standalone)."""
+    version, deployments = await store.snapshot_content(app[POOL])
+    current = app[LIVE].state
+    if version == current.version and tuple(deployments) == current.deployments:
+        return
+    app[LIVE].replace(
+        dataclasses.replace(
+            current,
+            version=version,
+            deployments=tuple(deployments),
+            issued_at=datetime.now(UTC).replace(microsecond=0),
+            bodies={},
+        )
+    )

@@ -1,0 +1,146 @@
+"""The control plane's Postgres schema and its migrations.
+
+Everything lives in the Postgres schema ``dap_control`` so that a control plane can share a
+database with other parts without name clashes. Migrations are an ordered list of SQL scripts;
+``migrate`` applies the missing ones at start-up in one transaction under an advisory lock, so two
+replicas starting together do not race.
+
+Tables (region, standalone and cluster use the same schema; cluster mode leaves the routing
+tables empty and uses ``outbox``, ``region_snapshot`` and ``trusted_keys``):
+
+- ``artifacts``: one row per artifact version; ``envelope`` holds the exact signed JSON bytes.
+- ``artifact_files``: path, sha256 and size of each file (the content is in the envelope).
+- ``snapshot_state``: the single snapshot version counter.
+- ``deployments``: desired binding workspace -> app, artifact, cluster, plus the placement the
+  workspace asked for and the routing error when no cluster fits.
+- ``clusters``, ``node_health``, ``workspace_status``: the routing registry and operator reports.
+- ``evidence``: accepted evidence records, keyed by their idempotency id.
+- ``outbox``: evidence a cluster still has to relay to its region (survives restarts).
+- ``region_snapshot``: the last region-signed snapshot a cluster serves to its pods.
+- ``trusted_keys``: public keys a cluster trusts for region signatures.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, TypeAlias
+
+import asyncpg
+
+if TYPE_CHECKING:  # asyncpg's classes are generic only in its stubs
+    # The connection types every store function accepts: a plain connection or a pool's proxy.
+    Conn: TypeAlias = asyncpg.Connection[asyncpg.Record] | asyncpg.pool.PoolConnectionProxy[asyncpg.Record]
+
+SCHEMA = "dap_control"
+LOCK_KEY = 0x64617063  # "dapc": the advisory lock taken while migrating
+NOTIFY_CHANNEL = "dap_control_changed"
+
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE dap_control.artifacts (
+        artifact_id     text PRIMARY KEY,
+        app             text NOT NULL,
+        version         integer NOT NULL CHECK (version > 0),
+        sha256          text NOT NULL,
+        signing_key_id  text NOT NULL,
+        status          text NOT NULL DEFAULT 'active' CHECK (status IN ('active', 'revoked')),
+        size_bytes      bigint NOT NULL,
+        created_at      timestamptz NOT NULL DEFAULT now(),
+        revoked_at      timestamptz,
+        envelope        bytea NOT NULL,
+        UNIQUE (app, version)
+    );
+    CREATE TABLE dap_control.artifact_files (
+        artifact_id  text NOT NULL REFERENCES dap_control.artifacts ON DELETE CASCADE,
+        path         text NOT NULL,
+        sha256       text NOT NULL,
+        size_bytes   bigint NOT NULL,
+        PRIMARY KEY (artifact_id, path)
+    );
+    CREATE TABLE dap_control.snapshot_state (
+        singleton   boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+        version     bigint NOT NULL,
+        changed_at  timestamptz NOT NULL DEFAULT now()
+    );
+    INSERT INTO dap_control.snapshot_state (version) VALUES (0);
+    CREATE TABLE dap_control.deployments (
+        workspace_id       text PRIMARY KEY,
+        app                text NOT NULL,
+        artifact_id        text REFERENCES dap_control.artifacts,
+        cluster_id         text,
+        cluster_class      text,
+        region             text,
+        requested_cluster  text,
+        error              text,
+        updated_at         timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE INDEX deployments_app ON dap_control.deployments (app);
+    CREATE TABLE dap_control.clusters (
+        cluster_id      text PRIMARY KEY,
+        labels          jsonb NOT NULL DEFAULT '{}',
+        status          text NOT NULL DEFAULT 'active',
+        max_workspaces  integer NOT NULL DEFAULT 100 CHECK (max_workspaces >= 0),
+        load            double precision NOT NULL DEFAULT 0,
+        last_seen       timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE TABLE dap_control.node_health (
+        cluster_id  text NOT NULL,
+        node        text NOT NULL,
+        status      text NOT NULL,
+        workspaces  integer NOT NULL,
+        cpu         double precision NOT NULL,
+        memory      double precision NOT NULL,
+        at          timestamptz NOT NULL,
+        PRIMARY KEY (cluster_id, node)
+    );
+    CREATE TABLE dap_control.workspace_status (
+        workspace_id  text NOT NULL,
+        cluster_id    text NOT NULL,
+        phase         text NOT NULL,
+        conditions    jsonb NOT NULL,
+        at            timestamptz NOT NULL,
+        PRIMARY KEY (workspace_id, cluster_id)
+    );
+    CREATE TABLE dap_control.evidence (
+        id            text PRIMARY KEY,
+        type          text NOT NULL,
+        workspace_id  text,
+        cluster_id    text,
+        at            timestamptz NOT NULL,
+        received_at   timestamptz NOT NULL DEFAULT now(),
+        record        jsonb NOT NULL
+    );
+    CREATE INDEX evidence_workspace_at ON dap_control.evidence (workspace_id, at);
+    CREATE INDEX evidence_type_at ON dap_control.evidence (type, at);
+    CREATE TABLE dap_control.outbox (
+        seq        bigserial PRIMARY KEY,
+        record_id  text NOT NULL UNIQUE,
+        record     jsonb NOT NULL,
+        queued_at  timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE TABLE dap_control.region_snapshot (
+        singleton   boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+        etag        text NOT NULL,
+        body        bytea NOT NULL,
+        fetched_at  timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE TABLE dap_control.trusted_keys (
+        key_id      text PRIMARY KEY,
+        public_key  bytea NOT NULL,
+        added_at    timestamptz NOT NULL DEFAULT now()
+    );
+    """,
+)
+
+
+async def migrate(conn: Conn) -> int:
+    """Apply the missing migrations; return the schema version now in place."""
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", LOCK_KEY)
+        await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
+        await conn.execute(f"CREATE TABLE IF NOT EXISTS {SCHEMA}.schema_version (version integer NOT NULL)")
+        current = await conn.fetchval(f"SELECT max(version) FROM {SCHEMA}.schema_version") or 0
+        for number, script in enumerate(MIGRATIONS, start=1):
+            if number > current:
+                await conn.execute(script)
+                await conn.execute(f"INSERT INTO {SCHEMA}.schema_version (version) VALUES ($1)", number)
+        return len(MIGRATIONS)
