@@ -23,8 +23,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from datetime import UTC, datetime
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp

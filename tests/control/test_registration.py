@@ -44,9 +44,17 @@ async def test_round_trip_and_independent_verification(
         assert response.status == 200
         envelope = await response.json()
     assert set(envelope) == {
-        "artifact_id", "app", "version", "sha256", "files", "signature", "signing_key_id",
-        "prev_version", "prev_sha256", "created_at",
-    }  # fmt: skip
+        "artifact_id",
+        "app",
+        "version",
+        "sha256",
+        "files",
+        "signature",
+        "signing_key_id",
+        "prev_version",
+        "prev_sha256",
+        "created_at",
+    }
     assert envelope["sha256"] == result["sha256"]
     assert {f["path"]: base64.b64decode(f["content"]) for f in envelope["files"]} == files
     for entry in envelope["files"]:
@@ -122,10 +130,9 @@ async def test_invalid_manifests_give_422_and_store_nothing(
     start_control: Start, http: aiohttp.ClientSession, db_dsn: str
 ) -> None:
     control = await start_control()
-    bad = manifests(
-        **{"buying/broken.yaml": b"apiVersion: dap.io/v1\nkind: Entity\nmetadata: {name: b, module: buying}\n"
-           b"spec: {fields: [{name: 1}]}\n"}
-    )  # fmt: skip
+    broken = b"apiVersion: dap.io/v1\nkind: Entity\nmetadata: {name: b, module: buying}\n"
+    broken += b"spec: {fields: [{name: 1}]}\n"
+    bad = manifests(**{"buying/broken.yaml": broken})
     async with http.post(f"{control.url}/v1/artifacts", json=json_upload("bad", bad, ["acme"])) as response:
         assert response.status == 422
         assert response.content_type == "application/problem+json"
@@ -153,31 +160,31 @@ async def test_invalid_manifests_give_422_and_store_nothing(
             400,
             "SVC.REQUEST.MALFORMED",
             id="bad-app-name",
-        ),  # fmt: skip
+        ),
         pytest.param(
             {"app": "a", "files": [{"path": "../etc/passwd", "content": ""}]},
             400,
             "SVC.REQUEST.MALFORMED",
             id="path-escape",
-        ),  # fmt: skip
+        ),
         pytest.param(
             {"app": "a", "files": [{"path": "a.yaml", "content": "***"}]},
             400,
             "SVC.REQUEST.MALFORMED",
             id="not-base64",
-        ),  # fmt: skip
+        ),
         pytest.param(
             {"app": "a", "files": [{"path": "run.sh", "content": ""}]},
             422,
             "SVC.ARTIFACT.INVALID",
             id="no-manifest",
-        ),  # fmt: skip
+        ),
         pytest.param(
             {"app": "a", "files": [{"path": "big.yaml", "content": base64.b64encode(b"#" * 2048).decode()}]},
             413,
             "SVC.ARTIFACT.TOO_LARGE",
             id="file-too-large",
-        ),  # fmt: skip
+        ),
     ],
 )
 async def test_bad_requests(
