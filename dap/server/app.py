@@ -29,6 +29,7 @@ from dap.server import (
     admin,
     auth,
     db,
+    documents,
     errors,
     metrics,
     migrations,
@@ -160,6 +161,7 @@ def build_app(
     app[state.VERIFIER] = verifier
     # entity routes first: the router tries dynamic routes in order, and these carry the load
     rest.add_routes(app)
+    documents.add_routes(app)
     app.router.add_get("/{ws}/api/openapi.json", openapi.handler)
     ui_meta.add_routes(app)
     app.router.add_post("/{ws}/_ui/setup", users.setup)

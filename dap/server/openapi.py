@@ -268,6 +268,19 @@ def document(catalog: Catalog, slug: str) -> dict[str, Any]:
                 "summary": f"Delete {r.title}",
                 "responses": _responses({"204": {"description": "deleted"}}, 409),
             }
+        if r.lifecycle and "update" in r.actions:
+            for move in ("submit", "cancel"):
+                paths[f"/api/{r.module}/{r.name}/{{id}}/{move}"] = {
+                    "parameters": [id_param],
+                    "post": {
+                        "operationId": f"{move}_{r.module}_{r.name}",
+                        "tags": tag,
+                        "summary": f"{move.capitalize()} {r.title}",
+                        "responses": _responses(
+                            {"200": {"description": "moved", "content": json_one}}, 409, 412
+                        ),
+                    },
+                }
         if collection:
             paths[f"/api/{r.module}/{r.name}"] = collection
         if item:

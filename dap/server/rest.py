@@ -63,7 +63,7 @@ _COLLECTION = (("list", "GET"), ("create", "POST"))
 _ITEM = (("find", "GET"), ("update", "PATCH"), ("delete", "DELETE"))
 
 
-def _record_id(request: web.Request) -> uuid.UUID:
+def parse_record_id(request: web.Request) -> uuid.UUID:
     try:
         return uuid.UUID(request.match_info["id"])
     except ValueError as exc:
@@ -75,7 +75,7 @@ def dumps(data: Any) -> str:
     return json.dumps(data, default=db.json_default, separators=(",", ":"))
 
 
-def _reply(data: Any, *, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
+def reply(data: Any, *, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
     return web.Response(
         text=dumps(data), status=status, content_type="application/json", headers=dict(headers or {})
     )
@@ -112,7 +112,7 @@ def present(
     return out
 
 
-async def _load_children(
+async def load_children(
     conn: db.Connection,
     resource: Resource,
     tenant: uuid.UUID,
@@ -254,25 +254,25 @@ async def list_records(request: web.Request) -> web.Response:
             total = await conn.fetchval(count_sql, *count_args)
         kids: dict[uuid.UUID, dict[str, list[dict[str, Any]]]] = {}
         if resource.children and (query.fields is None or set(query.fields) & set(resource.children)):
-            kids = await _load_children(conn, resource, workspace.tenant_id, [r["id"] for r in rows], catalog)
+            kids = await load_children(conn, resource, workspace.tenant_id, [r["id"] for r in rows], catalog)
     data = [present(resource, r, kids.get(r["id"]), surface="list", only=query.fields) for r in rows]
-    return _reply({"data": data, "limit": query.limit, "offset": query.offset, "total": total})
+    return reply({"data": data, "limit": query.limit, "offset": query.offset, "total": total})
 
 
 async def find_record(request: web.Request) -> web.Response:
     workspace, _principal, catalog = await resolve(request)
     resource = _resource(catalog, request, "find", siblings=_ITEM)
-    record_id = _record_id(request)
+    record_id = parse_record_id(request)
     async with request.app[state.POOL].acquire() as conn:
         row = await conn.fetchrow(*_stmt(sql.select_one(resource.table, workspace.tenant_id, record_id)))
         if row is None:
             raise errors.NotFound("no such record", code="SVC.RECORD.NOT_FOUND")
         kids = (
-            await _load_children(conn, resource, workspace.tenant_id, [record_id], catalog)
+            await load_children(conn, resource, workspace.tenant_id, [record_id], catalog)
             if resource.children
             else {}
         )
-    return _reply(
+    return reply(
         {"data": present(resource, row, kids.get(record_id))}, headers={"ETag": f'"{row["version"]}"'}
     )
 
@@ -292,19 +292,19 @@ async def create_record(request: web.Request) -> web.Response:
         except asyncpg.PostgresError as exc:
             raise _translate(resource, exc) from exc
         kids = (
-            await _load_children(conn, resource, workspace.tenant_id, [row["id"]], catalog)
+            await load_children(conn, resource, workspace.tenant_id, [row["id"]], catalog)
             if resource.children
             else {}
         )
     location = f"/{workspace.slug}/api/{resource.module}/{resource.name}/{row['id']}"
-    return _reply(
+    return reply(
         {"data": present(resource, row, kids.get(row["id"]))},
         status=201,
         headers={"Location": location, "ETag": f'"{row["version"]}"'},
     )
 
 
-def _if_match(request: web.Request) -> int | None:
+def if_match(request: web.Request) -> int | None:
     header = request.headers.get("If-Match")
     if header is None:
         return None
@@ -319,8 +319,8 @@ def _if_match(request: web.Request) -> int | None:
 async def update_record(request: web.Request) -> web.Response:
     workspace, _principal, catalog = await resolve(request)
     resource = _resource(catalog, request, "update", siblings=_ITEM)
-    record_id = _record_id(request)
-    expected = _if_match(request)
+    record_id = parse_record_id(request)
+    expected = if_match(request)
     values = _validate(resource, await _body(request), partial=True, catalog=catalog)
     columns, children = _split(resource, values)
     tenant = workspace.tenant_id
@@ -352,8 +352,8 @@ async def update_record(request: web.Request) -> web.Response:
                 await _write_children(conn, resource, tenant, record_id, children)
         except asyncpg.PostgresError as exc:
             raise _translate(resource, exc) from exc
-        kids = await _load_children(conn, resource, tenant, [record_id], catalog) if resource.children else {}
-    return _reply(
+        kids = await load_children(conn, resource, tenant, [record_id], catalog) if resource.children else {}
+    return reply(
         {"data": present(resource, row, kids.get(record_id))}, headers={"ETag": f'"{row["version"]}"'}
     )
 
@@ -361,7 +361,7 @@ async def update_record(request: web.Request) -> web.Response:
 async def delete_record(request: web.Request) -> web.Response:
     workspace, _principal, catalog = await resolve(request)
     resource = _resource(catalog, request, "delete", siblings=_ITEM)
-    record_id = _record_id(request)
+    record_id = parse_record_id(request)
     tenant = workspace.tenant_id
     async with request.app[state.POOL].acquire() as conn, conn.transaction():
         if resource.lifecycle:

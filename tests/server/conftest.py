@@ -95,6 +95,19 @@ spec:
     - type: rest
       actions: [list, find, create]
 """,
+    "shop/invoice.yaml": """
+apiVersion: dap.io/v1
+kind: Entity
+metadata: {name: invoice, module: shop}
+spec:
+  lifecycle: true
+  fields:
+    - {name: amount, type: money}
+  actions:
+    - {name: remind, description: Send a reminder}
+  expose:
+    - type: rest
+""",
     "shop/secret.yaml": """
 apiVersion: dap.io/v1
 kind: Entity

@@ -280,3 +280,30 @@ async def test_hostile_values_are_client_errors(srv: Running, raw: bytes) -> Non
 async def test_hostile_queries_are_client_errors(srv: Running, query: str, expected: int) -> None:
     status, body, _ = await call(srv, "GET", f"{P}?{query}")
     assert status == expected, body
+
+
+async def test_document_lifecycle(srv: Running) -> None:
+    inv = "/default/api/shop/invoice"
+    status, body, _ = await call(srv, "POST", inv, {"amount": "10.00"})
+    assert status == 201 and body["data"]["docstatus"] == "draft"
+    rid = body["data"]["id"]
+    assert (await call(srv, "POST", f"{inv}/{rid}/cancel"))[1]["code"] == "SVC.DOC.CANCEL_NOT_SUBMITTED"
+    assert (await call(srv, "POST", f"{inv}/{rid}/submit", headers={"If-Match": '"7"'}))[0] == 412
+    status, body, headers = await call(srv, "POST", f"{inv}/{rid}/submit")
+    assert status == 200 and body["data"]["docstatus"] == "submitted" and headers["ETag"] == '"2"'
+    status, body, _ = await call(srv, "POST", f"{inv}/{rid}/submit")
+    assert status == 409 and body["code"] == "SVC.DOC.ALREADY_SUBMITTED"
+    status, body, _ = await call(srv, "PATCH", f"{inv}/{rid}", {"amount": "11.00"})
+    assert status == 409 and body["code"] == "SVC.DOC.UPDATE_NOT_DRAFT"
+    status, body, _ = await call(srv, "DELETE", f"{inv}/{rid}")
+    assert status == 409 and body["code"] == "SVC.DOC.DELETE_SUBMITTED"
+    status, body, _ = await call(srv, "GET", f"{inv}?docstatus=submitted&count=true")
+    assert body["total"] == 1
+    assert (await call(srv, "POST", f"{inv}/{rid}/cancel"))[1]["data"]["docstatus"] == "cancelled"
+    assert (await call(srv, "POST", f"{inv}/{rid}/cancel"))[1]["code"] == "SVC.DOC.ALREADY_CANCELLED"
+    assert (await call(srv, "POST", f"{inv}/{rid}/submit"))[1]["code"] == "SVC.DOC.SUBMIT_NOT_DRAFT"
+    assert (await call(srv, "DELETE", f"{inv}/{rid}"))[0] == 204  # cancelled documents may go
+    assert (await call(srv, "POST", f"{inv}/{rid}/remind"))[0] == 501  # declared, needs the bridge
+    assert (await call(srv, "POST", f"{inv}/{rid}/fly"))[0] == 404
+    assert (await call(srv, "POST", f"/default/api/shop/order/{rid}/submit"))[0] == 405  # no update exposed
+    assert (await call(srv, "POST", f"{P}/{rid}/submit"))[0] == 404  # no lifecycle

@@ -111,6 +111,10 @@ async def test_openapi_describes_exactly_what_is_exposed(pg_dsn: str) -> None:
         "/api/shop/product/{id}",
         "/api/shop/order",
         "/api/shop/order/{id}",
+        "/api/shop/invoice",
+        "/api/shop/invoice/{id}",
+        "/api/shop/invoice/{id}/submit",
+        "/api/shop/invoice/{id}/cancel",
     }
     assert set(doc["paths"]["/api/shop/order/{id}"]) == {"parameters", "get"}  # find only
     assert set(doc["paths"]["/api/shop/order"]) == {"get", "post"}
