@@ -92,6 +92,9 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         settings.watching.connect_timeout = 10
         settings.posting.level = 30  # logging.WARNING: no Kubernetes event per successful handler
         settings.persistence.finalizer = f"{G}/operator"
+        # Our status schemas are structural, so the API server would prune kopf's status.kopf;
+        # kopf keeps its handler progress in annotations instead (only while a handler retries).
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage()
         if options.leader_elect:
             settings.peering.standalone = False
             settings.peering.mandatory = True
