@@ -70,18 +70,25 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
 
     # -- lifecycle ----------------------------------------------------------------------------
 
-    @kopf.on.login(registry=registry)
+    @kopf.on.login(id="login", registry=registry)
     async def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
         info: kopf.ConnectionInfo | None
         if runtime.options.server:
             info = kopf.ConnectionInfo(server=runtime.options.server, insecure=True)
         else:
-            info = kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+            try:
+                info = kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+            except OSError as exc:
+                raise kopf.TemporaryError(
+                    "no Kubernetes credentials: not in a pod with a service account, and no readable "
+                    f"kubeconfig ($KUBECONFIG or ~/.kube/config): {exc}",
+                    delay=30,
+                ) from exc
         if info is not None:
             await runtime.connect(info)
         return info
 
-    @kopf.on.startup(registry=registry)
+    @kopf.on.startup(id="startup", registry=registry)
     async def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
         options = runtime.options
         # A watch stream that goes silent (a known kopf failure mode behind load balancers)
@@ -107,7 +114,7 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         cache.attach(kwargs)
         await runtime.start_background()
 
-    @kopf.on.cleanup(registry=registry)
+    @kopf.on.cleanup(id="cleanup", registry=registry)
     async def cleanup(**_: Any) -> None:
         await runtime.stop_background()
 
@@ -145,13 +152,13 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
 
     # -- Workspace ----------------------------------------------------------------------------
 
-    @kopf.on.resume(G, V, "workspaces", registry=registry)
-    @kopf.on.create(G, V, "workspaces", registry=registry)
-    @kopf.on.update(G, V, "workspaces", registry=registry)
+    @kopf.on.resume(G, V, "workspaces", id="workspace", registry=registry)
+    @kopf.on.create(G, V, "workspaces", id="workspace", registry=registry)
+    @kopf.on.update(G, V, "workspaces", id="workspace", registry=registry)
     async def workspace(body: kopf.Body, **_: Any) -> None:
         await guarded(reconciler.workspace(_key(body), body))
 
-    @kopf.on.event(G, V, "workspaces", registry=registry)
+    @kopf.on.event(G, V, "workspaces", id="workspace_event", registry=registry)
     async def workspace_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
         reconciler.seen("Workspace", _key(body))
         if event["type"] == "DELETED":
@@ -159,7 +166,7 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
 
     # -- ClusterClass: no reconciler, only a fan-out to its workspaces (spec rule 6) ------------
 
-    @kopf.on.event(G, V, "clusterclasses", registry=registry)
+    @kopf.on.event(G, V, "clusterclasses", id="clusterclass_event", registry=registry)
     async def cluster_class_event(event: kopf.RawEvent, name: str, **_: Any) -> None:
         if event["type"] is None:
             return  # the initial listing: the workspaces' own resume handlers cover it
@@ -189,13 +196,13 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
 
     # -- Datastore ----------------------------------------------------------------------------
 
-    @kopf.on.resume(G, V, "datastores", registry=registry)
-    @kopf.on.create(G, V, "datastores", registry=registry)
-    @kopf.on.update(G, V, "datastores", registry=registry)
+    @kopf.on.resume(G, V, "datastores", id="datastore", registry=registry)
+    @kopf.on.create(G, V, "datastores", id="datastore", registry=registry)
+    @kopf.on.update(G, V, "datastores", id="datastore", registry=registry)
     async def datastore(body: kopf.Body, **_: Any) -> None:
         await guarded(reconciler.datastore(_key(body), body))
 
-    @kopf.on.event(G, V, "datastores", registry=registry)
+    @kopf.on.event(G, V, "datastores", id="datastore_event", registry=registry)
     async def datastore_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
         key = _key(body)
         reconciler.seen("Datastore", key)
@@ -203,7 +210,7 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
             for claim_key in cache.claims_of_datastore(key):
                 nudger.nudge("resourceclaim", claim_key, reconciler.claim)
 
-    @kopf.on.event("", "v1", "secrets", registry=registry)
+    @kopf.on.event("", "v1", "secrets", id="secret_event", registry=registry)
     async def secret_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
         key = _key(body)
         labels = body.get("metadata", {}).get("labels", {})
@@ -219,13 +226,13 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
 
     # -- ResourceClaim --------------------------------------------------------------------------
 
-    @kopf.on.resume(G, V, "resourceclaims", registry=registry)
-    @kopf.on.create(G, V, "resourceclaims", registry=registry)
-    @kopf.on.update(G, V, "resourceclaims", registry=registry)
+    @kopf.on.resume(G, V, "resourceclaims", id="resourceclaim", registry=registry)
+    @kopf.on.create(G, V, "resourceclaims", id="resourceclaim", registry=registry)
+    @kopf.on.update(G, V, "resourceclaims", id="resourceclaim", registry=registry)
     async def resource_claim(body: kopf.Body, **_: Any) -> None:
         await guarded(reconciler.claim(_key(body), body))
 
-    @kopf.on.event(G, V, "resourceclaims", registry=registry)
+    @kopf.on.event(G, V, "resourceclaims", id="resourceclaim_event", registry=registry)
     async def resource_claim_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
         key = _key(body)
         reconciler.seen("ResourceClaim", key)
