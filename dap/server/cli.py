@@ -20,6 +20,7 @@ import click
 
 from dap import config, logs
 from dap.server import app, db, errors, options, schema_sync
+from dap.server.catalog import Catalog
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -29,9 +30,8 @@ def _refuse(message: str, code: int = 1) -> NoReturn:
     sys.exit(code)
 
 
-def _load_catalog(spec_dir: Path) -> Any:
-    from dap.server.catalog import Catalog
-
+def load_catalog(spec_dir: Path) -> Catalog:
+    """The catalog of a manifest directory; invalid manifests refuse the boot in one line."""
     if not spec_dir.is_dir():
         raise errors.BootRefused(f"--spec {spec_dir} is not a directory")
     try:
@@ -120,7 +120,7 @@ def serve(**raw: Any) -> None:
     try:
         raw["jwt_public_key"] = _read_key(raw["jwt_public_key"])
         opts = options.check(**raw)
-        catalog = _load_catalog(opts.spec)
+        catalog = load_catalog(opts.spec)
     except errors.BootRefused as exc:
         _refuse(str(exc), exc.exit_code)
     try:
@@ -131,7 +131,7 @@ def serve(**raw: Any) -> None:
         _refuse(f"cannot listen: {exc.strerror or exc}")
 
 
-async def _serve(opts: options.ServeOptions, catalog: Any) -> None:
+async def _serve(opts: options.ServeOptions, catalog: Catalog) -> None:
     started = time.perf_counter()
     server = await app.create_server(opts, catalog)
     stop = asyncio.Event()
@@ -159,13 +159,13 @@ def migrate(spec: str, dsn: str | None, log_level: str, dry_run: bool) -> None:
         if not dsn:
             raise errors.BootRefused("no --dsn given: a postgresql:// DSN is required (or DAP_DSN)")
         options.check(dsn=dsn, jwt_secret="unused", cors_origins=("http://unused",))  # DSN rules only
-        catalog = _load_catalog(Path(spec))
+        catalog = load_catalog(Path(spec))
         asyncio.run(_migrate(dsn, catalog, dry_run=dry_run))
     except errors.ServerError as exc:
         _refuse(str(exc), getattr(exc, "exit_code", 1))
 
 
-async def _migrate(dsn: str, catalog: Any, *, dry_run: bool) -> None:
+async def _migrate(dsn: str, catalog: Catalog, *, dry_run: bool) -> None:
     pool = await db.open_pool(dsn, 2)
     try:
         async with pool.acquire() as conn:

@@ -109,7 +109,7 @@ async def test_graceful_stop_finishes_in_flight_requests(pg_dsn: str) -> None:
     import aiohttp
     from aiohttp import web
 
-    from dap.server import app
+    from dap.server import app, state
 
     from .conftest import load, serve_options
 
@@ -127,5 +127,5 @@ async def test_graceful_stop_finishes_in_flight_requests(pg_dsn: str) -> None:
         await server.stop()
         resp = await pending
         assert resp.status == 200 and await resp.text() == "done"
-    pool = server.app[app.state.POOL]
+    pool = server.app[state.POOL]
     assert pool.is_closing()
