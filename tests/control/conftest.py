@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -13,9 +14,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from dap import embedded
 from dap.control import app as control_app
 from dap.control import settings, signing, store
-from tests.conftest import _drop_database, fresh_database
+from tests.conftest import _create_database, _drop_database, fresh_database
 
 MODULE = b"apiVersion: dap.io/v1\nkind: Module\nmetadata: {name: buying}\nspec: {title: Buying}\n"
 ENTITY = (
@@ -44,24 +46,31 @@ def json_upload(app: str, files: dict[str, bytes], workspaces: list[str] | None 
     }
 
 
+MakeDsn = Callable[[], Awaitable[str]]
+
+
 @pytest.fixture
-def make_dsn(pg_server_dsn: str) -> Iterator[Callable[[], str]]:
-    """Factory of fresh, empty databases (dropped after the test)."""
+async def make_dsn(pg_server_dsn: str) -> AsyncIterator[MakeDsn]:
+    """Async factory of fresh, empty databases (dropped after the test)."""
     created: list[str] = []
 
-    def make() -> str:
-        name, dsn = fresh_database(pg_server_dsn)
+    async def make() -> str:
+        name = f"t_{uuid.uuid4().hex[:16]}"
+        await _create_database(pg_server_dsn, name)
         created.append(name)
-        return dsn
+        return embedded.dsn_for_database(pg_server_dsn, name)
 
     yield make
     for name in created:
-        asyncio.run(_drop_database(pg_server_dsn, name))
+        await _drop_database(pg_server_dsn, name)
 
 
 @pytest.fixture
-def db_dsn(make_dsn: Callable[[], str]) -> str:
-    return make_dsn()
+def db_dsn(pg_server_dsn: str) -> Iterator[str]:
+    """A fresh database for this test (the default store of ``start_control``)."""
+    name, dsn = fresh_database(pg_server_dsn)
+    yield dsn
+    asyncio.run(_drop_database(pg_server_dsn, name))
 
 
 @dataclass
@@ -129,7 +138,13 @@ async def start_control(db_dsn: str) -> AsyncIterator[Start]:
         await pool.close()
 
 
+@pytest.fixture(name="http")
+async def http_fixture() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
 @pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
+async def http_session() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession() as session:
         yield session
