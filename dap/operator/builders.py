@@ -32,6 +32,7 @@ LABEL_INSTANCE = "app.kubernetes.io/instance"
 LABEL_WORKSPACE = f"{names.CRD_GROUP}/workspace"
 LABEL_CLAIM = f"{names.CRD_GROUP}/claim"
 ANNOTATION_CONFIG_HASH = f"{names.CRD_GROUP}/config-hash"
+ANNOTATION_CREDENTIALS_HASH = f"{names.CRD_GROUP}/credentials-hash"
 CONTAINER_NAME = "resource"
 HTTP_PORT = 8080
 HEALTH_PATH = "/health"
@@ -56,6 +57,7 @@ class ClaimGrant:
     claim: bodies.ClaimName
     datastore: str
     secret: bodies.SecretName
+    digest: str = ""  # of the Secret's data: a rotated credential rolls the pods
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,6 +171,18 @@ def config_hash(data: Mapping[str, str]) -> str:
     return hashlib.sha256(json.dumps(dict(data), sort_keys=True).encode()).hexdigest()[:16]
 
 
+def credentials_hash(grants: Sequence[ClaimGrant]) -> str | None:
+    """Changes when a claim is added, removed or its Secret's data changes; None without claims."""
+    if not grants:
+        return None
+    parts = sorted(f"{g.claim}={g.secret}@{g.digest}" for g in grants)
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def data_digest(data: Mapping[str, str]) -> str:
+    return hashlib.sha256(json.dumps(dict(data), sort_keys=True).encode()).hexdigest()[:16]
+
+
 def _anti_affinity(workspace: str) -> dict[str, object]:
     # Preferred, not required: a small cluster (kind, one node) still schedules every replica,
     # while a real one spreads them across nodes.
@@ -247,6 +261,7 @@ def deployment(
                 "annotations": {
                     names.ANNOTATION_ARTIFACT_BINARY_HASH: artifact_hash,
                     ANNOTATION_CONFIG_HASH: config_hash(config_data(workspace, settings)),
+                    ANNOTATION_CREDENTIALS_HASH: credentials_hash(grants),
                 },
             },
             "spec": {

@@ -211,6 +211,7 @@ class Caches:
                         claim=bodies.ClaimName(claim_key[1]),
                         datastore=claim.get("spec", {}).get("datastore", "").rpartition("/")[2],
                         secret=bodies.SecretName(str(status["secretName"])),
+                        digest=str(status.get("secretDigest", "")),
                     )
                 )
         return grants

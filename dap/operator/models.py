@@ -126,6 +126,7 @@ class ConditionsStatus(_Model):
     conditions: list[Condition] | None = None
     observedGeneration: int | None = None
     secretName: Annotated[str | None, Field(description="Claim: the credentials Secret written.")] = None
+    secretDigest: Annotated[str | None, Field(description="Claim: digest of that Secret's data.")] = None
 
 
 class ResourceClaimSpec(_Model):

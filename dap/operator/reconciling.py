@@ -300,7 +300,10 @@ class Reconciler:
                 else:
                     want = builders.claim_secret(claim, datastore, cast(bodies.SecretBody, endpoint))
             await self._apply("Secret", kube.SECRETS, secret_key, want)
-            extra = {"secretName": str(secret_name) if want is not None else None}
+            extra = {
+                "secretName": str(secret_name) if want is not None else None,
+                "secretDigest": builders.data_digest(want["data"]) if want is not None else None,
+            }
             await self._simple_status("ResourceClaim", RESOURCECLAIMS, key, found, verdict, extra)
 
     async def claim_deleted(self, key: caches.ObjectKey) -> None:

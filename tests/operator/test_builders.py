@@ -252,3 +252,23 @@ def test_child_names_are_dns_labels(name: str) -> None:
     assert len(child) <= 63
     assert all(c.isalnum() or c == "-" for c in child)
     assert builders.child_name(name) == child  # deterministic
+
+
+def test_a_rotated_credential_rolls_the_pods() -> None:
+    def annotation(grants: list[builders.ClaimGrant]) -> str | None:
+        dep = builders.deployment(ws(), None, grants, SETTINGS)
+        value: str | None = dep["spec"]["template"]["metadata"]["annotations"][
+            builders.ANNOTATION_CREDENTIALS_HASH
+        ]
+        return value
+
+    grant = builders.ClaimGrant(
+        bodies.ClaimName("a"), "orders", bodies.SecretName("dap-claim-a"), digest="d1"
+    )
+    rotated = builders.ClaimGrant(
+        bodies.ClaimName("a"), "orders", bodies.SecretName("dap-claim-a"), digest="d2"
+    )
+    assert annotation([]) is None
+    assert annotation([grant]) is not None
+    assert annotation([grant]) == annotation([grant])
+    assert annotation([grant]) != annotation([rotated])

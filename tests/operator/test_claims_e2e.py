@@ -195,3 +195,28 @@ async def test_insecure_skip_signature_verify_accepts_unsigned_claims(
     ready = condition(api, "resourceclaims", "shop-orders", "Ready")
     assert ready is not None
     assert "NOT verified" in ready["message"]
+
+
+async def test_rotating_the_endpoint_secret_updates_the_credentials_and_rolls_the_pods(
+    api: Api, start_operator: StartOperator
+) -> None:
+    await api.create("secrets", secret(password="old"))
+    await api.create("datastores", datastore())
+    await start_operator()
+    await api.create("workspaces", workspace())
+    await api.create("resourceclaims", claim())
+    await wait_for(lambda: CLAIM_SECRET_REF in env_from(api), what="credentials injected")
+
+    def rollout_hash() -> str | None:
+        dep = api.get("deployments", NS, "dap-shop") or {}
+        value: str | None = dep["spec"]["template"]["metadata"]["annotations"].get("dap.io/credentials-hash")
+        return value
+
+    before = await wait_for(rollout_hash, what="credentials hash")
+    new = base64.b64encode(b"new").decode()
+    await api.patch("secrets", NS, "orders-endpoint", {"data": {"password": new}})
+    await wait_for(
+        lambda: (api.get("secrets", NS, "dap-claim-shop-orders") or {})["data"]["PASSWORD"] == new,
+        what="claim Secret updated",
+    )
+    await wait_for(lambda: rollout_hash() not in (None, before), what="pod template rolled")
