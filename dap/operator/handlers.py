@@ -22,6 +22,7 @@ Indexes (``caches.KEYERS``) feed every read. kopf fills them before calling the 
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -97,7 +98,7 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         settings.watching.server_timeout = options.watch_server_timeout
         settings.watching.client_timeout = options.watch_server_timeout + 30
         settings.watching.connect_timeout = 10
-        settings.posting.level = 30  # logging.WARNING: no Kubernetes event per successful handler
+        settings.posting.level = logging.WARNING  # no Kubernetes event per successful handler
         settings.persistence.finalizer = f"{G}/operator"
         # Our status schemas are structural, so the API server would prune kopf's status.kopf;
         # kopf keeps its handler progress in annotations instead (only while a handler retries).
@@ -112,6 +113,7 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         else:
             settings.peering.standalone = True
         cache.attach(kwargs)
+        runtime.kopf_settings = settings
         await runtime.start_background()
 
     @kopf.on.cleanup(id="cleanup", registry=registry)

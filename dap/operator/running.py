@@ -79,6 +79,7 @@ class Runtime:
         )
         self.nudger = reconciling.Nudger(self.metrics)
         self.started = False
+        self.kopf_settings: kopf.OperatorSettings | None = None
         self.probe_port: int | None = None
         self.metrics_port: int | None = None
         self._runners: list[web.AppRunner] = []

@@ -43,6 +43,12 @@ async def get(port: int | None, path: str) -> tuple[int, str]:
 
 async def test_probes_and_metrics(api: Api, start_operator: StartOperator) -> None:
     runtime = await start_operator()
+    settings = runtime.kopf_settings
+    assert settings is not None
+    # A silent watch is cut by the client and re-established (server ends it first, normally).
+    assert settings.watching.server_timeout == 300
+    assert settings.watching.client_timeout == 330
+    assert settings.peering.standalone is True
     assert await get(runtime.probe_port, "/healthz") == (200, "ok\n")
     assert await get(runtime.probe_port, "/readyz") == (200, "ok\n")
     await api.create("workspaces", workspace())
