@@ -240,7 +240,8 @@ async def main(n: int) -> int:
     print(f"time until all Ready            {elapsed:.1f} s ({n / elapsed:.1f} workspaces/s)")
     print(
         f"API calls per workspace         {len(requests) / n:.2f} "
-        f"(writes {len(writes) / n:.2f}, reads {reads / n:.2f}; {len(watches)} watch streams opened during the run)"
+        f"(writes {len(writes) / n:.2f}, reads {reads / n:.2f}; "
+        f"{len(watches)} watch streams opened during the run)"
     )
     print(
         f"resync of unchanged workspaces  {len(resync_writes)} write calls "
