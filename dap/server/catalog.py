@@ -35,6 +35,19 @@ class Slot:
 
 
 @dataclass(frozen=True)
+class Referrer:
+    """A column that holds ids of another entity's records, and what deleting one of those does."""
+
+    table: str  # the referring table (an entity's or a child table)
+    column: str
+    entity: str  # the referring entity, module/name
+    field: str
+    on_delete: str  # restrict, cascade, set_null
+    kind: str  # "entity" or "child"
+    children: tuple[str, ...] = ()  # child tables of a referring entity row (for cascade)
+
+
+@dataclass(frozen=True)
 class Resource:
     """One entity reachable over REST: its declaration, table, child tables and opted-in actions."""
 
@@ -48,6 +61,7 @@ class Resource:
     title: str
     fields: Mapping[str, Field] = field(default_factory=dict)  # REST-visible, stored or child
     slots: tuple[Slot, ...] = ()  # the output plan, in field order
+    relations: Mapping[str, str] = field(default_factory=dict)  # relation field -> target table
 
     @property
     def lifecycle(self) -> bool:
@@ -66,6 +80,63 @@ def _rest_fields(spec: EntitySpec) -> dict[str, Field]:
     }
 
 
+def _relations(
+    fields: Mapping[str, Field], module: str, by_entity: Mapping[str, list[Table]]
+) -> dict[str, str]:
+    """Single-valued relation fields whose target has a table, with that table's name."""
+    out: dict[str, str] = {}
+    for name, f in fields.items():
+        if f.type is not FieldType.RELATION or f.relation is None or f.multiple:
+            continue
+        owned = by_entity.get(tables.resolve_ref(f.relation.entity, module), [])
+        main = next((t for t in owned if t.kind == "entity"), None)
+        if main is not None:
+            out[name] = main.name
+    return out
+
+
+def _referrers(
+    entities: Mapping[str, EntitySpec], by_entity: Mapping[str, list[Table]]
+) -> dict[str, tuple[Referrer, ...]]:
+    """Every single-valued relation column of every table, grouped by the table it points at."""
+    out: dict[str, list[Referrer]] = {}
+    for key, owned in by_entity.items():
+        module = key.split("/", 1)[0]
+        spec = entities[key]
+        children = tuple(t.name for t in owned if t.kind == "child")
+        for t in owned:
+            if t.kind == "entity":
+                decls = {f.name: f for f in spec.fields}
+            else:
+                parent = spec.field(t.field or "")
+                decls = {f.name: f for f in tables.child_fields(parent, module, entities)} if parent else {}
+            for column in t.columns:
+                f = decls.get(column.field or "")
+                if f is None or f.type is not FieldType.RELATION or f.relation is None or f.multiple:
+                    continue
+                target = next(
+                    (
+                        x
+                        for x in by_entity.get(tables.resolve_ref(f.relation.entity, module), [])
+                        if x.kind == "entity"
+                    ),
+                    None,
+                )
+                if target is not None:
+                    out.setdefault(target.name, []).append(
+                        Referrer(
+                            t.name,
+                            column.name,
+                            key,
+                            f.name,
+                            f.relation.on_delete,
+                            t.kind,
+                            children if t.kind == "entity" else (),
+                        )
+                    )
+    return {k: tuple(v) for k, v in out.items()}
+
+
 @dataclass(frozen=True)
 class Catalog:
     entities: Mapping[str, EntitySpec]
@@ -76,6 +147,7 @@ class Catalog:
     pages: Mapping[str, PageSpec] = field(default_factory=dict)
     forms: Mapping[str, FormSpec] = field(default_factory=dict)
     views: Mapping[str, TableSpec] = field(default_factory=dict)  # Table manifests
+    referrers: Mapping[str, tuple[Referrer, ...]] = field(default_factory=dict)  # by target table
 
     def resource(self, module: str, name: str) -> Resource | None:
         return self.resources.get(f"{module}/{name}")
@@ -130,6 +202,7 @@ class Catalog:
                 title=title,
                 fields=MappingProxyType(visible),
                 slots=slots,
+                relations=MappingProxyType(_relations(visible, module, by_entity)),
             )
         return cls(
             entities=MappingProxyType(dict(entities)),
@@ -140,6 +213,7 @@ class Catalog:
             pages=MappingProxyType(dict(pages or {})),
             forms=MappingProxyType(dict(forms or {})),
             views=MappingProxyType(dict(views or {})),
+            referrers=MappingProxyType(_referrers(entities, by_entity)),
         )
 
     @classmethod

@@ -206,6 +206,23 @@ def _split(resource: Resource, values: Mapping[str, Any]) -> tuple[dict[str, Any
     return columns, children
 
 
+async def _check_relations(
+    conn: db.Connection, resource: Resource, tenant: uuid.UUID, values: Mapping[str, Any]
+) -> None:
+    """Every related id must name a record of the same workspace (there is no foreign key)."""
+    problems = []
+    for name, target in resource.relations.items():
+        value = values.get(name)
+        if value is not None and not await conn.fetchval(sql.related_exists(target), tenant, value):
+            problems.append(errors.FieldProblem(name, "no such related record in this workspace"))
+    if problems:
+        raise errors.ValidationFailed(
+            f"{len(problems)} relation(s) point nowhere",
+            code="SVC.VALIDATE.RELATION_NOT_FOUND",
+            errors=problems,
+        )
+
+
 async def _write_children(
     conn: db.Connection,
     resource: Resource,
@@ -286,6 +303,7 @@ async def create_record(request: web.Request) -> web.Response:
     async with request.app[state.POOL].acquire() as conn:
         try:
             async with conn.transaction():
+                await _check_relations(conn, resource, workspace.tenant_id, values)
                 row = await conn.fetchrow(statement, *args)
                 assert row is not None
                 await _write_children(conn, resource, workspace.tenant_id, row["id"], children)
@@ -345,6 +363,7 @@ async def update_record(request: web.Request) -> web.Response:
                     raise errors.Conflict(
                         "only draft documents can be updated", code="SVC.DOC.UPDATE_NOT_DRAFT"
                     )
+                await _check_relations(conn, resource, tenant, values)
                 row = await conn.fetchrow(
                     *_stmt(sql.update(resource.table, tenant, record_id, columns, expected_version=None))
                 )
@@ -375,12 +394,45 @@ async def delete_record(request: web.Request) -> web.Response:
                 raise errors.Conflict(
                     "a submitted document cannot be deleted; cancel it first", code="SVC.DOC.DELETE_SUBMITTED"
                 )
+        await _release_references(conn, catalog, resource, tenant, record_id)
         for child in resource.children.values():
             await conn.execute(*_stmt(sql.delete_children(child, tenant, record_id)))
         result = await conn.execute(*_stmt(sql.delete(resource.table, tenant, record_id)))
     if not result.endswith(" 1"):
         raise errors.NotFound("no such record", code="SVC.RECORD.NOT_FOUND")
     return web.Response(status=204)
+
+
+async def _release_references(
+    conn: db.Connection, catalog: Catalog, resource: Resource, tenant: uuid.UUID, record_id: uuid.UUID
+) -> None:
+    """Apply each referring relation's ``on_delete``: restrict refuses, set_null clears, cascade deletes.
+
+    There are no foreign keys (see docs/decisions/server.md), so this runs in the delete's
+    transaction; restrict is checked for every referrer before anything is changed.
+    """
+    referrers = catalog.referrers.get(resource.table.name, ())
+    blocked = []
+    for ref in referrers:
+        if ref.on_delete == "restrict" and await conn.fetchval(
+            *_stmt(sql.referenced(ref.table, ref.column, tenant, record_id))
+        ):
+            blocked.append(errors.FieldProblem(f"{ref.entity}.{ref.field}", "records refer to this one"))
+    if blocked:
+        raise errors.Conflict(
+            "other records refer to this one", code="SVC.REF.DELETE_BLOCKED", errors=blocked
+        )
+    for ref in referrers:
+        if ref.on_delete == "set_null":
+            await conn.execute(
+                *_stmt(sql.clear_reference(ref.table, ref.column, tenant, record_id, ref.kind == "entity"))
+            )
+        elif ref.on_delete == "cascade":
+            for child in ref.children:
+                await conn.execute(
+                    *_stmt(sql.delete_children_of_referrers(child, ref.table, ref.column, tenant, record_id))
+                )
+            await conn.execute(*_stmt(sql.delete_referrers(ref.table, ref.column, tenant, record_id)))
 
 
 def add_routes(app: web.Application) -> None:

@@ -154,3 +154,43 @@ def insert_children(child: Table, columns: Sequence[str]) -> str:
     cols = ["tenant_id", "parent_id", "idx", *columns]
     params = ", ".join(f"${i}" for i in range(1, len(cols) + 1))
     return f"INSERT INTO {quote(child.name)} ({', '.join(quote(c) for c in cols)}) VALUES ({params})"
+
+
+def related_exists(table_name: str) -> str:
+    """Whether a related record exists in the same tenant (``$1`` tenant, ``$2`` id)."""
+    return f"SELECT EXISTS (SELECT 1 FROM {quote(table_name)} WHERE tenant_id = $1 AND id = $2)"
+
+
+def referenced(table_name: str, column: str, tenant: uuid.UUID, record_id: uuid.UUID) -> Statement:
+    return (
+        f"SELECT EXISTS (SELECT 1 FROM {quote(table_name)} WHERE tenant_id = $1 AND {quote(column)} = $2)",
+        [tenant, record_id],
+    )
+
+
+def clear_reference(
+    table_name: str, column: str, tenant: uuid.UUID, record_id: uuid.UUID, versioned: bool
+) -> Statement:
+    bump = ", version = version + 1, updated_at = now()" if versioned else ""
+    col = quote(column)
+    return (
+        f"UPDATE {quote(table_name)} SET {col} = NULL{bump} WHERE tenant_id = $1 AND {col} = $2",
+        [tenant, record_id],
+    )
+
+
+def delete_referrers(table_name: str, column: str, tenant: uuid.UUID, record_id: uuid.UUID) -> Statement:
+    return (
+        f"DELETE FROM {quote(table_name)} WHERE tenant_id = $1 AND {quote(column)} = $2",
+        [tenant, record_id],
+    )
+
+
+def delete_children_of_referrers(
+    child: str, table_name: str, column: str, tenant: uuid.UUID, record_id: uuid.UUID
+) -> Statement:
+    return (
+        f"DELETE FROM {quote(child)} WHERE tenant_id = $1 AND parent_id IN "
+        f"(SELECT id FROM {quote(table_name)} WHERE tenant_id = $1 AND {quote(column)} = $2)",
+        [tenant, record_id],
+    )

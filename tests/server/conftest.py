@@ -108,6 +108,23 @@ spec:
   expose:
     - type: rest
 """,
+    "shop/review.yaml": """
+apiVersion: dap.io/v1
+kind: Entity
+metadata: {name: review, module: shop}
+spec:
+  fields:
+    - {name: product, type: relation, relation: {entity: shop/product, on_delete: cascade}}
+    - {name: related, type: relation, relation: {entity: shop/product, on_delete: set_null}}
+    - name: remarks
+      type: child
+      child:
+        storage: table
+        fields:
+          - {name: text, type: string}
+  expose:
+    - type: rest
+""",
     "shop/secret.yaml": """
 apiVersion: dap.io/v1
 kind: Entity

@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from dap.server import state
+
 from .conftest import Running, running
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -307,3 +309,45 @@ async def test_document_lifecycle(srv: Running) -> None:
     assert (await call(srv, "POST", f"{inv}/{rid}/fly"))[0] == 404
     assert (await call(srv, "POST", f"/default/api/shop/order/{rid}/submit"))[0] == 405  # no update exposed
     assert (await call(srv, "POST", f"{P}/{rid}/submit"))[0] == 404  # no lifecycle
+
+
+async def test_relations_must_point_into_the_workspace(srv: Running) -> None:
+    status, body, _ = await call(srv, "POST", P, product("R1"))
+    pid = body["data"]["id"]
+    status, body, _ = await call(srv, "POST", "/default/api/shop/order", {"number": "O-9", "product": pid})
+    assert status == 201 and body["data"]["product"] == pid
+    ghost = "00000000-0000-4000-8000-000000000000"
+    status, body, _ = await call(srv, "POST", "/default/api/shop/order", {"number": "O-10", "product": ghost})
+    assert status == 422 and body["code"] == "SVC.VALIDATE.RELATION_NOT_FOUND"
+    assert body["errors"] == [{"path": "product", "message": "no such related record in this workspace"}]
+
+
+async def test_on_delete_restrict_cascade_set_null(srv: Running) -> None:
+    reviews = "/default/api/shop/review"
+    target = (await call(srv, "POST", P, product("D1")))[1]["data"]["id"]
+    other = (await call(srv, "POST", P, product("D2")))[1]["data"]["id"]
+    cascaded = (await call(srv, "POST", reviews, {"product": target, "remarks": [{"text": "ok"}]}))[1][
+        "data"
+    ]["id"]
+    cleared = (await call(srv, "POST", reviews, {"product": other, "related": target}))[1]["data"]["id"]
+    kept = (await call(srv, "POST", reviews, {"product": other}))[1]["data"]["id"]
+    status, _, _ = await call(srv, "POST", "/default/api/shop/order", {"number": "O-R", "product": other})
+    assert status == 201
+
+    status, body, _ = await call(srv, "DELETE", f"{P}/{other}")  # an order refers to it: restrict
+    assert status == 409 and body["code"] == "SVC.REF.DELETE_BLOCKED"
+    assert body["errors"] == [{"path": "shop/order.product", "message": "records refer to this one"}]
+    assert (await call(srv, "GET", f"{reviews}/{kept}"))[0] == 200  # nothing cascaded on refusal
+
+    remarks = "SELECT count(*) FROM shop__review__remarks WHERE parent_id = $1"
+    async with srv.server.app[state.POOL].acquire() as conn:
+        assert await conn.fetchval(remarks, cascaded) == 1
+    assert (await call(srv, "DELETE", f"{P}/{target}"))[0] == 204
+    assert (await call(srv, "GET", f"{reviews}/{cascaded}"))[0] == 404
+    async with srv.server.app[state.POOL].acquire() as conn:  # its child rows went with it
+        assert (
+            await conn.fetchval("SELECT count(*) FROM shop__review__remarks WHERE parent_id = $1", cascaded)
+            == 0
+        )
+    status, body, _ = await call(srv, "GET", f"{reviews}/{cleared}")
+    assert status == 200 and body["data"]["related"] is None and body["data"]["version"] == 2

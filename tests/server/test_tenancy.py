@@ -47,6 +47,17 @@ async def test_workspaces_never_see_each_other(pg_dsn: str) -> None:
         status, body = await _call(srv, "globex", "GET", f"/{ids['globex']}")
         assert status == 200 and body["data"]["qty"] == 1 and body["data"]["version"] == 1
 
+        # a relation cannot point at another tenant's record
+        url = f"{srv.api}/acme/api/shop/order"
+        async with srv.http.post(
+            url, json={"number": "X", "product": ids["globex"]}, headers=srv.auth()
+        ) as resp:
+            assert resp.status == 422
+        async with srv.http.post(
+            url, json={"number": "Y", "product": ids["acme"]}, headers=srv.auth()
+        ) as resp:
+            assert resp.status == 201
+
         # a token for one workspace does not open another
         url = f"{srv.api}/globex/api/shop/product"
         async with srv.http.get(url, headers=srv.auth(workspace="acme")) as resp:

@@ -115,6 +115,8 @@ async def test_openapi_describes_exactly_what_is_exposed(pg_dsn: str) -> None:
         "/api/shop/invoice/{id}",
         "/api/shop/invoice/{id}/submit",
         "/api/shop/invoice/{id}/cancel",
+        "/api/shop/review",
+        "/api/shop/review/{id}",
     }
     assert set(doc["paths"]["/api/shop/order/{id}"]) == {"parameters", "get"}  # find only
     assert set(doc["paths"]["/api/shop/order"]) == {"get", "post"}
