@@ -62,6 +62,7 @@ class Resource:
     fields: Mapping[str, Field] = field(default_factory=dict)  # REST-visible, stored or child
     slots: tuple[Slot, ...] = ()  # the output plan, in field order
     relations: Mapping[str, str] = field(default_factory=dict)  # relation field -> target table
+    extensions: Mapping[str, tuple[Field, ...]] = field(default_factory=dict)  # namespace -> fields
 
     @property
     def lifecycle(self) -> bool:
@@ -78,6 +79,14 @@ def _rest_fields(spec: EntitySpec) -> dict[str, Field]:
         for f in spec.fields
         if not f.removed and REST_SURFACE not in f.exclude and f.name not in tables.SYSTEM_FIELDS
     }
+
+
+def _masker(fields: tuple[Field, ...]) -> Callable[[Any], Any] | None:
+    """Masks the masked fields inside an extension namespace's object."""
+    masked = frozenset(f.name for f in fields if f.masked)
+    if not masked:
+        return None
+    return lambda data: {k: (records.MASK if k in masked and v is not None else v) for k, v in data.items()}
 
 
 def _relations(
@@ -170,6 +179,11 @@ class Catalog:
             by_entity.setdefault(t.entity, []).append(t)
         resources: dict[str, Resource] = {}
         names = dict(titles or {})
+        extending: dict[str, dict[str, tuple[Field, ...]]] = {}
+        for key, spec in entities.items():
+            if spec.extends is not None:
+                target = tables.resolve_ref(spec.extends.target, key.split("/", 1)[0])
+                extending.setdefault(target, {})[spec.extends.namespace] = spec.stored_fields
         for key, spec in entities.items():
             rest = spec.rest()
             module, name = key.split("/", 1)
@@ -191,6 +205,15 @@ class Catalog:
                 for name, f in visible.items()
                 if name in children or main.column_for(name) is not None
             )
+            ext_columns = {
+                ns: col.name
+                for ns in sorted(extending.get(key, {}))
+                if ns not in visible and (col := main.column_for(f"ext_{ns}")) is not None
+            }
+            extensions = {ns: extending[key][ns] for ns in ext_columns}
+            slots += tuple(
+                Slot(ns, column, _masker(extensions[ns]), frozenset()) for ns, column in ext_columns.items()
+            )
             resources[key] = Resource(
                 key=key,
                 module=module,
@@ -203,6 +226,7 @@ class Catalog:
                 fields=MappingProxyType(visible),
                 slots=slots,
                 relations=MappingProxyType(_relations(visible, module, by_entity)),
+                extensions=MappingProxyType(extensions),
             )
         return cls(
             entities=MappingProxyType(dict(entities)),

@@ -186,6 +186,10 @@ def document(catalog: Catalog, slug: str) -> dict[str, Any]:
         fields = tuple(r.fields.values())
         schemas[f"{name}.create"] = object_schema(fields, r.module, catalog, for_input=True)
         schemas[f"{name}.update"] = object_schema(fields, r.module, catalog, for_input=True, partial=True)
+        for ns, ext in r.extensions.items():  # namespaced extension data, an object replaced as a whole
+            for suffix, for_input in (("", False), (".create", True), (".update", True)):
+                ext_schema = object_schema(ext, r.module, catalog, for_input=for_input)
+                schemas[f"{name}{suffix}"]["properties"][ns] = {"anyOf": [ext_schema, {"type": "null"}]}
         one = {"type": "object", "properties": {"data": {"$ref": f"#/components/schemas/{name}"}}}
         many = {
             "type": "object",

@@ -160,17 +160,35 @@ def _validate(
         for name, f in resource.fields.items()
         if f.child is not None
     }
+    body = dict(body)
+    namespaces = {ns: body.pop(ns) for ns in resource.extensions if ns in body}
+    problems: list[tuple[str, str]] = []
+    values: dict[str, Any] = {}
     try:
-        return records.coerce_row(
+        values = records.coerce_row(
             resource.fields, body, partial=partial, children=children, reserved=RESERVED_INPUT
         )
     except records.InvalidRowError as exc:
-        code = "SVC.DOC.RESERVED_FIELD" if any(p in RESERVED_INPUT for p, _ in exc.problems) else None
+        problems += exc.problems
+    for ns, data in namespaces.items():  # an extension object is replaced as a whole
+        if data is None:
+            values[ns] = None
+            continue
+        if not isinstance(data, dict):
+            problems.append((ns, "expected an object"))
+            continue
+        try:
+            values[ns] = records.coerce_row(resource.extensions[ns], data, partial=False)
+        except records.InvalidRowError as exc:
+            problems += [(f"{ns}.{p}", m) for p, m in exc.problems]
+    if problems:
+        code = "SVC.DOC.RESERVED_FIELD" if any(p in RESERVED_INPUT for p, _ in problems) else None
         raise errors.ValidationFailed(
-            f"{len(exc.problems)} field(s) are invalid",
+            f"{len(problems)} field(s) are invalid",
             code=code,
-            errors=[errors.FieldProblem(p, m) for p, m in exc.problems],
-        ) from exc
+            errors=[errors.FieldProblem(p, m) for p, m in problems],
+        )
+    return values
 
 
 def _translate(resource: Resource, exc: asyncpg.PostgresError) -> errors.ApiError:
@@ -199,6 +217,10 @@ def _split(resource: Resource, values: Mapping[str, Any]) -> tuple[dict[str, Any
     for name, value in values.items():
         if name in resource.children:
             children[name] = value or []
+        elif name in resource.extensions:
+            ext = resource.table.column_for(f"ext_{name}")
+            if ext is not None:
+                columns[ext.name] = value
         else:
             column = resource.column(name)
             if column is not None:

@@ -95,6 +95,13 @@ def entity_meta(catalog: Catalog, key: str) -> dict[str, Any]:
             for f in spec.fields
             if not f.removed and UI_SURFACE not in f.exclude
         ],
+        "extensions": [
+            {
+                "namespace": ns,
+                "fields": [field_meta(f, module, catalog) for f in ext if UI_SURFACE not in f.exclude],
+            }
+            for ns, ext in (resource.extensions.items() if resource is not None else ())
+        ],
         "filters": [fl.model_dump(mode="json", by_alias=True, exclude_none=True) for fl in spec.filters],
         "actions": [
             {

@@ -125,6 +125,16 @@ spec:
   expose:
     - type: rest
 """,
+    "shop/product_eco.yaml": """
+apiVersion: dap.io/v1
+kind: Entity
+metadata: {name: product_eco, module: shop}
+spec:
+  extends: {target: shop/product, namespace: eco}
+  fields:
+    - {name: co2, type: decimal, scale: 1}
+    - {name: supplier_code, type: string, masked: true}
+""",
     "shop/secret.yaml": """
 apiVersion: dap.io/v1
 kind: Entity

@@ -351,3 +351,16 @@ async def test_on_delete_restrict_cascade_set_null(srv: Running) -> None:
         )
     status, body, _ = await call(srv, "GET", f"{reviews}/{cleared}")
     assert status == 200 and body["data"]["related"] is None and body["data"]["version"] == 2
+
+
+async def test_extension_namespace(srv: Running) -> None:
+    status, body, _ = await call(srv, "POST", P, product("E1", eco={"co2": "1.25"}))
+    assert status == 422 and body["errors"] == [{"path": "eco.co2", "message": "at most 1 decimal places"}]
+    status, body, _ = await call(srv, "POST", P, product("E1", eco="green"))
+    assert status == 422 and body["errors"][0]["path"] == "eco"
+    status, body, _ = await call(srv, "POST", P, product("E1", eco={"co2": "1.5", "supplier_code": "X9"}))
+    assert status == 201 and body["data"]["eco"] == {"co2": "1.5", "supplier_code": "****"}
+    rid = body["data"]["id"]
+    status, body, _ = await call(srv, "PATCH", f"{P}/{rid}", {"eco": {"co2": 2}})
+    assert status == 200 and body["data"]["eco"] == {"co2": "2.0"}  # replaced as a whole
+    assert (await call(srv, "POST", P, product("E2")))[1]["data"]["eco"] is None

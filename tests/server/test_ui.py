@@ -50,6 +50,8 @@ async def test_meta_payloads(pg_dsn: str) -> None:
         assert fields["price"]["type"] == "money" and fields["price"]["scale"] == 2
         assert fields["parts"]["child"]["fields"][0]["name"] == "part"
         assert fields["code"]["read_only"] is True and fields["sku"]["immutable"] is True
+        assert meta["extensions"][0]["namespace"] == "eco"
+        assert [f["name"] for f in meta["extensions"][0]["fields"]] == ["co2", "supplier_code"]
         assert (await _get(srv, "/unknown/_ui/_meta/apps"))[0] == 404
 
 
@@ -122,6 +124,7 @@ async def test_openapi_describes_exactly_what_is_exposed(pg_dsn: str) -> None:
     assert set(doc["paths"]["/api/shop/order"]) == {"get", "post"}
     product = doc["components"]["schemas"]["shop.product"]["properties"]
     assert product["price"]["format"] == "decimal" and "cost" not in product
+    assert product["eco"]["anyOf"][0]["properties"]["co2"]["format"] == "decimal"
     create = doc["components"]["schemas"]["shop.product.create"]
     assert set(create["required"]) == {"sku", "title", "price"} and "code" not in create["properties"]
     assert "sku" not in doc["components"]["schemas"]["shop.product.update"]["properties"]  # immutable
