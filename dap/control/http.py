@@ -15,6 +15,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+import asyncpg
 from aiohttp import web
 
 from dap.control import errors, live, settings, signing, store
@@ -69,6 +70,9 @@ async def problems(request: web.Request, handler: Any) -> web.StreamResponse:
     try:
         response: web.StreamResponse = await handler(request)
         return response
+    except (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, ConnectionError) as exc:
+        log.warning("store unreachable: %r", exc, extra={"ctx": {"path": request.path}})
+        return from_error(errors.StoreUnavailableError("the control database is unreachable; retry shortly"))
     except errors.ControlError as exc:
         if exc.status >= 500:
             log.warning("request failed: %s", exc.detail, extra={"ctx": {"path": request.path}})

@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+import asyncpg
+
 from dap.control import envelopes, errors, hashing, registry, routing, signing, snapshots, store, validation
 from dap.control.ids import AppName, ArtifactId, ClusterId, WorkspaceId
 
@@ -118,13 +120,48 @@ def _sign(
     return envelope, body, time.perf_counter() - started
 
 
+RETRIES = 3
+
+
 async def register(
     pool: store.Pool, upload: Upload, *, signer: signing.Signer, standalone: bool, now: datetime | None = None
 ) -> Result:
     placements = await asyncio.to_thread(validation.validate, upload.files)
     hashes, sha256, hash_seconds = await asyncio.to_thread(_hash, upload.files)
-    sign_seconds = 0.0
     created_at = (now or datetime.now(UTC)).replace(microsecond=0)
+    for attempt in range(1, RETRIES + 1):
+        try:
+            return await _store(
+                pool,
+                upload,
+                placements=placements,
+                hashes=hashes,
+                sha256=sha256,
+                hash_seconds=hash_seconds,
+                created_at=created_at,
+                signer=signer,
+                standalone=standalone,
+            )
+        except (asyncpg.DeadlockDetectedError, asyncpg.SerializationError) as exc:
+            # Two registrations binding the same workspaces at once: the loser retries.
+            if attempt == RETRIES:
+                raise errors.StoreUnavailableError("registration kept conflicting; retry") from exc
+    raise AssertionError("unreachable")
+
+
+async def _store(
+    pool: store.Pool,
+    upload: Upload,
+    *,
+    placements: list[routing.Placement],
+    hashes: dict[str, str],
+    sha256: str,
+    hash_seconds: float,
+    created_at: datetime,
+    signer: signing.Signer,
+    standalone: bool,
+) -> Result:
+    sign_seconds = 0.0
     async with pool.acquire() as conn, conn.transaction():
         await store.lock_app(conn, upload.app)
         latest = await store.latest_artifact(conn, upload.app)

@@ -46,7 +46,8 @@ async def place(conn: store.Conn, bindings: Sequence[store.DeploymentRow], *, st
     """Route and store every binding; return True when any stored binding changed."""
     registry = {c.cluster_id: c for c in await clusters(conn)}
     changed = False
-    for binding in bindings:
+    # Rows are touched in workspace order so that concurrent registrations cannot deadlock.
+    for binding in sorted(bindings, key=lambda b: b.workspace_id):
         cluster: ClusterId | None
         if standalone:
             cluster, error = STANDALONE_CLUSTER, None
