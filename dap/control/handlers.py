@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from dap.control import envelopes, errors, http, registration, signing, snapshots, store
+from dap.control import envelopes, errors, evidence_store, http, registration, signing, snapshots, store
 from dap.control.ids import AppName
 
 CHUNK = 256 * 1024
@@ -227,6 +227,7 @@ async def get_health(request: web.Request) -> web.Response:
         agent = request.app.get(http.AGENT)
         if agent is not None:
             body["region"] = agent.status()
+        body["outbox"] = await evidence_store.outbox_size(request.app[http.POOL])
     else:
         body["snapshot_version"] = live.state.version
     return http.json_response(body)

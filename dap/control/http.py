@@ -102,7 +102,7 @@ async def json_body(request: web.Request) -> Any:
     try:
         return json.loads(await request.read())
     except web.HTTPRequestEntityTooLarge as exc:
-        raise errors.PayloadTooLargeError(f"request body exceeds {exc.status} limit") from exc
+        raise errors.PayloadTooLargeError(f"the request body exceeds the limit ({exc.text})") from exc
     except (ValueError, UnicodeDecodeError) as exc:
         raise errors.RequestError(f"request body is not JSON: {exc}") from exc
 

@@ -102,7 +102,9 @@ async def test_cluster_sync_outage_and_relay(
         assert response.status == 202
     await asyncio.sleep(0.6)  # a few relay rounds fail meanwhile
     async with client.get(f"{cluster.url}/health") as response:
-        assert (await response.json())["region"]["relay_error"]
+        health = await response.json()
+    assert health["region"]["relay_error"]
+    assert health["outbox"] == 2
 
     # The cluster restarts while the region is still down: cache and outbox survive.
     await cluster.stop()

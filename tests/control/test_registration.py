@@ -3,9 +3,11 @@ idempotency, validation failures, limits, snapshots and ETags."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
+from datetime import timedelta
 
 import aiohttp
 import asyncpg
@@ -271,3 +273,56 @@ async def test_unknown_artifact_and_route_are_problems(
     async with http.get(f"{control.url}/v1/nothing") as response:
         assert response.status == 404
         assert response.content_type == "application/problem+json"
+
+
+async def test_concurrent_registrations_serialise_per_app(
+    start_control: Start, http: aiohttp.ClientSession
+) -> None:
+    control = await start_control()
+    url = f"{control.url}/v1/artifacts"
+
+    async def post(files: dict[str, bytes], workspaces: list[str]) -> dict[str, object]:
+        async with http.post(url, json=json_upload("race", files, workspaces)) as response:
+            assert response.status == 200, await response.text()
+            result: dict[str, object] = await response.json()
+            return result
+
+    same = await asyncio.gather(*(post(manifests(), [f"w{i}"]) for i in range(5)))
+    assert {r["artifact_id"] for r in same} == {same[0]["artifact_id"]}
+    assert sum(1 for r in same if r["created"]) == 1
+    distinct = await asyncio.gather(
+        *(post(manifests(**{"n.txt": str(i).encode()}), ["w0"]) for i in range(5))
+    )
+    assert sorted(int(str(r["version"])) for r in distinct) == [2, 3, 4, 5, 6]
+    chain: dict[int, object] = {}
+    for result in distinct:
+        async with http.get(f"{url}/{result['artifact_id']}") as response:
+            envelope = await response.json()
+        chain[envelope["version"]] = envelope["prev_version"]
+    assert chain == {2: 1, 3: 2, 4: 3, 5: 4, 6: 5}
+
+
+async def test_snapshot_is_reissued_before_it_expires(
+    start_control: Start, http: aiohttp.ClientSession
+) -> None:
+    control = await start_control(snapshot_ttl=timedelta(seconds=2))
+    async with http.get(f"{control.url}/v1/snapshot") as response:
+        first = await response.json()
+        etag = response.headers["ETag"]
+    await asyncio.sleep(1.1)  # past half the lifetime
+    async with http.get(f"{control.url}/v1/snapshot", headers={"If-None-Match": etag}) as response:
+        assert response.status == 200
+        second = await response.json()
+    assert second["version"] == first["version"]
+    assert second["issued_at"] > first["issued_at"]
+    assert second["expires_at"] > first["expires_at"]
+
+
+async def test_raw_body_over_the_limit_is_413(start_control: Start, http: aiohttp.ClientSession) -> None:
+    control = await start_control(limits=registration.Limits(max_file_bytes=1024, max_total_bytes=1024))
+    body = b'{"app": "x", "files": [], "pad": "' + b"x" * (2 * 1024 * 1024) + b'"}'
+    async with http.post(
+        f"{control.url}/v1/artifacts", data=body, headers={"Content-Type": "application/json"}
+    ) as r:
+        assert r.status == 413
+        assert (await r.json())["code"] == "SVC.ARTIFACT.TOO_LARGE"
