@@ -123,7 +123,6 @@ async def _start(app: web.Application) -> None:
         app[http.AGENT] = agent
         agent.start()
         return
-    await http.reload_state(app)
     listener = await pool.acquire()
     app[LISTENER] = listener
 
@@ -135,7 +134,9 @@ async def _start(app: web.Application) -> None:
         task.add_done_callback(app[RELOADS].discard)
 
     app[ON_CHANGE] = changed
+    # Listen first, then load: a change committed in between is seen by one or the other.
     await listener.add_listener(schema.NOTIFY_CHANNEL, changed)
+    await http.reload_state(app)
 
 
 async def _stop(app: web.Application) -> None:

@@ -134,7 +134,14 @@ class Agent:
 
     async def sync_once(self) -> bool:
         """One sync; return True when a new snapshot was taken into service."""
-        await self._announce()
+        try:
+            await self._announce()
+        except errors.UpstreamError as exc:
+            # A standalone region has no registry; pulling the snapshot matters more.
+            self.last["announce_error"] = exc.detail
+            log.warning("cluster announcement failed: %s", exc.detail)
+        else:
+            self.last["announce_error"] = None
         await self._ensure_keys()
         headers = {"If-None-Match": self.live.region.etag} if self.live.region else {}
         status, body, etag = await self._request(

@@ -178,3 +178,26 @@ async def test_cluster_refuses_artifacts_signed_by_an_untrusted_key(
     async with http_session.get(f"{cluster.url}/v1/snapshot") as response:
         assert response.status == 502  # nothing verified, nothing served
     assert cluster.app[http.LIVE].region is None
+
+
+async def test_cluster_syncs_from_a_standalone_control(
+    start_control: Start, make_dsn: MakeDsn, http_session: aiohttp.ClientSession
+) -> None:
+    standalone = await start_control()  # no cluster registry: the announcement is refused
+    async with http_session.post(
+        f"{standalone.url}/v1/artifacts", json=json_upload("shop", manifests(), ["acme"])
+    ) as response:
+        registered = await response.json()
+    cluster = await start_control(
+        dsn=await make_dsn(), mode="cluster", region_url=standalone.url, cluster_id="local", **FAST
+    )
+
+    async def synced() -> list[str] | None:
+        async with http_session.get(f"{cluster.url}/v1/snapshot") as response:
+            if response.status != 200:
+                return None
+            return [d["artifact_id"] for d in (await response.json())["deployments"]] or None
+
+    assert await eventually(synced) == [registered["artifact_id"]]
+    async with http_session.get(f"{cluster.url}/health") as response:
+        assert "404" in (await response.json())["region"]["announce_error"]
