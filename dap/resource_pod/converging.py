@@ -194,6 +194,20 @@ def loaded(status: Status, version: Version, detail: str = "") -> Status:
     )
 
 
+def restored(
+    status: Status, version: Version, deployment: documents.Deployment, snapshot_version: int
+) -> Status:
+    """Boot from the state directory: the saved artifact, verified again, is what runs."""
+    assert status.phase is None, "only a pod that has not converged yet restores"
+    return dataclasses.replace(
+        accept_snapshot(status, snapshot_version),
+        phase=Phase.LOADED,
+        running=version,
+        target=deployment,
+        message=f"restored {version.artifact_id} (version {version.version}) from the state directory",
+    )
+
+
 def _failure(status: Status, reason: str, now: float, policy: backoff.Backoff, spread: float) -> Failure:
     target = status.target
     assert target is not None, "a step can fail only while converging to a target"
