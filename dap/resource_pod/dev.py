@@ -120,8 +120,8 @@ def dev_token(workspace: str, secret: str = DEV_SECRET) -> str:
     return jwt.encode(claims, secret, algorithm="HS256")
 
 
-def example_body(resource: Any) -> dict[str, Any]:
-    """A create body for ``resource``: every required field with a plausible value."""
+def example_body(resource: Any) -> dict[str, Any] | None:
+    """A create body for ``resource`` (every required field); ``None`` when one needs a reference."""
     samples: dict[str, Any] = {
         "integer": 1,
         "number": 1.5,
@@ -137,30 +137,27 @@ def example_body(resource: Any) -> dict[str, Any]:
         if not getattr(field, "required", False) or getattr(field, "read_only", False):
             continue
         kind = str(getattr(field, "type", "string"))
-        options_ = getattr(field, "options", None) or []
-        if options_:
-            body[name] = options_[0].value
-        else:
-            body[name] = samples.get(kind, f"Example {name}")
-    return body or {"title": "Example"}
+        choices = getattr(field, "options", None) or []
+        if kind in ("relation", "child", "file", "json", "uuid"):
+            return None
+        body[name] = choices[0].value if choices else samples.get(kind, f"Example {name}")
+    return body
 
 
 def curl_examples(
     base: str, control_url: str, admin: str | None, catalog: server.Catalog, workspace: str
 ) -> str:
-    lines = [f'  curl -s {base}/{workspace}/_ui/_meta/apps -H "Authorization: Bearer $TOKEN"']
-    for resource in sorted(catalog.resources.values(), key=lambda r: r.key):
+    auth = '-H "Authorization: Bearer $TOKEN"'
+    lines = [f"  curl -s {base}/{workspace}/_ui/_meta/apps {auth}"]
+    resources = sorted(catalog.resources.values(), key=lambda r: (example_body(r) is None, r.key))
+    for resource in resources[:2]:
         url = f"{base}/{workspace}/api/{resource.module}/{resource.name}"
+        body = example_body(resource)
+        if "create" in resource.actions and body is not None:
+            data = shlex.quote(json.dumps(body))
+            lines.append(f"  curl -s -X POST {url} {auth} -H 'Content-Type: application/json' -d {data}")
         if "list" in resource.actions:
-            lines.append(f"  curl -s '{url}?limit=5' -H \"Authorization: Bearer $TOKEN\"")
-        if "create" in resource.actions:
-            body = shlex.quote(json.dumps(example_body(resource)))
-            lines.append(
-                f'  curl -s -X POST {url} -H "Authorization: Bearer $TOKEN" '
-                f"-H 'Content-Type: application/json' -d {body}"
-            )
-        if len(lines) >= 4:
-            break
+            lines.append(f"  curl -s '{url}?limit=5' {auth}")
     lines.append(f"  curl -s {base}/{workspace}/api/openapi.json")
     lines.append(f"  curl -s {base}/health")
     lines.append(f"  curl -s '{control_url}/v1/snapshot?workspace={workspace}'")

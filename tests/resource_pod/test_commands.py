@@ -1,0 +1,230 @@
+"""``dap pod`` and ``dap dev`` as a person runs them: real processes, real ports, real signals."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import jwt
+import pytest
+from click.testing import CliRunner
+
+from dap.resource_pod import cli, dev, errors
+from tests.resource_pod.conftest import SECRET, WORKSPACE, Control, MakeDsn, spec_files, wait_for
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "procurement"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def dap(*args: str) -> list[str]:
+    return [sys.executable, "-c", "import sys; from dap.cli import main; sys.exit(main())", *args]
+
+
+@dataclass
+class Child:
+    process: asyncio.subprocess.Process
+    stderr: bytearray
+
+
+@contextlib.asynccontextmanager
+async def process(*args: str, env: dict[str, str] | None = None) -> AsyncIterator[Child]:
+    """Run ``dap *args``; stdout is a pipe the test reads, stderr is drained into ``Child.stderr``."""
+    child = await asyncio.create_subprocess_exec(
+        *dap(*args),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, **(env or {})},
+    )
+    captured = bytearray()
+
+    async def drain() -> None:
+        assert child.stderr is not None
+        while chunk := await child.stderr.read(65536):
+            captured.extend(chunk)
+
+    drainer = asyncio.create_task(drain())
+    try:
+        yield Child(child, captured)
+    finally:
+        if child.returncode is None:
+            child.kill()
+            await child.wait()
+        await drainer
+
+
+async def test_dap_pod_serves_what_control_publishes_and_stops_on_sigterm(
+    control: Control, make_dsn: MakeDsn, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    v1 = await control.register(spec_files())
+    port = free_port()
+    env = {
+        "CONTROL_CLUSTER_URL": control.url,
+        "WORKSPACE_ID": WORKSPACE,
+        "DAP_TRUSTED_KEYS": control.signer.public_key.hex(),
+        "DAP_DSN": await make_dsn(),
+    }
+    async with process(
+        "pod",
+        "--jwt-secret",
+        SECRET,
+        "--cors-origin",
+        "http://ui.example",
+        "--addr",
+        f"127.0.0.1:{port}",
+        "--metrics-addr",
+        "",
+        "--pull-interval",
+        "200ms",
+        "--state-dir",
+        str(tmp_path),
+        env=env,
+    ) as running:
+        child = running.process
+
+        async def serving() -> bool:
+            with contextlib.suppress(aiohttp.ClientError):
+                async with http.get(f"http://127.0.0.1:{port}/health") as response:
+                    return (await response.json()).get("artifact_id") == v1["artifact_id"]
+            return False
+
+        await wait_for(serving, within=30, what="dap pod serving v1")
+        child.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(20):
+            await child.wait()
+        await asyncio.sleep(0.1)
+        assert child.returncode == 0, running.stderr.decode()[-2000:]
+        assert b"shutting down" in running.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["--trusted-keys", "abc"], "is not hex", id="bad-key"),
+        pytest.param(["--trusted-keys", "ab" * 32, "--workspace-id", "_ui"], "workspace slug", id="bad-slug"),
+        pytest.param(["--dev", "--pull-interval", "soon"], "--pull-interval", id="bad-interval"),
+        pytest.param(["--trusted-keys", "ab" * 32, "--cors-origin", "*"], "refused", id="serve-rule"),
+    ],
+)
+def test_dap_pod_refuses_bad_options_in_one_line(args: list[str], message: str) -> None:
+    base = ["--dsn", "postgresql://nowhere/db", "--jwt-secret", "s", "--control-url", "http://control:1"]
+    base += ["--workspace-id", "acme"] if "--workspace-id" not in args else []
+    if "--cors-origin" not in args:
+        base += ["--cors-origin", "http://ui.example"]
+    result = CliRunner().invoke(cli.pod, [*base, *args])
+    assert result.exit_code == 1, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_pod_settings_defaults_follow_dev() -> None:
+    mine = dict.fromkeys(cli.POD_OPTIONS)
+    mine.update(control_url="http://c/", dev=True, health_interval="30s", metering_interval="5m")
+    dev_config = cli.pod_settings(mine)
+    assert (dev_config.workspace, dev_config.pull_interval, dev_config.long_poll) == ("default", 10.0, True)
+    assert dev_config.fetch_keys and dev_config.control_url == "http://c"
+    mine.update(dev=False, workspace_id="acme", trusted_keys="ab" * 32)
+    prod = cli.pod_settings(mine)
+    assert (prod.pull_interval, prod.long_poll, prod.fetch_keys) == (300.0, False, False)
+    assert prod.state_dir == cli.PROD_STATE_DIR
+    with pytest.raises(errors.ConfigError, match="--workspace-id"):
+        cli.pod_settings({**mine, "workspace_id": None})
+
+
+def test_dev_helpers(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text("x")
+    (tmp_path / ".hidden").write_text("x")
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "c.pyc").write_bytes(b"x")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.yml").write_text("y")
+    assert dev.collect(tmp_path) == {"a.yaml": b"x", "sub/b.yml": b"y"}
+    before = dev.fingerprint(tmp_path)
+    (tmp_path / "sub" / "b.yml").write_text("yy")
+    assert dev.fingerprint(tmp_path) != before
+    claims = jwt.decode(dev.dev_token("default"), dev.DEV_SECRET, algorithms=["HS256"], issuer="svc")
+    assert claims["workspace"] == "default" and claims["roles"] == ["admin"]
+    key = dev.signing_key(tmp_path / "k" / "signing.key")
+    assert len(key.read_text().strip()) == 64 and (key.stat().st_mode & 0o777) == 0o600
+    assert dev.signing_key(key).read_text() == key.read_text(), "created once, then reused"
+
+
+async def test_dap_dev_serves_watches_and_stops_on_ctrl_c(
+    make_dsn: MakeDsn, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    spec = tmp_path / "spec"
+    spec.mkdir()
+    for path in EXAMPLE.rglob("*"):
+        if path.is_file():
+            target = spec / path.relative_to(EXAMPLE)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(path.read_bytes())
+    api, admin, control = free_port(), free_port(), free_port()
+    async with process(
+        "dev",
+        "--spec",
+        str(spec),
+        "--dsn",
+        await make_dsn(),
+        "--data-dir",
+        str(tmp_path / ".dap"),
+        "--addr",
+        f"127.0.0.1:{api}",
+        "--admin-addr",
+        f"127.0.0.1:{admin}",
+        "--control-port",
+        str(control),
+        "--watch",
+        "--log-level",
+        "error",
+    ) as running:
+        child = running.process
+        assert child.stdout is not None
+        output = ""
+        async with asyncio.timeout(60):
+            while "watching" not in output:
+                line = await child.stdout.readline()
+                assert line, f"dap dev ended early: {output}"
+                output += line.decode()
+        token = re.search(r"export TOKEN=(\S+)", output)
+        assert token is not None, output
+        assert f"http://127.0.0.1:{api}/default/" in output
+        headers = {"Authorization": f"Bearer {token.group(1)}"}
+        suppliers = f"http://127.0.0.1:{api}/default/api/buying/supplier"
+        async with http.post(suppliers, json={"name": "Acme", "phone": "1"}, headers=headers) as response:
+            assert response.status == 422, "phone is not a field of v1"
+
+        supplier = spec / "buying" / "supplier.yaml"
+        supplier.write_text(
+            supplier.read_text().replace(
+                "    - name: rating\n", "    - name: phone\n      type: string\n    - name: rating\n"
+            )
+        )
+        async with asyncio.timeout(30):
+            while "now serving version 2" not in output:
+                line = await child.stdout.readline()
+                assert line, output
+                output += line.decode()
+        async with http.post(suppliers, json={"name": "Acme", "phone": "1"}, headers=headers) as response:
+            assert response.status == 201, await response.text()
+
+        child.send_signal(signal.SIGINT)
+        async with asyncio.timeout(30):
+            await child.wait()
+        assert child.returncode == 0
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", control), timeout=1):
+        pytest.fail("the control plane still listens after Ctrl-C")
