@@ -53,6 +53,14 @@ async def _health(request: web.Request) -> web.Response:
                 await conn.fetchval("SELECT 1")
     except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         reasons.append(f"postgres unreachable: {exc.__class__.__name__}")
+    for check in request.app[state.HEALTH_CHECKS]:
+        try:
+            async with asyncio.timeout(HEALTH_TIMEOUT):
+                reason = await check()
+        except TimeoutError:
+            reason = f"health check {getattr(check, '__name__', 'check')} timed out"
+        if reason:
+            reasons.append(reason)
     body = {
         "status": "unhealthy" if reasons else "ok",
         "reasons": reasons,
@@ -116,6 +124,7 @@ def build(main: web.Application) -> web.Application:
     app[state.REGISTRY] = main[state.REGISTRY]
     app[state.METRICS] = main[state.METRICS]
     app[state.OPTIONS] = main[state.OPTIONS]
+    app[state.HEALTH_CHECKS] = main[state.HEALTH_CHECKS]  # the same list: appends show up here
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/health", _health)
     if main[state.OPTIONS].admin_secret:

@@ -159,6 +159,7 @@ def build_app(
     app[state.REGISTRY] = workspaces.Registry(pool)
     app[state.METRICS] = meter
     app[state.VERIFIER] = verifier
+    app[state.HEALTH_CHECKS] = []
     # entity routes first: the router tries dynamic routes in order, and these carry the load
     rest.add_routes(app)
     documents.add_routes(app)

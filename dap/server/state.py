@@ -8,6 +8,7 @@ resource pod loading a new artifact) replaces that one reference atomically.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -36,5 +37,9 @@ REGISTRY: web.AppKey[workspaces.Registry] = web.AppKey("registry")
 METRICS: web.AppKey[metrics.Metrics] = web.AppKey("metrics")
 VERIFIER: web.AppKey[auth.JwtVerifier] = web.AppKey("verifier")
 OPTIONS: web.AppKey[options.ServeOptions] = web.AppKey("options")
+# extra checks of the admin /health: each returns a reason when unhealthy, None when fine. The list
+# is created with the app; a host (the resource pod) may append to it before or after start.
+HealthCheck = Callable[[], Awaitable[str | None]]
+HEALTH_CHECKS: web.AppKey[list[HealthCheck]] = web.AppKey("health_checks")
 # the resolved workspace slug of a request, for the metrics label
 WORKSPACE: web.RequestKey[str] = web.RequestKey("workspace", str)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncpg
 
-from dap.server import workspaces
+from dap.server import state, workspaces
 
 from .conftest import ADMIN, fresh_database_async, running
 
@@ -91,6 +91,14 @@ async def test_metrics_and_health(pg_server_dsn: str) -> None:
         async with srv.http.get(f"{srv.admin}/health") as resp:
             body = await resp.json()
             assert resp.status == 200 and body["status"] == "ok" and body["reasons"] == []
+
+        async def stale() -> str | None:
+            return "artifact is stale"
+
+        srv.server.app[state.HEALTH_CHECKS].append(stale)  # a host adds its own check after start
+        async with srv.http.get(f"{srv.admin}/health") as resp:
+            assert resp.status == 503 and (await resp.json())["reasons"] == ["artifact is stale"]
+        srv.server.app[state.HEALTH_CHECKS].remove(stale)
         # Postgres goes away: the pool's connections die and health says so
         admin_conn = await asyncpg.connect(pg_server_dsn)
         try:
