@@ -129,13 +129,22 @@ def _middleware(opts: options.ServeOptions, meter: metrics.Metrics) -> Middlewar
         if origin is not None and origin in allowed:
             response.headers.update(_cors_headers(origin))
         response.headers.setdefault("X-Request-Id", request_id)
+        workspace = request.get(state.WORKSPACE, "_none")
+        route = _route_template(request)
+        seconds = time.perf_counter() - started
         meter.observe(
-            workspace=request.get(state.WORKSPACE, "_none"),
-            route=_route_template(request),
-            method=request.method,
-            status=response.status,
-            seconds=time.perf_counter() - started,
+            workspace=workspace, route=route, method=request.method, status=response.status, seconds=seconds
         )
+        if log.isEnabledFor(logging.DEBUG):  # never bodies or values: masked fields stay out of logs
+            ctx = {
+                "request_id": request_id,
+                "workspace": workspace,
+                "route": route,
+                "method": request.method,
+                "status": response.status,
+                "ms": round(seconds * 1000, 2),
+            }
+            log.debug("request", extra={"ctx": ctx})
         return response
 
     return middleware

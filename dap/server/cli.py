@@ -9,6 +9,7 @@ caught here; anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import sys
 import time
@@ -23,6 +24,7 @@ from dap.server import app, db, errors, options, schema_sync
 from dap.server.catalog import Catalog
 
 F = TypeVar("F", bound=Callable[..., Any])
+log = logging.getLogger(__name__)
 
 
 def _refuse(message: str, code: int = 1) -> NoReturn:
@@ -117,6 +119,8 @@ def _common(fn: F) -> F:
 def serve(**raw: Any) -> None:
     """Run the production server (REST, UI metadata, admin listener)."""
     logs.configure("debug" if raw.get("log_debug") else raw["log_level"])
+    if raw.get("log_debug"):
+        log.warning("debug records enabled by --log-debug", extra={"ctx": {"audit": "log_debug_enabled"}})
     try:
         raw["jwt_public_key"] = _read_key(raw["jwt_public_key"])
         opts = options.check(**raw)

@@ -364,3 +364,15 @@ async def test_extension_namespace(srv: Running) -> None:
     status, body, _ = await call(srv, "PATCH", f"{P}/{rid}", {"eco": {"co2": 2}})
     assert status == 200 and body["data"]["eco"] == {"co2": "2.0"}  # replaced as a whole
     assert (await call(srv, "POST", P, product("E2")))[1]["data"]["eco"] is None
+
+
+async def test_logs_never_carry_values(srv: Running, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    with caplog.at_level(logging.DEBUG, logger="dap.server"):
+        status, body, _ = await call(srv, "POST", P, product("M1", supplier_email="hidden@secret.example"))
+        assert status == 201
+        await call(srv, "POST", P, product("M2", supplier_email=5))  # a 422 with the field named
+    assert any(r.getMessage() == "request" for r in caplog.records)
+    text = " ".join(f"{r.getMessage()} {getattr(r, 'ctx', '')}" for r in caplog.records)
+    assert "hidden@secret.example" not in text
