@@ -103,7 +103,9 @@ POD_OPTIONS = (
     help="hold snapshot requests open so changes arrive at once (default: on with --dev)",
 )
 @click.option("--cluster-id", envvar=["DAP_CLUSTER_ID", "DAP_CLUSTER"], help="named in evidence records")
-@click.option("--pod-name", envvar=["POD_NAME", "HOSTNAME"], default="", help="named in health evidence")
+@click.option(
+    "--pod-name", envvar=["DAP_POD_NAME", "POD_NAME", "HOSTNAME"], default="", help="named in health evidence"
+)
 @click.option("--health-interval", default="30s", show_default=True, envvar="DAP_HEALTH_INTERVAL")
 @click.option("--metering-interval", default="5m", show_default=True, envvar="DAP_METERING_INTERVAL")
 def pod(**raw: Any) -> None:
@@ -190,13 +192,21 @@ async def _run(opts: options.ServeOptions, config: settings.Settings) -> None:
     default="examples/procurement",
     show_default=True,
     type=click.Path(exists=True, file_okay=False, path_type=Path),
+    envvar="DAP_SPEC",
     help="manifest directory to register and serve",
 )
-@click.option("--workspace", default=names.DEFAULT_WORKSPACE, show_default=True, help="workspace to serve")
-@click.option("--addr", default="127.0.0.1:8080", show_default=True, help="REST and UI address")
-@click.option("--admin-addr", default="127.0.0.1:9102", show_default=True, help="admin listener; empty = off")
+@click.option("--workspace", default=names.DEFAULT_WORKSPACE, show_default=True, envvar="DAP_WORKSPACE")
+@click.option("--addr", default="127.0.0.1:8080", show_default=True, envvar="DAP_ADDR", help="REST, UI")
 @click.option(
-    "--control-port", default=8443, show_default=True, type=int, help="standalone control plane port"
+    "--admin-addr", default="127.0.0.1:9102", show_default=True, envvar="DAP_ADMIN_ADDR", help="empty: off"
+)
+@click.option(
+    "--control-port",
+    default=8443,
+    show_default=True,
+    type=int,
+    envvar="DAP_CONTROL_PORT",
+    help="control plane",
 )
 @click.option("--dsn", envvar="DAP_DSN", help="use this Postgres instead of the embedded one")
 @click.option(
@@ -204,11 +214,18 @@ async def _run(opts: options.ServeOptions, config: settings.Settings) -> None:
     default=Path(".dap"),
     show_default=True,
     type=click.Path(file_okay=False, path_type=Path),
+    envvar="DAP_DATA_DIR",
     help="embedded Postgres, signing key, pod state",
 )
-@click.option("--pull-interval", default="10s", show_default=True, help="the pod's pull interval")
-@click.option("--watch", is_flag=True, help="re-register on file changes; the new version rolls in")
-@click.option("--log-level", default="warn", show_default=True, type=click.Choice(sorted(logs.LEVELS)))
+@click.option("--pull-interval", default="10s", show_default=True, envvar="DAP_PULL_INTERVAL")
+@click.option("--watch", is_flag=True, envvar="DAP_WATCH", help="re-register on file changes")
+@click.option(
+    "--log-level",
+    default="warn",
+    show_default=True,
+    envvar="DAP_LOG_LEVEL",
+    type=click.Choice(sorted(logs.LEVELS)),
+)
 def dev(**raw: Any) -> None:
     """Run the whole pipeline on a laptop: Postgres, control plane, registration and a pod."""
     from dap.resource_pod import dev as dev_mode

@@ -278,8 +278,16 @@ class Pod:
         try:
             body = await self.client.artifact(artifact_id)
             raw = documents.json_object(body, f"artifact {artifact_id}")
-        except errors.ControlError as exc:
+        except errors.ControlUnreachable as exc:
             self._control_failed(exc)  # nothing fetched: retried on the next cycle
+            return
+        except errors.ProtocolError as exc:  # e.g. 404/410: the control plane is up, the artifact is not
+            log.warning(
+                "artifact unavailable; retried on the next cycle",
+                extra={
+                    "ctx": {"workspace": self.config.workspace, "artifact_id": artifact_id, "error": str(exc)}
+                },
+            )
             return
         self._set(converging.fetched(self.status, deployment))
         try:
