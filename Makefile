@@ -19,8 +19,9 @@ install: $(STAMP)
 
 SPEC ?= examples/procurement
 
+# The whole local pipeline: embedded Postgres, standalone control, registration, one resource pod.
 dev: $(STAMP)
-	$(BIN)/dap validate $(SPEC)
+	$(BIN)/dap dev --spec $(SPEC)
 
 test: $(STAMP)
 	$(MAKE) lint
