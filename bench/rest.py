@@ -132,7 +132,21 @@ def baseline_main(port_: int, dsn: str, tenant: str) -> None:
 # --- load generator ----------------------------------------------------------------------------
 
 
-async def drive(url_of: Any, *, seconds: float, workers: int, headers: dict[str, str]) -> dict[str, float]:
+def summary(runs: list[tuple[list[float], float, int]]) -> dict[str, float]:
+    """Requests/s, p50, p99 and errors over several runs of ``drive``."""
+    latencies = sorted(x for lat, _, _ in runs for x in lat)
+    elapsed = sum(e for _, e, _ in runs)
+    return {
+        "rps": len(latencies) / elapsed,
+        "p50_ms": latencies[len(latencies) // 2] * 1000,
+        "p99_ms": latencies[int(len(latencies) * 0.99)] * 1000,
+        "errors": sum(n for _, _, n in runs),
+    }
+
+
+async def drive(
+    url_of: Any, *, seconds: float, workers: int, headers: dict[str, str]
+) -> tuple[list[float], float, int]:
     latencies: list[float] = []
     errors = 0
     stop_at = time.perf_counter() + seconds
@@ -157,13 +171,7 @@ async def drive(url_of: Any, *, seconds: float, workers: int, headers: dict[str,
         began = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(workers)))
         elapsed = time.perf_counter() - began
-    latencies.sort()
-    return {
-        "rps": len(latencies) / elapsed,
-        "p50_ms": latencies[len(latencies) // 2] * 1000,
-        "p99_ms": latencies[int(len(latencies) * 0.99)] * 1000,
-        "errors": errors,
-    }
+    return latencies, elapsed, errors
 
 
 # --- setup -------------------------------------------------------------------------------------
@@ -221,11 +229,11 @@ def spawn_serve(spec: Path, dsn: str, port_: int, metrics_port: int | None = Non
     )
 
 
-def spawn_baseline(port_: int, dsn: str, tenant: str) -> subprocess.Popen[bytes]:
+def spawn_baseline(port_: int, dsn: str, tenant: str, log: Path | None = None) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, __file__, "--baseline", str(port_), dsn, tenant],
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=log.open("wb") if log is not None else subprocess.DEVNULL,
     )
 
 
@@ -314,9 +322,13 @@ async def main(args: argparse.Namespace) -> int:
         started = time.perf_counter()
         tenant, ids = await load_rows(dsn, args.rows)
         print(f"  loaded in {time.perf_counter() - started:.1f}s", flush=True)
-        baseline = spawn_baseline(base_port, dsn, tenant)
+        baseline = spawn_baseline(base_port, dsn, tenant, tmp / "baseline.log")
         procs.append(baseline)
-        await wait_http(f"http://127.0.0.1:{base_port}/default/api/bench/item/{ids[0]}")
+        try:
+            await wait_http(f"http://127.0.0.1:{base_port}/default/api/bench/item/{ids[0]}", limit=60)
+        except RuntimeError:
+            print((tmp / "baseline.log").read_text()[-2000:], file=sys.stderr)
+            raise
 
         now = int(time.time())
         token = jwt.encode(
@@ -326,17 +338,24 @@ async def main(args: argparse.Namespace) -> int:
         )
         auth = {"Authorization": f"Bearer {token}"}
         results: dict[str, dict[str, dict[str, float]]] = {}
+        targets = {"baseline": (base_port, {}), "dap": (api_port, auth)}
+        # A B B A: each target runs twice for half the time, so drift of a shared machine
+        # (other processes, Postgres autovacuum) weighs on both sides alike
+        order = ("baseline", "dap", "dap", "baseline")
         for scenario in ("find", "list"):
-            for target, p, headers in (("baseline", base_port, {}), ("dap", api_port, auth)):
+            runs: dict[str, list[tuple[list[float], float, int]]] = {"baseline": [], "dap": []}
+            for target in order:
+                p, headers = targets[target]
                 base = f"http://127.0.0.1:{p}/default/api/bench/item"
 
                 def url_of(base: str = base, scenario: str = scenario) -> str:
                     return f"{base}/{random.choice(ids)}" if scenario == "find" else f"{base}?{LIST_QUERY}"
 
-                print(f"running {scenario} against {target} for {args.seconds}s ...", flush=True)
-                results.setdefault(scenario, {})[target] = await drive(
-                    url_of, seconds=args.seconds, workers=args.workers, headers=headers
+                print(f"running {scenario} against {target} for {args.seconds / 2}s ...", flush=True)
+                runs[target].append(
+                    await drive(url_of, seconds=args.seconds / 2, workers=args.workers, headers=headers)
                 )
+            results[scenario] = {target: summary(r) for target, r in runs.items()}
         server_rss = rss_mib(serve.pid)
         baseline_rss = rss_mib(baseline.pid)
 
@@ -359,7 +378,8 @@ async def main(args: argparse.Namespace) -> int:
 
         print()
         print(
-            f"REST benchmark: {args.rows} rows, {args.workers} concurrent clients, {args.seconds}s per run, "
+            f"REST benchmark: {args.rows} rows, {args.workers} concurrent clients, "
+            f"{args.seconds}s per target (two halves, order A B B A), "
             f"pool size {POOL}, loopback, {os.cpu_count()} CPUs shared by client, servers and Postgres"
         )
         print(f"{'scenario':<8} {'target':<9} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}")
