@@ -8,7 +8,7 @@ One package for the three serve modes of the control binary (spec: Control binar
   resource pods of its cluster, and relays their evidence to the region;
 - standalone: region and cluster in one process for a single cluster or a laptop (``--dev``).
 
-Layout: pure logic (``signing``, ``hashing``, ``envelopes``, ``routing``, ``snapshots``,
+Layout: pure logic (``signing``, ``envelopes``, ``routing``, ``snapshots``,
 ``evidence``) under thin I/O shells (``store``, ``registry``, ``evidence_store``,
 ``cluster_store``, ``handlers``, ``reports``, ``cluster``, ``app``, ``cli``). Errors form one tree
 in ``errors``. Resource pods talk to this package over HTTP only.

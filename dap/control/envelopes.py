@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import re
 from collections.abc import Mapping
 from typing import Any, TypedDict, cast
 
-from dap.control import errors, hashing, signing
+from dap.config import canonical
+from dap.control import errors, signing
 from dap.control.ids import ArtifactId, KeyId
 
 APP_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
@@ -69,8 +69,7 @@ def check_app_name(app: str) -> str:
 
 def artifact_id_for(app: str, version: int, sha256: str) -> ArtifactId:
     """Deterministic id: the same app, version and content always give the same id."""
-    digest = hashlib.sha256(f"{app}\0{version}\0{sha256}".encode()).hexdigest()
-    return ArtifactId(f"art-{digest[:24]}")
+    return ArtifactId(canonical.artifact_id(app, version, sha256))
 
 
 def build(
@@ -85,7 +84,7 @@ def build(
     created_at: str,
     signer: signing.Signer,
 ) -> Envelope:
-    """Assemble and sign an envelope; ``file_hashes``/``sha256`` come from ``hashing``."""
+    """Assemble and sign an envelope; ``file_hashes``/``sha256`` come from ``dap.config.canonical``."""
     entries: list[FileEntry] = [
         {"path": path, "sha256": file_hashes[path], "content": base64.b64encode(files[path]).decode("ascii")}
         for path in sorted(files, key=lambda p: p.encode("utf-8"))
@@ -120,12 +119,12 @@ def decode_files(envelope: Mapping[str, Any]) -> dict[str, bytes]:
             declared = str(entry["sha256"])
         except (KeyError, TypeError, binascii.Error) as exc:
             raise errors.SignatureError("malformed file entry in envelope") from exc
-        actual = hashing.file_sha256(content)
+        actual = canonical.file_sha256(content)
         if actual != declared:
             raise errors.SignatureError(f"file {path} does not match its sha256")
         files[path] = content
         hashes[path] = actual
-    if hashing.aggregate_sha256(hashes) != envelope.get("sha256"):
+    if canonical.aggregate_sha256(hashes) != envelope.get("sha256"):
         raise errors.SignatureError("aggregate sha256 does not match the files")
     return files
 

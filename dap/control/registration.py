@@ -3,7 +3,7 @@
 The rule of the spec, with the deployments update the reference behaviour forgot:
 
 1. validate the manifests (dap.config); on failure nothing is stored;
-2. hash every file and the aggregate (``hashing``);
+2. hash every file and the aggregate (``dap.config.canonical``);
 3. under a per-app advisory lock: when the app's newest artifact is active and has the same
    aggregate, reuse it (idempotent re-registration, no new version); otherwise build and sign the
    next version, chained to the newest one by ``prev_version``/``prev_sha256``;
@@ -28,7 +28,8 @@ from datetime import UTC, datetime
 
 import asyncpg
 
-from dap.control import envelopes, errors, hashing, registry, routing, signing, snapshots, store, validation
+from dap.config import canonical
+from dap.control import envelopes, errors, registry, routing, signing, snapshots, store, validation
 from dap.control.ids import AppName, ArtifactId, ClusterId, WorkspaceId
 
 WORKSPACE_ID = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -91,8 +92,8 @@ def check_workspace_id(raw: str) -> WorkspaceId:
 
 def _hash(files: Mapping[str, bytes]) -> tuple[dict[str, str], str, float]:
     started = time.perf_counter()
-    hashes = {path: hashing.file_sha256(content) for path, content in files.items()}
-    return hashes, hashing.aggregate_sha256(hashes), time.perf_counter() - started
+    hashes = {path: canonical.file_sha256(content) for path, content in files.items()}
+    return hashes, canonical.aggregate_sha256(hashes), time.perf_counter() - started
 
 
 def _sign(

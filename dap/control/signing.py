@@ -1,9 +1,8 @@
 """Canonical JSON, ed25519 signing and verification, key ids and key files.
 
-The signed message of an envelope or snapshot is its canonical JSON (keys sorted, no spaces,
-UTF-8) with ``signature`` set to the empty string, as ARCHITECTURE.md fixes. ``signing_key_id``
-is part of the signed document, so it is set before signing. A key id is the first 16 hex
-characters of the SHA-256 of the raw 32-byte public key.
+The signed message and key ids are the shared contract of ``dap.config.canonical`` (the pod
+verifies with the same definitions). ``signing_key_id`` is part of the signed document, so it is
+set before signing.
 
 Key files hold the 32-byte ed25519 seed as 64 hex characters and a newline, written with mode
 0600; that is all that is needed to rebuild the key pair. PyNaCl is the only crypto library here
@@ -12,8 +11,6 @@ and its errors are translated into ``errors.SignatureError`` / ``errors.SigningK
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,24 +19,19 @@ from typing import Any
 import nacl.exceptions
 import nacl.signing
 
+from dap.config import canonical
 from dap.control import errors
 from dap.control.ids import KeyId
 
 ALGORITHM = "ed25519"
 
 
-def canonical_json(document: Any) -> bytes:
-    """Keys sorted, no whitespace, UTF-8 (non-ASCII kept as is)."""
-    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
-def signing_message(document: Mapping[str, Any]) -> bytes:
-    """The bytes that are signed: the document with ``signature`` set to the empty string."""
-    return canonical_json({**document, "signature": ""})
+canonical_json = canonical.canonical_json
+signing_message = canonical.signing_message
 
 
 def key_id(public_key: bytes) -> KeyId:
-    return KeyId(hashlib.sha256(public_key).hexdigest()[:16])
+    return KeyId(canonical.key_id(public_key))
 
 
 class Signer:

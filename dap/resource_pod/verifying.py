@@ -1,9 +1,8 @@
 """Verification of what the control plane sends: signatures, hashes, rollback and freeze. Pure.
 
-This module re-implements, on purpose, the verifying half of the control plane's contract
-(``dap/control/signing.py`` and ``hashing.py``), because the pod may not import ``dap.control``:
-it trusts the control plane's *signature*, not its code. ``tests/resource_pod/test_contract.py``
-signs with ``dap.control``'s signer and verifies here, so the two cannot drift apart silently.
+The pod may not import ``dap.control``: it trusts the control plane's *signature*, not its code.
+Both sides take the contract's definitions from ``dap.config.canonical``, and
+``tests/resource_pod/test_contract.py`` signs with ``dap.control``'s signer and verifies here.
 
 The contract (ARCHITECTURE.md, docs/decisions/control.md):
 
@@ -24,8 +23,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -34,24 +31,22 @@ from typing import Any
 import nacl.exceptions
 import nacl.signing
 
+from dap.config import canonical
 from dap.resource_pod import documents, errors
 from dap.resource_pod.documents import KeyId
 
 PUBLIC_KEY_BYTES = 32
 
 
-def canonical_json(document: Any) -> bytes:
-    """Keys sorted, no whitespace, UTF-8 (non-ASCII kept as is)."""
-    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
-def signing_message(document: Mapping[str, Any]) -> bytes:
-    """The signed bytes: the document with ``signature`` set to the empty string."""
-    return canonical_json({**document, "signature": ""})
+canonical_json = canonical.canonical_json
+signing_message = canonical.signing_message
+file_sha256 = canonical.file_sha256
+aggregate_sha256 = canonical.aggregate_sha256
+artifact_id_for = canonical.artifact_id
 
 
 def key_id(public_key: bytes) -> KeyId:
-    return KeyId(hashlib.sha256(public_key).hexdigest()[:16])
+    return KeyId(canonical.key_id(public_key))
 
 
 def parse_public_key(text: str) -> bytes:
@@ -92,22 +87,6 @@ def verify_signature(document: Mapping[str, Any], trusted: Mapping[KeyId, bytes]
     except (ValueError, nacl.exceptions.BadSignatureError, nacl.exceptions.ValueError) as exc:
         raise errors.SignatureInvalid(f"the signature does not verify with key {kid}") from exc
     return KeyId(kid)
-
-
-def file_sha256(content: bytes) -> str:
-    return hashlib.sha256(content).hexdigest()
-
-
-def aggregate_sha256(file_hashes: Mapping[str, str]) -> str:
-    """SHA-256 over ``path\\0sha256\\n`` lines sorted by the UTF-8 bytes of the path."""
-    digest = hashlib.sha256()
-    for path in sorted(file_hashes, key=lambda p: p.encode("utf-8")):
-        digest.update(f"{path}\0{file_hashes[path]}\n".encode())
-    return digest.hexdigest()
-
-
-def artifact_id_for(app: str, version: int, sha256: str) -> str:
-    return "art-" + hashlib.sha256(f"{app}\0{version}\0{sha256}".encode()).hexdigest()[:24]
 
 
 @dataclass(frozen=True)

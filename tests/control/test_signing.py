@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dap.control import envelopes, errors, hashing, packing, signing, snapshots
+from dap.config import canonical
+from dap.control import envelopes, errors, packing, signing, snapshots
 
 
 def test_canonical_json_is_sorted_compact_utf8() -> None:
@@ -56,13 +57,13 @@ def test_key_file_round_trip(tmp_path: Path) -> None:
     st.dictionaries(st.text(min_size=1, max_size=20).filter(lambda p: "\0" not in p), st.binary(max_size=64))
 )
 def test_aggregate_is_order_independent_and_content_sensitive(files: dict[str, bytes]) -> None:
-    hashes = {p: hashing.file_sha256(c) for p, c in files.items()}
+    hashes = {p: canonical.file_sha256(c) for p, c in files.items()}
     reversed_hashes = dict(reversed(list(hashes.items())))
-    assert hashing.aggregate_sha256(hashes) == hashing.aggregate_sha256(reversed_hashes)
+    assert canonical.aggregate_sha256(hashes) == canonical.aggregate_sha256(reversed_hashes)
     if files:
         path = next(iter(files))
-        changed = {**hashes, path: hashing.file_sha256(files[path] + b"!")}
-        assert hashing.aggregate_sha256(changed) != hashing.aggregate_sha256(hashes)
+        changed = {**hashes, path: canonical.file_sha256(files[path] + b"!")}
+        assert canonical.aggregate_sha256(changed) != canonical.aggregate_sha256(hashes)
 
 
 @pytest.mark.parametrize(
@@ -85,13 +86,13 @@ def test_normalise_path_refuses(raw: str) -> None:
 
 def _envelope(signer: signing.Signer) -> envelopes.Envelope:
     files = {"a.yaml": b"x: 1\n", "b/c.bin": b"\x00\x01"}
-    hashes = {p: hashing.file_sha256(c) for p, c in files.items()}
+    hashes = {p: canonical.file_sha256(c) for p, c in files.items()}
     return envelopes.build(
         app="shop",
         version=3,
         files=files,
         file_hashes=hashes,
-        sha256=hashing.aggregate_sha256(hashes),
+        sha256=canonical.aggregate_sha256(hashes),
         prev_version=2,
         prev_sha256="f" * 64,
         created_at="2026-01-01T00:00:00Z",

@@ -16,7 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dap.control import envelopes, hashing, signing, snapshots
+from dap.config import canonical
+from dap.control import envelopes, signing, snapshots
 from dap.control import errors as control_errors
 from dap.control import evidence as control_evidence
 from dap.resource_pod import converging, documents, errors, evidence, verifying
@@ -39,13 +40,13 @@ json_values = st.recursive(
 def _envelope(
     signer: signing.Signer, files: dict[str, bytes] = FILES, version: int = 1
 ) -> envelopes.Envelope:
-    hashes = {p: hashing.file_sha256(c) for p, c in files.items()}
+    hashes = {p: canonical.file_sha256(c) for p, c in files.items()}
     return envelopes.build(
         app="shop",
         version=version,
         files=files,
         file_hashes=hashes,
-        sha256=hashing.aggregate_sha256(hashes),
+        sha256=canonical.aggregate_sha256(hashes),
         prev_version=None,
         prev_sha256=None,
         created_at="2030-01-01T00:00:00Z",
@@ -82,9 +83,9 @@ def test_canonical_json_is_the_same_bytes(document: object) -> None:
 @given(st.dictionaries(st.text(min_size=1, max_size=12), st.binary(max_size=16), min_size=1, max_size=8))
 @settings(max_examples=200, deadline=None)
 def test_file_and_aggregate_hashes_are_the_same(files: dict[str, bytes]) -> None:
-    hashes = {p: hashing.file_sha256(c) for p, c in files.items()}
+    hashes = {p: canonical.file_sha256(c) for p, c in files.items()}
     assert {p: verifying.file_sha256(c) for p, c in files.items()} == hashes
-    assert verifying.aggregate_sha256(hashes) == hashing.aggregate_sha256(hashes)
+    assert verifying.aggregate_sha256(hashes) == canonical.aggregate_sha256(hashes)
 
 
 def test_key_id_and_artifact_id_are_the_same() -> None:
