@@ -186,7 +186,11 @@ def parse(resource: Resource, params: Iterable[tuple[str, str]]) -> ListQuery:
             count = raw in ("true", "1", "")
         elif param == "fields":
             names = tuple(n.strip() for n in raw.split(",") if n.strip())
-            unknown = [n for n in names if n not in resource.fields and n not in SYSTEM]
+            unknown = [
+                n
+                for n in names
+                if n not in resource.fields and n not in SYSTEM and n not in resource.extensions
+            ]
             if unknown or not names:
                 raise _bad(param, f"unknown field(s): {', '.join(unknown)}" if unknown else "empty")
             fields = names

@@ -276,7 +276,9 @@ async def list_records(request: web.Request) -> web.Response:
     query = filters.parse(resource, request.query.items())
     columns = None
     if query.fields is not None:
-        wanted = set(query.fields) | {"id"}
+        wanted = (
+            set(query.fields) | {"id"} | {f"ext_{ns}" for ns in query.fields if ns in resource.extensions}
+        )
         columns = [c.name for c in resource.table.columns if (c.field or c.name) in wanted]
     statement, args = sql.select_list(resource.table, query, workspace.tenant_id, columns)
     pool = request.app[state.POOL]

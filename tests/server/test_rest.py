@@ -364,6 +364,8 @@ async def test_extension_namespace(srv: Running) -> None:
     status, body, _ = await call(srv, "PATCH", f"{P}/{rid}", {"eco": {"co2": 2}})
     assert status == 200 and body["data"]["eco"] == {"co2": "2.0"}  # replaced as a whole
     assert (await call(srv, "POST", P, product("E2")))[1]["data"]["eco"] is None
+    status, body, _ = await call(srv, "GET", f"{P}?sku=E1&fields=eco,sku")
+    assert status == 200 and body["data"] == [{"sku": "E1", "eco": {"co2": "2.0"}, "id": rid}]
 
 
 async def test_logs_never_carry_values(srv: Running, caplog: pytest.LogCaptureFixture) -> None:
