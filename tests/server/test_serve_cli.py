@@ -189,3 +189,16 @@ def test_dev_runner_prints_a_working_token(pg_dsn: str) -> None:
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
+
+
+def test_address_in_use_is_a_one_line_refusal(pg_dsn: str, tmp_path: Path) -> None:
+    spec = tmp_path / "spec"
+    _write(spec, "    - {name: label, type: string}")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        line = _refused(
+            ["serve", "--spec", str(spec), "--addr", f"127.0.0.1:{port}", "--metrics-addr", ""], pg_dsn
+        )
+    assert "cannot listen" in line and "in use" in line
