@@ -193,7 +193,8 @@ def test_dev_runner_prints_a_working_token(pg_dsn: str) -> None:
 
 def test_address_in_use_is_a_one_line_refusal(pg_dsn: str, tmp_path: Path) -> None:
     spec = tmp_path / "spec"
-    _write(spec, "    - {name: label, type: string}")
+    spec.mkdir()
+    (spec / "m.yaml").write_text(MODULE.replace("inv", "ports"))  # a module of its own: no schema history
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
