@@ -28,6 +28,7 @@ from aiohttp.typedefs import Handler, Middleware
 from dap.server import (
     admin,
     auth,
+    caching,
     db,
     documents,
     errors,
@@ -169,6 +170,7 @@ def build_app(
     app[state.METRICS] = meter
     app[state.VERIFIER] = verifier
     app[state.HEALTH_CHECKS] = []
+    app[state.CACHE] = caching.FindCache()
     # entity routes first: the router tries dynamic routes in order, and these carry the load
     rest.add_routes(app)
     documents.add_routes(app)

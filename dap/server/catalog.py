@@ -18,7 +18,7 @@ from dap.config.apps import AppSpec, FormSpec, PageSpec, TableSpec
 from dap.config.entities import EntitySpec
 from dap.config.enums import REST_ACTIONS, FieldType
 from dap.config.fields import Field
-from dap.server import records, tables
+from dap.server import caching, records, tables
 from dap.server.tables import Table
 
 REST_SURFACE = "rest"
@@ -44,6 +44,7 @@ class Referrer:
     field: str
     on_delete: str  # restrict, cascade, set_null
     kind: str  # "entity" or "child"
+    owner: str = ""  # the referring entity's main table (its cached answers include child rows)
     children: tuple[str, ...] = ()  # child tables of a referring entity row (for cascade)
 
 
@@ -63,6 +64,7 @@ class Resource:
     slots: tuple[Slot, ...] = ()  # the output plan, in field order
     relations: Mapping[str, str] = field(default_factory=dict)  # relation field -> target table
     extensions: Mapping[str, tuple[Field, ...]] = field(default_factory=dict)  # namespace -> fields
+    cache_ttl: float | None = None  # seconds of the find-by-id read-through cache, if declared
 
     @property
     def lifecycle(self) -> bool:
@@ -140,7 +142,8 @@ def _referrers(
                             f.name,
                             f.relation.on_delete,
                             t.kind,
-                            children if t.kind == "entity" else (),
+                            owner=next(x.name for x in owned if x.kind == "entity"),
+                            children=children if t.kind == "entity" else (),
                         )
                     )
     return {k: tuple(v) for k, v in out.items()}
@@ -227,6 +230,7 @@ class Catalog:
                 slots=slots,
                 relations=MappingProxyType(_relations(visible, module, by_entity)),
                 extensions=MappingProxyType(extensions),
+                cache_ttl=caching.ttl_seconds(spec.cache.ttl if spec.cache else None),
             )
         return cls(
             entities=MappingProxyType(dict(entities)),

@@ -76,6 +76,7 @@ async def record_action(request: web.Request) -> web.Response:
             if resource.children
             else {}
         )
+    request.app[state.CACHE].invalidate((resource.table.name, tenant, record_id))
     return rest.reply(
         {"data": rest.present(resource, row, kids.get(record_id))}, headers={"ETag": f'"{row["version"]}"'}
     )

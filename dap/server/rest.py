@@ -21,7 +21,7 @@ from typing import Any
 import asyncpg
 from aiohttp import web
 
-from dap.server import auth, db, errors, filters, records, sql, state, tables
+from dap.server import auth, caching, db, errors, filters, records, sql, state, tables
 from dap.server.catalog import Catalog, Resource
 from dap.server.workspaces import Workspace
 
@@ -304,6 +304,11 @@ async def find_record(request: web.Request) -> web.Response:
     workspace, _principal, catalog = await resolve(request)
     resource = _resource(catalog, request, "find", siblings=_ITEM)
     record_id = parse_record_id(request)
+    cache = request.app[state.CACHE]
+    key = (resource.table.name, workspace.tenant_id, record_id)
+    epoch = cache.epoch
+    if resource.cache_ttl is not None and (hit := cache.get(key, catalog)) is not None:
+        return web.Response(text=hit.body, content_type="application/json", headers={"ETag": hit.etag})
     async with request.app[state.POOL].acquire() as conn:
         row = await conn.fetchrow(*_stmt(sql.select_one(resource.table, workspace.tenant_id, record_id)))
         if row is None:
@@ -313,9 +318,10 @@ async def find_record(request: web.Request) -> web.Response:
             if resource.children
             else {}
         )
-    return reply(
-        {"data": present(resource, row, kids.get(record_id))}, headers={"ETag": f'"{row["version"]}"'}
-    )
+    body, etag = dumps({"data": present(resource, row, kids.get(record_id))}), f'"{row["version"]}"'
+    if resource.cache_ttl is not None:
+        cache.put(key, epoch=epoch, ttl=resource.cache_ttl, catalog=catalog, body=body, etag=etag)
+    return web.Response(text=body, content_type="application/json", headers={"ETag": etag})
 
 
 async def create_record(request: web.Request) -> web.Response:
@@ -396,6 +402,7 @@ async def update_record(request: web.Request) -> web.Response:
         except asyncpg.PostgresError as exc:
             raise _translate(resource, exc) from exc
         kids = await load_children(conn, resource, tenant, [record_id], catalog) if resource.children else {}
+    request.app[state.CACHE].invalidate((resource.table.name, tenant, record_id))
     return reply(
         {"data": present(resource, row, kids.get(record_id))}, headers={"ETag": f'"{row["version"]}"'}
     )
@@ -418,17 +425,23 @@ async def delete_record(request: web.Request) -> web.Response:
                 raise errors.Conflict(
                     "a submitted document cannot be deleted; cancel it first", code="SVC.DOC.DELETE_SUBMITTED"
                 )
-        await _release_references(conn, catalog, resource, tenant, record_id)
+        await _release_references(conn, catalog, resource, tenant, record_id, request.app[state.CACHE])
         for child in resource.children.values():
             await conn.execute(*_stmt(sql.delete_children(child, tenant, record_id)))
         result = await conn.execute(*_stmt(sql.delete(resource.table, tenant, record_id)))
+    request.app[state.CACHE].invalidate((resource.table.name, tenant, record_id))
     if not result.endswith(" 1"):
         raise errors.NotFound("no such record", code="SVC.RECORD.NOT_FOUND")
     return web.Response(status=204)
 
 
 async def _release_references(
-    conn: db.Connection, catalog: Catalog, resource: Resource, tenant: uuid.UUID, record_id: uuid.UUID
+    conn: db.Connection,
+    catalog: Catalog,
+    resource: Resource,
+    tenant: uuid.UUID,
+    record_id: uuid.UUID,
+    cache: caching.FindCache,
 ) -> None:
     """Apply each referring relation's ``on_delete``: restrict refuses, set_null clears, cascade deletes.
 
@@ -447,6 +460,8 @@ async def _release_references(
             "other records refer to this one", code="SVC.REF.DELETE_BLOCKED", errors=blocked
         )
     for ref in referrers:
+        if ref.on_delete in ("set_null", "cascade"):  # rows of other tables change: forget their answers
+            cache.drop_table(ref.owner)
         if ref.on_delete == "set_null":
             await conn.execute(
                 *_stmt(sql.clear_reference(ref.table, ref.column, tenant, record_id, ref.kind == "entity"))

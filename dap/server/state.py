@@ -16,7 +16,7 @@ import asyncpg
 from aiohttp import web
 
 if TYPE_CHECKING:
-    from dap.server import auth, catalog, metrics, options, workspaces
+    from dap.server import auth, caching, catalog, metrics, options, workspaces
 
 
 @dataclass
@@ -37,6 +37,7 @@ REGISTRY: web.AppKey[workspaces.Registry] = web.AppKey("registry")
 METRICS: web.AppKey[metrics.Metrics] = web.AppKey("metrics")
 VERIFIER: web.AppKey[auth.JwtVerifier] = web.AppKey("verifier")
 OPTIONS: web.AppKey[options.ServeOptions] = web.AppKey("options")
+CACHE: web.AppKey[caching.FindCache] = web.AppKey("find_cache")
 # extra checks of the admin /health: each returns a reason when unhealthy, None when fine. The list
 # is created with the app; a host (the resource pod) may append to it before or after start.
 HealthCheck = Callable[[], Awaitable[str | None]]
