@@ -62,8 +62,7 @@ def stages(files: dict[str, str]) -> dict[str, float]:
     out["yaml"] = time.perf_counter() - start
     start = time.perf_counter()
     for _, _, doc in documents:
-        for _error in schema.validator_for(doc["kind"]).iter_errors(doc):
-            raise SystemExit("generated spec is invalid")
+        schema.fast_validator_for(doc["kind"])(doc)
     out["json schema"] = time.perf_counter() - start
     start = time.perf_counter()
     built = [
@@ -82,7 +81,8 @@ def stages(files: dict[str, str]) -> dict[str, float]:
 
 
 def main() -> int:
-    schema.validator_for("Entity")  # compile the schema outside the measurement
+    schema.fast_validator_for("Entity")  # compile the schema outside the measurement
+    schema.fast_validator_for("Module")
     results: dict[int, float] = {}
     for size in (200, 400):
         files = make_spec(size)
