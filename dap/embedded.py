@@ -40,6 +40,26 @@ def start(data_dir: Path = DEFAULT_DATA_DIR, database: str = "postgres") -> tupl
     return server.get_uri(database), server
 
 
+def stop(server: Any, data_dir: Path) -> None:
+    """Stop a server started by ``start``, for certain.
+
+    pgserver stops the server only when its own registry says this process was the last user;
+    anything else (a child process that imported pgserver, a registry left by a killed run) leaves
+    the postmaster running after the owner is gone. So after pgserver's cleanup, a postmaster
+    still recorded in ``postmaster.pid`` is stopped with ``pg_ctl stop -m fast``.
+    """
+    server.cleanup()
+    if not (data_dir / "postmaster.pid").exists():
+        return
+    from pgserver import postgres_server
+
+    try:
+        postgres_server.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data_dir, user=server.system_user)
+    except Exception as exc:  # already stopped between the check and the call
+        if (data_dir / "postmaster.pid").exists():
+            raise EmbeddedPostgresError(f"embedded Postgres in {data_dir} did not stop: {exc}") from exc
+
+
 _SAFE_DATABASE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 

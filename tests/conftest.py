@@ -27,11 +27,12 @@ def pg_server_dsn() -> Iterator[str]:
         yield given
         return
     with tempfile.TemporaryDirectory(prefix="dap-pg-") as tmp:
-        dsn, server = embedded.start(Path(tmp) / "data")
+        data_dir = Path(tmp) / "data"
+        dsn, server = embedded.start(data_dir)
         try:
             yield dsn
         finally:
-            server.cleanup()
+            embedded.stop(server, data_dir)
 
 
 async def _create_database(server_dsn: str, name: str) -> None:
