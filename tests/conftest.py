@@ -35,7 +35,7 @@ def pg_server_dsn() -> Iterator[str]:
             embedded.stop(server, data_dir)
 
 
-async def _create_database(server_dsn: str, name: str) -> None:
+async def create_database(server_dsn: str, name: str) -> None:
     conn = await asyncpg.connect(server_dsn)
     try:
         await conn.execute(f'CREATE DATABASE "{name}"')
@@ -43,7 +43,7 @@ async def _create_database(server_dsn: str, name: str) -> None:
         await conn.close()
 
 
-async def _drop_database(server_dsn: str, name: str) -> None:
+async def drop_database(server_dsn: str, name: str) -> None:
     conn = await asyncpg.connect(server_dsn)
     try:
         await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -51,13 +51,18 @@ async def _drop_database(server_dsn: str, name: str) -> None:
         await conn.close()
 
 
-def fresh_database(server_dsn: str) -> tuple[str, str]:
+async def new_database(server_dsn: str) -> tuple[str, str]:
     """Create a new empty database on the server; return ``(name, dsn)``."""
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    await create_database(server_dsn, name)
+    return name, embedded.dsn_for_database(server_dsn, name)
+
+
+def fresh_database(server_dsn: str) -> tuple[str, str]:
+    """``new_database`` for synchronous callers (module-scoped fixtures)."""
     import asyncio
 
-    name = f"t_{uuid.uuid4().hex[:16]}"
-    asyncio.run(_create_database(server_dsn, name))
-    return name, embedded.dsn_for_database(server_dsn, name)
+    return asyncio.run(new_database(server_dsn))
 
 
 @pytest.fixture(scope="module")
@@ -67,4 +72,4 @@ def pg_dsn(pg_server_dsn: str) -> Iterator[str]:
 
     name, dsn = fresh_database(pg_server_dsn)
     yield dsn
-    asyncio.run(_drop_database(pg_server_dsn, name))
+    asyncio.run(drop_database(pg_server_dsn, name))

@@ -3,7 +3,8 @@
 They are shared vocabulary between the control plane (which produces them) and the resource pod
 (which consumes them over HTTP), so they live with the other declared records. Field names are
 exactly the spec's; the extra fields of Deployment (``sha256``, ``cluster_id``) and the snapshot's
-``expires_at`` are ARCHITECTURE.md's decisions.
+``expires_at`` are ARCHITECTURE.md's decisions, and a snapshot names its ``signing_key_id`` as an
+envelope does. ``tests/control/test_shared_records.py`` parses a real control plane's output with them.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class Snapshot(Record):
     issued_at: datetime
     expires_at: datetime | None = None
     environment: str | None = None
+    signing_key_id: str
     signature: str
     deployments: tuple[Deployment, ...] = ()
 

@@ -25,7 +25,7 @@ def validate(directory: Path) -> None:
         spec = loading.load_spec(directory)
     except SpecError as exc:
         for problem in exc.problems:
-            click.echo(str(problem), err=False)
+            click.echo(str(problem))
         click.echo(f"invalid: {len(exc.problems)} problem(s) in {directory}", err=True)
         sys.exit(1)
     for warning in spec.warnings:

@@ -15,7 +15,6 @@ from dap.config.base import DottedEntityRef, Duration, Expression, FieldName, Id
 from dap.config.enums import (
     ApprovalStepMode,
     Characteristic,
-    FieldType,
     FilterFrom,
     FilterOp,
     FilterType,
@@ -171,7 +170,3 @@ class EntitySpec(Record):
     def stored_fields(self) -> tuple[Field, ...]:
         """Fields with a column of their own (not tombstoned, not computed-only children)."""
         return tuple(f for f in self.fields if not f.removed)
-
-    @property
-    def relation_fields(self) -> tuple[Field, ...]:
-        return tuple(f for f in self.stored_fields if f.type is FieldType.RELATION)

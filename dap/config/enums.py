@@ -72,11 +72,6 @@ class EventChannel(StrEnum):
     WEBHOOK = "webhook"
 
 
-DELIVERED_CHANNELS = frozenset(
-    {EventChannel.AUDIT_LOG, EventChannel.WEBSOCKET, EventChannel.PUBSUB, EventChannel.RELIABLE_EVENT}
-)
-
-
 class DatastoreDriver(StrEnum):
     SQLITE = "sqlite"
     POSTGRES = "postgres"

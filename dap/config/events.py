@@ -13,7 +13,7 @@ from typing import Literal
 import pydantic
 
 from dap.config.actions import RetryDecl
-from dap.config.base import DottedEntityRef, FieldName, JsonObject, Record
+from dap.config.base import DottedEntityRef, FieldName, Record
 from dap.config.enums import CallMode, EventChannel
 
 
@@ -106,6 +106,3 @@ class DeliveryDecl(Record):
             stacklevel=2,
         )
         return self
-
-
-EventExtra = JsonObject

@@ -56,10 +56,6 @@ class Spec:
         for attribute, model in _ATTRIBUTES.items():
             object.__setattr__(self, attribute, _index(located, model))
 
-    @classmethod
-    def empty(cls) -> Spec:
-        return cls(manifests=(), origins=MappingProxyType({}))
-
     def origin(self, manifest: m.Manifest) -> Origin:
         return self.origins[(manifest.kind, manifest.key)]
 

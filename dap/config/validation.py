@@ -14,10 +14,10 @@ from datetime import timedelta
 
 from dap.config import durations, expressions
 from dap.config import manifests as m
-from dap.config.base import Record
 from dap.config.entities import EntitySpec, FilterSpec
-from dap.config.enums import ApprovalStepMode, EventChannel, FieldType, StandardAction
+from dap.config.enums import REST_ACTIONS, ApprovalStepMode, EventChannel, FieldType, StandardAction
 from dap.config.errors import Problem
+from dap.config.events import DeliveryTarget
 from dap.config.fields import Field
 from dap.config.names import RESERVED_SLUGS
 from dap.config.specs import Spec, qualify
@@ -29,7 +29,6 @@ SYSTEM_FIELDS = frozenset(
 FILTERABLE_SYSTEM_FIELDS = frozenset({"id", "docstatus", "created_at", "updated_at", "owner"})
 CACHE_TTL_MIN = timedelta(seconds=1)
 CACHE_TTL_MAX = timedelta(hours=1)
-_STANDARD = frozenset(a.value for a in StandardAction)
 
 
 def check(spec: Spec) -> list[Problem]:
@@ -47,11 +46,10 @@ def _duplicates(names: Iterable[str]) -> list[str]:
 
 
 def _entity_actions(entity: EntitySpec) -> set[str]:
-    declared = {a.name for a in entity.actions}
-    standard = {"list", "find", "create", "update", "delete"}
+    standard = set(REST_ACTIONS)
     if entity.lifecycle:
-        standard |= {"submit", "cancel"}
-    return declared | standard
+        standard |= {StandardAction.SUBMIT, StandardAction.CANCEL}
+    return {a.name for a in entity.actions} | {str(a) for a in standard}
 
 
 # --- names -------------------------------------------------------------------------------------
@@ -257,10 +255,10 @@ def action_and_event_rules(spec: Spec) -> Iterator[Problem]:
 
 
 def _reliable_target(
-    spec: Spec, entity: m.EntityManifest, path: str, target: Record | None
+    spec: Spec, entity: m.EntityManifest, path: str, target: DeliveryTarget | None
 ) -> Iterator[Problem]:
-    resource = getattr(target, "resource", None)
-    action = getattr(target, "action", None)
+    resource = target.resource if target is not None else None
+    action = target.action if target is not None else None
     if resource is None or action is None:
         yield _at(
             spec, entity, f"{path}.target", "reliable_event needs target.resource (module.entity) and action"

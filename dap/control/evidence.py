@@ -25,7 +25,6 @@ A batch is valid only as a whole; ``validate_batch`` reports every problem with 
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import pydantic
@@ -132,7 +131,3 @@ def validate_batch(payload: Any) -> list[AnyRecord]:
 def as_json(record: _Record) -> dict[str, Any]:
     """The record as stored and relayed (``None`` fields left out)."""
     return record.model_dump(mode="json", exclude_none=True)
-
-
-def occurred_at(record: _Record) -> datetime:
-    return record.at

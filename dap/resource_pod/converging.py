@@ -22,18 +22,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from enum import StrEnum
 
+from dap.config.enums import DeployPhase
 from dap.resource_pod import backoff, documents
 
-
-class Phase(StrEnum):
-    UP_TO_DATE = "up_to_date"
-    FETCHED = "fetched"
-    VERIFIED = "verified"
-    LOADED = "loaded"
-    FAILED = "failed"
-    ROLLED_BACK = "rolled_back"
+# The spec's DeployPhase enumeration, declared once in dap.config.
+Phase = DeployPhase
 
 
 _FROM: dict[Phase, frozenset[Phase] | None] = {  # None: from any phase (or none yet)

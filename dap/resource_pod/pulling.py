@@ -203,10 +203,6 @@ class Pod:
 
     # --- one cycle -----------------------------------------------------------------------------
 
-    def poke(self) -> None:
-        """Run the next cycle at once."""
-        self._wake.set()
-
     async def _pull(self) -> dict[str, Any] | None:
         """The snapshot to act on (new or cached), ``None`` when there is none."""
         try:

@@ -254,12 +254,3 @@ class Catalog:
             forms={k: m.spec for k, m in spec.forms.items()},
             views={k: m.spec for k, m in spec.tables.items()},
         )
-
-
-def child_field_specs(resource: Resource, field_name: str, catalog: Catalog) -> tuple[Field, ...]:
-    f = resource.fields[field_name]
-    return tables.child_fields(f, resource.module, catalog.entities)
-
-
-def is_child_table(f: Field) -> bool:
-    return f.type is FieldType.CHILD and f.child is not None and str(f.child.storage) == "table"

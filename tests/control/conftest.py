@@ -17,7 +17,7 @@ from aiohttp import web
 from dap import embedded
 from dap.control import app as control_app
 from dap.control import settings, signing, store
-from tests.conftest import _create_database, _drop_database, fresh_database
+from tests.conftest import create_database, drop_database, fresh_database
 
 MODULE = b"apiVersion: dap.io/v1\nkind: Module\nmetadata: {name: buying}\nspec: {title: Buying}\n"
 ENTITY = (
@@ -56,13 +56,13 @@ async def make_dsn(pg_server_dsn: str) -> AsyncIterator[MakeDsn]:
 
     async def make() -> str:
         name = f"t_{uuid.uuid4().hex[:16]}"
-        await _create_database(pg_server_dsn, name)
+        await create_database(pg_server_dsn, name)
         created.append(name)
         return embedded.dsn_for_database(pg_server_dsn, name)
 
     yield make
     for name in created:
-        await _drop_database(pg_server_dsn, name)
+        await drop_database(pg_server_dsn, name)
 
 
 @pytest.fixture
@@ -70,7 +70,7 @@ def db_dsn(pg_server_dsn: str) -> Iterator[str]:
     """A fresh database for this test (the default store of ``start_control``)."""
     name, dsn = fresh_database(pg_server_dsn)
     yield dsn
-    asyncio.run(_drop_database(pg_server_dsn, name))
+    asyncio.run(drop_database(pg_server_dsn, name))
 
 
 @dataclass

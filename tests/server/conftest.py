@@ -20,6 +20,7 @@ import pytest
 from dap import config
 from dap.server import app, options
 from dap.server.catalog import Catalog
+from tests.conftest import new_database
 
 SECRET = "test-secret-of-at-least-thirty-two-bytes!"
 ISSUER = "svc"
@@ -248,16 +249,4 @@ def catalog() -> Catalog:
 
 async def fresh_database_async(server_dsn: str) -> tuple[str, str]:
     """A new empty database on the test server (for tests that drop it themselves)."""
-    import uuid as _uuid
-
-    import asyncpg
-
-    from dap import embedded
-
-    name = f"t_{_uuid.uuid4().hex[:16]}"
-    conn = await asyncpg.connect(server_dsn)
-    try:
-        await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
-    return name, embedded.dsn_for_database(server_dsn, name)
+    return await new_database(server_dsn)
