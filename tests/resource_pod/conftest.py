@@ -28,7 +28,7 @@ from dap.control import settings as control_settings
 from dap.control import signing, store
 from dap.resource_pod import backoff, hosting, loading, settings
 from dap.server import options
-from tests.conftest import _drop_database, fresh_database
+from tests.conftest import drop_database, fresh_database
 
 SECRET = "pod-test-secret-of-at-least-thirty-two-bytes"
 ORIGIN = "http://ui.example"
@@ -100,7 +100,7 @@ def make_dsn(pg_server_dsn: str) -> Iterator[MakeDsn]:
 
     yield make
     for name in created:
-        asyncio.run(_drop_database(pg_server_dsn, name))
+        asyncio.run(drop_database(pg_server_dsn, name))
 
 
 @dataclass
