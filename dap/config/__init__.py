@@ -6,8 +6,9 @@ Public face::
     spec.entities["buying/purchase_order"].spec.fields
     config.manifest_schema()                                # JSON Schema draft-07 of every kind
 
-Both loaders raise ``SpecError`` whose ``problems`` list every ``Problem`` (file, document,
-JSON path, message). This package depends on nothing else of dap.
+``stage_files`` builds the same spec with the JSON Schema pass left to ``StagedSpec.confirm()``,
+for a boot that runs that pass while Postgres creates the tables. The loaders raise ``SpecError``
+whose ``problems`` list every ``Problem`` (file, document, JSON path, message). This package depends on nothing else of dap.
 """
 
 from dap.config import durations, enums, names
@@ -15,7 +16,7 @@ from dap.config.actions import Action
 from dap.config.entities import EntitySpec, ExposeConfig
 from dap.config.errors import Problem, SpecError
 from dap.config.fields import Field, FieldOption
-from dap.config.loading import load_files, load_spec
+from dap.config.loading import StagedSpec, load_files, load_spec, read_files, stage_files
 from dap.config.manifests import (
     KINDS,
     AppManifest,
@@ -49,6 +50,7 @@ __all__ = [
     "ServiceManifest",
     "Spec",
     "SpecError",
+    "StagedSpec",
     "TableManifest",
     "WorkspaceManifest",
     "durations",
@@ -57,4 +59,6 @@ __all__ = [
     "load_spec",
     "manifest_schema",
     "names",
+    "read_files",
+    "stage_files",
 ]

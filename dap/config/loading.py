@@ -13,20 +13,22 @@ import contextlib
 import difflib
 import gc
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fastjsonschema
 import pydantic
 import yaml
-from jsonschema.exceptions import ValidationError as SchemaError
-from jsonschema.exceptions import best_match
 
 from dap.config import manifests, schema, validation, yamls
 from dap.config.errors import Problem, SpecError, json_path
 from dap.config.specs import Origin, Spec
+
+if TYPE_CHECKING:  # jsonschema is imported only to explain a document that fails its schema
+    from jsonschema.exceptions import ValidationError as SchemaError
 
 MANIFEST_SUFFIXES = (".yaml", ".yml")
 _JSON_TYPES = {dict: "object", list: "array", str: "string", bool: "boolean", int: "integer", float: "number"}
@@ -34,6 +36,11 @@ _JSON_TYPES = {dict: "object", list: "array", str: "string", bool: "boolean", in
 
 def load_spec(root: Path) -> Spec:
     """Load every ``.yaml``/``.yml`` file below ``root`` (recursively) into a validated ``Spec``."""
+    return load_files(read_files(root))
+
+
+def read_files(root: Path) -> dict[str, bytes]:
+    """The manifest files below ``root``, path relative to it → content."""
     if not root.is_dir():
         raise SpecError(
             [Problem(str(root), None, "", "not a directory; give the folder holding the manifests")]
@@ -42,13 +49,54 @@ def load_spec(root: Path) -> Spec:
     for path in sorted(root.rglob("*")):
         if path.suffix in MANIFEST_SUFFIXES and path.is_file():
             files[path.relative_to(root).as_posix()] = path.read_bytes()
-    return load_files(files)
+    return files
 
 
 def load_files(files: Mapping[str, bytes | str]) -> Spec:
     """Load manifests from memory (path → content); non-YAML paths are ignored."""
     with _gc_paused():
         return _load_files(files)
+
+
+@dataclass(frozen=True)
+class StagedSpec:
+    """A spec whose documents are built and cross-checked, with the JSON Schema pass still to run.
+
+    The pass costs little per document but compiling the validators costs ~0.3 s once per
+    process, which a boot can spend while Postgres creates the tables (on another core) instead
+    of before: the server applies the schema in a transaction and commits only after
+    ``confirm()`` returned. The result is the same spec ``load_files`` builds: a document that
+    fails its schema makes ``confirm`` raise the very ``SpecError`` ``load_files`` raises.
+    """
+
+    spec: Spec
+    files: Mapping[str, bytes | str]
+    documents: tuple[tuple[str, Any], ...]  # (kind, parsed document), every document of the spec
+
+    def confirm(self) -> None:
+        """Run the JSON Schema pass; raise ``SpecError`` (every problem) when a document fails it."""
+        try:
+            for kind, document in self.documents:
+                schema.fast_validator_for(kind)(document)
+        except fastjsonschema.JsonSchemaException:
+            load_files(self.files)  # lists every problem, as a plain load would
+            raise  # pragma: no cover -- load_files reports any document the fast validator refuses
+
+
+def stage_files(files: Mapping[str, bytes | str]) -> StagedSpec:
+    """Build a spec like ``load_files`` but leave the JSON Schema pass to ``StagedSpec.confirm``.
+
+    Any problem found while staging is reported exactly as ``load_files`` reports it (the plain
+    load runs again to list the problems in schema terms), so only a valid-looking spec stages.
+    """
+    documents: list[tuple[str, Any]] = []
+    try:
+        with _gc_paused():
+            spec = _load_files(files, staged=documents)
+    except SpecError:
+        load_files(files)
+        raise
+    return StagedSpec(spec, files, tuple(documents))
 
 
 @contextlib.contextmanager
@@ -64,7 +112,8 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _load_files(files: Mapping[str, bytes | str]) -> Spec:
+def _load_files(files: Mapping[str, bytes | str], *, staged: list[tuple[str, Any]] | None = None) -> Spec:
+    """Build the spec; with ``staged`` the JSON Schema pass is skipped and the documents collected."""
     problems: list[Problem] = []
     located: list[tuple[Origin, manifests.Manifest]] = []
     caught: list[Problem] = []
@@ -76,7 +125,7 @@ def _load_files(files: Mapping[str, bytes | str]) -> Spec:
         for origin, document in _documents(name, text, problems):
             with warnings.catch_warnings(record=True) as seen:
                 warnings.simplefilter("always")
-                built = _build(origin, document, problems)
+                built = _build(origin, document, problems, staged=staged)
             caught.extend(Problem(origin.file, origin.document, "", str(w.message)) for w in seen)
             if built is not None:
                 located.append((origin, built))
@@ -107,7 +156,9 @@ def _documents(name: str, text: str, problems: list[Problem]) -> Iterable[tuple[
     return [(Origin(name, index), doc) for index, doc in enumerate(documents, start=1) if doc is not None]
 
 
-def _build(origin: Origin, document: Any, problems: list[Problem]) -> manifests.Manifest | None:
+def _build(
+    origin: Origin, document: Any, problems: list[Problem], *, staged: list[tuple[str, Any]] | None = None
+) -> manifests.Manifest | None:
     def report(path: str, message: str) -> None:
         problems.append(Problem(origin.file, origin.document, path, message))
 
@@ -118,16 +169,14 @@ def _build(origin: Origin, document: Any, problems: list[Problem]) -> manifests.
     if kind not in manifests.KINDS:
         report("kind", f"unknown kind {kind!r}; use one of {', '.join(manifests.KINDS)}")
         return None
-    try:
-        schema.fast_validator_for(kind)(document)
-    except fastjsonschema.JsonSchemaException as fast_error:
-        errors = sorted(schema.validator_for(kind).iter_errors(document), key=lambda e: list(e.absolute_path))
-        for error in errors:
-            for path, message in _explain(error):
-                report(path, message)
-        if not errors:  # the two validators disagree: never let a document through unreported
-            report("", str(fast_error))
-        return None
+    if staged is not None:
+        staged.append((kind, document))
+    else:
+        try:
+            schema.fast_validator_for(kind)(document)
+        except fastjsonschema.JsonSchemaException as fast_error:
+            _report_schema_errors(kind, document, fast_error, report)
+            return None
     try:
         built = manifests.KINDS[kind].model_validate(document)
     except pydantic.ValidationError as exc:
@@ -143,6 +192,18 @@ def _build(origin: Origin, document: Any, problems: list[Problem]) -> manifests.
         report("metadata.module", f"a {kind} is not part of a module; remove metadata.module")
         return None
     return built
+
+
+def _report_schema_errors(
+    kind: str, document: Any, fast_error: Exception, report: Callable[[str, str], None]
+) -> None:
+    """Every schema error of a document the fast validator refused, explained for its author."""
+    errors = sorted(schema.validator_for(kind).iter_errors(document), key=lambda e: list(e.absolute_path))
+    for error in errors:
+        for path, message in _explain(error):
+            report(path, message)
+    if not errors:  # the two validators disagree: never let a document through unreported
+        report("", str(fast_error))
 
 
 def _origins(
@@ -172,6 +233,8 @@ def _explain(error: SchemaError) -> list[tuple[str, str]]:
     """Turn one jsonschema error into (path, message) pairs a manifest author can act on."""
     if error.validator in ("anyOf", "oneOf") and error.context:
         non_null = [e for e in error.context if e.schema != {"type": "null"} and e.validator != "type"]
+        from jsonschema.exceptions import best_match
+
         return _explain(best_match(non_null or error.context))
     path = list(error.absolute_path)
     where = json_path(path)

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fastjsonschema
-import jsonschema
 
 from dap.config.manifests import KINDS
+
+if TYPE_CHECKING:  # imported on first use: only a document that fails its schema needs it
+    import jsonschema
 
 DRAFT_07 = "http://json-schema.org/draft-07/schema#"
 
@@ -70,4 +72,6 @@ def fast_validator_for(kind: str) -> Callable[[Any], Any]:
 @functools.cache
 def validator_for(kind: str) -> jsonschema.Draft7Validator:
     """A compiled validator for documents of ``kind`` (built once per process)."""
+    import jsonschema
+
     return jsonschema.Draft7Validator(_kind_schema(kind))

@@ -22,6 +22,7 @@ EXPECTED = {
     "ServiceManifest",
     "Spec",
     "SpecError",
+    "StagedSpec",
     "TableManifest",
     "WorkspaceManifest",
     "durations",
@@ -30,6 +31,8 @@ EXPECTED = {
     "load_spec",
     "manifest_schema",
     "names",
+    "read_files",
+    "stage_files",
 }
 
 
