@@ -27,6 +27,7 @@ from aiohttp.typedefs import Handler, Middleware
 
 from dap.server import (
     admin,
+    auditing,
     auth,
     caching,
     db,
@@ -59,6 +60,7 @@ async def prepare_database(
     async with pool.acquire() as conn:
         await workspaces.ensure_schema(conn)
         await users.ensure_schema(conn)
+        await auditing.ensure_schema(conn)
         plan = await schema_sync.sync(
             conn, catalog.tables, catalog.entities, allow_destructive=allow_destructive
         )
@@ -97,6 +99,7 @@ def _middleware(opts: options.ServeOptions, meter: metrics.Metrics) -> Middlewar
         started = time.perf_counter()
         given = request.headers.get("X-Request-Id", "")
         request_id = given if _REQUEST_ID.match(given) else uuid.uuid4().hex
+        request[state.REQUEST_ID] = request_id
         origin = request.headers.get("Origin")
         response: web.StreamResponse
         try:
@@ -174,6 +177,7 @@ def build_app(
     # entity routes first: the router tries dynamic routes in order, and these carry the load
     rest.add_routes(app)
     documents.add_routes(app)
+    auditing.add_routes(app)
     app.router.add_get("/{ws}/api/openapi.json", openapi.handler)
     ui_meta.add_routes(app)
     app.router.add_post("/{ws}/_ui/setup", users.setup)

@@ -21,7 +21,20 @@ from typing import Any
 import asyncpg
 from aiohttp import web
 
-from dap.server import auth, caching, db, errors, filters, records, sql, state, tables
+from dap.server import (
+    auditing,
+    auth,
+    caching,
+    db,
+    documents,
+    errors,
+    filters,
+    records,
+    references,
+    sql,
+    state,
+    tables,
+)
 from dap.server.catalog import Catalog, Resource
 from dap.server.workspaces import Workspace
 
@@ -69,6 +82,27 @@ def parse_record_id(request: web.Request) -> uuid.UUID:
     except ValueError as exc:
         # a malformed id cannot name a record: 404, as for any id that does not exist
         raise errors.NotFound("no such record", code="SVC.RECORD.NOT_FOUND") from exc
+
+
+async def select_record(
+    conn: db.Connection,
+    resource: Resource,
+    tenant: uuid.UUID,
+    record_id: uuid.UUID,
+    *,
+    principal: auth.Principal,
+    lock: bool = False,
+) -> asyncpg.Record:
+    """The one lookup of a record by id — find, update, delete, submit/cancel, the audit trail — or 404.
+
+    ``lock`` reads it ``FOR UPDATE``, for a write in the caller's transaction. Rules on which rows a
+    caller may name (row scope) belong here, so that every path by id applies them alike.
+    """
+    statement, args = sql.select_one(resource.table, tenant, record_id)
+    row = await conn.fetchrow(f"{statement} FOR UPDATE" if lock else statement, *args)
+    if row is None:
+        raise errors.NotFound("no such record", code="SVC.RECORD.NOT_FOUND")
+    return row
 
 
 def dumps(data: Any) -> str:
@@ -301,7 +335,7 @@ async def list_records(request: web.Request) -> web.Response:
 
 
 async def find_record(request: web.Request) -> web.Response:
-    workspace, _principal, catalog = await resolve(request)
+    workspace, principal, catalog = await resolve(request)
     resource = _resource(catalog, request, "find", siblings=_ITEM)
     record_id = parse_record_id(request)
     cache = request.app[state.CACHE]
@@ -310,9 +344,7 @@ async def find_record(request: web.Request) -> web.Response:
     if resource.cache_ttl is not None and (hit := cache.get(key, catalog)) is not None:
         return web.Response(text=hit.body, content_type="application/json", headers={"ETag": hit.etag})
     async with request.app[state.POOL].acquire() as conn:
-        row = await conn.fetchrow(*_stmt(sql.select_one(resource.table, workspace.tenant_id, record_id)))
-        if row is None:
-            raise errors.NotFound("no such record", code="SVC.RECORD.NOT_FOUND")
+        row = await select_record(conn, resource, workspace.tenant_id, record_id, principal=principal)
         kids = (
             await load_children(conn, resource, workspace.tenant_id, [record_id], catalog)
             if resource.children
@@ -327,9 +359,13 @@ async def find_record(request: web.Request) -> web.Response:
 async def create_record(request: web.Request) -> web.Response:
     workspace, principal, catalog = await resolve(request)
     resource = _resource(catalog, request, "create", siblings=_COLLECTION)
-    values = _validate(resource, await _body(request), partial=False, catalog=catalog)
+    body = await _body(request)
+    submit = documents.create_submits(resource, request.query, body)  # ?submit=true
+    values = _validate(resource, body, partial=False, catalog=catalog)
     columns, children = _split(resource, values)
+    columns.update(documents.initial_state(submit))
     statement, args = sql.insert(resource.table, workspace.tenant_id, columns, owner=principal.username)
+    write = auditing.Write.of(request, principal, catalog, resource, workspace.tenant_id)
     async with request.app[state.POOL].acquire() as conn:
         try:
             async with conn.transaction():
@@ -337,6 +373,7 @@ async def create_record(request: web.Request) -> web.Response:
                 row = await conn.fetchrow(statement, *args)
                 assert row is not None
                 await _write_children(conn, resource, workspace.tenant_id, row["id"], children)
+                await documents.created(conn, write, row, submitted=submit)
         except asyncpg.PostgresError as exc:
             raise _translate(resource, exc) from exc
         kids = (
@@ -365,7 +402,7 @@ def if_match(request: web.Request) -> int | None:
 
 
 async def update_record(request: web.Request) -> web.Response:
-    workspace, _principal, catalog = await resolve(request)
+    workspace, principal, catalog = await resolve(request)
     resource = _resource(catalog, request, "update", siblings=_ITEM)
     record_id = parse_record_id(request)
     expected = if_match(request)
@@ -375,15 +412,9 @@ async def update_record(request: web.Request) -> web.Response:
     async with request.app[state.POOL].acquire() as conn:
         try:
             async with conn.transaction():
-                lock_cols = "version, docstatus" if resource.lifecycle else "version"
-                current = await conn.fetchrow(
-                    f"SELECT {lock_cols} FROM {tables.quote(resource.table.name)} "
-                    "WHERE tenant_id = $1 AND id = $2 FOR UPDATE",
-                    tenant,
-                    record_id,
+                current = await select_record(
+                    conn, resource, tenant, record_id, principal=principal, lock=True
                 )
-                if current is None:
-                    raise errors.NotFound("no such record", code="SVC.RECORD.NOT_FOUND")
                 if expected is not None and current["version"] != expected:
                     raise errors.PreconditionFailed(
                         f"the record is at version {current['version']}, not {expected}",
@@ -394,11 +425,14 @@ async def update_record(request: web.Request) -> web.Response:
                         "only draft documents can be updated", code="SVC.DOC.UPDATE_NOT_DRAFT"
                     )
                 await _check_relations(conn, resource, tenant, values)
+                write = auditing.Write.of(request, principal, catalog, resource, tenant)
+                trail = await auditing.begin(conn, write, "update", current)
                 row = await conn.fetchrow(
                     *_stmt(sql.update(resource.table, tenant, record_id, columns, expected_version=None))
                 )
                 assert row is not None
                 await _write_children(conn, resource, tenant, record_id, children)
+                await trail.finish(conn, row)
         except asyncpg.PostgresError as exc:
             raise _translate(resource, exc) from exc
         kids = await load_children(conn, resource, tenant, [record_id], catalog) if resource.children else {}
@@ -409,26 +443,20 @@ async def update_record(request: web.Request) -> web.Response:
 
 
 async def delete_record(request: web.Request) -> web.Response:
-    workspace, _principal, catalog = await resolve(request)
+    workspace, principal, catalog = await resolve(request)
     resource = _resource(catalog, request, "delete", siblings=_ITEM)
     record_id = parse_record_id(request)
     tenant = workspace.tenant_id
     async with request.app[state.POOL].acquire() as conn, conn.transaction():
-        if resource.lifecycle:
-            status = await conn.fetchval(
-                f"SELECT docstatus FROM {tables.quote(resource.table.name)} "
-                "WHERE tenant_id = $1 AND id = $2 FOR UPDATE",
-                tenant,
-                record_id,
-            )
-            if status == 1:
-                raise errors.Conflict(
-                    "a submitted document cannot be deleted; cancel it first", code="SVC.DOC.DELETE_SUBMITTED"
-                )
+        current = await select_record(conn, resource, tenant, record_id, principal=principal, lock=True)
+        documents.check_delete(resource, current)  # drafts only
+        write = auditing.Write.of(request, principal, catalog, resource, tenant)
+        trail = await auditing.begin(conn, write, "delete", current)
         await _release_references(conn, catalog, resource, tenant, record_id, request.app[state.CACHE])
         for child in resource.children.values():
             await conn.execute(*_stmt(sql.delete_children(child, tenant, record_id)))
         result = await conn.execute(*_stmt(sql.delete(resource.table, tenant, record_id)))
+        await trail.finish(conn, None)
     request.app[state.CACHE].invalidate((resource.table.name, tenant, record_id))
     if not result.endswith(" 1"):
         raise errors.NotFound("no such record", code="SVC.RECORD.NOT_FOUND")
@@ -446,19 +474,10 @@ async def _release_references(
     """Apply each referring relation's ``on_delete``: restrict refuses, set_null clears, cascade deletes.
 
     There are no foreign keys (see docs/decisions/server.md), so this runs in the delete's
-    transaction; restrict is checked for every referrer before anything is changed.
+    transaction; every refusal (references.check_delete) is checked before anything is changed.
     """
     referrers = catalog.referrers.get(resource.table.name, ())
-    blocked = []
-    for ref in referrers:
-        if ref.on_delete == "restrict" and await conn.fetchval(
-            *_stmt(sql.referenced(ref.table, ref.column, tenant, record_id))
-        ):
-            blocked.append(errors.FieldProblem(f"{ref.entity}.{ref.field}", "records refer to this one"))
-    if blocked:
-        raise errors.Conflict(
-            "other records refer to this one", code="SVC.REF.DELETE_BLOCKED", errors=blocked
-        )
+    await references.check_delete(conn, catalog, resource, tenant, record_id)
     for ref in referrers:
         if ref.on_delete in ("set_null", "cascade"):  # rows of other tables change: forget their answers
             cache.drop_table(ref.owner)

@@ -157,15 +157,12 @@ def insert_children(child: Table, columns: Sequence[str]) -> str:
 
 
 def related_exists(table_name: str) -> str:
-    """Whether a related record exists in the same tenant (``$1`` tenant, ``$2`` id)."""
-    return f"SELECT EXISTS (SELECT 1 FROM {quote(table_name)} WHERE tenant_id = $1 AND id = $2)"
+    """Whether a related record exists in the same tenant (``$1`` tenant, ``$2`` id).
 
-
-def referenced(table_name: str, column: str, tenant: uuid.UUID, record_id: uuid.UUID) -> Statement:
-    return (
-        f"SELECT EXISTS (SELECT 1 FROM {quote(table_name)} WHERE tenant_id = $1 AND {quote(column)} = $2)",
-        [tenant, record_id],
-    )
+    The row is locked ``FOR KEY SHARE`` to the end of the write, as a foreign key would lock it: a
+    concurrent delete of it (which locks it ``FOR UPDATE`` first) waits, then sees the new referrer.
+    """
+    return f"SELECT EXISTS (SELECT 1 FROM {quote(table_name)} WHERE tenant_id = $1 AND id = $2 FOR KEY SHARE)"
 
 
 def clear_reference(

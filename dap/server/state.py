@@ -42,5 +42,7 @@ CACHE: web.AppKey[caching.FindCache] = web.AppKey("find_cache")
 # is created with the app; a host (the resource pod) may append to it before or after start.
 HealthCheck = Callable[[], Awaitable[str | None]]
 HEALTH_CHECKS: web.AppKey[list[HealthCheck]] = web.AppKey("health_checks")
+# the request id of a request (given or made by the middleware), for audit rows
+REQUEST_ID: web.RequestKey[str] = web.RequestKey("request_id", str)
 # the resolved workspace slug of a request, for the metrics label
 WORKSPACE: web.RequestKey[str] = web.RequestKey("workspace", str)

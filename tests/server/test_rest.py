@@ -298,13 +298,13 @@ async def test_document_lifecycle(srv: Running) -> None:
     status, body, _ = await call(srv, "PATCH", f"{inv}/{rid}", {"amount": "11.00"})
     assert status == 409 and body["code"] == "SVC.DOC.UPDATE_NOT_DRAFT"
     status, body, _ = await call(srv, "DELETE", f"{inv}/{rid}")
-    assert status == 409 and body["code"] == "SVC.DOC.DELETE_SUBMITTED"
+    assert status == 409 and body["code"] == "SVC.DOC.DELETE_NOT_DRAFT"
     status, body, _ = await call(srv, "GET", f"{inv}?docstatus=submitted&count=true")
     assert body["total"] == 1
     assert (await call(srv, "POST", f"{inv}/{rid}/cancel"))[1]["data"]["docstatus"] == "cancelled"
     assert (await call(srv, "POST", f"{inv}/{rid}/cancel"))[1]["code"] == "SVC.DOC.ALREADY_CANCELLED"
     assert (await call(srv, "POST", f"{inv}/{rid}/submit"))[1]["code"] == "SVC.DOC.SUBMIT_NOT_DRAFT"
-    assert (await call(srv, "DELETE", f"{inv}/{rid}"))[0] == 204  # cancelled documents may go
+    assert (await call(srv, "DELETE", f"{inv}/{rid}"))[1]["code"] == "SVC.DOC.DELETE_NOT_DRAFT"  # stays
     assert (await call(srv, "POST", f"{inv}/{rid}/remind"))[0] == 501  # declared, needs the bridge
     assert (await call(srv, "POST", f"{inv}/{rid}/fly"))[0] == 404
     assert (await call(srv, "POST", f"/default/api/shop/order/{rid}/submit"))[0] == 405  # no update exposed
