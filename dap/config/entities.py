@@ -15,6 +15,7 @@ from dap.config.base import DottedEntityRef, Duration, Expression, FieldName, Id
 from dap.config.enums import (
     ApprovalStepMode,
     Characteristic,
+    FieldType,
     FilterFrom,
     FilterOp,
     FilterType,
@@ -23,6 +24,9 @@ from dap.config.enums import (
 )
 from dap.config.events import DeliveryDecl, EventDecl
 from dap.config.fields import CacheSpec, ExtendStorage, Field
+
+# Conventional names of the transaction date when a backdate policy names no date_field.
+TRANSACTION_DATES = ("posting_date", "transaction_date", "date")
 
 
 class EntityAuth(Record):
@@ -161,6 +165,17 @@ class EntitySpec(Record):
 
     def event(self, name: str) -> EventDecl | None:
         return next((e for e in self.events if e.name == name), None)
+
+    def transaction_date_field(self) -> Field | None:
+        """The field a backdate policy checks: ``backdate.date_field``, else the first date field named
+        posting_date, transaction_date or date (in that order)."""
+        declared = self.backdate.date_field if self.backdate is not None else None
+        names = (declared,) if declared is not None else TRANSACTION_DATES
+        for name in names:
+            f = self.field(name)
+            if f is not None and not f.removed and f.type in (FieldType.DATE, FieldType.DATETIME):
+                return f
+        return None
 
     def rest(self) -> ExposeConfig | None:
         """The REST expose entry, if the entity opted in."""

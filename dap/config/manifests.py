@@ -6,7 +6,7 @@
     spec: {...}
 
 ``KINDS`` maps each kind name to its model. Module-scoped kinds are addressed ``module/name``;
-module-less kinds (Module, Workspace, Environment, Datastore, Config) by name alone.
+module-less kinds (Module, Workspace, Environment, Datastore, Config, Role) by name alone.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Literal
 
 import pydantic
 
-from dap.config import apps, entities, platform
+from dap.config import apps, entities, platform, roles
 from dap.config.base import Record
 from dap.config.names import MANIFEST_API_VERSION
 
@@ -114,6 +114,11 @@ class ConfigManifest(Manifest):
     spec: platform.ConfigSpec = platform.ConfigSpec()
 
 
+class RoleManifest(Manifest):
+    kind: Literal["Role"]
+    spec: roles.RoleSpec = roles.RoleSpec()
+
+
 KINDS: dict[str, type[Manifest]] = {
     "Module": ModuleManifest,
     "Entity": EntityManifest,
@@ -130,6 +135,7 @@ KINDS: dict[str, type[Manifest]] = {
     "Environment": EnvironmentManifest,
     "Datastore": DatastoreManifest,
     "Config": ConfigManifest,
+    "Role": RoleManifest,
 }
 MODULE_SCOPED = frozenset(
     {"Entity", "Service", "App", "Page", "Form", "Table", "Kanban", "Listing", "ApprovalInbox", "Dashboard"}

@@ -50,6 +50,7 @@ class Spec:
     environments: Mapping[str, m.EnvironmentManifest] = field(init=False)
     datastores: Mapping[str, m.DatastoreManifest] = field(init=False)
     configs: Mapping[str, m.ConfigManifest] = field(init=False)
+    roles: Mapping[str, m.RoleManifest] = field(init=False)
 
     def __post_init__(self) -> None:
         located = [(self.origins[(man.kind, man.key)], man) for man in self.manifests]
@@ -120,4 +121,5 @@ _ATTRIBUTES: dict[str, type[m.Manifest]] = {
     "environments": m.EnvironmentManifest,
     "datastores": m.DatastoreManifest,
     "configs": m.ConfigManifest,
+    "roles": m.RoleManifest,
 }

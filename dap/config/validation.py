@@ -12,10 +12,18 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from datetime import timedelta
 
-from dap.config import durations, expressions
+from dap.config import durations, expressions, roles
 from dap.config import manifests as m
 from dap.config.entities import EntitySpec, FilterSpec
-from dap.config.enums import REST_ACTIONS, ApprovalStepMode, EventChannel, FieldType, StandardAction
+from dap.config.enums import (
+    REST_ACTIONS,
+    ApprovalStepMode,
+    EventChannel,
+    FieldType,
+    FilterFrom,
+    FilterOp,
+    StandardAction,
+)
 from dap.config.errors import Problem
 from dap.config.events import DeliveryTarget
 from dap.config.fields import Field
@@ -326,16 +334,71 @@ def _filters_exist(
             yield _at(spec, owner, f"{path}[{i}].field", f"{flt.field!r} is not a field of the entity")
 
 
+# Operators a condition with a value from the caller's session may use (row scope).
+SESSION_OPS = frozenset(
+    {
+        FilterOp.EQ,
+        FilterOp.NEQ,
+        FilterOp.IN,
+        FilterOp.NIN,
+        FilterOp.GT,
+        FilterOp.GTE,
+        FilterOp.LT,
+        FilterOp.LTE,
+        FilterOp.LIKE,
+        FilterOp.ILIKE,
+    }
+)
+
+
+def _scope_conditions(spec: Spec, entity: m.EntityManifest, es: EntitySpec) -> Iterator[Problem]:
+    """Row-scope conditions compare one scalar column with values the server can bind."""
+    scoped: list[tuple[str, str, FilterOp | None]] = [
+        (f"spec.assignments[{i}]", a.field, None) for i, a in enumerate(es.assignments)
+    ]
+    for key, flts in (("filters", es.filters), ("fixed_filters", es.fixed_filters)):
+        for i, flt in enumerate(flts):
+            session = flt.from_ is FilterFrom.SESSION
+            if session or (key == "fixed_filters" and flt.from_ is None and flt.value is not None):
+                scoped.append((f"spec.{key}[{i}]", flt.field, flt.op if session else None))
+    for path, name, op in scoped:
+        f = es.field(name)
+        if f is not None and (
+            f.multiple or f.type in (FieldType.JSON, FieldType.ATTACHMENT, FieldType.CHILD)
+        ):
+            yield _at(
+                spec, entity, f"{path}.field", f"{name!r} holds JSON or a list and cannot carry row scope"
+            )
+        if op is not None and op not in SESSION_OPS:
+            yield _at(
+                spec,
+                entity,
+                f"{path}.op",
+                f"op {op.value!r} cannot take a value from the session; use one of "
+                f"{', '.join(sorted(o.value for o in SESSION_OPS))}",
+            )
+
+
 def row_scope_rules(spec: Spec) -> Iterator[Problem]:
     for entity in spec.entities.values():
         es = entity.spec
         for i, assignment in enumerate(es.assignments):
-            if es.field(assignment.field) is None:
+            assigned = es.field(assignment.field)
+            if assigned is None:
                 yield _at(
                     spec, entity, f"spec.assignments[{i}].field", f"{assignment.field!r} is not a field"
                 )
+            elif assigned.read_only or assigned.computed is not None or "rest" in assigned.exclude:
+                yield _at(
+                    spec,
+                    entity,
+                    f"spec.assignments[{i}].field",
+                    f"{assignment.field!r} is filled from the caller on create, so it must be writable: "
+                    "drop read_only, computed or exclude: [rest]",
+                )
         yield from _filters_exist(spec, entity, es, "spec.filters", es.filters)
         yield from _filters_exist(spec, entity, es, "spec.fixed_filters", es.fixed_filters)
+        yield from _scope_conditions(spec, entity, es)
         scope = es.create_scope
         if scope is not None:
             for key in ("field", "ref_field"):
@@ -350,15 +413,103 @@ def row_scope_rules(spec: Spec) -> Iterator[Problem]:
                 yield _at(
                     spec, entity, "spec.create_scope.via_field", f"{via.key} has no field {scope.via_field!r}"
                 )
+            ref = es.field(scope.ref_field)
+            if ref is not None and (ref.type is not FieldType.RELATION or ref.multiple):
+                yield _at(
+                    spec,
+                    entity,
+                    "spec.create_scope.ref_field",
+                    f"{scope.ref_field!r} must be a single relation field (to {scope.via}) naming the record "
+                    "whose via_field the create must match",
+                )
         backdate = es.backdate
-        if backdate is not None and backdate.date_field is not None:
-            date_field = es.field(backdate.date_field)
-            if date_field is None or date_field.type not in (FieldType.DATE, FieldType.DATETIME):
+        if backdate is not None and es.transaction_date_field() is None:
+            if backdate.date_field is not None:
                 yield _at(
                     spec,
                     entity,
                     "spec.backdate.date_field",
                     f"{backdate.date_field!r} must name a date field",
+                )
+            else:
+                yield _at(
+                    spec,
+                    entity,
+                    "spec.backdate",
+                    "a backdate policy needs the transaction date: set date_field, or declare a date field "
+                    "named posting_date, transaction_date or date",
+                )
+
+
+# --- roles and permissions ----------------------------------------------------------------------
+
+
+def role_rules(spec: Spec) -> Iterator[Problem]:
+    for role in spec.roles.values():
+        name = role.metadata.name
+        if name == roles.ADMIN_ROLE:
+            yield _at(
+                spec,
+                role,
+                "metadata.name",
+                "'admin' is built in and holds every permission; give this role another name",
+            )
+        for i, included in enumerate(role.spec.includes):
+            if included not in spec.roles:
+                yield _at(spec, role, f"spec.includes[{i}]", f"role {included!r} is not declared")
+        cycle = _include_cycle(spec, name)
+        if cycle:
+            yield _at(
+                spec,
+                role,
+                "spec.includes",
+                f"roles include each other in a cycle: {' -> '.join(cycle)}; remove one include",
+            )
+
+
+def _include_cycle(spec: Spec, start: str) -> list[str]:
+    """The include path from ``start`` back to itself, or an empty list."""
+    path: list[str] = []
+    seen: set[str] = set()
+
+    def walk(name: str) -> bool:
+        path.append(name)
+        role = spec.roles.get(name)
+        for included in role.spec.includes if role is not None else ():
+            if included == start:
+                path.append(included)
+                return True
+            if included not in seen:
+                seen.add(included)
+                if walk(included):
+                    return True
+        path.pop()
+        return False
+
+    return path if walk(start) else []
+
+
+def permission_names(spec: Spec) -> Iterator[Problem]:
+    """Every permission an entity asks for is a name (a glob belongs in a Role, not in a requirement)."""
+    for entity in spec.entities.values():
+        es = entity.spec
+        asked = [
+            (f"spec.fields[{i}].required_permission", f.required_permission) for i, f in enumerate(es.fields)
+        ]
+        asked += [
+            (f"spec.actions[{i}].required_permission", a.required_permission)
+            for i, a in enumerate(es.actions)
+        ]
+        if es.backdate is not None:
+            asked.append(("spec.backdate.override_permission", es.backdate.override_permission))
+        for path, permission in asked:
+            if permission is not None and not roles.is_permission_name(permission):
+                yield _at(
+                    spec,
+                    entity,
+                    path,
+                    f"{permission!r} is not a permission name; write dotted lower snake_case segments "
+                    "such as buying.purchase_order.approve (no *)",
                 )
 
 
@@ -545,6 +696,8 @@ RULES: tuple[Rule, ...] = (
     action_and_event_rules,
     state_machine_rules,
     row_scope_rules,
+    role_rules,
+    permission_names,
     ui_reference_rules,
     app_rules,
     expression_rules,
