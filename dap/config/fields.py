@@ -8,6 +8,7 @@ need the rest of the spec (does the relation target exist?) live in ``validation
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 import pydantic
@@ -77,11 +78,31 @@ class ValidationRule(Record):
     message: str | None = None
 
 
+# The tokens of a natural-key pattern: date parts of the creation date and one counter whose width
+# is the number of ``#`` (the server renders them, dap.server.numbering).
+NATURAL_KEY_TOKEN = re.compile(r"\{(YYYY|YY|MM|DD|#+)\}")
+
+
 class NaturalKeyRuleDecl(Record):
     """Designed: a naming pattern such as ``PO-{YYYY}-{#####}``; counters are per tenant."""
 
     pattern: str = pydantic.Field(min_length=1)
     reset: Literal["never", "yearly", "monthly"] = "never"
+
+    @pydantic.field_validator("pattern")
+    @classmethod
+    def _one_counter(cls, pattern: str) -> str:
+        counters = [m for m in NATURAL_KEY_TOKEN.findall(pattern) if m.startswith("#")]
+        if len(counters) != 1:
+            raise ValueError(
+                "a natural key pattern needs exactly one counter such as {#####} "
+                "(the number of # is the zero-padded width)"
+            )
+        unknown = re.findall(r"\{[^}]*\}", NATURAL_KEY_TOKEN.sub("", pattern))
+        if unknown:
+            tokens = ", ".join(unknown)
+            raise ValueError(f"unknown token(s) {tokens}; use {{YYYY}} {{YY}} {{MM}} {{DD}} {{#...}}")
+        return pattern
 
 
 class ChildDecl(Record):

@@ -35,6 +35,7 @@ from dap.server import (
     errors,
     metrics,
     migrations,
+    numbering,
     openapi,
     options,
     rest,
@@ -61,6 +62,7 @@ async def prepare_database(
         await workspaces.ensure_schema(conn)
         await users.ensure_schema(conn)
         await auditing.ensure_schema(conn)
+        await numbering.ensure_schema(conn)
         plan = await schema_sync.sync(
             conn, catalog.tables, catalog.entities, allow_destructive=allow_destructive
         )

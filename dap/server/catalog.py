@@ -8,6 +8,7 @@ end, so a swap by the resource pod never mixes two specs inside one request.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -18,7 +19,7 @@ from dap.config.apps import AppSpec, FormSpec, PageSpec, TableSpec
 from dap.config.entities import EntitySpec
 from dap.config.enums import REST_ACTIONS, FieldType
 from dap.config.fields import Field
-from dap.server import caching, records, tables
+from dap.server import caching, deriving, records, tables
 from dap.server.tables import Table
 
 REST_SURFACE = "rest"
@@ -65,6 +66,7 @@ class Resource:
     relations: Mapping[str, str] = field(default_factory=dict)  # relation field -> target table
     extensions: Mapping[str, tuple[Field, ...]] = field(default_factory=dict)  # namespace -> fields
     cache_ttl: float | None = None  # seconds of the find-by-id read-through cache, if declared
+    derivation: deriving.Plan = deriving.NOTHING  # computed, auto_fill, *_when, rules, keys, guards
 
     @property
     def lifecycle(self) -> bool:
@@ -73,6 +75,10 @@ class Resource:
     def column(self, field_name: str) -> str | None:
         col = self.table.column_for(field_name)
         return col.name if col is not None else None
+
+
+def _main_table(by_entity: Mapping[str, list[Table]], key: str) -> Table | None:
+    return next((t for t in by_entity.get(key, ()) if t.kind == "entity"), None)
 
 
 def _rest_fields(spec: EntitySpec) -> dict[str, Field]:
@@ -231,6 +237,9 @@ class Catalog:
                 relations=MappingProxyType(_relations(visible, module, by_entity)),
                 extensions=MappingProxyType(extensions),
                 cache_ttl=caching.ttl_seconds(spec.cache.ttl if spec.cache else None),
+                derivation=deriving.plan_for(
+                    spec, module, entities, functools.partial(_main_table, by_entity)
+                ),
             )
         return cls(
             entities=MappingProxyType(dict(entities)),

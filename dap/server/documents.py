@@ -30,7 +30,7 @@ from typing import Any
 import asyncpg
 from aiohttp import web
 
-from dap.server import auditing, db, errors, references, rest, state, tables
+from dap.server import auditing, db, errors, filling, references, rest, state, tables
 from dap.server.catalog import Resource
 
 DRAFT, SUBMITTED, CANCELLED = 0, 1, 2
@@ -169,6 +169,7 @@ async def record_action(request: web.Request) -> web.Response:
                     raise errors.Conflict(
                         f"cannot {action} a {now} document", code=wrong[current["docstatus"]]
                     )
+                await filling.check_action(conn, resource, tenant, principal, current, action)  # guards
                 if action == SUBMIT:
                     await references.check_submit(conn, catalog, resource, tenant, record_id)
                 else:

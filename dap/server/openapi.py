@@ -16,7 +16,7 @@ from aiohttp import web
 from dap import __version__
 from dap.config.enums import FieldType, FilterOp
 from dap.config.fields import Field
-from dap.server import filters, records, state, tables
+from dap.server import filters, numbering, records, state, tables
 from dap.server.catalog import Catalog, Resource
 
 DECIMAL = {"type": "string", "format": "decimal", "pattern": r"^-?\d+(\.\d+)?$"}
@@ -90,8 +90,10 @@ def object_schema(
             continue
         if for_input and (f.read_only or f.computed is not None or (partial and f.immutable)):
             continue
+        if for_input and numbering.refuses_input(f, partial=partial):
+            continue
         props[f.name] = field_schema(f, module, catalog)
-        if for_input and not partial and f.required and f.default is None:
+        if for_input and not partial and f.required and f.default is None and not records.server_fills(f):
             required.append(f.name)
     schema: dict[str, Any] = {"type": "object", "properties": props}
     if for_input:

@@ -21,7 +21,7 @@ from typing import Any
 
 from dap.config.enums import FieldType
 from dap.config.fields import Field
-from dap.server import tables
+from dap.server import numbering, tables
 
 MASK = "****"
 _EXACT = (FieldType.DECIMAL, FieldType.MONEY, FieldType.PERCENT)
@@ -250,6 +250,11 @@ def default_of(f: Field) -> Any:
     return coerce(f, f.default)
 
 
+def server_fills(f: Field) -> bool:
+    """Whether the server fills a missing ``f`` (auto_fill, generated natural key; see ``deriving``)."""
+    return f.auto_fill is not None or numbering.generates(f)
+
+
 def coerce_row(
     fields: tuple[Field, ...] | Mapping[str, Field],
     body: Mapping[str, Any],
@@ -296,7 +301,7 @@ def coerce_row(
                     out[name] = default_of(f)
                 except InvalidValueError as exc:
                     problems.append((name, f"default: {exc}"))
-            elif f.required:
+            elif f.required and not server_fills(f):  # checked once the server has filled it
                 problems.append((name, "is required"))
     if problems:
         raise InvalidRowError(problems)

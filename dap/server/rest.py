@@ -28,6 +28,7 @@ from dap.server import (
     db,
     documents,
     errors,
+    filling,
     filters,
     records,
     references,
@@ -289,11 +290,15 @@ async def _write_children(
     for field_name, items in rows.items():
         child = resource.children[field_name]
         await conn.execute(*_stmt(sql.delete_children(child, tenant, parent)))
-        cols = [c for c in child.columns if c.field is not None]
-        if items:
+        cols = [c for c in child.columns if c.field is not None and c.name not in tables.CHILD_KEYS]
+        keyed = any(c.name == "idx" and c.field for c in child.columns)
+        if items:  # rows come ordered (deriving); a declared ``idx`` field is the key column itself
             await conn.executemany(
                 sql.insert_children(child, [c.name for c in cols]),
-                [(tenant, parent, i, *(item.get(c.field) for c in cols)) for i, item in enumerate(items)],
+                [
+                    (tenant, parent, item.get("idx", i) if keyed else i, *(item.get(c.field) for c in cols))
+                    for i, item in enumerate(items)
+                ],
             )
 
 
@@ -362,14 +367,19 @@ async def create_record(request: web.Request) -> web.Response:
     body = await _body(request)
     submit = documents.create_submits(resource, request.query, body)  # ?submit=true
     values = _validate(resource, body, partial=False, catalog=catalog)
-    columns, children = _split(resource, values)
-    columns.update(documents.initial_state(submit))
-    statement, args = sql.insert(resource.table, workspace.tenant_id, columns, owner=principal.username)
     write = auditing.Write.of(request, principal, catalog, resource, workspace.tenant_id)
     async with request.app[state.POOL].acquire() as conn:
         try:
             async with conn.transaction():
                 await _check_relations(conn, resource, workspace.tenant_id, values)
+                values = await filling.prepare_create(  # derived values, natural keys, guards
+                    conn, resource, workspace.tenant_id, principal, body, values, submitting=submit
+                )
+                columns, children = _split(resource, values)
+                columns.update(documents.initial_state(submit))
+                statement, args = sql.insert(
+                    resource.table, workspace.tenant_id, columns, owner=principal.username
+                )
                 row = await conn.fetchrow(statement, *args)
                 assert row is not None
                 await _write_children(conn, resource, workspace.tenant_id, row["id"], children)
@@ -406,8 +416,8 @@ async def update_record(request: web.Request) -> web.Response:
     resource = _resource(catalog, request, "update", siblings=_ITEM)
     record_id = parse_record_id(request)
     expected = if_match(request)
-    values = _validate(resource, await _body(request), partial=True, catalog=catalog)
-    columns, children = _split(resource, values)
+    body = await _body(request)
+    values = _validate(resource, body, partial=True, catalog=catalog)
     tenant = workspace.tenant_id
     async with request.app[state.POOL].acquire() as conn:
         try:
@@ -425,6 +435,10 @@ async def update_record(request: web.Request) -> web.Response:
                         "only draft documents can be updated", code="SVC.DOC.UPDATE_NOT_DRAFT"
                     )
                 await _check_relations(conn, resource, tenant, values)
+                values = await filling.prepare_update(  # derived values over the merged record, guards
+                    conn, resource, tenant, principal, current, body, values
+                )
+                columns, children = _split(resource, values)
                 write = auditing.Write.of(request, principal, catalog, resource, tenant)
                 trail = await auditing.begin(conn, write, "update", current)
                 row = await conn.fetchrow(
@@ -450,6 +464,7 @@ async def delete_record(request: web.Request) -> web.Response:
     async with request.app[state.POOL].acquire() as conn, conn.transaction():
         current = await select_record(conn, resource, tenant, record_id, principal=principal, lock=True)
         documents.check_delete(resource, current)  # drafts only
+        await filling.check_action(conn, resource, tenant, principal, current, "delete")
         write = auditing.Write.of(request, principal, catalog, resource, tenant)
         trail = await auditing.begin(conn, write, "delete", current)
         await _release_references(conn, catalog, resource, tenant, record_id, request.app[state.CACHE])

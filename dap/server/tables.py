@@ -108,9 +108,10 @@ def numeric_type(f: Field) -> str:
 
 
 def sql_type(f: Field) -> str | None:
-    """The column type of field ``f``; ``None`` when it has no column (computed, child in a table)."""
-    if f.computed is not None:
-        return None
+    """The column type of field ``f``; ``None`` when it has no column (a child stored in a table).
+
+    Computed fields have a column of their type: the server stores each write's result there.
+    """
     if f.type is FieldType.CHILD:
         if f.child is not None and f.child.storage is ChildStorage.TABLE:
             return None
@@ -196,7 +197,7 @@ def _indexes(
         col = by_field.get(f.name)
         if col is None or col.sql_type == "jsonb":
             continue
-        if f.unique:
+        if f.unique or f.natural_key:
             full = f"{table}__{f.name}__key"
             out.append(Index(ident(full), ("tenant_id", col.name), unique=True))
         elif f.index or f.type is FieldType.RELATION:
@@ -260,11 +261,13 @@ def entity_tables(
         if cname != cfull:
             caliases[cfull] = cname
         # a child field named like a key column (typically the sequence field ``idx``) is that column
-        ccols, _nested = _field_columns(child_fields(child, module, entities), caliases, CHILD_KEYS)
+        row_fields = child_fields(child, module, entities)
+        ccols, _nested = _field_columns(row_fields, caliases, CHILD_KEYS)
+        declares_idx = any(f.name == "idx" and not f.removed for f in row_fields)
         base = [
             Column("tenant_id", "uuid", nullable=False),
             Column("parent_id", "uuid", nullable=False),
-            Column("idx", "integer", nullable=False),
+            Column("idx", "integer", nullable=False, field="idx" if declares_idx else None),
         ]
         tables.append(
             Table(

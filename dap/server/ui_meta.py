@@ -19,8 +19,9 @@ from typing import Any
 
 from aiohttp import web
 
+from dap.config.enums import NaturalKeyEntry
 from dap.config.fields import Field
-from dap.server import errors, records, state, tables
+from dap.server import errors, numbering, records, state, tables
 from dap.server.catalog import Catalog
 
 UI_SURFACE = "ui"
@@ -69,11 +70,47 @@ def field_meta(f: Field, module: str, catalog: Catalog) -> dict[str, Any]:
                 if UI_SURFACE not in c.exclude and not c.removed
             ],
         }
+        meta["child"].update(_child_extras(f, module))
     if f.visible_when:
         meta["visible_when"] = f.visible_when
     if f.readonly_when:
         meta["readonly_when"] = f.readonly_when
+    meta.update(_derived(f))
     return meta
+
+
+def _child_extras(f: Field, module: str) -> dict[str, Any]:
+    """``sequence_field`` and ``picker`` of a child field (the UI fills rows by picking records)."""
+    assert f.child is not None
+    out: dict[str, Any] = {"sequence_field": f.child.sequence_field}
+    picker = f.child.picker
+    if picker is not None:
+        out["picker"] = {
+            "entity": _ref(picker.entity, module),
+            "map": dict(picker.map),
+            "multiple": picker.multiple,
+            "filters": [{"entity": _ref(x.entity, module), "field": x.field} for x in picker.filters],
+        }
+    return out
+
+
+def _derived(f: Field) -> dict[str, Any]:
+    """What the server derives or checks on a field, for forms to mirror (the server decides)."""
+    out: dict[str, Any] = {}
+    if f.required_when:
+        out["required_when"] = f.required_when
+    if f.computed is not None:
+        out["computed"] = {"formula": f.computed.formula}
+    if f.auto_fill is not None:
+        out["auto_fill"] = {"from": f.auto_fill.from_, "field": f.auto_fill.field}
+    key = numbering.key_of(f)
+    if key is not None:
+        out["natural_key"] = {"entry": str(key.entry), "pattern": key.pattern, "reset": key.reset}
+        if key.entry is NaturalKeyEntry.ENGINE:  # a client value is refused
+            out["read_only"] = True
+    if f.rules:
+        out["rules"] = [r.model_dump(mode="json", exclude_none=True) for r in f.rules]
+    return out
 
 
 def entity_meta(catalog: Catalog, key: str) -> dict[str, Any]:
@@ -108,6 +145,7 @@ def entity_meta(catalog: Catalog, key: str) -> dict[str, Any]:
                 "name": a.name,
                 "description": a.description,
                 "ui": a.ui.model_dump(mode="json", exclude_none=True) if a.ui else None,
+                "conditions": [c.model_dump(mode="json", exclude_none=True) for c in a.conditions],
             }
             for a in spec.actions
             if not a.disabled

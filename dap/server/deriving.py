@@ -1,0 +1,739 @@
+"""Derived values and record rules of a write: auto_fill, computed, *_when, field rules, conditions. Pure.
+
+A :class:`Plan` is built once per entity when the catalog is built (expressions parsed, computed
+fields ordered by their dependencies, auto_fill sources resolved to tables and columns). For every
+create and update, :func:`derive` takes the plan, the validated payload (``records.coerce_row``'s
+values), which keys the payload carried, the stored record (update) and the related records the
+I/O shell (``filling``) loaded, and returns the values to write plus the problems found. It never
+touches the database, so every rule is tested without a server.
+
+The order of one write:
+
+1. the merged record: the stored values (update) overlaid with the payload; child rows replaced
+   when the payload carries them, else the stored rows stand as they are;
+2. auto_fill of the record: when the payload sets or changes the relation named in ``from`` and
+   does not carry the filled field, the related record's field is copied in;
+3. each carried child row: auto_fill (a row that does not carry the field is filled), the
+   sequence field (filled 1..n or checked and sorted), then the row's computed fields — a row's
+   expressions see the row's fields, then the record's, and the record as ``parent``;
+4. the record's computed fields, in dependency order (they may aggregate rows: ``sum(lines.amount)``);
+5. checks: ``required`` of auto-filled fields (create), ``required_when`` over the merged record,
+   ``readonly_when`` (over the stored record on update, the new one on create), field ``rules``,
+   natural keys (engine keys must not come from the client, person keys must, none changes).
+
+Computed results are converted to the field's type: decimal and money exact, quantised to the
+field's scale with ROUND_HALF_UP (``round()``'s rule), integers rounded the same way.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from types import MappingProxyType
+from typing import Any
+
+from dap.config import expressions
+from dap.config.entities import EntitySpec
+from dap.config.enums import REST_ACTIONS, FieldType, NaturalKeyEntry, StandardAction
+from dap.config.expressions import Expression, ExpressionError
+from dap.config.fields import Field, ValidationRule
+from dap.server import numbering, records, tables
+
+INVALID = "SVC.VALIDATE.INVALID"
+FORMULA_FAILED = "SVC.VALIDATE.FORMULA_FAILED"
+RULE_FAILED = "SVC.VALIDATE.RULE_FAILED"
+CONDITION_FAILED = "SVC.ACTION.CONDITION_FAILED"
+# the standard actions whose re-declared conditions the server checks (custom ones run elsewhere)
+GUARDED_ACTIONS = frozenset(
+    {str(a) for a in REST_ACTIONS} | {str(StandardAction.SUBMIT), str(StandardAction.CANCEL)}
+)
+_EXACT = (FieldType.DECIMAL, FieldType.MONEY, FieldType.PERCENT)
+_TEXTUAL = (FieldType.STRING, FieldType.TEXT, FieldType.RICHTEXT, FieldType.FILE, FieldType.ENUM)
+
+Compiled = Expression | ExpressionError  # a manifest expression, or why it could not be parsed
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: str
+    message: str
+    code: str = INVALID
+
+
+def compile_expression(source: str) -> Compiled:
+    try:
+        return expressions.parse(source)
+    except ExpressionError as exc:  # the validator refuses these; a hand-built catalog may not
+        return exc
+
+
+@dataclass(frozen=True)
+class AutoFill:
+    field: str  # the field filled
+    source: str  # the relation field (same row) whose record is read
+    table: str  # that relation's target table
+    column: str  # the column of the copied field in the target table
+
+
+@dataclass(frozen=True)
+class Rule:
+    field: str
+    decl: ValidationRule
+    check: Compiled | re.Pattern[str] | None = None  # expression rules and patterns, compiled once
+    broken: str | None = None  # why the declaration cannot be applied (e.g. an invalid pattern)
+
+
+@dataclass(frozen=True)
+class RowPlan:
+    """What one row (the record itself, or one row of a child field) derives and checks."""
+
+    fields: Mapping[str, Field]
+    computed: tuple[tuple[str, Compiled], ...] = ()  # dependency order
+    auto_fill: tuple[AutoFill, ...] = ()
+    required_when: tuple[tuple[str, Compiled], ...] = ()
+    readonly_when: tuple[tuple[str, Compiled], ...] = ()
+    rules: tuple[Rule, ...] = ()
+    sequence: str | None = None  # child rows: the field ordering the rows
+
+    @property
+    def active(self) -> bool:
+        return bool(
+            self.computed
+            or self.auto_fill
+            or self.required_when
+            or self.readonly_when
+            or self.rules
+            or self.sequence
+        )
+
+
+@dataclass(frozen=True)
+class Condition:
+    check: Compiled
+    message: str
+    path: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    record: RowPlan
+    rows: Mapping[str, RowPlan] = field(default_factory=dict)  # child field -> its rows' plan
+    natural_keys: tuple[numbering.NaturalKey, ...] = ()
+    conditions: Mapping[str, tuple[Condition, ...]] = field(default_factory=dict)  # action -> guards
+    reads_rows: frozenset[str] = frozenset()  # child fields read by record-level expressions
+
+    @property
+    def active(self) -> bool:
+        """Whether a write of this entity has anything to derive or check (else it skips all of this)."""
+        return bool(
+            self.record.active
+            or any(p.active for p in self.rows.values())
+            or self.natural_keys
+            or self.conditions
+        )
+
+
+NOTHING = Plan(RowPlan(MappingProxyType({})))
+
+
+@dataclass(frozen=True)
+class Derived:
+    values: dict[str, Any]  # what to write: the payload's values plus every derived one
+    problems: list[Problem]
+    generate: tuple[numbering.NaturalKey, ...] = ()  # natural keys for the counter to fill
+
+
+# --- building the plan ---------------------------------------------------------------------------
+
+
+def _ordered(computed: list[tuple[str, Compiled]]) -> tuple[tuple[str, Compiled], ...]:
+    """Formulas after the computed fields they read (declaration order otherwise; cycles as declared)."""
+    names = {name for name, _ in computed}
+    needs = {
+        name: {r.partition(".")[0] for r in c.references()} & (names - {name})
+        if isinstance(c, Expression)
+        else set()
+        for name, c in computed
+    }
+    done: list[tuple[str, Compiled]] = []
+    left = list(computed)
+    while left:
+        ready = [item for item in left if not needs[item[0]] - {n for n, _ in done}]
+        if not ready:  # a cycle: the validator does not forbid it; evaluate as declared
+            ready = left[:1]
+        done.append(ready[0])
+        left.remove(ready[0])
+    return tuple(done)
+
+
+def _rule(name: str, decl: ValidationRule) -> Rule:
+    if decl.rule == "expression":
+        if not isinstance(decl.value, str):
+            return Rule(name, decl, broken="an expression rule needs the expression as its value")
+        return Rule(name, decl, check=compile_expression(decl.value))
+    if decl.rule == "pattern":
+        try:
+            return Rule(name, decl, check=re.compile(str(decl.value)))
+        except re.error as exc:
+            return Rule(name, decl, broken=f"the manifest's pattern {decl.value!r} is invalid ({exc})")
+    return Rule(name, decl)
+
+
+def row_plan(
+    fields: Sequence[Field],
+    module: str,
+    table_of: Callable[[str], tables.Table | None],
+    *,
+    sequence: str | None = None,
+) -> RowPlan:
+    live = {f.name: f for f in fields if not f.removed}
+    fills = []
+    for f in live.values():
+        source = live.get(f.auto_fill.from_) if f.auto_fill is not None else None
+        if f.auto_fill is None or source is None or source.relation is None or source.multiple:
+            continue
+        target = table_of(tables.resolve_ref(source.relation.entity, module))
+        column = target.column_for(f.auto_fill.field) if target is not None else None
+        if target is not None and column is not None:
+            fills.append(AutoFill(f.name, source.name, target.name, column.name))
+    return RowPlan(
+        fields=MappingProxyType(live),
+        computed=_ordered(
+            [(f.name, compile_expression(f.computed.formula)) for f in live.values() if f.computed]
+        ),
+        auto_fill=tuple(fills),
+        required_when=tuple(
+            (f.name, compile_expression(f.required_when)) for f in live.values() if f.required_when
+        ),
+        readonly_when=tuple(
+            (f.name, compile_expression(f.readonly_when)) for f in live.values() if f.readonly_when
+        ),
+        rules=tuple(_rule(f.name, r) for f in live.values() for r in f.rules),
+        sequence=sequence,
+    )
+
+
+def _sequence_of(f: Field, rows: tuple[Field, ...]) -> str | None:
+    """The sequence field of a child: declared, or a row field named ``idx`` (the key column)."""
+    assert f.child is not None
+    if f.child.sequence_field is not None:
+        return f.child.sequence_field
+    return "idx" if any(r.name == "idx" for r in rows) else None
+
+
+def _references(plan: RowPlan, conditions: Mapping[str, tuple[Condition, ...]]) -> set[str]:
+    compiled = [c for _, c in plan.computed + plan.required_when + plan.readonly_when]
+    compiled += [r.check for r in plan.rules if isinstance(r.check, Expression)]
+    compiled += [c.check for guards in conditions.values() for c in guards]
+    return {ref.partition(".")[0] for c in compiled if isinstance(c, Expression) for ref in c.references()}
+
+
+def plan_for(
+    spec: EntitySpec,
+    module: str,
+    entities: Mapping[str, EntitySpec],
+    table_of: Callable[[str], tables.Table | None],
+) -> Plan:
+    """The derivation plan of one entity; ``table_of`` gives an entity's main table by ``module/name``."""
+    record = row_plan(spec.fields, module, table_of)
+    rows = {}
+    for f in spec.fields:
+        if f.removed or f.type is not FieldType.CHILD or f.child is None:
+            continue
+        child_fields = tables.child_fields(f, module, entities)
+        rows[f.name] = row_plan(child_fields, module, table_of, sequence=_sequence_of(f, child_fields))
+    conditions = {
+        a.name: tuple(
+            Condition(
+                compile_expression(c.script or c.expression or ""),
+                c.message or f"the condition {c.script or c.expression} of {a.name} is not met",
+                c.field or a.name,
+            )
+            for c in a.conditions
+        )
+        for a in spec.actions
+        if a.conditions and a.name in GUARDED_ACTIONS
+    }
+    keys = tuple(k for f in record.fields.values() if (k := numbering.key_of(f)) is not None)
+    plan = Plan(
+        record=record,
+        rows=MappingProxyType(rows),
+        natural_keys=keys,
+        conditions=MappingProxyType(conditions),
+        reads_rows=frozenset(_references(record, conditions) & set(rows)),
+    )
+    return plan if plan.active else NOTHING
+
+
+# --- values ----------------------------------------------------------------------------------------
+
+
+def empty(value: Any) -> bool:
+    return value is None or value == "" or value == []
+
+
+def _quantum(f: Field) -> Decimal | None:
+    scale = f.scale_digits
+    if scale is None and f.type is FieldType.MONEY:
+        scale = tables.DEFAULT_MONEY_SCALE
+    return None if scale is None else Decimal(1).scaleb(-scale)
+
+
+def _exact(f: Field, value: Any) -> Decimal:
+    if isinstance(value, bool):
+        raise records.InvalidValueError("expected a number, got a boolean")
+    try:
+        number = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
+    except (InvalidOperation, TypeError, ValueError) as exc:
+        raise records.InvalidValueError(f"expected a number, got {value!r}") from exc
+    if not number.is_finite():
+        raise records.InvalidValueError("must be a finite number")
+    quantum = _quantum(f)
+    try:
+        if quantum is not None:
+            number = number.quantize(quantum, rounding=ROUND_HALF_UP)
+    except InvalidOperation as exc:
+        raise records.InvalidValueError("too large") from exc
+    precision = f.precision or (tables.DEFAULT_MONEY_PRECISION if f.type is FieldType.MONEY else None)
+    if precision is not None and len(number.as_tuple().digits) > precision:
+        raise records.InvalidValueError(f"{number} does not fit {precision} significant digits")
+    return number
+
+
+def _one(f: Field, value: Any) -> Any:
+    t = f.type
+    if t in _EXACT:
+        return _exact(f, value)
+    if t is FieldType.INTEGER:
+        if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
+            raise records.InvalidValueError(f"expected a number, got {value!r}")
+        if not isinstance(value, int):
+            try:
+                value = int(
+                    Decimal(repr(value) if isinstance(value, float) else value).quantize(1, ROUND_HALF_UP)
+                )
+            except (InvalidOperation, ValueError) as exc:
+                raise records.InvalidValueError("must be a finite number") from exc
+        return records.coerce(f, value)
+    if t is FieldType.NUMBER:
+        if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
+            raise records.InvalidValueError(f"expected a number, got {value!r}")
+        return records.coerce(f, value)
+    if t in _TEXTUAL:
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        elif isinstance(value, int | Decimal):
+            value = format(value, "f") if isinstance(value, Decimal) else str(value)
+        elif isinstance(value, dt.date | dt.time | uuid.UUID):
+            value = str(value) if isinstance(value, uuid.UUID) else value.isoformat()
+        return records.coerce(f, value)
+    if t is FieldType.DATE and isinstance(value, dt.date):
+        return value.date() if isinstance(value, dt.datetime) else value
+    if t is FieldType.DATETIME and isinstance(value, dt.date):
+        if not isinstance(value, dt.datetime):
+            return dt.datetime.combine(value, dt.time(), dt.UTC)
+        return value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
+    if t is FieldType.TIME and isinstance(value, dt.time):
+        return value
+    if t in (FieldType.UUID, FieldType.RELATION) and isinstance(value, uuid.UUID):
+        return value
+    if t in (FieldType.JSON, FieldType.ATTACHMENT):
+        return records.plain_json(_plain(value))
+    if t is FieldType.CHILD:
+        raise records.InvalidValueError("a child field cannot hold a computed or copied value")
+    return records.coerce(f, value)
+
+
+def convert(f: Field, value: Any) -> Any:
+    """The column value of ``f`` for a computed or copied ``value``; raises ``InvalidValueError``."""
+    if value is None:
+        return None
+    if f.multiple and f.type not in (FieldType.JSON, FieldType.ATTACHMENT):
+        if not isinstance(value, list | tuple):
+            raise records.InvalidValueError("expected a list of values")
+        return [records.to_json(f, _one(f, v), single=True) for v in value]
+    return _one(f, value)
+
+
+def _plain(value: Any) -> Any:
+    """A context value as JSON-able data: uuids, dates and Decimals as text-free JSON values."""
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def stored_value(f: Field, value: Any) -> Any:
+    """A value read back from jsonb (child rows stored as JSON) as the Python value of its field."""
+    if value is None or f.type in (FieldType.JSON, FieldType.ATTACHMENT, FieldType.CHILD) or f.multiple:
+        return value
+    try:
+        return records.coerce(f, value)
+    except records.InvalidValueError:
+        return value
+
+
+def _ctx_value(value: Any) -> Any:
+    """How an expression sees a stored value: uuids as strings, rows as mappings of such values."""
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, list):
+        return [_ctx_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _ctx_value(v) for k, v in value.items()}
+    return value
+
+
+def context(values: Mapping[str, Any], session: Mapping[str, Any]) -> dict[str, Any]:
+    """The names an expression of a record sees: its fields, system fields and ``session``."""
+    ctx = {k: _ctx_value(v) for k, v in values.items()}
+    ctx["session"] = session
+    return ctx
+
+
+# --- evaluation ----------------------------------------------------------------------------------
+
+
+def _evaluate(check: Compiled, ctx: Mapping[str, Any], now: dt.datetime) -> Any:
+    if isinstance(check, ExpressionError):
+        raise check
+    return expressions.evaluate(check, ctx, now=now)
+
+
+def _condition(check: Compiled, ctx: Mapping[str, Any], now: dt.datetime) -> bool:
+    if isinstance(check, ExpressionError):
+        raise check
+    return expressions.evaluate_condition(check, ctx, now=now)
+
+
+def _compute(
+    plan: RowPlan, values: dict[str, Any], ctx: dict[str, Any], now: dt.datetime, prefix: str
+) -> list[Problem]:
+    problems = []
+    for name, formula in plan.computed:
+        f = plan.fields[name]
+        try:
+            value = convert(f, _evaluate(formula, ctx, now))
+        except ExpressionError as exc:
+            problems.append(
+                Problem(
+                    f"{prefix}{name}",
+                    f"the formula {f.computed and f.computed.formula!r} failed: {exc}",
+                    FORMULA_FAILED,
+                )
+            )
+            value = None
+        except records.InvalidValueError as exc:
+            problems.append(
+                Problem(f"{prefix}{name}", f"the formula's result does not fit: {exc}", FORMULA_FAILED)
+            )
+            value = None
+        values[name] = value
+        ctx[name] = _ctx_value(value)
+    return problems
+
+
+def _when_required(
+    plan: RowPlan, values: Mapping[str, Any], ctx: Mapping[str, Any], now: dt.datetime, prefix: str
+) -> list[Problem]:
+    problems = []
+    for name, check in plan.required_when:
+        if not empty(values.get(name)):
+            continue
+        try:
+            if _condition(check, ctx, now):
+                problems.append(Problem(f"{prefix}{name}", f"is required (required_when {check})"))
+        except ExpressionError as exc:
+            problems.append(Problem(f"{prefix}{name}", f"required_when could not be evaluated: {exc}"))
+    return problems
+
+
+def _compare(value: Any, bound: Any) -> int:
+    """-1, 0, 1; raises TypeError or ValueError when the two cannot be ordered."""
+    if isinstance(value, dt.date) and isinstance(bound, str):
+        bound = (dt.datetime if isinstance(value, dt.datetime) else dt.date).fromisoformat(bound)
+        if isinstance(bound, dt.datetime) and bound.tzinfo is None:
+            bound = bound.replace(tzinfo=dt.UTC)
+    elif isinstance(value, int | float | Decimal) and not isinstance(value, bool):
+        value = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
+        bound = Decimal(str(bound))
+    return -1 if value < bound else (1 if value > bound else 0)
+
+
+def _rule_problem(rule: Rule, value: Any, ctx: Mapping[str, Any], now: dt.datetime) -> str | None:
+    """The failure message of ``rule`` on ``value``, or ``None`` when it holds."""
+    decl = rule.decl
+    if rule.broken is not None:
+        return rule.broken
+    if decl.rule == "expression":
+        assert rule.check is not None
+        assert not isinstance(rule.check, re.Pattern)
+        try:
+            holds = _condition(rule.check, ctx, now)
+        except ExpressionError as exc:
+            return f"the rule {decl.value!r} could not be evaluated: {exc}"
+        return None if holds else decl.message or f"must satisfy {decl.value}"
+    if value is None:
+        return None
+    try:
+        if decl.rule in ("min", "max"):
+            order = _compare(value, decl.value)
+            if decl.rule == "min" and order < 0:
+                return decl.message or f"must be at least {decl.value}"
+            if decl.rule == "max" and order > 0:
+                return decl.message or f"must be at most {decl.value}"
+        elif decl.rule in ("min_length", "max_length"):
+            size, bound = len(value), int(decl.value)
+            unit = "item(s)" if isinstance(value, list) else "character(s)"
+            if decl.rule == "min_length" and size < bound:
+                return decl.message or f"must have at least {bound} {unit}"
+            if decl.rule == "max_length" and size > bound:
+                return decl.message or f"must have at most {bound} {unit}"
+        elif decl.rule == "pattern":
+            assert isinstance(rule.check, re.Pattern)
+            if not isinstance(value, str) or rule.check.search(value) is None:
+                return decl.message or f"must match the pattern {decl.value}"
+    except (TypeError, ValueError, InvalidOperation):
+        return f"the rule {decl.rule} {decl.value!r} does not apply to this value"
+    return None
+
+
+def _rules(
+    plan: RowPlan,
+    values: Mapping[str, Any],
+    ctx: Mapping[str, Any],
+    now: dt.datetime,
+    prefix: str,
+    only: Callable[[str], bool] = lambda _name: True,
+) -> list[Problem]:
+    problems = []
+    for rule in plan.rules:
+        if only(rule.field):
+            message = _rule_problem(rule, values.get(rule.field), ctx, now)
+            if message is not None:
+                problems.append(Problem(f"{prefix}{rule.field}", message, RULE_FAILED))
+    return problems
+
+
+def _fill(
+    fills: tuple[AutoFill, ...],
+    fields: Mapping[str, Field],
+    values: dict[str, Any],
+    wanted: Callable[[AutoFill], bool],
+    related: Mapping[tuple[str, Any], Mapping[str, Any]],
+    prefix: str,
+) -> tuple[list[str], list[Problem]]:
+    """Copy each wanted auto_fill into ``values``; the names filled and the problems."""
+    filled, problems = [], []
+    for fill in fills:
+        source = values.get(fill.source)
+        if source is None or not wanted(fill):
+            continue
+        hit = related.get((fill.table, source))
+        if hit is None:  # a missing related record is the relation check's to report
+            continue
+        try:
+            values[fill.field] = convert(fields[fill.field], hit.get(fill.column))
+        except records.InvalidValueError as exc:
+            message = f"the value copied from {fill.source} does not fit: {exc}"
+            problems.append(Problem(f"{prefix}{fill.field}", message))
+            continue
+        filled.append(fill.field)
+    return filled, problems
+
+
+def _sequence(
+    plan: RowPlan, name: str, rows: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[Problem]]:
+    """Fill the sequence field 1..n (no row carries it) or order the rows by it (every row does)."""
+    seq = plan.sequence
+    if seq is None or not rows:
+        return rows, []
+    given = [not empty(row.get(seq)) for row in rows]
+    if not any(given):
+        f = plan.fields.get(seq)
+        for i, row in enumerate(rows, 1):
+            row[seq] = convert(f, i) if f is not None else i
+        return rows, []
+    if not all(given):
+        return rows, [
+            Problem(name, f"give {seq} in every row or in none (then rows are numbered 1..n in order)")
+        ]
+    keys = [row[seq] for row in rows]
+    if len(set(keys)) != len(keys):
+        return rows, [Problem(name, f"{seq} must be unique among the rows")]
+    return sorted(rows, key=lambda row: row[seq]), []
+
+
+def key_rows(rows: Any) -> list[frozenset[str]]:
+    """The keys each row object of a payload's child list carried."""
+    return [frozenset(r) for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+
+
+def derive(
+    plan: Plan,
+    *,
+    incoming: Mapping[str, Any],
+    body: Mapping[str, Any],
+    stored: Mapping[str, Any] | None,
+    related: Mapping[tuple[str, Any], Mapping[str, Any]],
+    session: Mapping[str, Any],
+    now: dt.datetime,
+) -> Derived:
+    """The values to write for a create (``stored`` is ``None``) or an update, and the problems found.
+
+    ``incoming`` are the validated values (payload plus defaults on create), ``body`` the payload as
+    sent (which keys it carried), ``stored`` the record as stored with its child rows (as far as the
+    plan reads them), ``related`` the related records by ``(table, id)`` as column → value.
+    """
+    creating = stored is None
+    base: Mapping[str, Any] = stored or {}
+    carried = frozenset(body)
+    out = dict(incoming)
+    merged = {**base, **incoming}
+    problems: list[Problem] = []
+    rec = plan.record
+
+    def source_changed(fill: AutoFill) -> bool:
+        if fill.field in carried:
+            return False
+        return creating or (fill.source in carried and merged.get(fill.source) != base.get(fill.source))
+
+    filled, fill_problems = _fill(rec.auto_fill, rec.fields, merged, source_changed, related, "")
+    problems += fill_problems
+    out.update({name: merged[name] for name in filled})
+
+    record_ctx = context(merged, session)
+    for name, rows_plan in plan.rows.items():
+        if name not in incoming or incoming[name] is None:
+            continue
+        sent = key_rows(body.get(name))
+        rows = [dict(r) for r in incoming[name]]
+        for i, row in enumerate(rows):
+            prefix = f"{name}[{i}]."
+            keys = sent[i] if i < len(sent) else frozenset(row)
+            _, fill_problems = _fill(
+                rows_plan.auto_fill, rows_plan.fields, row, _not_carried(keys), related, prefix
+            )
+            problems += fill_problems
+            problems += _required_filled(rows_plan, row, prefix)
+        rows, seq_problems = _sequence(rows_plan, name, rows)
+        problems += seq_problems
+        for i, row in enumerate(rows):
+            prefix = f"{name}[{i}]."
+            ctx = {**record_ctx, **context(row, session), "parent": record_ctx}
+            problems += _compute(rows_plan, row, ctx, now, prefix)
+            problems += _when_required(rows_plan, row, ctx, now, prefix)
+            problems += _rules(rows_plan, row, ctx, now, prefix)
+        merged[name] = out[name] = rows
+
+    ctx = context(merged, session)
+    problems += _compute(rec, merged, ctx, now, "")
+    for name, _ in rec.computed:
+        out[name] = merged[name]
+    if creating:
+        problems += _required_filled(rec, merged, "")
+    problems += _when_required(rec, merged, ctx, now, "")
+    problems += _read_only(
+        rec, incoming, carried, base, ctx if creating else context(base, session), now, creating
+    )
+    changed = {n for n in out if creating or n in carried or out[n] != base.get(n)}
+    problems += _rules(rec, merged, ctx, now, "", lambda n: n in changed)
+    problems += _natural_keys(plan, merged, carried, creating)
+    generate = tuple(k for k in plan.natural_keys if creating and k.generated)
+    return Derived(out, problems, generate)
+
+
+def _not_carried(keys: frozenset[str]) -> Callable[[AutoFill], bool]:
+    """A row fills every auto_fill field it does not carry (rows are replaced as a whole)."""
+    return lambda fill: fill.field not in keys
+
+
+def _required_filled(plan: RowPlan, values: Mapping[str, Any], prefix: str) -> list[Problem]:
+    """``required`` of fields the server fills (auto_fill), checked once the fill is done."""
+    return [
+        Problem(f"{prefix}{fill.field}", f"is required (and {fill.source} gave no value to copy)")
+        for fill in plan.auto_fill
+        if plan.fields[fill.field].required and empty(values.get(fill.field))
+    ]
+
+
+def _read_only(
+    plan: RowPlan,
+    incoming: Mapping[str, Any],
+    carried: frozenset[str],
+    base: Mapping[str, Any],
+    ctx: Mapping[str, Any],
+    now: dt.datetime,
+    creating: bool,
+) -> list[Problem]:
+    problems = []
+    for name, check in plan.readonly_when:
+        if name not in carried:
+            continue
+        before = _default(plan.fields[name]) if creating else base.get(name)
+        if incoming.get(name) == before:
+            continue
+        try:
+            if _condition(check, ctx, now):
+                problems.append(
+                    Problem(name, f"is read-only while {check}; leave it out or send its current value")
+                )
+        except ExpressionError as exc:
+            problems.append(Problem(name, f"readonly_when could not be evaluated: {exc}"))
+    return problems
+
+
+def _default(f: Field) -> Any:
+    try:
+        return records.default_of(f)
+    except records.InvalidValueError:
+        return None
+
+
+def _natural_keys(
+    plan: Plan, merged: Mapping[str, Any], carried: frozenset[str], creating: bool
+) -> list[Problem]:
+    problems = []
+    for key in plan.natural_keys:
+        if not creating:
+            if key.field in carried:
+                problems.append(Problem(key.field, "is a natural key and cannot be changed after create"))
+        elif (
+            key.entry is NaturalKeyEntry.ENGINE and key.field in carried and merged.get(key.field) is not None
+        ):
+            problems.append(
+                Problem(key.field, f"is generated by the server (pattern {key.pattern}); leave it out")
+            )
+        elif key.entry is NaturalKeyEntry.PERSON and empty(merged.get(key.field)):
+            problems.append(Problem(key.field, "is required (a natural key entered by a person)"))
+    return problems
+
+
+def check_conditions(plan: Plan, action: str, ctx: Mapping[str, Any], now: dt.datetime) -> list[Problem]:
+    """The failed guards of ``action`` on a record (``ctx`` from :func:`context`)."""
+    problems = []
+    for condition in plan.conditions.get(action, ()):
+        try:
+            holds = _condition(condition.check, ctx, now)
+        except ExpressionError as exc:
+            problems.append(
+                Problem(
+                    condition.path,
+                    f"{condition.message} (the condition could not be evaluated: {exc})",
+                    CONDITION_FAILED,
+                )
+            )
+            continue
+        if not holds:
+            problems.append(Problem(condition.path, condition.message, CONDITION_FAILED))
+    return problems
