@@ -263,6 +263,11 @@ async def test_jsonb_rows_are_numbered_and_ordered(srv: Running) -> None:
     assert status == 200, body
     assert [r["text"] for r in body["data"]["lines"]] == ["a", "b"]
     assert body["data"]["doubled"] == 4
+    # rows left out of the payload are read back from the jsonb column and aggregated as stored
+    status, body = await call(srv, "PATCH", f"{API}/note/{body['data']['id']}", {"title": "renamed"})
+    assert status == 200, body
+    assert body["data"]["doubled"] == 4
+    assert [r["pos"] for r in body["data"]["lines"]] == [1, 2]
 
 
 async def test_a_refused_create_writes_nothing(srv: Running, items: dict[str, str]) -> None:

@@ -7,6 +7,7 @@ one. The HTTP behaviour is in test_derived_rest.py.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import uuid
 from decimal import Decimal
@@ -16,7 +17,7 @@ import pytest
 
 from dap.config.enums import FieldType, NaturalKeyEntry
 from dap.config.fields import Field
-from dap.server import deriving, records
+from dap.server import deriving, migrations, records
 from dap.server.catalog import Catalog
 
 from .conftest import load
@@ -192,6 +193,24 @@ def test_a_cycle_of_formulas_is_evaluated_as_declared() -> None:
 
 
 # --- computed --------------------------------------------------------------------------------------
+
+
+def test_computed_fields_have_columns_added_by_a_safe_step(catalog: Catalog) -> None:
+    """Tables migrated before computed fields were stored gain their columns at the next boot."""
+    desired = catalog.tables
+    computed = {"grand", "per_unit", "total", "amount"}
+    before = {
+        t.name: dataclasses.replace(t, columns=tuple(c for c in t.columns if c.field not in computed))
+        for t in desired
+    }
+    plan = migrations.plan(before, desired, catalog.entities)
+    assert plan.blockers == ()
+    assert sorted((s.kind, s.description.split()[2], s.destructive) for s in plan.steps) == [
+        ("add_column", "pure__order.grand", False),
+        ("add_column", "pure__order.per_unit", False),
+        ("add_column", "pure__order.total", False),
+        ("add_column", "pure__order__lines.amount", False),
+    ]
 
 
 def test_rows_then_record_formulas_exact_and_quantised(catalog: Catalog) -> None:
