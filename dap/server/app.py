@@ -41,6 +41,7 @@ from dap.server import (
     rest,
     schema_sync,
     state,
+    trails,
     ui_meta,
     users,
     workspaces,
@@ -179,7 +180,7 @@ def build_app(
     # entity routes first: the router tries dynamic routes in order, and these carry the load
     rest.add_routes(app)
     documents.add_routes(app)
-    auditing.add_routes(app)
+    trails.add_routes(app)
     app.router.add_get("/{ws}/api/openapi.json", openapi.handler)
     ui_meta.add_routes(app)
     app.router.add_post("/{ws}/_ui/setup", users.setup)

@@ -18,10 +18,8 @@ the stored values, so a masked field that changed is recorded (masked) even thou
 The row is inserted on the write's own connection inside its transaction: a write that fails or
 rolls back leaves no audit row, and an audit row that cannot be written fails the write.
 
-``GET /{ws}/api/{module}/{entity}/{id}/_audit`` lists a record's rows, newest first, to callers
-who may read the record: it opens where ``find`` is exposed and looks the record up through
-:func:`dap.server.rest.select_record`, the same lookup the find handler uses. A deleted record's
-trail stays in the table but is not served (there is no record left to decide who may read it).
+The rows are served by ``trails.py`` (``GET …/{id}/_audit``). This module imports no part of the
+web stack, so that booting can create the table before aiohttp is loaded.
 """
 
 from __future__ import annotations
@@ -29,13 +27,16 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import asyncpg
-from aiohttp import web
+from dap.server import db, records, tables
 
-from dap.server import auth, db, errors, records, rest, state, tables
-from dap.server.catalog import Catalog, Resource
+if TYPE_CHECKING:
+    import asyncpg
+    from aiohttp import web
+
+    from dap.server import auth
+    from dap.server.catalog import Catalog, Resource
 
 DDL = """
 CREATE SCHEMA IF NOT EXISTS dap;
@@ -65,8 +66,6 @@ SELECT = (
     "SELECT id, action, actor_sub, actor_username, at, version, changes, request_id FROM dap.audit_log "
     "WHERE tenant_id = $1 AND entity = $2 AND record_id = $3 ORDER BY id DESC LIMIT $4 OFFSET $5"
 )
-DEFAULT_LIMIT = 50
-MAX_LIMIT = 1000
 DOCSTATUS = "docstatus"
 
 
@@ -94,6 +93,8 @@ class Write:
         resource: Resource,
         tenant: uuid.UUID,
     ) -> Write:
+        from dap.server import state  # here, not at the top: state loads aiohttp (see the docstring)
+
         return cls(
             catalog, resource, tenant, principal.sub, principal.username, request.get(state.REQUEST_ID)
         )
@@ -241,58 +242,3 @@ async def record(
         dict(changes),
         write.request_id,
     )
-
-
-def _page(request: web.Request) -> tuple[int, int]:
-    out = []
-    for name, default, top in (("limit", DEFAULT_LIMIT, MAX_LIMIT), ("offset", 0, None)):
-        text = request.query.get(name)
-        if text is None:
-            out.append(default)
-            continue
-        if not text.isdigit() or (top is not None and not 1 <= int(text) <= top):
-            bound = f"an integer from 1 to {top}" if top is not None else "a non-negative integer"
-            raise errors.BadRequest(
-                f"{name} must be {bound}",
-                code="SVC.QUERY.INVALID",
-                errors=[errors.FieldProblem(name, f"must be {bound}")],
-            )
-        out.append(int(text))
-    return out[0], out[1]
-
-
-async def trail_handler(request: web.Request) -> web.Response:
-    """``GET /{ws}/api/{module}/{entity}/{id}/_audit``: the record's audit rows, newest first."""
-    workspace, principal, catalog = await rest.resolve(request)
-    resource = catalog.resource(request.match_info["module"], request.match_info["entity"])
-    if resource is None:
-        raise errors.NotFound("no such entity is exposed over REST", code="SVC.ENTITY.NOT_FOUND")
-    if "find" not in resource.actions:
-        raise errors.NotFound(
-            f"{resource.key} does not expose find, so its records' trails are not served",
-            code="SVC.ACTION.NOT_EXPOSED",
-        )
-    record_id = rest.parse_record_id(request)
-    limit, offset = _page(request)
-    async with request.app[state.POOL].acquire() as conn:
-        await rest.select_record(conn, resource, workspace.tenant_id, record_id, principal=principal)
-        rows = await conn.fetch(SELECT, workspace.tenant_id, resource.key, record_id, limit, offset)
-    # only what the record shows today: a field since hidden from REST stays out of the trail
-    shown = {slot.name for slot in resource.slots} | {DOCSTATUS}
-    data = [
-        {
-            "id": r["id"],
-            "action": r["action"],
-            "at": r["at"].isoformat(),
-            "actor": {"sub": r["actor_sub"], "username": r["actor_username"]},
-            "version": r["version"],
-            "changes": {k: v for k, v in r["changes"].items() if k in shown},
-            "request_id": r["request_id"],
-        }
-        for r in rows
-    ]
-    return rest.reply({"data": data, "limit": limit, "offset": offset})
-
-
-def add_routes(app: web.Application) -> None:
-    app.router.add_get("/{ws}/api/{module}/{entity}/{id}/_audit", trail_handler)

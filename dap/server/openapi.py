@@ -16,7 +16,7 @@ from aiohttp import web
 from dap import __version__
 from dap.config.enums import FieldType, FilterOp
 from dap.config.fields import Field
-from dap.server import filters, numbering, records, state, tables
+from dap.server import documents, filters, numbering, records, state, tables
 from dap.server.catalog import Catalog, Resource
 
 DECIMAL = {"type": "string", "format": "decimal", "pattern": r"^-?\d+(\.\d+)?$"}
@@ -169,6 +169,47 @@ def _list_parameters(resource: Resource) -> list[dict[str, Any]]:
     return params
 
 
+SUBMIT_PARAMETER = {
+    "name": "submit",
+    "in": "query",
+    "schema": {"type": "boolean"},
+    "description": "true: create and submit in one call",
+}
+TRAIL = {
+    "application/json": {
+        "schema": {
+            "type": "object",
+            "properties": {
+                "data": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "id": {"type": "integer"},
+                            "action": {"type": "string"},
+                            "at": {"type": "string", "format": "date-time"},
+                            "actor": {
+                                "type": "object",
+                                "properties": {"sub": {"type": "string"}, "username": {"type": "string"}},
+                            },
+                            "version": {"type": ["integer", "null"]},
+                            "changes": {
+                                "type": "object",
+                                "description": "field → [before, after]",
+                                "additionalProperties": {"type": "array", "minItems": 2, "maxItems": 2},
+                            },
+                            "request_id": {"type": ["string", "null"]},
+                        },
+                    },
+                },
+                "limit": {"type": "integer"},
+                "offset": {"type": "integer"},
+            },
+        }
+    }
+}
+
+
 def _responses(ok: dict[str, Any], *errors_: int) -> dict[str, Any]:
     problem = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
     out = dict(ok)
@@ -221,6 +262,7 @@ def document(catalog: Catalog, slug: str) -> dict[str, Any]:
                 "operationId": f"create_{r.module}_{r.name}",
                 "tags": tag,
                 "summary": f"Create {r.title}",
+                **({"parameters": [SUBMIT_PARAMETER]} if documents.move_open(r, documents.SUBMIT) else {}),
                 "requestBody": {
                     "required": True,
                     "content": {
@@ -274,8 +316,26 @@ def document(catalog: Catalog, slug: str) -> dict[str, Any]:
                 "summary": f"Delete {r.title}",
                 "responses": _responses({"204": {"description": "deleted"}}, 409),
             }
-        if r.lifecycle and "update" in r.actions:
-            for move in ("submit", "cancel"):
+        if "find" in r.actions:
+            paths[f"/api/{r.module}/{r.name}/{{id}}/_audit"] = {
+                "parameters": [id_param],
+                "get": {
+                    "operationId": f"audit_{r.module}_{r.name}",
+                    "tags": tag,
+                    "summary": f"Audit trail of a {r.title}, newest first",
+                    "parameters": [
+                        {
+                            "name": "limit",
+                            "in": "query",
+                            "schema": {"type": "integer", "minimum": 1, "maximum": 1000},
+                        },
+                        {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+                    ],
+                    "responses": _responses({"200": {"description": "audit rows", "content": TRAIL}}, 400),
+                },
+            }
+        for move in ("submit", "cancel"):
+            if documents.move_open(r, move):
                 paths[f"/api/{r.module}/{r.name}/{{id}}/{move}"] = {
                     "parameters": [id_param],
                     "post": {

@@ -156,3 +156,16 @@ async def test_trail_is_read_like_the_record(srv: Running) -> None:
     assert status == 404 and answer["code"] == "SVC.ACTION.NOT_EXPOSED"
     async with srv.http.get(f"{srv.api}/default/api/doc/order/{doc['id']}/_audit") as resp:
         assert resp.status == 401
+
+
+async def test_openapi_describes_trails_and_create_and_submit(srv: Running) -> None:
+    async with srv.http.get(f"{srv.api}/default/api/openapi.json") as resp:
+        doc = await resp.json()
+    paths = doc["paths"]
+    trail = paths["/api/doc/order/{id}/_audit"]["get"]
+    assert {p["name"] for p in trail["parameters"]} == {"limit", "offset"}
+    assert "/api/doc/quote/{id}/_audit" not in paths  # quote exposes no find
+    assert [p["name"] for p in paths["/api/doc/order"]["post"]["parameters"]] == ["submit"]
+    assert "parameters" not in paths["/api/doc/quote"]["post"]  # submit not open there
+    assert "parameters" not in paths["/api/doc/customer"]["post"]  # no lifecycle
+    assert "/api/doc/memo/{id}/submit" not in paths and "/api/doc/memo/{id}/cancel" in paths  # disabled
