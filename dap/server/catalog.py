@@ -19,7 +19,8 @@ from dap.config.apps import AppSpec, FormSpec, PageSpec, TableSpec
 from dap.config.entities import EntitySpec
 from dap.config.enums import REST_ACTIONS, FieldType
 from dap.config.fields import Field
-from dap.server import caching, deriving, records, tables
+from dap.config.roles import RoleSpec
+from dap.server import caching, deriving, permissions, records, tables
 from dap.server.tables import Table
 
 REST_SURFACE = "rest"
@@ -67,6 +68,7 @@ class Resource:
     extensions: Mapping[str, tuple[Field, ...]] = field(default_factory=dict)  # namespace -> fields
     cache_ttl: float | None = None  # seconds of the find-by-id read-through cache, if declared
     derivation: deriving.Plan = deriving.NOTHING  # computed, auto_fill, *_when, rules, keys, guards
+    grants: permissions.Grants = field(default_factory=permissions.Grants)  # the catalog's, for guards
 
     @property
     def lifecycle(self) -> bool:
@@ -75,6 +77,12 @@ class Resource:
     def column(self, field_name: str) -> str | None:
         col = self.table.column_for(field_name)
         return col.name if col is not None else None
+
+
+def _disabled(spec: EntitySpec, action: str) -> bool:
+    """A standard action re-declared with ``disabled: true`` is removed from every surface."""
+    declared = spec.action(action)
+    return declared is not None and declared.disabled
 
 
 def _main_table(by_entity: Mapping[str, list[Table]], key: str) -> Table | None:
@@ -166,6 +174,7 @@ class Catalog:
     forms: Mapping[str, FormSpec] = field(default_factory=dict)
     views: Mapping[str, TableSpec] = field(default_factory=dict)  # Table manifests
     referrers: Mapping[str, tuple[Referrer, ...]] = field(default_factory=dict)  # by target table
+    grants: permissions.Grants = field(default_factory=permissions.Grants)  # resolved Role manifests
 
     def resource(self, module: str, name: str) -> Resource | None:
         return self.resources.get(f"{module}/{name}")
@@ -180,6 +189,7 @@ class Catalog:
         pages: Mapping[str, PageSpec] | None = None,
         forms: Mapping[str, FormSpec] | None = None,
         views: Mapping[str, TableSpec] | None = None,
+        roles: Mapping[str, RoleSpec] | None = None,
     ) -> Catalog:
         """Derive tables and REST resources from entity specs keyed ``module/name``."""
         all_tables = tables.all_tables(entities)
@@ -193,6 +203,7 @@ class Catalog:
             if spec.extends is not None:
                 target = tables.resolve_ref(spec.extends.target, key.split("/", 1)[0])
                 extending.setdefault(target, {})[spec.extends.namespace] = spec.stored_fields
+        grants = permissions.Grants.of(roles or {})
         for key, spec in entities.items():
             rest = spec.rest()
             module, name = key.split("/", 1)
@@ -230,7 +241,7 @@ class Catalog:
                 spec=spec,
                 table=main,
                 children=MappingProxyType(children),
-                actions=frozenset(str(a) for a in REST_ACTIONS if rest.allows(a)),
+                actions=frozenset(str(a) for a in REST_ACTIONS if rest.allows(a) and not _disabled(spec, a)),
                 title=title,
                 fields=MappingProxyType(visible),
                 slots=slots,
@@ -240,6 +251,7 @@ class Catalog:
                 derivation=deriving.plan_for(
                     spec, module, entities, functools.partial(_main_table, by_entity)
                 ),
+                grants=grants,
             )
         return cls(
             entities=MappingProxyType(dict(entities)),
@@ -251,6 +263,7 @@ class Catalog:
             forms=MappingProxyType(dict(forms or {})),
             views=MappingProxyType(dict(views or {})),
             referrers=MappingProxyType(_referrers(entities, by_entity)),
+            grants=grants,
         )
 
     @classmethod
@@ -262,4 +275,5 @@ class Catalog:
             pages={k: m.spec for k, m in spec.pages.items()},
             forms={k: m.spec for k, m in spec.forms.items()},
             views={k: m.spec for k, m in spec.tables.items()},
+            roles={k: m.spec for k, m in spec.roles.items()},
         )

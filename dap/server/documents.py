@@ -30,7 +30,7 @@ from typing import Any
 import asyncpg
 from aiohttp import web
 
-from dap.server import auditing, db, errors, filling, references, rest, state, tables
+from dap.server import auditing, db, errors, filling, guards, references, rest, state, tables
 from dap.server.catalog import Resource
 
 DRAFT, SUBMITTED, CANCELLED = 0, 1, 2
@@ -136,6 +136,7 @@ async def record_action(request: web.Request) -> web.Response:
     if resource is None:
         raise errors.NotFound("no such entity is exposed over REST", code="SVC.ENTITY.NOT_FOUND")
     declared = resource.spec.action(action)
+    access = guards.check(principal, resource, action)  # required_permission (403), hidden fields
     if action not in MOVES or not resource.lifecycle:
         if declared is not None and action not in _CRUD and not declared.disabled:
             raise errors.NotImplementedHere(
@@ -196,7 +197,8 @@ async def record_action(request: web.Request) -> web.Response:
         )
     request.app[state.CACHE].invalidate((resource.table.name, tenant, record_id))
     return rest.reply(
-        {"data": rest.present(resource, row, kids.get(record_id))}, headers={"ETag": f'"{row["version"]}"'}
+        {"data": access.view(rest.present(resource, row, kids.get(record_id)))},
+        headers={"ETag": f'"{row["version"]}"'},
     )
 
 

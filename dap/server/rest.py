@@ -11,6 +11,7 @@ pre-check.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import uuid
@@ -29,9 +30,10 @@ from dap.server import (
     documents,
     errors,
     filling,
-    filters,
+    guards,
     records,
     references,
+    scoping,
     sql,
     state,
     tables,
@@ -43,13 +45,24 @@ log = logging.getLogger(__name__)
 RESERVED_INPUT = frozenset({*tables.SYSTEM_FIELDS, "tenant_id"})
 
 
-async def resolve(request: web.Request) -> tuple[Workspace, auth.Principal, Catalog]:
-    """Workspace, caller and catalog of a REST request, in that order of checks."""
+async def resolve(
+    request: web.Request, *, action: str | None = None
+) -> tuple[Workspace, auth.Principal, Catalog]:
+    """Workspace, caller and catalog of a REST request, in that order of checks.
+
+    Without an Authorization header, ``action`` list or find of an entity declaring
+    ``auth: {required: false}`` gets the anonymous caller (guards); everything else needs a token.
+    """
     workspace = await request.app[state.REGISTRY].resolve(request.match_info["ws"])
     request[state.WORKSPACE] = workspace.slug
-    token = auth.bearer_token(request.headers.get("Authorization"))
-    principal = request.app[state.VERIFIER].verify(token, workspace=workspace.slug)
-    return workspace, principal, request.app[state.SPEC].current
+    catalog = request.app[state.SPEC].current
+    header = request.headers.get("Authorization")
+    if header is None and guards.open_to_anonymous(catalog, request.match_info, action):
+        return workspace, guards.anonymous(workspace.slug), catalog
+    principal = request.app[state.VERIFIER].verify(auth.bearer_token(header), workspace=workspace.slug)
+    if principal.workspace is None:  # row scope and session values see the URL's workspace
+        principal = dataclasses.replace(principal, workspace=workspace.slug)
+    return workspace, principal, catalog
 
 
 def _resource(
@@ -99,10 +112,11 @@ async def select_record(
     ``lock`` reads it ``FOR UPDATE``, for a write in the caller's transaction. Rules on which rows a
     caller may name (row scope) belong here, so that every path by id applies them alike.
     """
-    statement, args = sql.select_one(resource.table, tenant, record_id)
+    scope = guards.scope_of(resource, principal)
+    statement, args = sql.select_one(resource.table, tenant, record_id, scope=scoping.conditions(scope))
     row = await conn.fetchrow(f"{statement} FOR UPDATE" if lock else statement, *args)
     if row is None:
-        raise errors.NotFound("no such record", code="SVC.RECORD.NOT_FOUND")
+        raise await guards.missing(conn, resource, tenant, record_id, scope)
     return row
 
 
@@ -310,9 +324,10 @@ def _stmt(statement: sql.Statement) -> tuple[Any, ...]:
 
 
 async def list_records(request: web.Request) -> web.Response:
-    workspace, _principal, catalog = await resolve(request)
+    workspace, principal, catalog = await resolve(request, action="list")
     resource = _resource(catalog, request, "list", siblings=_COLLECTION)
-    query = filters.parse(resource, request.query.items())
+    access = guards.check(principal, resource, "list")  # permission, hidden fields, row scope
+    query = guards.list_query(access, request.query.items())
     columns = None
     if query.fields is not None:
         wanted = (
@@ -335,18 +350,22 @@ async def list_records(request: web.Request) -> web.Response:
         kids: dict[uuid.UUID, dict[str, list[dict[str, Any]]]] = {}
         if resource.children and (query.fields is None or set(query.fields) & set(resource.children)):
             kids = await load_children(conn, resource, workspace.tenant_id, [r["id"] for r in rows], catalog)
-    data = [present(resource, r, kids.get(r["id"]), surface="list", only=query.fields) for r in rows]
+    data = [
+        access.view(present(resource, r, kids.get(r["id"]), surface="list", only=query.fields)) for r in rows
+    ]
     return reply({"data": data, "limit": query.limit, "offset": query.offset, "total": total})
 
 
 async def find_record(request: web.Request) -> web.Response:
-    workspace, principal, catalog = await resolve(request)
+    workspace, principal, catalog = await resolve(request, action="find")
     resource = _resource(catalog, request, "find", siblings=_ITEM)
+    access = guards.check(principal, resource, "find")
     record_id = parse_record_id(request)
     cache = request.app[state.CACHE]
     key = (resource.table.name, workspace.tenant_id, record_id)
     epoch = cache.epoch
-    if resource.cache_ttl is not None and (hit := cache.get(key, catalog)) is not None:
+    ttl = None if access.narrowed else resource.cache_ttl  # a narrowed view is neither served nor kept
+    if ttl is not None and (hit := cache.get(key, catalog)) is not None:
         return web.Response(text=hit.body, content_type="application/json", headers={"ETag": hit.etag})
     async with request.app[state.POOL].acquire() as conn:
         row = await select_record(conn, resource, workspace.tenant_id, record_id, principal=principal)
@@ -355,9 +374,12 @@ async def find_record(request: web.Request) -> web.Response:
             if resource.children
             else {}
         )
-    body, etag = dumps({"data": present(resource, row, kids.get(record_id))}), f'"{row["version"]}"'
-    if resource.cache_ttl is not None:
-        cache.put(key, epoch=epoch, ttl=resource.cache_ttl, catalog=catalog, body=body, etag=etag)
+    body, etag = (
+        dumps({"data": access.view(present(resource, row, kids.get(record_id)))}),
+        f'"{row["version"]}"',
+    )
+    if ttl is not None:
+        cache.put(key, epoch=epoch, ttl=ttl, catalog=catalog, body=body, etag=etag)
     return web.Response(text=body, content_type="application/json", headers={"ETag": etag})
 
 
@@ -366,7 +388,8 @@ async def create_record(request: web.Request) -> web.Response:
     resource = _resource(catalog, request, "create", siblings=_COLLECTION)
     body = await _body(request)
     submit = documents.create_submits(resource, request.query, body)  # ?submit=true
-    values = _validate(resource, body, partial=False, catalog=catalog)
+    access = guards.check(principal, resource, "create", *(["submit"] if submit else []))
+    values = _validate(resource, guards.writable(access, body, create=True), partial=False, catalog=catalog)
     write = auditing.Write.of(request, principal, catalog, resource, workspace.tenant_id)
     async with request.app[state.POOL].acquire() as conn:
         try:
@@ -375,6 +398,7 @@ async def create_record(request: web.Request) -> web.Response:
                 values = await filling.prepare_create(  # derived values, natural keys, guards
                     conn, resource, workspace.tenant_id, principal, body, values, submitting=submit
                 )
+                await guards.before_create(conn, access, workspace.tenant_id, values)  # scopes, dates
                 columns, children = _split(resource, values)
                 columns.update(documents.initial_state(submit))
                 statement, args = sql.insert(
@@ -393,7 +417,7 @@ async def create_record(request: web.Request) -> web.Response:
         )
     location = f"/{workspace.slug}/api/{resource.module}/{resource.name}/{row['id']}"
     return reply(
-        {"data": present(resource, row, kids.get(row["id"]))},
+        {"data": access.view(present(resource, row, kids.get(row["id"])))},
         status=201,
         headers={"Location": location, "ETag": f'"{row["version"]}"'},
     )
@@ -414,10 +438,11 @@ def if_match(request: web.Request) -> int | None:
 async def update_record(request: web.Request) -> web.Response:
     workspace, principal, catalog = await resolve(request)
     resource = _resource(catalog, request, "update", siblings=_ITEM)
+    access = guards.check(principal, resource, "update")
     record_id = parse_record_id(request)
     expected = if_match(request)
     body = await _body(request)
-    values = _validate(resource, body, partial=True, catalog=catalog)
+    values = _validate(resource, guards.writable(access, body), partial=True, catalog=catalog)
     tenant = workspace.tenant_id
     async with request.app[state.POOL].acquire() as conn:
         try:
@@ -438,6 +463,7 @@ async def update_record(request: web.Request) -> web.Response:
                 values = await filling.prepare_update(  # derived values over the merged record, guards
                     conn, resource, tenant, principal, current, body, values
                 )
+                await guards.before_update(conn, access, tenant, current, values)  # scopes, dates
                 columns, children = _split(resource, values)
                 write = auditing.Write.of(request, principal, catalog, resource, tenant)
                 trail = await auditing.begin(conn, write, "update", current)
@@ -452,13 +478,15 @@ async def update_record(request: web.Request) -> web.Response:
         kids = await load_children(conn, resource, tenant, [record_id], catalog) if resource.children else {}
     request.app[state.CACHE].invalidate((resource.table.name, tenant, record_id))
     return reply(
-        {"data": present(resource, row, kids.get(record_id))}, headers={"ETag": f'"{row["version"]}"'}
+        {"data": access.view(present(resource, row, kids.get(record_id)))},
+        headers={"ETag": f'"{row["version"]}"'},
     )
 
 
 async def delete_record(request: web.Request) -> web.Response:
     workspace, principal, catalog = await resolve(request)
     resource = _resource(catalog, request, "delete", siblings=_ITEM)
+    guards.check(principal, resource, "delete")
     record_id = parse_record_id(request)
     tenant = workspace.tenant_id
     async with request.app[state.POOL].acquire() as conn, conn.transaction():

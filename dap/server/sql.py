@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dap.config.enums import FilterOp
-from dap.server.filters import ListQuery
+from dap.server.filters import Condition, ListQuery
 from dap.server.tables import Table, quote
 
 _COMPARE = {
@@ -31,8 +31,8 @@ Statement = tuple[str, list[Any]]
 
 
 class _Args:
-    def __init__(self, tenant: uuid.UUID) -> None:
-        self.values: list[Any] = [tenant]
+    def __init__(self, *values: Any) -> None:
+        self.values: list[Any] = list(values)
 
     def add(self, value: Any) -> str:
         self.values.append(value)
@@ -47,23 +47,28 @@ def _columns(table: Table, names: Sequence[str] | None) -> str:
 
 
 def _where(query: ListQuery, args: _Args) -> str:
-    parts = ["tenant_id = $1"]
-    for cond in query.conditions:
-        col = quote(cond.column)
-        op = cond.op
-        if op is FilterOp.NULL:
-            parts.append(f"{col} IS NULL")
-        elif op is FilterOp.NOTNULL:
-            parts.append(f"{col} IS NOT NULL")
-        elif op is FilterOp.BETWEEN:
-            parts.append(f"{col} BETWEEN {args.add(cond.values[0])} AND {args.add(cond.values[1])}")
-        elif op is FilterOp.IN:
-            parts.append(f"{col} = ANY({args.add(list(cond.values))})")
-        elif op is FilterOp.NIN:
-            parts.append(f"NOT ({col} = ANY({args.add(list(cond.values))}))")
-        else:
-            parts.append(f"{col} {_COMPARE[op]} {args.add(cond.values[0])}")
-    return " AND ".join(parts)
+    return " AND ".join(["tenant_id = $1", *(_condition(cond, args) for cond in query.conditions)])
+
+
+def _condition(cond: Condition, args: _Args) -> str:
+    col = quote(cond.column)
+    op = cond.op
+    if op is FilterOp.NULL:
+        return f"{col} IS NULL"
+    if op is FilterOp.NOTNULL:
+        return f"{col} IS NOT NULL"
+    if op is FilterOp.BETWEEN:
+        return f"{col} BETWEEN {args.add(cond.values[0])} AND {args.add(cond.values[1])}"
+    if op is FilterOp.IN:
+        return f"{col} = ANY({args.add(list(cond.values))})"
+    if op is FilterOp.NIN:
+        return f"NOT ({col} = ANY({args.add(list(cond.values))}))"
+    return f"{col} {_COMPARE[op]} {args.add(cond.values[0])}"
+
+
+def _scope(scope: Sequence[Condition], args: _Args) -> str:
+    """`` AND …`` of row-scope conditions (``scoping``), empty for an unscoped caller."""
+    return "".join(f" AND {_condition(cond, args)}" for cond in scope)
 
 
 def select_list(
@@ -86,9 +91,23 @@ def count(table: Table, query: ListQuery, tenant: uuid.UUID) -> Statement:
     return f"SELECT count(*) FROM {quote(table.name)} WHERE {_where(query, args)}", args.values
 
 
-def select_one(table: Table, tenant: uuid.UUID, record_id: uuid.UUID) -> Statement:
+def select_one(
+    table: Table, tenant: uuid.UUID, record_id: uuid.UUID, *, scope: Sequence[Condition] = ()
+) -> Statement:
+    """One record by id; with ``scope`` only when the caller's row scope admits it."""
+    args = _Args(tenant, record_id)
+    where = f"tenant_id = $1 AND id = $2{_scope(scope, args)}"
+    return f"SELECT {_columns(table, None)} FROM {quote(table.name)} WHERE {where}", args.values
+
+
+def values_of(
+    table_name: str, columns: Sequence[str], tenant: uuid.UUID, record_id: uuid.UUID, *, share: bool = False
+) -> Statement:
+    """Some columns of one record; ``share`` locks it against writes until the transaction ends."""
+    cols = ", ".join(quote(c) for c in columns)
+    lock = " FOR SHARE" if share else ""
     return (
-        f"SELECT {_columns(table, None)} FROM {quote(table.name)} WHERE tenant_id = $1 AND id = $2",
+        f"SELECT {cols} FROM {quote(table_name)} WHERE tenant_id = $1 AND id = $2{lock}",
         [tenant, record_id],
     )
 
