@@ -21,27 +21,24 @@ The order of one write:
    ``readonly_when`` (over the stored record on update, the new one on create), field ``rules``,
    natural keys (engine keys must not come from the client, person keys must, none changes).
 
-Computed results are converted to the field's type: decimal and money exact, quantised to the
-field's scale with ROUND_HALF_UP (``round()``'s rule), integers rounded the same way.
+Computed results and copied values are converted to the field's type by ``converting``; the
+expressions and field rules are compiled and applied by ``checking``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from types import MappingProxyType
 from typing import Any
 
-from dap.config import expressions
 from dap.config.entities import EntitySpec
 from dap.config.enums import REST_ACTIONS, FieldType, NaturalKeyEntry, StandardAction
 from dap.config.expressions import Expression, ExpressionError
-from dap.config.fields import Field, ValidationRule
-from dap.server import numbering, records, tables
+from dap.config.fields import Field
+from dap.server import checking, converting, numbering, records, tables
 
 INVALID = "SVC.VALIDATE.INVALID"
 FORMULA_FAILED = "SVC.VALIDATE.FORMULA_FAILED"
@@ -51,10 +48,6 @@ CONDITION_FAILED = "SVC.ACTION.CONDITION_FAILED"
 GUARDED_ACTIONS = frozenset(
     {str(a) for a in REST_ACTIONS} | {str(StandardAction.SUBMIT), str(StandardAction.CANCEL)}
 )
-_EXACT = (FieldType.DECIMAL, FieldType.MONEY, FieldType.PERCENT)
-_TEXTUAL = (FieldType.STRING, FieldType.TEXT, FieldType.RICHTEXT, FieldType.FILE, FieldType.ENUM)
-
-Compiled = Expression | ExpressionError  # a manifest expression, or why it could not be parsed
 
 
 @dataclass(frozen=True)
@@ -62,13 +55,6 @@ class Problem:
     path: str
     message: str
     code: str = INVALID
-
-
-def compile_expression(source: str) -> Compiled:
-    try:
-        return expressions.parse(source)
-    except ExpressionError as exc:  # the validator refuses these; a hand-built catalog may not
-        return exc
 
 
 @dataclass(frozen=True)
@@ -80,23 +66,15 @@ class AutoFill:
 
 
 @dataclass(frozen=True)
-class Rule:
-    field: str
-    decl: ValidationRule
-    check: Compiled | re.Pattern[str] | None = None  # expression rules and patterns, compiled once
-    broken: str | None = None  # why the declaration cannot be applied (e.g. an invalid pattern)
-
-
-@dataclass(frozen=True)
 class RowPlan:
     """What one row (the record itself, or one row of a child field) derives and checks."""
 
     fields: Mapping[str, Field]
-    computed: tuple[tuple[str, Compiled], ...] = ()  # dependency order
+    computed: tuple[tuple[str, checking.Compiled], ...] = ()  # dependency order
     auto_fill: tuple[AutoFill, ...] = ()
-    required_when: tuple[tuple[str, Compiled], ...] = ()
-    readonly_when: tuple[tuple[str, Compiled], ...] = ()
-    rules: tuple[Rule, ...] = ()
+    required_when: tuple[tuple[str, checking.Compiled], ...] = ()
+    readonly_when: tuple[tuple[str, checking.Compiled], ...] = ()
+    rules: tuple[checking.Rule, ...] = ()
     sequence: str | None = None  # child rows: the field ordering the rows
 
     @property
@@ -113,7 +91,7 @@ class RowPlan:
 
 @dataclass(frozen=True)
 class Condition:
-    check: Compiled
+    check: checking.Compiled
     message: str
     path: str
 
@@ -150,7 +128,7 @@ class Derived:
 # --- building the plan ---------------------------------------------------------------------------
 
 
-def _ordered(computed: list[tuple[str, Compiled]]) -> tuple[tuple[str, Compiled], ...]:
+def _ordered(computed: list[tuple[str, checking.Compiled]]) -> tuple[tuple[str, checking.Compiled], ...]:
     """Formulas after the computed fields they read (declaration order otherwise; cycles as declared)."""
     names = {name for name, _ in computed}
     needs = {
@@ -159,7 +137,7 @@ def _ordered(computed: list[tuple[str, Compiled]]) -> tuple[tuple[str, Compiled]
         else set()
         for name, c in computed
     }
-    done: list[tuple[str, Compiled]] = []
+    done: list[tuple[str, checking.Compiled]] = []
     left = list(computed)
     while left:
         ready = [item for item in left if not needs[item[0]] - {n for n, _ in done}]
@@ -168,19 +146,6 @@ def _ordered(computed: list[tuple[str, Compiled]]) -> tuple[tuple[str, Compiled]
         done.append(ready[0])
         left.remove(ready[0])
     return tuple(done)
-
-
-def _rule(name: str, decl: ValidationRule) -> Rule:
-    if decl.rule == "expression":
-        if not isinstance(decl.value, str):
-            return Rule(name, decl, broken="an expression rule needs the expression as its value")
-        return Rule(name, decl, check=compile_expression(decl.value))
-    if decl.rule == "pattern":
-        try:
-            return Rule(name, decl, check=re.compile(str(decl.value)))
-        except re.error as exc:
-            return Rule(name, decl, broken=f"the manifest's pattern {decl.value!r} is invalid ({exc})")
-    return Rule(name, decl)
 
 
 def row_plan(
@@ -203,16 +168,16 @@ def row_plan(
     return RowPlan(
         fields=MappingProxyType(live),
         computed=_ordered(
-            [(f.name, compile_expression(f.computed.formula)) for f in live.values() if f.computed]
+            [(f.name, checking.compile_expression(f.computed.formula)) for f in live.values() if f.computed]
         ),
         auto_fill=tuple(fills),
         required_when=tuple(
-            (f.name, compile_expression(f.required_when)) for f in live.values() if f.required_when
+            (f.name, checking.compile_expression(f.required_when)) for f in live.values() if f.required_when
         ),
         readonly_when=tuple(
-            (f.name, compile_expression(f.readonly_when)) for f in live.values() if f.readonly_when
+            (f.name, checking.compile_expression(f.readonly_when)) for f in live.values() if f.readonly_when
         ),
-        rules=tuple(_rule(f.name, r) for f in live.values() for r in f.rules),
+        rules=tuple(checking.rule_of(f.name, r) for f in live.values() for r in f.rules),
         sequence=sequence,
     )
 
@@ -249,7 +214,7 @@ def plan_for(
     conditions = {
         a.name: tuple(
             Condition(
-                compile_expression(c.script or c.expression or ""),
+                checking.compile_expression(c.script or c.expression or ""),
                 c.message or f"the condition {c.script or c.expression} of {a.name} is not met",
                 c.field or a.name,
             )
@@ -276,112 +241,6 @@ def empty(value: Any) -> bool:
     return value is None or value == "" or value == []
 
 
-def _quantum(f: Field) -> Decimal | None:
-    scale = f.scale_digits
-    if scale is None and f.type is FieldType.MONEY:
-        scale = tables.DEFAULT_MONEY_SCALE
-    return None if scale is None else Decimal(1).scaleb(-scale)
-
-
-def _exact(f: Field, value: Any) -> Decimal:
-    if isinstance(value, bool):
-        raise records.InvalidValueError("expected a number, got a boolean")
-    try:
-        number = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
-    except (InvalidOperation, TypeError, ValueError) as exc:
-        raise records.InvalidValueError(f"expected a number, got {value!r}") from exc
-    if not number.is_finite():
-        raise records.InvalidValueError("must be a finite number")
-    quantum = _quantum(f)
-    try:
-        if quantum is not None:
-            number = number.quantize(quantum, rounding=ROUND_HALF_UP)
-    except InvalidOperation as exc:
-        raise records.InvalidValueError("too large") from exc
-    precision = f.precision or (tables.DEFAULT_MONEY_PRECISION if f.type is FieldType.MONEY else None)
-    if precision is not None and len(number.as_tuple().digits) > precision:
-        raise records.InvalidValueError(f"{number} does not fit {precision} significant digits")
-    return number
-
-
-def _one(f: Field, value: Any) -> Any:
-    t = f.type
-    if t in _EXACT:
-        return _exact(f, value)
-    if t is FieldType.INTEGER:
-        if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
-            raise records.InvalidValueError(f"expected a number, got {value!r}")
-        if not isinstance(value, int):
-            try:
-                value = int(
-                    Decimal(repr(value) if isinstance(value, float) else value).quantize(1, ROUND_HALF_UP)
-                )
-            except (InvalidOperation, ValueError) as exc:
-                raise records.InvalidValueError("must be a finite number") from exc
-        return records.coerce(f, value)
-    if t is FieldType.NUMBER:
-        if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
-            raise records.InvalidValueError(f"expected a number, got {value!r}")
-        return records.coerce(f, value)
-    if t in _TEXTUAL:
-        if isinstance(value, bool):
-            value = "true" if value else "false"
-        elif isinstance(value, int | Decimal):
-            value = format(value, "f") if isinstance(value, Decimal) else str(value)
-        elif isinstance(value, dt.date | dt.time | uuid.UUID):
-            value = str(value) if isinstance(value, uuid.UUID) else value.isoformat()
-        return records.coerce(f, value)
-    if t is FieldType.DATE and isinstance(value, dt.date):
-        return value.date() if isinstance(value, dt.datetime) else value
-    if t is FieldType.DATETIME and isinstance(value, dt.date):
-        if not isinstance(value, dt.datetime):
-            return dt.datetime.combine(value, dt.time(), dt.UTC)
-        return value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
-    if t is FieldType.TIME and isinstance(value, dt.time):
-        return value
-    if t in (FieldType.UUID, FieldType.RELATION) and isinstance(value, uuid.UUID):
-        return value
-    if t in (FieldType.JSON, FieldType.ATTACHMENT):
-        return records.plain_json(_plain(value))
-    if t is FieldType.CHILD:
-        raise records.InvalidValueError("a child field cannot hold a computed or copied value")
-    return records.coerce(f, value)
-
-
-def convert(f: Field, value: Any) -> Any:
-    """The column value of ``f`` for a computed or copied ``value``; raises ``InvalidValueError``."""
-    if value is None:
-        return None
-    if f.multiple and f.type not in (FieldType.JSON, FieldType.ATTACHMENT):
-        if not isinstance(value, list | tuple):
-            raise records.InvalidValueError("expected a list of values")
-        return [records.to_json(f, _one(f, v), single=True) for v in value]
-    return _one(f, value)
-
-
-def _plain(value: Any) -> Any:
-    """A context value as JSON-able data: uuids, dates and Decimals as text-free JSON values."""
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    if isinstance(value, dt.date | dt.time):
-        return value.isoformat()
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
-
-
-def stored_value(f: Field, value: Any) -> Any:
-    """A value read back from jsonb (child rows stored as JSON) as the Python value of its field."""
-    if value is None or f.type in (FieldType.JSON, FieldType.ATTACHMENT, FieldType.CHILD) or f.multiple:
-        return value
-    try:
-        return records.coerce(f, value)
-    except records.InvalidValueError:
-        return value
-
-
 def _ctx_value(value: Any) -> Any:
     """How an expression sees a stored value: uuids as strings, rows as mappings of such values."""
     if isinstance(value, uuid.UUID):
@@ -403,18 +262,6 @@ def context(values: Mapping[str, Any], session: Mapping[str, Any]) -> dict[str, 
 # --- evaluation ----------------------------------------------------------------------------------
 
 
-def _evaluate(check: Compiled, ctx: Mapping[str, Any], now: dt.datetime) -> Any:
-    if isinstance(check, ExpressionError):
-        raise check
-    return expressions.evaluate(check, ctx, now=now)
-
-
-def _condition(check: Compiled, ctx: Mapping[str, Any], now: dt.datetime) -> bool:
-    if isinstance(check, ExpressionError):
-        raise check
-    return expressions.evaluate_condition(check, ctx, now=now)
-
-
 def _compute(
     plan: RowPlan, values: dict[str, Any], ctx: dict[str, Any], now: dt.datetime, prefix: str
 ) -> list[Problem]:
@@ -422,7 +269,7 @@ def _compute(
     for name, formula in plan.computed:
         f = plan.fields[name]
         try:
-            value = convert(f, _evaluate(formula, ctx, now))
+            value = converting.convert(f, checking.evaluate(formula, ctx, now))
         except ExpressionError as exc:
             problems.append(
                 Problem(
@@ -450,61 +297,11 @@ def _when_required(
         if not empty(values.get(name)):
             continue
         try:
-            if _condition(check, ctx, now):
+            if checking.condition(check, ctx, now):
                 problems.append(Problem(f"{prefix}{name}", f"is required (required_when {check})"))
         except ExpressionError as exc:
             problems.append(Problem(f"{prefix}{name}", f"required_when could not be evaluated: {exc}"))
     return problems
-
-
-def _compare(value: Any, bound: Any) -> int:
-    """-1, 0, 1; raises TypeError or ValueError when the two cannot be ordered."""
-    if isinstance(value, dt.date) and isinstance(bound, str):
-        bound = (dt.datetime if isinstance(value, dt.datetime) else dt.date).fromisoformat(bound)
-        if isinstance(bound, dt.datetime) and bound.tzinfo is None:
-            bound = bound.replace(tzinfo=dt.UTC)
-    elif isinstance(value, int | float | Decimal) and not isinstance(value, bool):
-        value = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
-        bound = Decimal(str(bound))
-    return -1 if value < bound else (1 if value > bound else 0)
-
-
-def _rule_problem(rule: Rule, value: Any, ctx: Mapping[str, Any], now: dt.datetime) -> str | None:
-    """The failure message of ``rule`` on ``value``, or ``None`` when it holds."""
-    decl = rule.decl
-    if rule.broken is not None:
-        return rule.broken
-    if decl.rule == "expression":
-        assert rule.check is not None
-        assert not isinstance(rule.check, re.Pattern)
-        try:
-            holds = _condition(rule.check, ctx, now)
-        except ExpressionError as exc:
-            return f"the rule {decl.value!r} could not be evaluated: {exc}"
-        return None if holds else decl.message or f"must satisfy {decl.value}"
-    if value is None:
-        return None
-    try:
-        if decl.rule in ("min", "max"):
-            order = _compare(value, decl.value)
-            if decl.rule == "min" and order < 0:
-                return decl.message or f"must be at least {decl.value}"
-            if decl.rule == "max" and order > 0:
-                return decl.message or f"must be at most {decl.value}"
-        elif decl.rule in ("min_length", "max_length"):
-            size, bound = len(value), int(decl.value)
-            unit = "item(s)" if isinstance(value, list) else "character(s)"
-            if decl.rule == "min_length" and size < bound:
-                return decl.message or f"must have at least {bound} {unit}"
-            if decl.rule == "max_length" and size > bound:
-                return decl.message or f"must have at most {bound} {unit}"
-        elif decl.rule == "pattern":
-            assert isinstance(rule.check, re.Pattern)
-            if not isinstance(value, str) or rule.check.search(value) is None:
-                return decl.message or f"must match the pattern {decl.value}"
-    except (TypeError, ValueError, InvalidOperation):
-        return f"the rule {decl.rule} {decl.value!r} does not apply to this value"
-    return None
 
 
 def _rules(
@@ -518,7 +315,7 @@ def _rules(
     problems = []
     for rule in plan.rules:
         if only(rule.field):
-            message = _rule_problem(rule, values.get(rule.field), ctx, now)
+            message = checking.problem(rule, values.get(rule.field), ctx, now)
             if message is not None:
                 problems.append(Problem(f"{prefix}{rule.field}", message, RULE_FAILED))
     return problems
@@ -542,7 +339,7 @@ def _fill(
         if hit is None:  # a missing related record is the relation check's to report
             continue
         try:
-            values[fill.field] = convert(fields[fill.field], hit.get(fill.column))
+            values[fill.field] = converting.convert(fields[fill.field], hit.get(fill.column))
         except records.InvalidValueError as exc:
             message = f"the value copied from {fill.source} does not fit: {exc}"
             problems.append(Problem(f"{prefix}{fill.field}", message))
@@ -562,7 +359,7 @@ def _sequence(
     if not any(given):
         f = plan.fields.get(seq)
         for i, row in enumerate(rows, 1):
-            row[seq] = convert(f, i) if f is not None else i
+            row[seq] = converting.convert(f, i) if f is not None else i
         return rows, []
     if not all(given):
         return rows, [
@@ -684,7 +481,7 @@ def _read_only(
         if incoming.get(name) == before:
             continue
         try:
-            if _condition(check, ctx, now):
+            if checking.condition(check, ctx, now):
                 problems.append(
                     Problem(name, f"is read-only while {check}; leave it out or send its current value")
                 )
@@ -724,7 +521,7 @@ def check_conditions(plan: Plan, action: str, ctx: Mapping[str, Any], now: dt.da
     problems = []
     for condition in plan.conditions.get(action, ()):
         try:
-            holds = _condition(condition.check, ctx, now)
+            holds = checking.condition(condition.check, ctx, now)
         except ExpressionError as exc:
             problems.append(
                 Problem(

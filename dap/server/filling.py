@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from dap.server import db, deriving, errors, numbering, records, sql, tables
+from dap.server import converting, db, deriving, errors, numbering, records, sql, tables
 
 if TYPE_CHECKING:
     import asyncpg
@@ -104,7 +104,7 @@ async def load_related(
 def _rows_of(rows_plan: deriving.RowPlan, rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     fields = rows_plan.fields
     return [
-        {k: deriving.stored_value(fields[k], v) if k in fields else v for k, v in r.items()} for r in rows
+        {k: converting.stored_value(fields[k], v) if k in fields else v for k, v in r.items()} for r in rows
     ]
 
 
@@ -171,7 +171,7 @@ async def prepare_create(
     await numbering.assign(conn, derived.generate, out, tenant=tenant, table=resource.table.name)
     try:
         for key in derived.generate:
-            out[key.field] = deriving.convert(plan.record.fields[key.field], out[key.field])
+            out[key.field] = converting.convert(plan.record.fields[key.field], out[key.field])
     except records.InvalidValueError as exc:
         raise errors.ValidationFailed(
             f"the generated natural key does not fit its field: {exc}",

@@ -1,4 +1,4 @@
-"""``deriving`` without a server: plans, computed values, auto_fill, sequences, *_when, rules, guards.
+"""``deriving``, ``converting`` and ``checking`` without a server: plans, values, rules, guards.
 
 The plans come from real manifests (loaded and validated like the server loads them); ``derive`` is
 called with the values ``records.coerce_row`` would hand it, so these tests pin the rules one by
@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from dap.config.enums import FieldType, NaturalKeyEntry
-from dap.config.fields import Field
-from dap.server import deriving, migrations, records
+from dap.config.fields import Field, ValidationRule
+from dap.server import checking, converting, deriving, migrations, records
 from dap.server.catalog import Catalog
 
 from .conftest import load
@@ -187,8 +187,8 @@ def test_the_plan_orders_formulas_after_what_they_read(plan: deriving.Plan) -> N
 
 
 def test_a_cycle_of_formulas_is_evaluated_as_declared() -> None:
-    a = deriving.compile_expression("b + 1")
-    b = deriving.compile_expression("a + 1")
+    a = checking.compile_expression("b + 1")
+    b = checking.compile_expression("a + 1")
     assert [n for n, _ in deriving._ordered([("a", a), ("b", b)])] == ["a", "b"]
 
 
@@ -267,8 +267,8 @@ def test_convert_to_the_field_type(
     ftype: FieldType, extra: dict[str, Any], value: Any, expected: Any
 ) -> None:
     f = Field(name="x", type=ftype, **extra)
-    assert deriving.convert(f, value) == expected
-    assert type(deriving.convert(f, value)) is type(expected)
+    assert converting.convert(f, value) == expected
+    assert type(converting.convert(f, value)) is type(expected)
 
 
 @pytest.mark.parametrize(
@@ -283,7 +283,7 @@ def test_convert_to_the_field_type(
 )
 def test_convert_refuses_what_does_not_fit(ftype: FieldType, extra: dict[str, Any], value: Any) -> None:
     with pytest.raises(records.InvalidValueError):
-        deriving.convert(Field(name="x", type=ftype, **extra), value)
+        converting.convert(Field(name="x", type=ftype, **extra), value)
 
 
 def test_a_result_that_does_not_fit_is_a_problem_of_the_field() -> None:
@@ -440,17 +440,15 @@ def test_rules_on_update_check_only_changed_fields(catalog: Catalog) -> None:
 
 
 def test_expression_and_length_rules() -> None:
-    rule = deriving._rule(
-        "a", deriving.ValidationRule(rule="expression", value="a < b", message="a before b")
-    )
-    assert deriving._rule_problem(rule, 1, {"a": 1, "b": 2}, NOW) is None
-    assert deriving._rule_problem(rule, 3, {"a": 3, "b": 2}, NOW) == "a before b"
-    rule = deriving._rule("a", deriving.ValidationRule(rule="min_length", value=2))
-    assert deriving._rule_problem(rule, ["x"], {}, NOW) == "must have at least 2 item(s)"
-    rule = deriving._rule("a", deriving.ValidationRule(rule="min", value="2024-01-01"))
-    assert deriving._rule_problem(rule, dt.date(2023, 12, 31), {}, NOW) == "must be at least 2024-01-01"
-    broken = deriving._rule("a", deriving.ValidationRule(rule="pattern", value="("))
-    assert "invalid" in (deriving._rule_problem(broken, "x", {}, NOW) or "")
+    rule = checking.rule_of("a", ValidationRule(rule="expression", value="a < b", message="a before b"))
+    assert checking.problem(rule, 1, {"a": 1, "b": 2}, NOW) is None
+    assert checking.problem(rule, 3, {"a": 3, "b": 2}, NOW) == "a before b"
+    rule = checking.rule_of("a", ValidationRule(rule="min_length", value=2))
+    assert checking.problem(rule, ["x"], {}, NOW) == "must have at least 2 item(s)"
+    rule = checking.rule_of("a", ValidationRule(rule="min", value="2024-01-01"))
+    assert checking.problem(rule, dt.date(2023, 12, 31), {}, NOW) == "must be at least 2024-01-01"
+    broken = checking.rule_of("a", ValidationRule(rule="pattern", value="("))
+    assert "invalid" in (checking.problem(broken, "x", {}, NOW) or "")
 
 
 # --- natural keys and conditions -------------------------------------------------------------------
