@@ -24,6 +24,7 @@ web stack, so that booting can create the table before aiohttp is loaded.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -103,12 +104,12 @@ class Write:
 def recorded(resource: Resource, action: str) -> frozenset[str] | None:
     """The names whose changes a move of ``action`` records; ``None`` when it writes no audit row."""
     declared = resource.spec.action(action)
-    names = {slot.name for slot in resource.slots}
     if declared is not None and declared.audit:
+        names = {slot.name for slot in resource.slots}
         return frozenset(names | ({DOCSTATUS} if resource.lifecycle else set()))
-    if action == "update":
-        audited = frozenset(n for n, f in resource.fields.items() if f.audited and n in names)
-        return audited or None
+    if action == "update" and any(f.audited for f in resource.fields.values()):
+        shown = {slot.name for slot in resource.slots}
+        return frozenset(n for n, f in resource.fields.items() if f.audited and n in shown) or None
     return None
 
 
@@ -186,9 +187,22 @@ class Trail:
     names: frozenset[str] | None
     before: Snapshot | None = None
     record_id: uuid.UUID | None = None
+    # a delete's trail also holds those of the records its relations' on_delete changes
+    released: list[Trail] = dataclasses.field(default_factory=list)
 
     async def finish(self, conn: db.Connection, row: Mapping[str, Any] | asyncpg.Record | None) -> None:
         """Record the move that left ``row`` (``None`` after a delete) — in the caller's transaction."""
+        for other in self.released:
+            left = None
+            if other.action == "update" and other.record_id is not None:  # set_null left it in place
+                table = other.write.resource.table
+                left = await conn.fetchrow(
+                    f"SELECT {table.select_columns} FROM {tables.quote(table.name)} "
+                    "WHERE tenant_id = $1 AND id = $2",
+                    other.write.tenant,
+                    other.record_id,
+                )
+            await other.finish(conn, left)
         if self.names is None:
             return
         after = await snapshot(conn, self.write, row) if row is not None else None
@@ -217,7 +231,47 @@ async def begin(
     """
     names = recorded(write.resource, action)
     before = await snapshot(conn, write, current) if names is not None and current is not None else None
-    return Trail(write, action, names, before, current["id"] if current is not None else None)
+    trail = Trail(write, action, names, before, current["id"] if current is not None else None)
+    if action == "delete" and current is not None:
+        trail.released = await _released(conn, write, current["id"])
+    return trail
+
+
+def referring_rows(resource: Resource, column: str, child: str | None, *, own_table: bool) -> str:
+    """The rows of ``resource`` whose ``column`` (of the child table ``child``, if given) holds the
+    id ``$2`` (tenant ``$1``), locked for the delete that changes them. Pure."""
+    table = tables.quote(resource.table.name)
+    if child is None:
+        match = f"{tables.quote(column)} = $2"
+    else:
+        match = (
+            f"id IN (SELECT parent_id FROM {tables.quote(child)} "
+            f"WHERE tenant_id = $1 AND {tables.quote(column)} = $2)"
+        )
+    own = " AND id <> $2" if own_table else ""  # the deleted record itself is not released
+    where = f"tenant_id = $1 AND {match}{own}"
+    return f"SELECT {resource.table.select_columns} FROM {table} WHERE {where} FOR UPDATE"
+
+
+async def _released(conn: db.Connection, write: Write, record_id: uuid.UUID) -> list[Trail]:
+    """Trails of the records that deleting ``record_id`` changes (``set_null``: an update) or deletes
+    (``cascade``), for those whose entity records that move; read before the delete changes them."""
+    out: list[Trail] = []
+    own = write.resource.table.name
+    for ref in write.catalog.referrers.get(own, ()):
+        if ref.on_delete not in ("set_null", "cascade"):
+            continue
+        target = write.catalog.resources.get(ref.entity)  # an entity not exposed over REST has no trail
+        action = "update" if ref.on_delete == "set_null" else "delete"
+        names = recorded(target, action) if target is not None else None
+        if target is None or names is None:
+            continue
+        other = dataclasses.replace(write, resource=target)
+        child = ref.table if ref.kind == "child" else None
+        statement = referring_rows(target, ref.column, child, own_table=ref.owner == own)
+        for row in await conn.fetch(statement, write.tenant, record_id):
+            out.append(Trail(other, action, names, await snapshot(conn, other, row), row["id"]))
+    return out
 
 
 async def record(

@@ -1,8 +1,9 @@
 """``GET /{ws}/api/{module}/{entity}/{id}/_audit``: a record's audit rows, newest first.
 
-The trail is read like the record: the route opens where ``find`` is exposed, looks the record
-up through :func:`dap.server.rest.select_record` (the find handler's lookup) and leaves out the
-changes of fields that are no longer shown over REST. A deleted record's trail stays in ``dap.audit_log``
+The trail is read like the record: the route opens where ``find`` is exposed, asks find's
+permission, looks the record up through :func:`dap.server.rest.select_record` (the find
+handler's lookup, row scope included) and leaves out the changes of fields the caller may not
+read, or that are no longer shown over REST. A deleted record's trail stays in ``dap.audit_log``
 but is not served: there is no record left to decide who may read it. The rows themselves are
 written by ``auditing.py``.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from dap.server import auditing, errors, rest, state
+from dap.server import auditing, errors, guards, rest, state
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
@@ -46,12 +47,14 @@ async def trail_handler(request: web.Request) -> web.Response:
             f"{resource.key} does not expose find, so its records' trails are not served",
             code="SVC.ACTION.NOT_EXPOSED",
         )
+    access = guards.check(principal, resource, "find")  # find's permission and hidden fields
     record_id = rest.parse_record_id(request)
     limit, offset = _page(request)
     async with request.app[state.POOL].acquire() as conn:
         await rest.select_record(conn, resource, workspace.tenant_id, record_id, principal=principal)
         rows = await conn.fetch(auditing.SELECT, workspace.tenant_id, resource.key, record_id, limit, offset)
-    # only what the record shows today: a field since hidden from REST stays out of the trail
+    # only what the record shows this caller today: a field since hidden from REST, or one the
+    # caller lacks the permission to read, stays out of the trail
     shown = {slot.name for slot in resource.slots} | {auditing.DOCSTATUS}
     data = [
         {
@@ -60,7 +63,7 @@ async def trail_handler(request: web.Request) -> web.Response:
             "at": r["at"].isoformat(),
             "actor": {"sub": r["actor_sub"], "username": r["actor_username"]},
             "version": r["version"],
-            "changes": {k: v for k, v in r["changes"].items() if k in shown},
+            "changes": access.view({k: v for k, v in r["changes"].items() if k in shown}),
             "request_id": r["request_id"],
         }
         for r in rows

@@ -64,6 +64,8 @@ spec:
   lifecycle: true
   fields:
     - {name: order, type: relation, relation: {entity: doc/order, on_delete: cascade}}
+  actions:
+    - {name: delete, audit: true}
   expose: [{type: rest}]
 """,
     "doc/note.yaml": """
@@ -73,6 +75,9 @@ metadata: {name: note, module: doc}
 spec:
   fields:
     - {name: order, type: relation, relation: {entity: doc/order, on_delete: set_null}}
+    - {name: text, type: string}
+  actions:
+    - {name: update, audit: true}
   expose: [{type: rest}]
 """,
     "doc/pin.yaml": """

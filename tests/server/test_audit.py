@@ -11,6 +11,7 @@ import pytest
 import pytest_asyncio
 
 from dap.server import state
+from tests.conftest import new_database
 
 from .conftest import Running, load, running
 from .documents_spec import DOCS, call, move, new
@@ -123,6 +124,28 @@ async def test_delete_is_recorded_and_the_trail_outlives_the_record(srv: Running
     assert row["changes"] == {"name": ["Gone", None], "email": ["****", None]}
 
 
+async def test_a_delete_records_what_its_on_delete_changes(srv: Running) -> None:
+    doc = await new(srv, "order", {"number": "A-4"})
+    note = await new(srv, "note", {"order": doc["id"], "text": "t"})  # set_null; update audited
+    delivery = await new(srv, "delivery", {"order": doc["id"]})  # cascade; delete audited
+    assert (await call(srv, "DELETE", f"order/{doc['id']}"))[0] == 204
+    rows = await trail(srv, "note", note["id"])
+    assert [(r["action"], r["version"], r["changes"]) for r in rows] == [
+        ("update", 2, {"order": [doc["id"], None]})
+    ]
+    async with srv.server.app[state.POOL].acquire() as conn:
+        found = await conn.fetch(
+            "SELECT entity, action, changes FROM dap.audit_log WHERE record_id = ANY($1) ORDER BY id",
+            [uuid.UUID(delivery["id"]), uuid.UUID(doc["id"])],
+        )
+    assert [(r["entity"], r["action"]) for r in found] == [
+        ("doc/order", "create"),
+        ("doc/delivery", "delete"),
+        ("doc/order", "delete"),
+    ]
+    assert found[1]["changes"] == {"docstatus": ["draft", None], "order": [doc["id"], None]}
+
+
 async def test_a_failed_write_leaves_no_audit_row(srv: Running) -> None:
     doc = await new(srv, "order", {"number": "BOOM-1"})
     status, answer = await call(srv, "POST", f"order/{doc['id']}/submit")  # refused at commit
@@ -169,3 +192,40 @@ async def test_openapi_describes_trails_and_create_and_submit(srv: Running) -> N
     assert "parameters" not in paths["/api/doc/quote"]["post"]  # submit not open there
     assert "parameters" not in paths["/api/doc/customer"]["post"]  # no lifecycle
     assert "/api/doc/memo/{id}/submit" not in paths and "/api/doc/memo/{id}/cancel" in paths  # disabled
+
+
+GUARDED = {
+    "sec/module.yaml": "apiVersion: dap.io/v1\nkind: Module\nmetadata: {name: sec}\nspec: {title: Sec}\n",
+    "sec/account.yaml": """
+apiVersion: dap.io/v1
+kind: Entity
+metadata: {name: account, module: sec}
+spec:
+  fields:
+    - {name: name, type: string, audited: true}
+    - {name: iban, type: string, audited: true, required_permission: sec.account.read_iban}
+  expose: [{type: rest}]
+""",
+    "sec/roles.yaml": """
+apiVersion: dap.io/v1
+kind: Role
+metadata: {name: clerk}
+spec:
+  permissions: [sec.account.read]
+""",
+}
+
+
+async def test_trail_hides_fields_the_caller_may_not_read(pg_server_dsn: str) -> None:
+    _, dsn = await new_database(pg_server_dsn)
+    async with running(dsn, load(GUARDED)) as srv:
+        url = f"{srv.api}/default/api/sec/account"
+        async with srv.http.post(url, json={"name": "a", "iban": "DE1"}, headers=srv.auth()) as resp:
+            rid = (await resp.json())["data"]["id"]
+        async with srv.http.patch(f"{url}/{rid}", json={"name": "b", "iban": "DE2"}, headers=srv.auth()):
+            pass
+        async with srv.http.get(f"{url}/{rid}/_audit", headers=srv.auth()) as resp:
+            assert (await resp.json())["data"][0]["changes"] == {"iban": ["DE1", "DE2"], "name": ["a", "b"]}
+        async with srv.http.get(f"{url}/{rid}/_audit", headers=srv.auth(roles=["clerk"])) as resp:
+            assert resp.status == 200
+            assert (await resp.json())["data"][0]["changes"] == {"name": ["a", "b"]}
