@@ -299,6 +299,60 @@ async def ddl_seconds(server_dsn: str, spec_dir: Path) -> float:
         await conn.close()
 
 
+# --- find-by-id cache: the same rows found through a server that caches them ------------------
+
+
+async def cache_scenario(
+    tmp: Path, dsn: str, uncached_port: int, ids: list[str], auth: dict[str, str], args: argparse.Namespace
+) -> subprocess.Popen[bytes]:
+    """Find-by-id with ``cache: {ttl: 1h}`` against the same server without it, on the same rows.
+
+    A second ``dap serve`` runs the spec with ``cache`` declared on ``bench/item`` (same table);
+    every id is found once first, so the timed runs are hits: a freshness round trip on the
+    listener connection (shared by concurrent hits) instead of a pooled query. A B B A as above,
+    at ``--workers`` clients and at one client (where the round trip is not shared). Prints its
+    figures; returns the process for the caller to stop.
+    """
+    spec = tmp / "spec-cached"
+    spec.mkdir()
+    (spec / "bench.yaml").write_text(SPEC.replace("  expose:", "  cache: {ttl: 1h}\n  expose:"))
+    cached_port = port()
+    proc = spawn_serve(spec, dsn, cached_port)
+    base = f"http://127.0.0.1:{cached_port}/default/api/bench/item"
+    await wait_http(f"http://127.0.0.1:{cached_port}/default/_ui/_meta/apps")
+    async with aiohttp.ClientSession(headers=auth) as http:
+        for rid in ids:  # every answer stored (the listener is up by the second pass)
+            for _ in range(2):
+                async with http.get(f"{base}/{rid}") as resp:
+                    await resp.read()
+    targets = {"uncached": uncached_port, "cached": cached_port}
+    lines = []
+    for workers in (args.workers, 1):
+        runs: dict[str, list[tuple[list[float], float, int]]] = {"uncached": [], "cached": []}
+        for target in ("uncached", "cached", "cached", "uncached"):
+            url = f"http://127.0.0.1:{targets[target]}/default/api/bench/item"
+            print(f"running cached-find scenario against {target}, {workers} client(s) ...", flush=True)
+            runs[target].append(
+                await drive(
+                    lambda url=url: f"{url}/{random.choice(ids)}",
+                    seconds=args.seconds / 2,
+                    workers=workers,
+                    headers=auth,
+                )
+            )
+        got = {target: summary(r) for target, r in runs.items()}
+        for target, r in got.items():
+            lines.append(
+                f"find {target:<9} {workers:>3} client(s) {r['rps']:>9.0f} req/s  p50 {r['p50_ms']:.2f} ms"
+                f"  p99 {r['p99_ms']:.2f} ms  errors {r['errors']:.0f}"
+            )
+        rps = got["cached"]["rps"] / got["uncached"]["rps"]
+        p50 = got["cached"]["p50_ms"] / got["uncached"]["p50_ms"]
+        lines.append(f"  cached/uncached, {workers} client(s): throughput {rps:.2f}x, p50 latency {p50:.2f}x")
+    print("\n".join(["", "find-by-id cache (same rows and dap; cache declared or not):", *lines]), flush=True)
+    return proc
+
+
 async def main(args: argparse.Namespace) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="dap-bench-"))
     server = None
@@ -358,6 +412,7 @@ async def main(args: argparse.Namespace) -> int:
             results[scenario] = {target: summary(r) for target, r in runs.items()}
         server_rss = rss_mib(serve.pid)
         baseline_rss = rss_mib(baseline.pid)
+        procs.append(await cache_scenario(tmp, dsn, api_port, ids, auth, args))  # find-by-id cache
 
         big = tmp / "big"
         big_spec(big, 300)

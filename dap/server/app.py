@@ -176,7 +176,9 @@ def build_app(
     app[state.METRICS] = meter
     app[state.VERIFIER] = verifier
     app[state.HEALTH_CHECKS] = []
-    app[state.CACHE] = caching.FindCache()
+    app[state.CACHE] = caching.FindCache(opts.dsn)  # its listener connection opens on start
+    app.on_startup.append(caching.on_startup)
+    app.on_cleanup.append(caching.on_cleanup)
     # entity routes first: the router tries dynamic routes in order, and these carry the load
     rest.add_routes(app)
     documents.add_routes(app)

@@ -30,7 +30,7 @@ from typing import Any
 import asyncpg
 from aiohttp import web
 
-from dap.server import auditing, db, errors, filling, guards, references, rest, state, tables
+from dap.server import auditing, caching, db, errors, filling, guards, references, rest, state, tables
 from dap.server.catalog import Resource
 
 DRAFT, SUBMITTED, CANCELLED = 0, 1, 2
@@ -184,6 +184,7 @@ async def record_action(request: web.Request) -> web.Response:
                     reached,
                 )
                 assert row is not None
+                await caching.announce(conn, resource, tenant, record_id)  # every process, at commit
                 await trail.finish(conn, row)
         except asyncpg.DeadlockDetectedError as exc:
             raise errors.Conflict(

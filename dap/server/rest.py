@@ -365,7 +365,7 @@ async def find_record(request: web.Request) -> web.Response:
     key = (resource.table.name, workspace.tenant_id, record_id)
     epoch = cache.epoch
     ttl = None if access.narrowed else resource.cache_ttl  # a narrowed view is neither served nor kept
-    if ttl is not None and (hit := cache.get(key, catalog)) is not None:
+    if ttl is not None and (hit := await cache.lookup(key, catalog)) is not None:
         return web.Response(text=hit.body, content_type="application/json", headers={"ETag": hit.etag})
     async with request.app[state.POOL].acquire() as conn:
         row = await select_record(conn, resource, workspace.tenant_id, record_id, principal=principal)
@@ -471,6 +471,7 @@ async def update_record(request: web.Request) -> web.Response:
                     *_stmt(sql.update(resource.table, tenant, record_id, columns, expected_version=None))
                 )
                 assert row is not None
+                await caching.announce(conn, resource, tenant, record_id)  # every process, at commit
                 await _write_children(conn, resource, tenant, record_id, children)
                 await trail.finish(conn, row)
         except asyncpg.PostgresError as exc:
@@ -499,6 +500,7 @@ async def delete_record(request: web.Request) -> web.Response:
         for child in resource.children.values():
             await conn.execute(*_stmt(sql.delete_children(child, tenant, record_id)))
         result = await conn.execute(*_stmt(sql.delete(resource.table, tenant, record_id)))
+        await caching.announce(conn, resource, tenant, record_id)
         await trail.finish(conn, None)
     request.app[state.CACHE].invalidate((resource.table.name, tenant, record_id))
     if not result.endswith(" 1"):
@@ -524,6 +526,7 @@ async def _release_references(
     for ref in referrers:
         if ref.on_delete in ("set_null", "cascade"):  # rows of other tables change: forget their answers
             cache.drop_table(ref.owner)
+            await caching.announce(conn, catalog.resources.get(ref.entity), tenant)
         if ref.on_delete == "set_null":
             await conn.execute(
                 *_stmt(sql.clear_reference(ref.table, ref.column, tenant, record_id, ref.kind == "entity"))
