@@ -7,8 +7,9 @@ Public face::
     config.manifest_schema()                                # JSON Schema draft-07 of every kind
 
 ``stage_files`` builds the same spec with the JSON Schema pass left to ``StagedSpec.confirm()``,
-for a boot that runs that pass while Postgres creates the tables. The loaders raise ``SpecError``
-whose ``problems`` list every ``Problem`` (file, document, JSON path, message). This package depends on nothing else of dap.
+for a boot that runs that pass while Postgres creates the tables. The loaders raise
+``SpecError`` whose ``problems`` list every ``Problem`` (file, document, JSON path, message).
+This package depends on nothing else of dap.
 """
 
 from dap.config import durations, enums, names

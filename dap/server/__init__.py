@@ -14,9 +14,15 @@ Layout: ``options`` (boot rules), ``errors`` (the error tree), ``auth`` (JWT), `
 ``ui_meta``, ``openapi``, ``admin``, ``metrics``, ``app`` (assembly), ``cli``.
 """
 
-from dap.server import errors, migrations, options, state
-from dap.server.app import Server, create_server, prepare_database
-from dap.server.catalog import Catalog
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dap.server import errors, migrations, options, state
+    from dap.server.app import Server, create_server, prepare_database
+    from dap.server.catalog import Catalog
 
 __all__ = [
     "Catalog",
@@ -28,3 +34,20 @@ __all__ = [
     "prepare_database",
     "state",
 ]
+
+# Public names resolve on first use (PEP 562): ``dap serve`` imports ``dap.server.cli`` and reaches
+# Postgres before the web stack is imported, so the package itself must not import ``app``.
+_WHERE = {
+    "Catalog": "dap.server.catalog",
+    "Server": "dap.server.app",
+    "create_server": "dap.server.app",
+    "prepare_database": "dap.server.app",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(_WHERE[name]), name)
+    if name in __all__:
+        return importlib.import_module(f"dap.server.{name}")
+    raise AttributeError(f"module 'dap.server' has no attribute {name!r}")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import re
-import ssl
 import time
 import uuid
 from dataclasses import dataclass
@@ -27,19 +26,15 @@ from aiohttp.typedefs import Handler, Middleware
 
 from dap.server import (
     admin,
-    auditing,
     auth,
+    booting,
     caching,
-    db,
     documents,
     errors,
     metrics,
-    migrations,
-    numbering,
     openapi,
     options,
     rest,
-    schema_sync,
     state,
     trails,
     ui_meta,
@@ -55,20 +50,9 @@ CORS_ALLOW_HEADERS = "Authorization, Content-Type, If-Match, X-Request-Id"
 CORS_EXPOSE_HEADERS = "ETag, Location, X-Request-Id"
 
 
-async def prepare_database(
-    pool: asyncpg.Pool, catalog: Catalog, *, allow_destructive: bool = False
-) -> migrations.Plan:
-    """Platform tables, the entity schema (safe steps only unless allowed) and ``default``."""
-    async with pool.acquire() as conn:
-        await workspaces.ensure_schema(conn)
-        await users.ensure_schema(conn)
-        await auditing.ensure_schema(conn)
-        await numbering.ensure_schema(conn)
-        plan = await schema_sync.sync(
-            conn, catalog.tables, catalog.entities, allow_destructive=allow_destructive
-        )
-        await workspaces.seed_default(conn)
-    return plan
+# re-exported: the package's public face, ``dap migrate`` and the resource pod call it from here
+prepare_database = booting.prepare_database
+tls_context = booting.tls_context
 
 
 def find_web_dir(given: Path | None) -> Path | None:
@@ -205,18 +189,6 @@ def build_app(
     return app
 
 
-def tls_context(opts: options.ServeOptions) -> ssl.SSLContext | None:
-    if opts.tls_cert is None or opts.tls_key is None:
-        return None
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    try:
-        context.load_cert_chain(opts.tls_cert, opts.tls_key)
-    except (OSError, ssl.SSLError) as exc:
-        raise errors.BootRefused(f"cannot load --tls-cert/--tls-key: {exc}") from exc
-    return context
-
-
 @dataclass
 class Server:
     """Both listeners of one process; ``start`` then ``stop`` (graceful)."""
@@ -270,16 +242,14 @@ async def create_server(opts: options.ServeOptions, catalog: Catalog) -> Server:
     verifier = auth.JwtVerifier(
         issuer=opts.jwt_issuer, secret=opts.jwt_secret, public_key_pem=opts.jwt_public_key
     )
-    tls_context(opts)  # refuse unreadable TLS material before touching the database
-    pool = await db.open_pool(opts.dsn, opts.pool_size)
-    try:
-        await prepare_database(pool, catalog)
-    except errors.MigrationError as exc:
-        await pool.close()
-        raise errors.BootRefused(str(exc)) from exc
-    except BaseException:
-        await pool.close()
-        raise
+    pool = await booting.open_database(opts, catalog)
+    return assemble(opts, pool, catalog, verifier)
+
+
+def assemble(
+    opts: options.ServeOptions, pool: asyncpg.Pool, catalog: Catalog, verifier: auth.JwtVerifier
+) -> Server:
+    """The :class:`Server` over a pool whose database ``booting`` has prepared."""
     web_dir = find_web_dir(opts.web_dir)
     app = build_app(opts=opts, pool=pool, catalog=catalog, verifier=verifier, web_dir=web_dir)
     return Server(app, opts, web_dir)

@@ -14,13 +14,14 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
 
 from dap import config, logs
-from dap.server import app, db, errors, options, schema_sync
+from dap.server import booting, db, errors, options, schema_sync
 from dap.server.catalog import Catalog
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -34,17 +35,43 @@ def _refuse(message: str, code: int = 1) -> NoReturn:
 
 def load_catalog(spec_dir: Path) -> Catalog:
     """The catalog of a manifest directory; invalid manifests refuse the boot in one line."""
+    staged = stage_catalog(spec_dir)
+    confirm_spec(staged.spec, spec_dir)
+    return staged.catalog
+
+
+@dataclass(frozen=True)
+class StagedCatalog:
+    """A catalog built from a staged spec: ``confirm_spec`` must pass before it is served."""
+
+    spec: config.StagedSpec
+    catalog: Catalog
+
+
+def stage_catalog(spec_dir: Path) -> StagedCatalog:
+    """Build the catalog with the manifests' JSON Schema pass still to run (``confirm_spec``)."""
     if not spec_dir.is_dir():
         raise errors.BootRefused(f"--spec {spec_dir} is not a directory")
     try:
-        loaded = config.load_spec(spec_dir)
+        staged = config.stage_files(config.read_files(spec_dir))
     except config.SpecError as exc:
-        first = exc.problems[0] if exc.problems else None
-        raise errors.BootRefused(
-            f"the manifests in {spec_dir} are invalid ({len(exc.problems)} problem(s)); first: {first}; "
-            f"run `dap validate {spec_dir}`"
-        ) from exc
-    return Catalog.from_spec(loaded)
+        raise _invalid(spec_dir, exc) from exc
+    return StagedCatalog(staged, Catalog.from_spec(staged.spec))
+
+
+def confirm_spec(staged: config.StagedSpec, spec_dir: Path) -> None:
+    try:
+        staged.confirm()
+    except config.SpecError as exc:
+        raise _invalid(spec_dir, exc) from exc
+
+
+def _invalid(spec_dir: Path, exc: config.SpecError) -> errors.BootRefused:
+    first = exc.problems[0] if exc.problems else None
+    return errors.BootRefused(
+        f"the manifests in {spec_dir} are invalid ({len(exc.problems)} problem(s)); first: {first}; "
+        f"run `dap validate {spec_dir}`"
+    )
 
 
 def _read_key(value: str | None) -> str | None:
@@ -124,20 +151,40 @@ def serve(**raw: Any) -> None:
     try:
         raw["jwt_public_key"] = _read_key(raw["jwt_public_key"])
         opts = options.check(**raw)
-        catalog = load_catalog(opts.spec)
+        if opts.jwt_public_key is not None:  # refuse a bad key before touching Postgres
+            from dap.server import auth
+
+            auth.JwtVerifier(issuer=opts.jwt_issuer, public_key_pem=opts.jwt_public_key)
+        staged = stage_catalog(opts.spec)
     except errors.BootRefused as exc:
         _refuse(str(exc), exc.exit_code)
     try:
-        asyncio.run(_serve(opts, catalog))
+        asyncio.run(_serve(opts, staged))
     except errors.BootRefused as exc:
         _refuse(str(exc), exc.exit_code)
     except OSError as exc:  # address in use, permission denied
         _refuse(f"cannot listen: {exc.strerror or exc}")
 
 
-async def _serve(opts: options.ServeOptions, catalog: Catalog) -> None:
+async def _serve(opts: options.ServeOptions, staged: StagedCatalog) -> None:
     started = time.perf_counter()
-    server = await app.create_server(opts, catalog)
+
+    def finish_loading() -> None:
+        confirm_spec(staged.spec, opts.spec)
+        import dap.server.app  # noqa: F401 -- the web stack, imported while Postgres works
+
+    async def confirm() -> None:
+        # Postgres creates the tables on its own core meanwhile; this thread holds the GIL only
+        # for Python work, and the event loop needs it just to collect the DDL's answer
+        await asyncio.to_thread(finish_loading)
+
+    pool = await booting.open_database(opts, staged.catalog, confirm=confirm)
+    from dap.server import app, auth
+
+    verifier = auth.JwtVerifier(
+        issuer=opts.jwt_issuer, secret=opts.jwt_secret, public_key_pem=opts.jwt_public_key
+    )
+    server = app.assemble(opts, pool, staged.catalog, verifier)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -182,7 +229,7 @@ async def _migrate(dsn: str, catalog: Catalog, *, dry_run: bool) -> None:
             if dry_run or not plan.steps:
                 click.echo("nothing applied" if dry_run else "schema is up to date")
                 return
-        await app.prepare_database(pool, catalog, allow_destructive=True)
+        await booting.prepare_database(pool, catalog, allow_destructive=True)
         click.echo(f"applied {len(plan.steps)} step(s)")
     finally:
         await pool.close()

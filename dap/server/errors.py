@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from aiohttp import web
+if TYPE_CHECKING:  # the boot path (options, migrations) raises these errors without the web stack
+    from aiohttp import web
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 
@@ -175,6 +176,8 @@ class InternalError(ApiError):
 
 def problem_response(error: ApiError, *, request_id: str | None = None) -> web.Response:
     """An ``application/problem+json`` response for ``error``."""
+    from aiohttp import web
+
     body = error.problem()
     if request_id is not None:
         body["request_id"] = request_id

@@ -13,9 +13,10 @@ refuse both.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 import asyncpg
 
@@ -74,6 +75,10 @@ async def current_plan(
     return migrations.plan(await read_registry(conn), desired, entities)
 
 
+async def _nothing() -> None:
+    return None
+
+
 def _refusal(plan: migrations.Plan, *, allow_destructive: bool) -> str | None:
     if plan.blockers:
         return (
@@ -95,24 +100,38 @@ async def sync(
     entities: Mapping[str, EntitySpec],
     *,
     allow_destructive: bool = False,
+    confirm: Callable[[], Awaitable[None]] | None = None,
 ) -> migrations.Plan:
-    """Bring the schema to ``desired``; return the plan applied. Raise ``DestructivePending``."""
+    """Bring the schema to ``desired``; return the plan applied. Raise ``DestructivePending``.
+
+    ``confirm`` runs while Postgres executes the plan and must return before anything commits:
+    an exception from it rolls the whole change back and propagates. A boot uses it to finish
+    checking the manifests on this core while Postgres creates the tables on another.
+    """
     await ensure_schema(conn)
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", LOCK_KEY)
         plan = migrations.plan(await read_registry(conn), desired, entities)
         reason = _refusal(plan, allow_destructive=allow_destructive)
         if reason is not None:
+            if confirm is not None:  # invalid manifests are the first thing to tell
+                await confirm()
             raise errors.DestructivePending(reason)
         # one round trip for the whole plan: 300 entities are ~900 statements
         script = ";\n".join(statement for step in plan.steps for statement in step.statements)
-        if script:
-            try:
-                await conn.execute(script)
-            except asyncpg.PostgresError as exc:
-                raise errors.MigrationError(
-                    f"schema change failed, nothing was changed: {exc.__class__.__name__}: {exc}"
-                ) from exc
+        applied, confirmed = await asyncio.gather(
+            conn.execute(script) if script else _nothing(),
+            confirm() if confirm is not None else _nothing(),
+            return_exceptions=True,
+        )
+        if isinstance(confirmed, BaseException):  # the manifests were refused: roll back
+            raise confirmed
+        if isinstance(applied, asyncpg.PostgresError):
+            raise errors.MigrationError(
+                f"schema change failed, nothing was changed: {applied.__class__.__name__}: {applied}"
+            ) from applied
+        if isinstance(applied, BaseException):
+            raise applied
         await conn.executemany(
             """INSERT INTO dap.schema_migrations
                (table_name, kind, safety, description, statements, reason)
@@ -122,8 +141,21 @@ async def sync(
                 for s in plan.steps
             ],
         )
-        for step in plan.steps:
+        # each step and its reason are recorded in dap.schema_migrations; the log gets one line
+        # (a first boot of a large spec has thousands of steps)
+        if plan.steps:
             log.info(
+                "schema changed",
+                extra={
+                    "ctx": {
+                        "steps": len(plan.steps),
+                        "destructive": len(plan.destructive),
+                        "tables": len({s.table for s in plan.steps}),
+                    }
+                },
+            )
+        for step in plan.steps:
+            log.debug(
                 "schema step applied", extra={"ctx": {"step": step.description, "safety": str(step.safety)}}
             )
         await conn.executemany(

@@ -3,80 +3,24 @@
 ``POST /{ws}/_ui/setup`` creates the first admin while the workspace has no user (409 after);
 an advisory lock per tenant makes two concurrent setups produce one admin. ``POST
 /{ws}/_ui/login`` checks a password and issues an HS256 token (501 where the server only holds a
-public key). Passwords are hashed with the standard library's scrypt (N=2^14, r=8, p=1, 16-byte
-salt), stored as ``scrypt$N$r$p$salt$hash``, compared in constant time, and hashed off the event
-loop because scrypt is deliberately slow.
+public key). Storage and hashing are in ``accounts``; hashing runs off the event loop because
+scrypt is deliberately slow.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
-import hmac
 import json
-import os
 import re
 import uuid
 from typing import Any
 
 from aiohttp import web
 
-from dap.server import db, errors, state
+from dap.server import accounts, errors, state
 
-N, R, P, DKLEN = 2**14, 8, 1, 32
 USERNAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}$")
 MIN_PASSWORD = 8
-
-DDL = """
-CREATE SCHEMA IF NOT EXISTS dap;
-CREATE TABLE IF NOT EXISTS dap.users (
-    tenant_id uuid NOT NULL,
-    id uuid NOT NULL DEFAULT gen_random_uuid(),
-    username text NOT NULL,
-    email text,
-    password_hash text NOT NULL,
-    roles text[] NOT NULL DEFAULT '{}',
-    created_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (tenant_id, id),
-    UNIQUE (tenant_id, username)
-);
-"""
-
-
-def hash_password(password: str, *, salt: bytes | None = None) -> str:
-    salt = salt or os.urandom(16)
-    digest = hashlib.scrypt(password.encode(), salt=salt, n=N, r=R, p=P, dklen=DKLEN)
-    b64 = base64.b64encode
-    return f"scrypt${N}${R}${P}${b64(salt).decode()}${b64(digest).decode()}"
-
-
-def check_password(password: str, stored: str) -> bool:
-    try:
-        scheme, n, r, p, salt, digest = stored.split("$")
-        if scheme != "scrypt":
-            return False
-        expected = base64.b64decode(digest)
-        actual = hashlib.scrypt(
-            password.encode(), salt=base64.b64decode(salt), n=int(n), r=int(r), p=int(p), dklen=len(expected)
-        )
-    except ValueError:
-        return False
-    return hmac.compare_digest(actual, expected)
-
-
-_DUMMY: list[str] = []  # computed on first use: scrypt is slow on purpose, imports should not be
-
-
-def _dummy_hash() -> str:
-    """A hash to check unknown usernames against, so they take as long as known ones."""
-    if not _DUMMY:
-        _DUMMY.append(hash_password("not a password", salt=b"\x00" * 16))
-    return _DUMMY[0]
-
-
-async def ensure_schema(conn: db.Connection) -> None:
-    await conn.execute(DDL)
 
 
 async def _json_body(request: web.Request) -> dict[str, Any]:
@@ -111,7 +55,7 @@ async def setup(request: web.Request) -> web.Response:
     workspace = await request.app[state.REGISTRY].resolve(request.match_info["ws"])
     request[state.WORKSPACE] = workspace.slug
     username, password, email = _credentials(await _json_body(request), with_email=True)
-    hashed = await asyncio.to_thread(hash_password, password)
+    hashed = await asyncio.to_thread(accounts.hash_password, password)
     tenant = workspace.tenant_id
     async with request.app[state.POOL].acquire() as conn, conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1::text))", str(tenant))
@@ -154,8 +98,8 @@ async def login(request: web.Request) -> web.Response:
             workspace.tenant_id,
             username,
         )
-    stored = row["password_hash"] if row is not None else _dummy_hash()
-    ok = await asyncio.to_thread(check_password, password, stored)
+    stored = row["password_hash"] if row is not None else accounts.dummy_hash()
+    ok = await asyncio.to_thread(accounts.check_password, password, stored)
     if row is None or not ok:
         raise errors.Unauthorized("unknown username or wrong password", code="SVC.AUTH.BAD_CREDENTIALS")
     token = verifier.issue(

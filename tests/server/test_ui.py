@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dap.server import users
+from dap.server import accounts
 
 from .conftest import SECRET, Running, running
 
@@ -95,12 +95,12 @@ async def test_setup_then_login(pg_dsn: str) -> None:
 
 
 def test_password_hashing() -> None:
-    stored = users.hash_password("s3cret-pass")
+    stored = accounts.hash_password("s3cret-pass")
     assert stored.startswith("scrypt$") and "s3cret-pass" not in stored
-    assert users.check_password("s3cret-pass", stored)
-    assert not users.check_password("other", stored)
-    assert not users.check_password("s3cret-pass", "plain")
-    assert users.hash_password("x") != users.hash_password("x")  # salted
+    assert accounts.check_password("s3cret-pass", stored)
+    assert not accounts.check_password("other", stored)
+    assert not accounts.check_password("s3cret-pass", "plain")
+    assert accounts.hash_password("x") != accounts.hash_password("x")  # salted
 
 
 async def test_openapi_describes_exactly_what_is_exposed(pg_dsn: str) -> None:
