@@ -256,6 +256,12 @@ def _translate(resource: Resource, exc: asyncpg.PostgresError) -> errors.ApiErro
         )
     if isinstance(exc, asyncpg.DataError):
         return errors.ValidationFailed(f"a value does not fit its column: {exc.__class__.__name__}")
+    if isinstance(exc, asyncpg.DeadlockDetectedError):
+        # e.g. pointing a record at X while X's delete clears its referrers: Postgres aborts one
+        return errors.Conflict(
+            "another write on related records ran at the same time; nothing was changed, try again",
+            code="SVC.WRITE.CONCURRENT",
+        )
     raise exc
 
 
@@ -490,18 +496,26 @@ async def delete_record(request: web.Request) -> web.Response:
     guards.check(principal, resource, "delete")
     record_id = parse_record_id(request)
     tenant = workspace.tenant_id
-    async with request.app[state.POOL].acquire() as conn, conn.transaction():
-        current = await select_record(conn, resource, tenant, record_id, principal=principal, lock=True)
-        documents.check_delete(resource, current)  # drafts only
-        await filling.check_action(conn, resource, tenant, principal, current, "delete")
-        write = auditing.Write.of(request, principal, catalog, resource, tenant)
-        trail = await auditing.begin(conn, write, "delete", current)
-        await _release_references(conn, catalog, resource, tenant, record_id, request.app[state.CACHE])
-        for child in resource.children.values():
-            await conn.execute(*_stmt(sql.delete_children(child, tenant, record_id)))
-        result = await conn.execute(*_stmt(sql.delete(resource.table, tenant, record_id)))
-        await caching.announce(conn, resource, tenant, record_id)
-        await trail.finish(conn, None)
+    async with request.app[state.POOL].acquire() as conn:
+        try:
+            async with conn.transaction():
+                current = await select_record(
+                    conn, resource, tenant, record_id, principal=principal, lock=True
+                )
+                documents.check_delete(resource, current)  # drafts only
+                await filling.check_action(conn, resource, tenant, principal, current, "delete")
+                write = auditing.Write.of(request, principal, catalog, resource, tenant)
+                trail = await auditing.begin(conn, write, "delete", current)
+                await _release_references(
+                    conn, catalog, resource, tenant, record_id, request.app[state.CACHE]
+                )
+                for child in resource.children.values():
+                    await conn.execute(*_stmt(sql.delete_children(child, tenant, record_id)))
+                result = await conn.execute(*_stmt(sql.delete(resource.table, tenant, record_id)))
+                await caching.announce(conn, resource, tenant, record_id)
+                await trail.finish(conn, None)
+        except asyncpg.PostgresError as exc:
+            raise _translate(resource, exc) from exc
     request.app[state.CACHE].invalidate((resource.table.name, tenant, record_id))
     if not result.endswith(" 1"):
         raise errors.NotFound("no such record", code="SVC.RECORD.NOT_FOUND")
