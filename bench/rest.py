@@ -1,13 +1,16 @@
 """REST benchmark: ``dap serve`` against a minimal aiohttp + asyncpg handler, in the same run.
 
-    .venv/bin/python bench/rest.py [--rows 100000] [--seconds 8] [--workers 32]
+    .venv/bin/python bench/rest.py [--rows 100000] [--seconds 8] [--workers 32] [--boot-only]
 
 Steps: start an embedded Postgres (or use ``DAP_BENCH_DSN``), load ``--rows`` rows into one
 workspace, spawn ``dap serve`` and a baseline server (same pool size, the same SQL the engine
 builds, ``json.dumps`` of the rows, no auth, no validation), and drive both over loopback with a
-bounded client (``--workers`` concurrent requests for ``--seconds`` each). Then measure boot time
-of a 300-entity spec to the first answered request, next to the time Postgres needs to create the
-same tables. Prints every figure and ratio; exits non-zero only when something fails to run.
+bounded client (``--workers`` concurrent requests for ``--seconds`` each): find-by-id and a
+filtered list against the baseline, find-by-id with the cache declared against without, and the
+document semantics (update of a draft, submit, a list under row scope) against their plain
+counterparts. Before all that, boot time of a 300-entity spec to the first answered request is
+measured next to the time Postgres needs to create the same tables (``--boot-only`` for just
+that). Prints every figure and ratio; exits non-zero only when something fails to run.
 """
 
 from __future__ import annotations
@@ -56,7 +59,22 @@ spec:
     - {name: launched, type: date}
   expose:
     - type: rest
+---
+apiVersion: dap.io/v1
+kind: Entity
+metadata: {name: doc, module: bench}
+spec:
+  lifecycle: true
+  fields:
+    - {name: code, type: string, required: true}
+    - {name: qty, type: integer}
+    - {name: buyer, type: string, index: true}
+  assignments:
+    - {dimension: buyer, field: buyer, principal_field: username}
+  expose:
+    - type: rest
 """
+BUYERS = 100  # bench/doc rows are spread over this many buyers, each seeing 1/BUYERS of them
 
 
 def port() -> int:
@@ -144,29 +162,37 @@ def summary(runs: list[tuple[list[float], float, int]]) -> dict[str, float]:
     }
 
 
+Request = str | tuple[str, str, Any]  # a GET url, or (method, url, JSON body)
+
+
 async def drive(
-    url_of: Any, *, seconds: float, workers: int, headers: dict[str, str]
+    url_of: Any, *, seconds: float, workers: int, headers: dict[str, str], warm: bool = True
 ) -> tuple[list[float], float, int]:
+    """Run ``workers`` clients for ``seconds``; ``url_of()`` gives each next :data:`Request`."""
     latencies: list[float] = []
     errors = 0
     stop_at = time.perf_counter() + seconds
     connector = aiohttp.TCPConnector(limit=workers)
     async with aiohttp.ClientSession(connector=connector, headers=headers) as http:
 
+        async def send() -> int:
+            request: Request = url_of()
+            method, url, body = ("GET", request, None) if isinstance(request, str) else request
+            async with http.request(method, url, json=body) as resp:
+                await resp.read()
+                return resp.status
+
         async def worker() -> None:
             nonlocal errors
             while time.perf_counter() < stop_at:
                 started = time.perf_counter()
-                async with http.get(url_of()) as resp:
-                    await resp.read()
-                    if resp.status != 200:
-                        errors += 1
+                if await send() not in (200, 201):
+                    errors += 1
                 latencies.append(time.perf_counter() - started)
 
-        warm_until = time.perf_counter() + 1.0
+        warm_until = time.perf_counter() + (1.0 if warm else 0.0)
         while time.perf_counter() < warm_until:  # warm-up: pools, prepared statements
-            async with http.get(url_of()) as resp:
-                await resp.read()
+            await send()
         stop_at = time.perf_counter() + seconds
         began = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(workers)))
@@ -299,6 +325,116 @@ async def ddl_seconds(server_dsn: str, spec_dir: Path) -> float:
         await conn.close()
 
 
+# --- document semantics: lifecycle moves and row scope on bench/doc --------------------------
+
+
+async def load_docs(dsn: str, rows: int) -> list[str]:
+    """``rows`` draft documents spread over ``BUYERS`` buyers; returns every id, shuffled."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        tenant = await conn.fetchval("SELECT id FROM dap.workspaces WHERE slug = 'default'")
+        records = [
+            (tenant, uuid.uuid4(), f"D{i:07d}", i % 500, f"u{i % BUYERS:03d}", "bench", "bench")
+            for i in range(rows)
+        ]
+        await conn.copy_records_to_table(
+            "bench__doc",
+            records=records,
+            columns=["tenant_id", "id", "code", "qty", "buyer", "created_by", "owner"],
+        )
+        await conn.execute("ANALYZE bench__doc")
+    finally:
+        await conn.close()
+    ids = [str(r[1]) for r in records]
+    random.Random(11).shuffle(ids)
+    return ids
+
+
+def bench_token(username: str, roles: list[str]) -> dict[str, str]:
+    now = int(time.time())
+    claims = {
+        "sub": username,
+        "username": username,
+        "roles": roles,
+        "iss": "svc",
+        "iat": now,
+        "exp": now + 3600,
+    }
+    return {"Authorization": f"Bearer {jwt.encode(claims, SECRET, algorithm='HS256')}"}
+
+
+async def documents_scenario(
+    dsn: str, api_port: int, item_ids: list[str], args: argparse.Namespace
+) -> tuple[list[str], int]:
+    """Update of a draft, submit, and a list under row scope, each against its plain counterpart.
+
+    Plain update is a PATCH of ``bench/item`` (no lifecycle); the draft update PATCHes a
+    ``bench/doc`` draft (lifecycle check on the locked row); submit moves a draft (each id once).
+    The plain list is admin (row scope lifted by ``all_rows``) asking for one buyer's documents
+    with a filter (``buyer=u042``); the scoped list is that buyer asking without the filter, so
+    the row scope (``buyer = username``) puts the same condition into the statement: the ratio
+    is the cost of resolving and applying the scope, on the same rows and plan.
+    Pairs run A B B A, each half of ``--seconds``.
+    """
+    print(f"loading {args.rows} draft documents ...", flush=True)
+    doc_ids = await load_docs(dsn, args.rows)
+    admin = bench_token("admin", ["admin"])
+    buyer = bench_token("u042", [])
+    base = f"http://127.0.0.1:{api_port}/default/api/bench"
+    counter = iter(range(10**9))
+    drafts = iter(doc_ids[: len(doc_ids) // 2])  # submitted ones, never updated afterwards
+    editable = doc_ids[len(doc_ids) // 2 :]
+    list_query = "sort=-created_at&limit=50"
+
+    def plain_update() -> Request:
+        return ("PATCH", f"{base}/item/{random.choice(item_ids)}", {"qty": next(counter) % 500})
+
+    def draft_update() -> Request:
+        return ("PATCH", f"{base}/doc/{random.choice(editable)}", {"qty": next(counter) % 500})
+
+    def submit() -> Request:
+        return ("POST", f"{base}/doc/{next(drafts)}/submit", None)
+
+    def filtered_list() -> Request:  # the scope's condition sent as a plain filter, by admin
+        return f"{base}/doc?buyer=u042&{list_query}"
+
+    def scoped_list() -> Request:  # the same rows, selected by the buyer's row scope
+        return f"{base}/doc?{list_query}"
+
+    pairs = {
+        "update of a draft / plain update": ((plain_update, admin), (draft_update, admin)),
+        "submit / plain update": ((plain_update, admin), (submit, admin)),
+        "list under row scope / plain list": ((filtered_list, admin), (scoped_list, buyer)),
+    }
+    failures = 0
+    lines = [
+        "",
+        f"document semantics ({args.rows} rows each in bench/item and bench/doc, {args.workers} clients):",
+    ]
+    for title, (plain, measured) in pairs.items():
+        runs: dict[str, list[tuple[list[float], float, int]]] = {"plain": [], "measured": []}
+        for side, (request_of, headers) in (
+            ("plain", plain),
+            ("measured", measured),
+            ("measured", measured),
+            ("plain", plain),
+        ):
+            print(f"running {title}: {side} ...", flush=True)
+            runs[side].append(
+                await drive(request_of, seconds=args.seconds / 2, workers=args.workers, headers=headers)
+            )
+        got = {side: summary(r) for side, r in runs.items()}
+        ratio = got["measured"]["rps"] / got["plain"]["rps"]
+        failures += int(got["measured"]["errors"] + got["plain"]["errors"])
+        measured, plain_ = got["measured"], got["plain"]
+        lines.append(
+            f"  {title:<34} {measured['rps']:>7.0f} vs {plain_['rps']:>7.0f} req/s = {ratio:.2f}x "
+            f"(target >= 0.70x); p99 {measured['p99_ms']:.1f} vs {plain_['p99_ms']:.1f} ms; "
+            f"errors {measured['errors'] + plain_['errors']:.0f}"
+        )
+    return lines, failures
+
+
 # --- find-by-id cache: the same rows found through a server that caches them ------------------
 
 
@@ -353,6 +489,57 @@ async def cache_scenario(
     return proc
 
 
+async def boot_figures(server_dsn: str, tmp: Path, procs: list[subprocess.Popen[bytes]]) -> str:
+    """Boot of a 300-entity spec to its first answer, against Postgres creating the same tables.
+
+    Three rounds, each on a new database: a first boot (creates the tables), a reboot (tables
+    exist), and the plain DDL run by itself; the medians are compared.
+    """
+    big = tmp / "big"
+    big_spec(big, 300)
+    boots: list[float] = []
+    reboots: list[float] = []
+    ddls: list[float] = []
+    for _ in range(3):
+        big_dsn = await new_database(server_dsn)
+        for into in (boots, reboots):
+            big_port = port()
+            started = time.perf_counter()
+            proc = spawn_serve(big, big_dsn, big_port)
+            procs.append(proc)
+            await wait_http(f"http://127.0.0.1:{big_port}/default/_ui/_meta/apps")
+            into.append(time.perf_counter() - started)
+            stop(proc)
+        ddls.append(await ddl_seconds(server_dsn, big))
+    boot, reboot, ddl = (sorted(x)[1] for x in (boots, reboots, ddls))
+    rounds = ", ".join(f"{b:.2f}/{d:.2f}" for b, d in zip(boots, ddls, strict=True))
+    return (
+        f"boot with 300 entities to first answered request (median of 3): {boot:.2f}s creating the tables, "
+        f"{reboot:.2f}s when they exist; Postgres creating the same tables once: {ddl:.2f}s, twice: "
+        f"{2 * ddl:.2f}s; boot/(2 x DDL) = {boot / (2 * ddl):.2f} (rounds boot/DDL: {rounds})"
+    )
+
+
+async def boot_only() -> int:
+    tmp = Path(tempfile.mkdtemp(prefix="dap-bench-"))
+    server = None
+    server_dsn = os.environ.get("DAP_BENCH_DSN")
+    if not server_dsn:
+        from dap import embedded
+
+        server_dsn, server = embedded.start(tmp / "pg")
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        print(await boot_figures(server_dsn, tmp, procs))
+        return 0
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                stop(proc)
+        if server is not None:
+            server.cleanup()
+
+
 async def main(args: argparse.Namespace) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="dap-bench-"))
     server = None
@@ -364,6 +551,9 @@ async def main(args: argparse.Namespace) -> int:
         server_dsn, server = embedded.start(tmp / "pg")
     procs: list[subprocess.Popen[bytes]] = []
     try:
+        # boots first, while Postgres is quiet (no autovacuum or checkpoint after the load runs)
+        print("measuring boots of a 300-entity spec ...", flush=True)
+        boot_line = await boot_figures(server_dsn, tmp, procs)
         dsn = await new_database(server_dsn)
         spec = tmp / "spec"
         spec.mkdir()
@@ -413,23 +603,7 @@ async def main(args: argparse.Namespace) -> int:
         server_rss = rss_mib(serve.pid)
         baseline_rss = rss_mib(baseline.pid)
         procs.append(await cache_scenario(tmp, dsn, api_port, ids, auth, args))  # find-by-id cache
-
-        big = tmp / "big"
-        big_spec(big, 300)
-        big_dsn = await new_database(server_dsn)
-        big_port = port()
-        started = time.perf_counter()
-        booting = spawn_serve(big, big_dsn, big_port)
-        procs.append(booting)
-        await wait_http(f"http://127.0.0.1:{big_port}/default/_ui/_meta/apps")
-        boot = time.perf_counter() - started
-        stop(booting)
-        started = time.perf_counter()
-        rebooting = spawn_serve(big, big_dsn, big_port)
-        procs.append(rebooting)
-        await wait_http(f"http://127.0.0.1:{big_port}/default/_ui/_meta/apps")
-        reboot = time.perf_counter() - started
-        ddl = await ddl_seconds(server_dsn, big)
+        document_lines, document_failures = await documents_scenario(dsn, api_port, ids, args)
 
         print()
         print(
@@ -456,12 +630,9 @@ async def main(args: argparse.Namespace) -> int:
             f"server RSS after the run: {server_rss:.1f} MiB (target < 150 MiB); "
             f"baseline RSS {baseline_rss:.1f} MiB"
         )
-        print(
-            f"boot with 300 entities to first answered request: {boot:.2f}s (creating the tables), "
-            f"{reboot:.2f}s (tables exist); Postgres creating the same tables once: {ddl:.2f}s, "
-            f"twice: {2 * ddl:.2f}s"
-        )
-        failed = [r for by in results.values() for r in by.values() if r["errors"]]
+        print(boot_line)
+        print("\n".join(document_lines))
+        failed = any(r["errors"] for by in results.values() for r in by.values()) or document_failures
         return 1 if failed else 0
     finally:
         for proc in procs:
@@ -479,4 +650,6 @@ if __name__ == "__main__":
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--workers", type=int, default=32)
-    sys.exit(asyncio.run(main(parser.parse_args())))
+    parser.add_argument("--boot-only", action="store_true", help="measure only the 300-entity boot")
+    parsed = parser.parse_args()
+    sys.exit(asyncio.run(boot_only() if parsed.boot_only else main(parsed)))
