@@ -395,7 +395,8 @@ async def create_record(request: web.Request) -> web.Response:
     body = await _body(request)
     submit = documents.create_submits(resource, request.query, body)  # ?submit=true
     access = guards.check(principal, resource, "create", *(["submit"] if submit else []))
-    values = _validate(resource, guards.writable(access, body, create=True), partial=False, catalog=catalog)
+    body = guards.writable(access, body, create=True)  # row-scope fields filled from the caller
+    values = _validate(resource, body, partial=False, catalog=catalog)
     write = auditing.Write.of(request, principal, catalog, resource, workspace.tenant_id)
     async with request.app[state.POOL].acquire() as conn:
         try:
