@@ -10,8 +10,13 @@ Public face::
 
 Layout: ``options`` (boot rules), ``errors`` (the error tree), ``auth`` (JWT), ``tables`` and
 ``migrations`` (pure schema description and planning), ``schema_sync`` (applying plans),
-``records``, ``filters`` and ``sql`` (pure request → SQL), ``workspaces``, ``users``, ``rest``,
-``ui_meta``, ``openapi``, ``admin``, ``metrics``, ``app`` (assembly), ``cli``.
+``booting`` (the database half of a boot), ``records``, ``filters`` and ``sql`` (pure request →
+SQL), ``workspaces``, ``accounts`` and ``users``, ``rest`` and ``writing`` (the entity API),
+``documents`` and ``references`` (lifecycle moves and what blocks them), ``permissions``,
+``scoping``, ``txdates`` and ``guards`` (who may do what to which rows), ``deriving``,
+``converting``, ``checking``, ``numbering`` and ``filling`` (computed values, auto_fill, rules,
+natural keys), ``auditing`` and ``trails`` (the audit trail), ``caching`` (find-by-id across
+processes), ``ui_meta``, ``openapi``, ``admin``, ``metrics``, ``app`` (assembly), ``cli``.
 """
 
 from __future__ import annotations

@@ -129,13 +129,9 @@ async def stored_record(
         if child is None:
             continue
         names = {c.name: c.field for c in child.columns if c.field is not None}
-        rows = await conn.fetch(*_stmt(sql.child_rows(child, tenant, [current["id"]])))
+        rows = await conn.fetch(*sql.flat(sql.child_rows(child, tenant, [current["id"]])))
         out[name] = _rows_of(plan.rows[name], [{names[k]: r[k] for k in names} for r in rows])
     return out
-
-
-def _stmt(statement: sql.Statement) -> tuple[Any, ...]:
-    return (statement[0], *statement[1])
 
 
 # --- the three entry points --------------------------------------------------------------------------

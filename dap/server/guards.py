@@ -190,7 +190,7 @@ async def missing(
     conn: db.Connection, resource: Resource, tenant: Any, record_id: Any, scope: tuple[scoping.Bound, ...]
 ) -> errors.ApiError:
     """The error for a record the scoped lookup did not find: 403 when it exists outside the scope."""
-    if scope and await conn.fetchval(*_stmt(sql.exists(resource.table, tenant, record_id))) is not None:
+    if scope and await conn.fetchval(*sql.flat(sql.exists(resource.table, tenant, record_id))) is not None:
         return errors.Forbidden(
             f"this {resource.key} record is outside your row scope ({_rules_text(scope)})", code=ROW_SCOPE
         )
@@ -203,10 +203,6 @@ def _rules_text(scope: tuple[scoping.Bound, ...]) -> str:
         source = f"your {b.rule.attr}" if b.rule.attr else "a fixed filter"
         parts.append(f"{b.field} by {source}")
     return ", ".join(dict.fromkeys(parts))
-
-
-def _stmt(statement: sql.Statement) -> tuple[Any, ...]:
-    return (statement[0], *statement[1])
 
 
 # --- reads ---------------------------------------------------------------------------------------
@@ -292,7 +288,8 @@ async def _check_create_scope(
     cs = access.policy.create_scope
     if cs is None or ref is None:
         return
-    row = await conn.fetchrow(*_stmt(sql.values_of(cs.via_table, [cs.via_column], tenant, ref, share=True)))
+    statement = sql.values_of(cs.via_table, [cs.via_column], tenant, ref, share=True)
+    row = await conn.fetchrow(*sql.flat(statement))
     if row is None:  # the relation check answers for a reference to nothing
         return
     expected = row[cs.via_column]

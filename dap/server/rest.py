@@ -32,17 +32,16 @@ from dap.server import (
     filling,
     guards,
     records,
-    references,
     scoping,
     sql,
     state,
     tables,
+    writing,
 )
 from dap.server.catalog import Catalog, Resource
 from dap.server.workspaces import Workspace
 
 log = logging.getLogger(__name__)
-RESERVED_INPUT = frozenset({*tables.SYSTEM_FIELDS, "tenant_id"})
 
 
 async def resolve(
@@ -201,131 +200,6 @@ async def _body(request: web.Request) -> dict[str, Any]:
     return body
 
 
-def _validate(
-    resource: Resource, body: Mapping[str, Any], *, partial: bool, catalog: Catalog
-) -> dict[str, Any]:
-    children = {
-        name: tables.child_fields(f, resource.module, catalog.entities)
-        for name, f in resource.fields.items()
-        if f.child is not None
-    }
-    body = dict(body)
-    namespaces = {ns: body.pop(ns) for ns in resource.extensions if ns in body}
-    problems: list[tuple[str, str]] = []
-    values: dict[str, Any] = {}
-    try:
-        values = records.coerce_row(
-            resource.fields, body, partial=partial, children=children, reserved=RESERVED_INPUT
-        )
-    except records.InvalidRowError as exc:
-        problems += exc.problems
-    for ns, data in namespaces.items():  # an extension object is replaced as a whole
-        if data is None:
-            values[ns] = None
-            continue
-        if not isinstance(data, dict):
-            problems.append((ns, "expected an object"))
-            continue
-        try:
-            values[ns] = records.coerce_row(resource.extensions[ns], data, partial=False)
-        except records.InvalidRowError as exc:
-            problems += [(f"{ns}.{p}", m) for p, m in exc.problems]
-    if problems:
-        code = "SVC.DOC.RESERVED_FIELD" if any(p in RESERVED_INPUT for p, _ in problems) else None
-        raise errors.ValidationFailed(
-            f"{len(problems)} field(s) are invalid",
-            code=code,
-            errors=[errors.FieldProblem(p, m) for p, m in problems],
-        )
-    return values
-
-
-def _translate(resource: Resource, exc: asyncpg.PostgresError) -> errors.ApiError:
-    """Map a database refusal of bad input to a client error; anything else stays a server error."""
-    if isinstance(exc, asyncpg.UniqueViolationError):
-        index = next((i for i in resource.table.indexes if i.name == exc.constraint_name), None)
-        field = next(
-            (c.field for c in resource.table.columns if index is not None and c.name == index.columns[-1]),
-            None,
-        )
-        path = field or "id"
-        return errors.Conflict(
-            f"another record of this workspace already has this {path}",
-            code="SVC.VALIDATE.DUPLICATE",
-            errors=[errors.FieldProblem(path, "must be unique within the workspace")],
-        )
-    if isinstance(exc, asyncpg.DataError):
-        return errors.ValidationFailed(f"a value does not fit its column: {exc.__class__.__name__}")
-    if isinstance(exc, asyncpg.DeadlockDetectedError):
-        # e.g. pointing a record at X while X's delete clears its referrers: Postgres aborts one
-        return errors.Conflict(
-            "another write on related records ran at the same time; nothing was changed, try again",
-            code="SVC.WRITE.CONCURRENT",
-        )
-    raise exc
-
-
-def _split(resource: Resource, values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Field values → (column values of the main table, child field → rows)."""
-    columns: dict[str, Any] = {}
-    children: dict[str, Any] = {}
-    for name, value in values.items():
-        if name in resource.children:
-            children[name] = value or []
-        elif name in resource.extensions:
-            ext = resource.table.column_for(f"ext_{name}")
-            if ext is not None:
-                columns[ext.name] = value
-        else:
-            column = resource.column(name)
-            if column is not None:
-                columns[column] = value
-    return columns, children
-
-
-async def _check_relations(
-    conn: db.Connection, resource: Resource, tenant: uuid.UUID, values: Mapping[str, Any]
-) -> None:
-    """Every related id must name a record of the same workspace (there is no foreign key)."""
-    problems = []
-    for name, target in resource.relations.items():
-        value = values.get(name)
-        if value is not None and not await conn.fetchval(sql.related_exists(target), tenant, value):
-            problems.append(errors.FieldProblem(name, "no such related record in this workspace"))
-    if problems:
-        raise errors.ValidationFailed(
-            f"{len(problems)} relation(s) point nowhere",
-            code="SVC.VALIDATE.RELATION_NOT_FOUND",
-            errors=problems,
-        )
-
-
-async def _write_children(
-    conn: db.Connection,
-    resource: Resource,
-    tenant: uuid.UUID,
-    parent: uuid.UUID,
-    rows: Mapping[str, Any],
-) -> None:
-    for field_name, items in rows.items():
-        child = resource.children[field_name]
-        await conn.execute(*_stmt(sql.delete_children(child, tenant, parent)))
-        cols = [c for c in child.columns if c.field is not None and c.name not in tables.CHILD_KEYS]
-        keyed = any(c.name == "idx" and c.field for c in child.columns)
-        if items:  # rows come ordered (deriving); a declared ``idx`` field is the key column itself
-            await conn.executemany(
-                sql.insert_children(child, [c.name for c in cols]),
-                [
-                    (tenant, parent, item.get("idx", i) if keyed else i, *(item.get(c.field) for c in cols))
-                    for i, item in enumerate(items)
-                ],
-            )
-
-
-def _stmt(statement: sql.Statement) -> tuple[Any, ...]:
-    return (statement[0], *statement[1])
-
-
 # --- handlers ----------------------------------------------------------------------------
 
 
@@ -396,27 +270,27 @@ async def create_record(request: web.Request) -> web.Response:
     submit = documents.create_submits(resource, request.query, body)  # ?submit=true
     access = guards.check(principal, resource, "create", *(["submit"] if submit else []))
     body = guards.writable(access, body, create=True)  # row-scope fields filled from the caller
-    values = _validate(resource, body, partial=False, catalog=catalog)
+    values = writing.validate_body(resource, body, partial=False, catalog=catalog)
     write = auditing.Write.of(request, principal, catalog, resource, workspace.tenant_id)
     async with request.app[state.POOL].acquire() as conn:
         try:
             async with conn.transaction():
-                await _check_relations(conn, resource, workspace.tenant_id, values)
+                await writing.check_relations(conn, resource, workspace.tenant_id, values)
                 values = await filling.prepare_create(  # derived values, natural keys, guards
                     conn, resource, workspace.tenant_id, principal, body, values, submitting=submit
                 )
                 await guards.before_create(conn, access, workspace.tenant_id, values)  # scopes, dates
-                columns, children = _split(resource, values)
+                columns, children = writing.split(resource, values)
                 columns.update(documents.initial_state(submit))
                 statement, args = sql.insert(
                     resource.table, workspace.tenant_id, columns, owner=principal.username
                 )
                 row = await conn.fetchrow(statement, *args)
                 assert row is not None
-                await _write_children(conn, resource, workspace.tenant_id, row["id"], children)
+                await writing.write_children(conn, resource, workspace.tenant_id, row["id"], children)
                 await documents.created(conn, write, row, submitted=submit)
         except asyncpg.PostgresError as exc:
-            raise _translate(resource, exc) from exc
+            raise writing.translate(resource, exc) from exc
         kids = (
             await load_children(conn, resource, workspace.tenant_id, [row["id"]], catalog)
             if resource.children
@@ -449,7 +323,7 @@ async def update_record(request: web.Request) -> web.Response:
     record_id = parse_record_id(request)
     expected = if_match(request)
     body = await _body(request)
-    values = _validate(resource, guards.writable(access, body), partial=True, catalog=catalog)
+    values = writing.validate_body(resource, guards.writable(access, body), partial=True, catalog=catalog)
     tenant = workspace.tenant_id
     async with request.app[state.POOL].acquire() as conn:
         try:
@@ -466,23 +340,23 @@ async def update_record(request: web.Request) -> web.Response:
                     raise errors.Conflict(
                         "only draft documents can be updated", code="SVC.DOC.UPDATE_NOT_DRAFT"
                     )
-                await _check_relations(conn, resource, tenant, values)
+                await writing.check_relations(conn, resource, tenant, values)
                 values = await filling.prepare_update(  # derived values over the merged record, guards
                     conn, resource, tenant, principal, current, body, values
                 )
                 await guards.before_update(conn, access, tenant, current, values)  # scopes, dates
-                columns, children = _split(resource, values)
+                columns, children = writing.split(resource, values)
                 write = auditing.Write.of(request, principal, catalog, resource, tenant)
                 trail = await auditing.begin(conn, write, "update", current)
                 row = await conn.fetchrow(
-                    *_stmt(sql.update(resource.table, tenant, record_id, columns, expected_version=None))
+                    *sql.flat(sql.update(resource.table, tenant, record_id, columns, expected_version=None))
                 )
                 assert row is not None
                 await caching.announce(conn, resource, tenant, record_id)  # every process, at commit
-                await _write_children(conn, resource, tenant, record_id, children)
+                await writing.write_children(conn, resource, tenant, record_id, children)
                 await trail.finish(conn, row)
         except asyncpg.PostgresError as exc:
-            raise _translate(resource, exc) from exc
+            raise writing.translate(resource, exc) from exc
         kids = await load_children(conn, resource, tenant, [record_id], catalog) if resource.children else {}
     request.app[state.CACHE].invalidate((resource.table.name, tenant, record_id))
     return reply(
@@ -507,51 +381,20 @@ async def delete_record(request: web.Request) -> web.Response:
                 await filling.check_action(conn, resource, tenant, principal, current, "delete")
                 write = auditing.Write.of(request, principal, catalog, resource, tenant)
                 trail = await auditing.begin(conn, write, "delete", current)
-                await _release_references(
+                await writing.release_references(
                     conn, catalog, resource, tenant, record_id, request.app[state.CACHE]
                 )
                 for child in resource.children.values():
-                    await conn.execute(*_stmt(sql.delete_children(child, tenant, record_id)))
-                result = await conn.execute(*_stmt(sql.delete(resource.table, tenant, record_id)))
+                    await conn.execute(*sql.flat(sql.delete_children(child, tenant, record_id)))
+                result = await conn.execute(*sql.flat(sql.delete(resource.table, tenant, record_id)))
                 await caching.announce(conn, resource, tenant, record_id)
                 await trail.finish(conn, None)
         except asyncpg.PostgresError as exc:
-            raise _translate(resource, exc) from exc
+            raise writing.translate(resource, exc) from exc
     request.app[state.CACHE].invalidate((resource.table.name, tenant, record_id))
     if not result.endswith(" 1"):
         raise errors.NotFound("no such record", code="SVC.RECORD.NOT_FOUND")
     return web.Response(status=204)
-
-
-async def _release_references(
-    conn: db.Connection,
-    catalog: Catalog,
-    resource: Resource,
-    tenant: uuid.UUID,
-    record_id: uuid.UUID,
-    cache: caching.FindCache,
-) -> None:
-    """Apply each referring relation's ``on_delete``: restrict refuses, set_null clears, cascade deletes.
-
-    There are no foreign keys (see docs/decisions/server.md), so this runs in the delete's
-    transaction; every refusal (references.check_delete) is checked before anything is changed.
-    """
-    referrers = catalog.referrers.get(resource.table.name, ())
-    await references.check_delete(conn, catalog, resource, tenant, record_id)
-    for ref in referrers:
-        if ref.on_delete in ("set_null", "cascade"):  # rows of other tables change: forget their answers
-            cache.drop_table(ref.owner)
-            await caching.announce(conn, catalog.resources.get(ref.entity), tenant)
-        if ref.on_delete == "set_null":
-            await conn.execute(
-                *_stmt(sql.clear_reference(ref.table, ref.column, tenant, record_id, ref.kind == "entity"))
-            )
-        elif ref.on_delete == "cascade":
-            for child in ref.children:
-                await conn.execute(
-                    *_stmt(sql.delete_children_of_referrers(child, ref.table, ref.column, tenant, record_id))
-                )
-            await conn.execute(*_stmt(sql.delete_referrers(ref.table, ref.column, tenant, record_id)))
 
 
 def add_routes(app: web.Application) -> None:

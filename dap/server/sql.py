@@ -30,6 +30,11 @@ _COMPARE = {
 Statement = tuple[str, list[Any]]
 
 
+def flat(statement: Statement) -> tuple[Any, ...]:
+    """``(sql, args)`` as the positional arguments of ``conn.execute``/``fetch``."""
+    return (statement[0], *statement[1])
+
+
 class _Args:
     def __init__(self, *values: Any) -> None:
         self.values: list[Any] = list(values)
