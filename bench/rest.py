@@ -520,35 +520,39 @@ async def boot_figures(server_dsn: str, tmp: Path, procs: list[subprocess.Popen[
     )
 
 
+def start_postgres(tmp: Path) -> tuple[str, Any]:
+    """``DAP_BENCH_DSN``, or an embedded Postgres under ``tmp`` (its handle to clean up)."""
+    server_dsn = os.environ.get("DAP_BENCH_DSN")
+    if server_dsn:
+        return server_dsn, None
+    from dap import embedded
+
+    print("starting embedded Postgres ...", flush=True)
+    return embedded.start(tmp / "pg")
+
+
+def clean_up(procs: list[subprocess.Popen[bytes]], server: Any) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            stop(proc)
+    if server is not None:
+        server.cleanup()
+
+
 async def boot_only() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="dap-bench-"))
-    server = None
-    server_dsn = os.environ.get("DAP_BENCH_DSN")
-    if not server_dsn:
-        from dap import embedded
-
-        server_dsn, server = embedded.start(tmp / "pg")
+    server_dsn, server = start_postgres(tmp)
     procs: list[subprocess.Popen[bytes]] = []
     try:
         print(await boot_figures(server_dsn, tmp, procs))
         return 0
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                stop(proc)
-        if server is not None:
-            server.cleanup()
+        clean_up(procs, server)
 
 
 async def main(args: argparse.Namespace) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="dap-bench-"))
-    server = None
-    server_dsn = os.environ.get("DAP_BENCH_DSN")
-    if not server_dsn:
-        from dap import embedded
-
-        print("starting embedded Postgres ...", flush=True)
-        server_dsn, server = embedded.start(tmp / "pg")
+    server_dsn, server = start_postgres(tmp)
     procs: list[subprocess.Popen[bytes]] = []
     try:
         # boots first, while Postgres is quiet (no autovacuum or checkpoint after the load runs)
@@ -635,11 +639,7 @@ async def main(args: argparse.Namespace) -> int:
         failed = any(r["errors"] for by in results.values() for r in by.values()) or document_failures
         return 1 if failed else 0
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                stop(proc)
-        if server is not None:
-            server.cleanup()
+        clean_up(procs, server)
 
 
 if __name__ == "__main__":

@@ -381,9 +381,7 @@ async def delete_record(request: web.Request) -> web.Response:
                 await filling.check_action(conn, resource, tenant, principal, current, "delete")
                 write = auditing.Write.of(request, principal, catalog, resource, tenant)
                 trail = await auditing.begin(conn, write, "delete", current)
-                await writing.release_references(
-                    conn, catalog, resource, tenant, record_id, request.app[state.CACHE]
-                )
+                await writing.release_references(conn, catalog, resource, tenant, record_id)
                 for child in resource.children.values():
                     await conn.execute(*sql.flat(sql.delete_children(child, tenant, record_id)))
                 result = await conn.execute(*sql.flat(sql.delete(resource.table, tenant, record_id)))

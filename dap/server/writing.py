@@ -147,7 +147,6 @@ async def release_references(
     resource: Resource,
     tenant: uuid.UUID,
     record_id: uuid.UUID,
-    cache: caching.FindCache,
 ) -> None:
     """Apply each referring relation's ``on_delete``: restrict refuses, set_null clears, cascade deletes.
 
@@ -158,7 +157,6 @@ async def release_references(
     await references.check_delete(conn, catalog, resource, tenant, record_id)
     for ref in referrers:
         if ref.on_delete in ("set_null", "cascade"):  # rows of other tables change: forget their answers
-            cache.drop_table(ref.owner)
             await caching.announce(conn, catalog.resources.get(ref.entity), tenant)
         if ref.on_delete == "set_null":
             await conn.execute(
