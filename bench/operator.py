@@ -42,9 +42,9 @@ NS = "bench"
 OPERATOR = """
 import asyncio, sys
 from dap import logs
-from dap.operator import running
+from dap.operator import options, running
 logs.configure("error")
-asyncio.run(running.run(running.Options(
+asyncio.run(running.run(options.Options(
     server=sys.argv[1], metrics_bind_address=sys.argv[2], health_probe_bind_address="0",
     resource_image="example.test/dap:bench", workspace_concurrency=10,
 )))

@@ -15,6 +15,7 @@ Layout (plumbing at the bottom, the kopf shell on top; modules import modules)::
     reporting     node-health and workspace-status reports to the control plane
     trusting      artifact-signing keys from the control plane
     metrics       Prometheus metrics;  probes  /healthz, /readyz, /metrics
+    options       the options of one instance
     handlers      the kopf handlers (thin);  running  one operator instance;  cli  `dap operator`, `dap claim`
 
 The public face is below; everything else is internal to the operator.
@@ -25,7 +26,8 @@ from __future__ import annotations
 from dap.operator.builders import ClaimGrant, Desired, OperatorSettings, desired
 from dap.operator.claims import Grant, keygen, sign, verify
 from dap.operator.errors import OperatorError
-from dap.operator.running import Options, Runtime, run
+from dap.operator.options import Options
+from dap.operator.running import Runtime, run
 
 __all__ = [
     "ClaimGrant",

@@ -22,6 +22,7 @@ import yaml
 from dap import logs
 from dap.config import names
 from dap.operator import bodies, claims, running
+from dap.operator.options import DEFAULT_RESOURCE_IMAGE, Options
 
 
 def _env(name: str) -> str:
@@ -75,7 +76,7 @@ def _env(name: str) -> str:
 @click.option(
     "--resource-image",
     envvar=_env("resource-image"),
-    default=running.DEFAULT_RESOURCE_IMAGE,
+    default=DEFAULT_RESOURCE_IMAGE,
     show_default=True,
     help="Image of the generic resource pod (pinned by tag or digest).",
 )
@@ -116,7 +117,7 @@ def operator(
     logs.configure(log_level)
     if insecure_skip_signature_verify:
         click.echo("warning: --insecure-skip-signature-verify: claims are NOT verified", err=True)
-    options = running.Options(
+    options = Options(
         control_cluster_url=control_cluster_url,
         leader_elect=leader_elect,
         metrics_bind_address=metrics_bind_address,

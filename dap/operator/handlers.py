@@ -25,15 +25,14 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import kopf
 
 from dap.config import names
-from dap.operator import builders, caches, errors
-
-if TYPE_CHECKING:
-    from dap.operator.running import Runtime
+from dap.operator import builders, caches, errors, reconciling, reporting
+from dap.operator.caches import Caches, ObjectKey
+from dap.operator.options import Options
 
 G, V = names.CRD_GROUP, names.CRD_VERSION
 MANAGED = {builders.LABEL_MANAGED_BY: builders.MANAGED_BY}
@@ -63,7 +62,23 @@ def _key(body: Mapping[str, Any]) -> caches.ObjectKey:
     return (meta.get("namespace", ""), meta.get("name", ""))
 
 
-def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
+class Parts(Protocol):
+    """What the handlers need of an operator instance (``running.Runtime`` provides it)."""
+
+    options: Options
+    caches: Caches
+    reconciler: reconciling.Reconciler
+    nudger: reconciling.Nudger
+    reporter: reporting.Reporter
+    kopf_settings: kopf.OperatorSettings | None
+
+    def log_failure(self, controller: str, key: ObjectKey, exc: Exception) -> None: ...
+    async def connect(self, info: kopf.ConnectionInfo) -> None: ...
+    async def start_background(self) -> None: ...
+    async def stop_background(self) -> None: ...
+
+
+def register(registry: kopf.OperatorRegistry, runtime: Parts) -> None:
     """Declare every handler of the operator on ``registry``."""
     reconciler = runtime.reconciler
     nudger = runtime.nudger

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
-import os
-import socket
 from typing import Any
 
 import aiohttp
@@ -23,36 +20,14 @@ from aiohttp import web
 
 from dap.operator import caches, errors, handlers, kube, probes, reconciling, reporting, trusting
 from dap.operator.metrics import Metrics
+from dap.operator.options import Options
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_RESOURCE_IMAGE = "ghcr.io/dap-platform/dap:0.1.0"
-
-
-@dataclasses.dataclass(frozen=True)
-class Options:
-    """The options of ``dap operator`` (spec: "Process options: Operator"), plus test hooks."""
-
-    control_cluster_url: str = ""
-    leader_elect: bool = False
-    metrics_bind_address: str = ":8443"
-    health_probe_bind_address: str = ":8081"
-    workspace_concurrency: int = 10
-    namespace: str = ""
-    resource_image: str = DEFAULT_RESOURCE_IMAGE
-    insecure_skip_signature_verify: bool = False
-    cluster_name: str = "default"
-    node_name: str = dataclasses.field(
-        default_factory=lambda: os.environ.get("NODE_NAME") or socket.gethostname()
-    )
-    report_interval: float = reporting.NODE_HEALTH_INTERVAL
-    keys_refresh_interval: float = 60.0
-    watch_server_timeout: int = 300
-    # Test and benchmark hook: talk to this API server URL without credentials (kmock).
-    server: str = ""
-
 
 class Runtime:
+    """Everything with a lifetime in one operator instance (satisfies ``handlers.Parts``)."""
+
     def __init__(self, options: Options) -> None:
         self.options = options
         self.metrics = Metrics()

@@ -14,6 +14,7 @@ import kmock
 import pytest
 from aiohttp import web
 
+from dap.operator import options as operator_options
 from dap.operator import running
 from tests.operator.emulator import WRITE_METHODS, Emulator, declare
 
@@ -184,7 +185,7 @@ class Operators:
         self.tasks: list[asyncio.Task[running.Runtime]] = []
 
     async def __call__(self, **overrides: Any) -> running.Runtime:
-        options = running.Options(
+        options = operator_options.Options(
             server=self.api.url,
             health_probe_bind_address="127.0.0.1:0",
             metrics_bind_address="127.0.0.1:0",

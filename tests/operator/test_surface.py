@@ -10,7 +10,7 @@ import kopf
 import pytest
 
 import dap.operator
-from dap.operator import caches, errors, handlers, metrics, reconciling, reporting, running
+from dap.operator import caches, errors, handlers, metrics, options, reconciling, reporting, running
 
 
 def test_public_names_are_deliberate() -> None:
@@ -104,21 +104,21 @@ async def test_workspace_concurrency_bounds_reconciles(limit: int) -> None:
     ("options", "scope"),
     [
         pytest.param(
-            running.Options(), {"clusterwide": True, "namespaces": [], "standalone": True}, id="all"
+            options.Options(), {"clusterwide": True, "namespaces": [], "standalone": True}, id="all"
         ),
         pytest.param(
-            running.Options(namespace="tenants"),
+            options.Options(namespace="tenants"),
             {"clusterwide": False, "namespaces": ["tenants"], "standalone": True},
             id="one-namespace",
         ),
         pytest.param(
-            running.Options(leader_elect=True),
+            options.Options(leader_elect=True),
             {"clusterwide": True, "namespaces": [], "standalone": False},
             id="peering",
         ),
     ],
 )
-def test_kopf_scope(options: running.Options, scope: dict[str, Any]) -> None:
+def test_kopf_scope(options: options.Options, scope: dict[str, Any]) -> None:
     # Namespaced mode is not run on kmock 0.8: its path parser fails on GET /api/v1/namespaces,
     # which kopf's namespace observer needs in that mode. e2e-kind runs the real thing.
     assert running.kopf_scope(options) == scope

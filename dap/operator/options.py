@@ -1,0 +1,35 @@
+"""The options of one operator instance, kept apart so that the kopf handlers can name them
+without importing the runtime that registers those handlers."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+
+from dap.operator import reporting
+
+DEFAULT_RESOURCE_IMAGE = "ghcr.io/dap-platform/dap:0.1.0"
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """The options of ``dap operator`` (spec: "Process options: Operator"), plus test hooks."""
+
+    control_cluster_url: str = ""
+    leader_elect: bool = False
+    metrics_bind_address: str = ":8443"
+    health_probe_bind_address: str = ":8081"
+    workspace_concurrency: int = 10
+    namespace: str = ""
+    resource_image: str = DEFAULT_RESOURCE_IMAGE
+    insecure_skip_signature_verify: bool = False
+    cluster_name: str = "default"
+    node_name: str = dataclasses.field(
+        default_factory=lambda: os.environ.get("NODE_NAME") or socket.gethostname()
+    )
+    report_interval: float = reporting.NODE_HEALTH_INTERVAL
+    keys_refresh_interval: float = 60.0
+    watch_server_timeout: int = 300
+    # Test and benchmark hook: talk to this API server URL without credentials (kmock).
+    server: str = ""
