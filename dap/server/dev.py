@@ -19,8 +19,10 @@ from pathlib import Path
 import click
 
 from dap import embedded, logs
-from dap.server import app, cli, db, errors, options, state, workspaces
+from dap.server import cli, errors, options, state
 from dap.server.catalog import Catalog
+from dap.server.storage import db, workspaces
+from dap.server.web import app
 
 
 @click.command()

@@ -16,7 +16,9 @@ import asyncpg
 from aiohttp import web
 
 if TYPE_CHECKING:
-    from dap.server import auth, caching, catalog, metrics, options, workspaces
+    from dap.server import catalog, metrics, options
+    from dap.server.access import auth
+    from dap.server.storage import caching, workspaces
 
 
 @dataclass

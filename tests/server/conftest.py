@@ -18,8 +18,9 @@ import jwt
 import pytest
 
 from dap import config
-from dap.server import app, options
+from dap.server import options
 from dap.server.catalog import Catalog
+from dap.server.web import app
 from tests.conftest import new_database
 
 SECRET = "test-secret-of-at-least-thirty-two-bytes!"

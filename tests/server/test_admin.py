@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncpg
 
-from dap.server import state, workspaces
+from dap.server import state
+from dap.server.storage import workspaces
 
 from .conftest import ADMIN, fresh_database_async, running
 
@@ -117,7 +118,8 @@ async def test_graceful_stop_finishes_in_flight_requests(pg_dsn: str) -> None:
     import aiohttp
     from aiohttp import web
 
-    from dap.server import app, state
+    from dap.server import state
+    from dap.server.web import app
 
     from .conftest import load, serve_options
 

@@ -12,7 +12,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from dap.server import auth, errors
+from dap.server import errors
+from dap.server.access import auth
 
 from .conftest import ISSUER, SECRET, token
 

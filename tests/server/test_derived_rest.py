@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from dap.server import filling, state
+from dap.server import state
+from dap.server.documents import filling
 
 from .conftest import Running, load, running
 

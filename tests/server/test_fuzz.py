@@ -13,8 +13,9 @@ import pytest_asyncio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dap.server import errors, filters
+from dap.server import errors
 from dap.server.catalog import Catalog
+from dap.server.web import filters
 
 from .conftest import Running, load, running
 

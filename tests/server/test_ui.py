@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dap.server import accounts
+from dap.server.access import accounts
 
 from .conftest import SECRET, Running, running
 
@@ -147,7 +147,8 @@ async def test_openapi_describes_exactly_what_is_exposed(pg_dsn: str) -> None:
 
 
 async def test_spec_swap_replaces_routes_atomically(pg_dsn: str) -> None:
-    from dap.server import app, state
+    from dap.server import state
+    from dap.server.web import app
 
     from .conftest import SHOP, load
 
