@@ -1,6 +1,6 @@
 """Typed application state shared by the handlers: the ``web.AppKey`` of every shared object.
 
-One module holds the keys so that handlers, the admin listener and the assembly in ``app.py``
+One module holds the keys so that handlers, the admin listener and the assembly in ``web.app``
 agree on them without importing each other. The loaded spec is held through a
 :class:`SpecHolder`: handlers read ``holder.current`` once per request, and a later swap (the
 resource pod loading a new artifact) replaces that one reference atomically.

@@ -11,7 +11,7 @@ cancelled document is a record of what was; a correction is a new document). The
 - update only in draft (``UPDATE_NOT_DRAFT``, ``web.rest``); delete only in draft (``DELETE_NOT_DRAFT``);
 - submit only from draft (``ALREADY_SUBMITTED`` twice, ``SUBMIT_NOT_DRAFT`` when cancelled);
 - cancel only from submitted (``CANCEL_NOT_SUBMITTED`` from draft, ``ALREADY_CANCELLED`` twice);
-- references (``references.py``): no cancel while a submitted document refers to it, no submit
+- references (``references``): no cancel while a submitted document refers to it, no submit
   while it refers to a cancelled document, no delete while restricting relations or settled
   documents refer to it.
 

@@ -1,9 +1,9 @@
-"""The write half of the REST handlers: body validation, column split, relations, children,
+"""The steps of a write around its SQL: body validation, column split, relations, children,
 ``on_delete`` effects, and the translation of Postgres refusals into client errors.
 
-Each step runs inside the handler's transaction (rest.py, documents.py). There are no foreign
-keys (tables stay distributable by tenant, see docs/decisions/server.md), so relations are checked
-and ``on_delete`` effects applied here, in the same transaction as the write.
+Each step runs inside the handler's transaction (``web.rest``, ``documents.lifecycle``). There
+are no foreign keys (tables stay distributable by tenant, see docs/decisions/server.md), so
+relations are checked and ``on_delete`` effects applied here, in the same transaction as the write.
 """
 
 from __future__ import annotations
