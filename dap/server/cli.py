@@ -209,9 +209,7 @@ def migrate(spec: str, dsn: str | None, log_level: str, dry_run: bool) -> None:
     """Print the schema migration plan and apply it, destructive steps included when declared."""
     logs.configure(log_level)
     try:
-        if not dsn:
-            raise errors.BootRefused("no --dsn given: a postgresql:// DSN is required (or DAP_DSN)")
-        options.check(dsn=dsn, jwt_secret="unused", cors_origins=("http://unused",))  # DSN rules only
+        dsn = options.check_dsn(dsn)
         catalog = load_catalog(Path(spec))
         asyncio.run(_migrate(dsn, catalog, dry_run=dry_run))
     except errors.ServerError as exc:

@@ -223,13 +223,16 @@ class Running:
     def auth(self, workspace: str | None = None, **kw: Any) -> dict[str, str]:
         return {"Authorization": f"Bearer {token(workspace=workspace, **kw)}"}
 
-    async def register(self, slug: str, name: str = "") -> None:
+    async def register(self, slug: str, name: str = "") -> dict[str, Any]:
+        """Register ``slug`` on the admin listener; its answer (with the setup code while open)."""
         async with self.http.post(
             f"{self.admin}/workspaces",
             json={"slug": slug, "name": name or slug},
             headers={"Authorization": f"Bearer {ADMIN}"},
         ) as resp:
             assert resp.status == 201, await resp.text()
+            answer: dict[str, Any] = await resp.json()
+            return answer
 
 
 @contextlib.asynccontextmanager

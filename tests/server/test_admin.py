@@ -23,7 +23,15 @@ async def test_workspace_registry_endpoints(pg_dsn: str) -> None:
             f"{admin}/workspaces", json={"slug": "new-one", "name": "New"}, headers=BEARER
         ) as resp:
             assert resp.status == 201
-            assert await resp.json() == {"slug": "new-one", "created": True, "name": "New"}
+            answer = await resp.json()
+            code = answer.pop("setup_code")
+            assert answer == {
+                "slug": "new-one",
+                "created": True,
+                "name": "New",
+                "setup_code_expires_in": 86400,
+            }
+            assert len(code) >= 24  # 18 random bytes, base64url
         # usable at once: meta answers 200 right after registering
         async with srv.http.get(f"{srv.api}/new-one/_ui/_meta/apps") as resp:
             assert resp.status == 200

@@ -85,6 +85,25 @@ def test_valid_token_gives_the_principal() -> None:
         pytest.param(lambda: token(roles="admin"), "SVC.AUTH.INVALID_TOKEN", id="roles-not-list"),
         pytest.param(lambda: "not.a.token", "SVC.AUTH.INVALID_TOKEN", id="garbage"),
         pytest.param(lambda: token()[:-4] + "AAAA", "SVC.AUTH.INVALID_TOKEN", id="tampered-signature"),
+        pytest.param(lambda: token(sub=""), "SVC.AUTH.INVALID_TOKEN", id="empty-sub"),
+        pytest.param(lambda: token(sub="   "), "SVC.AUTH.INVALID_TOKEN", id="blank-sub"),
+        pytest.param(lambda: token(username=""), "SVC.AUTH.INVALID_TOKEN", id="empty-username"),
+        pytest.param(lambda: token(sub=7), "SVC.AUTH.INVALID_TOKEN", id="numeric-sub"),
+        pytest.param(
+            lambda: jwt.encode({**_claims(), "exp": "9999999999"}, SECRET, algorithm="HS256"),
+            "SVC.AUTH.INVALID_TOKEN",
+            id="exp-as-string",
+        ),
+        pytest.param(
+            lambda: jwt.encode({**_claims(), "exp": True}, SECRET, algorithm="HS256"),
+            "SVC.AUTH.INVALID_TOKEN",
+            id="exp-as-bool",
+        ),
+        pytest.param(
+            lambda: jwt.encode({**_claims(), "nbf": int(time.time()) + 600}, SECRET, algorithm="HS256"),
+            "SVC.AUTH.INVALID_TOKEN",
+            id="not-yet-valid",
+        ),
     ],
 )
 def test_hs256_attacks_are_refused(make: Any, code: str) -> None:
@@ -92,6 +111,15 @@ def test_hs256_attacks_are_refused(make: Any, code: str) -> None:
         HS.verify(make(), workspace="acme")
     assert caught.value.code == code
     assert caught.value.status == 401
+
+
+@pytest.mark.parametrize("garbage", ["not.a.token", "\xff\xfe.\xff.\xff", "a" * 40, "e30.e30.e30"])
+def test_a_malformed_token_is_named_without_the_decoders_internals(garbage: str) -> None:
+    with pytest.raises(errors.Unauthorized) as caught:
+        HS.verify(garbage, workspace="acme")
+    message = str(caught.value)
+    assert "codec" not in message and "byte" not in message and "padding" not in message
+    assert caught.value.code == "SVC.AUTH.INVALID_TOKEN"
 
 
 def test_rs256_and_algorithm_confusion(rsa_key: rsa.RSAPrivateKey) -> None:

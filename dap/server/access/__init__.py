@@ -7,7 +7,8 @@ the modules in ``__all__`` (``from dap.server.access import guards``); the pure 
 ``guards`` are inner modules (tests reach them directly)::
 
     auth         JWT verification and issuing; the Principal of a request
-    accounts     workspace users at rest (``dap.users``) and password hashing
+    accounts     workspace users at rest (``dap.users``), password hashing, setup codes
+    throttling   rate limits counted in Postgres across processes (login, setup; actions next)
     guards       the access checks of one request; the one lookup of a record by id
     (inner)      permissions: may this caller use this permission (under the catalog's Grants);
                  scoping: which records a caller may see and write; txdates: the backdate policy
@@ -15,4 +16,4 @@ the modules in ``__all__`` (``from dap.server.access import guards``); the pure 
 Modules load on first import (none is imported here): the boot path needs ``accounts`` only.
 """
 
-__all__ = ["accounts", "auth", "guards"]
+__all__ = ["accounts", "auth", "guards", "throttling"]

@@ -94,7 +94,13 @@ class JwtVerifier:
                 self._key,
                 algorithms=[self.algorithm],
                 issuer=self.issuer,
-                options={"require": ["exp", "iss", "sub"]},
+                # the time claims are checked in _required_claims, after their types
+                options={
+                    "require": ["exp", "iss", "sub"],
+                    "verify_exp": False,
+                    "verify_iat": False,
+                    "verify_nbf": False,
+                },
             )
         except jwt.ExpiredSignatureError as exc:
             raise errors.Unauthorized("the token has expired", code="SVC.AUTH.TOKEN_EXPIRED") from exc
@@ -102,28 +108,28 @@ class JwtVerifier:
             raise errors.Unauthorized(
                 "the token's issuer is not accepted", code="SVC.AUTH.BAD_ISSUER"
             ) from exc
+        except jwt.InvalidSignatureError as exc:
+            raise _invalid("the token's signature does not verify with this server's key") from exc
+        except jwt.MissingRequiredClaimError as exc:
+            raise _invalid(f"the token lacks the claim {exc.claim!r}") from exc
+        except jwt.DecodeError as exc:  # the decoder's own words name bytes and codecs: say what it is
+            raise _invalid("the token is malformed: expected a JWT (three base64url parts)") from exc
         except jwt.PyJWTError as exc:
-            raise errors.Unauthorized(f"invalid token: {exc}", code="SVC.AUTH.INVALID_TOKEN") from exc
+            raise _invalid(f"invalid token: {exc}") from exc
+        sub, username, exp = _required_claims(claims)
         claimed_ws = claims.get("workspace")
         if claimed_ws is not None and not isinstance(claimed_ws, str):
-            raise errors.Unauthorized("claim 'workspace' must be a string", code="SVC.AUTH.INVALID_TOKEN")
+            raise _invalid("claim 'workspace' must be a string")
         roles = claims.get("roles", [])
         attrs = claims.get("attrs", {})
         if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
-            raise errors.Unauthorized(
-                "claim 'roles' must be a list of strings", code="SVC.AUTH.INVALID_TOKEN"
-            )
+            raise _invalid("claim 'roles' must be a list of strings")
         if not isinstance(attrs, dict):
-            raise errors.Unauthorized("claim 'attrs' must be an object", code="SVC.AUTH.INVALID_TOKEN")
-        sub = str(claims["sub"])
+            raise _invalid("claim 'attrs' must be an object")
         principal = Principal(
-            sub=sub,
-            username=str(claims.get("username", sub)),
-            roles=tuple(roles),
-            workspace=claimed_ws,
-            attrs=attrs,
+            sub=sub, username=username, roles=tuple(roles), workspace=claimed_ws, attrs=attrs
         )
-        return principal, float(claims["exp"])
+        return principal, exp
 
     def issue(
         self,
@@ -153,6 +159,37 @@ class JwtVerifier:
             "exp": now + ttl,
         }
         return jwt.encode(claims, self._secret, algorithm="HS256")
+
+
+def _invalid(message: str) -> errors.Unauthorized:
+    return errors.Unauthorized(message, code="SVC.AUTH.INVALID_TOKEN")
+
+
+def _numeric(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _required_claims(claims: dict[str, Any]) -> tuple[str, str, float]:
+    """``sub``, ``username`` and ``exp`` as RFC 7519 types them, or ``Unauthorized``.
+
+    PyJWT converts ``exp`` with ``int()``, so a string date such as ``"9999999999"`` would pass its
+    check; an empty ``sub`` would make every such token the same caller. Both are refused here.
+    """
+    sub = claims.get("sub")
+    if not isinstance(sub, str) or not sub.strip():
+        raise _invalid("claim 'sub' must be a non-empty string")
+    username = claims.get("username", sub)
+    if not isinstance(username, str) or not username.strip():
+        raise _invalid("claim 'username' must be a non-empty string")
+    for name in ("exp", "iat", "nbf"):
+        if name in claims and not _numeric(claims[name]):
+            raise _invalid(f"claim {name!r} must be a NumericDate (seconds since the epoch, a number)")
+    now = time.time()
+    if claims["exp"] <= now:
+        raise errors.Unauthorized("the token has expired", code="SVC.AUTH.TOKEN_EXPIRED")
+    if "nbf" in claims and claims["nbf"] > now:
+        raise _invalid("the token is not valid yet (nbf is in the future)")
+    return sub, username, float(claims["exp"])
 
 
 def bearer_token(header: str | None) -> str:

@@ -124,7 +124,7 @@ def table_from_json(data: Mapping[str, Any]) -> Table:
 
 # --- type changes ---------------------------------------------------------------------------
 
-_NUMERIC = re.compile(r"^numeric(?:\((\d+),(\d+)\))?$")
+_NUMERIC = re.compile(r"numeric(?:\((\d+),(\d+)\))?")
 _WIDENINGS = {
     ("bigint", "double precision"),
     ("date", "timestamptz"),
@@ -139,7 +139,7 @@ def is_widening(old: str, new: str) -> bool:
         return True
     if (old, new) in _WIDENINGS:
         return True
-    old_num, new_num = _NUMERIC.match(old), _NUMERIC.match(new)
+    old_num, new_num = _NUMERIC.fullmatch(old), _NUMERIC.fullmatch(new)
     if new_num is not None and (old_num is not None or old in ("bigint", "integer", "smallint")):
         if new_num.group(1) is None:  # unbounded numeric holds everything
             return True

@@ -42,6 +42,27 @@ def check_text(value: str) -> None:
         raise InvalidValueError("must be valid Unicode text") from exc
 
 
+# A btree index entry holds at most about 2700 bytes; 500 characters of UTF-8 (at most 4 bytes
+# each) always fit beside the tenant id. Unindexed short strings get a generous default bound so
+# that a careless client cannot store megabytes in a ``string`` field; ``text`` is bounded only by
+# the body size.
+INDEXED_STRING_MAX = 500
+STRING_MAX = 10_000
+
+
+def text_limit(f: Field) -> int | None:
+    """The most characters a value of ``f`` may have before its declared rules run.
+
+    An indexed field is bounded by what the index can hold, whatever it declares. A ``string``
+    field that declares a ``max_length`` rule is bounded by that rule (with its own message).
+    """
+    if f.index or f.unique:
+        return INDEXED_STRING_MAX
+    if f.type is FieldType.STRING and not any(r.rule == "max_length" for r in f.rules):
+        return STRING_MAX
+    return None
+
+
 def allowed_values(f: Field) -> tuple[Any, ...]:
     if f.options:
         return tuple(o.value for o in f.options)
@@ -89,6 +110,10 @@ def _one(f: Field, value: Any) -> Any:
         if not isinstance(value, str):
             raise InvalidValueError("expected a string")
         check_text(value)
+        limit = text_limit(f)
+        if limit is not None and len(value) > limit:
+            why = " (the field is indexed)" if f.index or f.unique else ""
+            raise InvalidValueError(f"at most {limit} characters{why}, got {len(value)}")
         choices = allowed_values(f)
         if choices and value not in choices:
             raise InvalidValueError(f"must be one of {', '.join(map(str, choices))}")
@@ -285,8 +310,8 @@ def coerce_row(
         if partial and f.immutable:
             problems.append((key, "is immutable and cannot be changed after create"))
             continue
-        if value is None and f.required:
-            problems.append((key, "is required"))
+        if f.required and (value is None or (isinstance(value, str) and not value.strip())):
+            problems.append((key, "is required" if value is None else "is required and must not be blank"))
             continue
         try:
             out[key] = coerce(f, value, child_fields=(children or {}).get(key, ()))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -23,9 +24,9 @@ import asyncpg
 
 from dap.config import names
 from dap.server import errors
-from dap.server.storage import db
+from dap.server.storage import db, tables
 
-SLUG = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+SLUG = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 MAX_SLUG = 63
 
 DDL = """
@@ -59,7 +60,7 @@ class Workspace:
 
 def check_slug(slug: str) -> None:
     """Raise ``ValidationFailed`` unless ``slug`` is kebab-case and not a reserved segment."""
-    if not SLUG.match(slug) or len(slug) > MAX_SLUG:
+    if not SLUG.fullmatch(slug) or len(slug) > MAX_SLUG:
         raise errors.ValidationFailed(
             f"slug {slug!r} must be kebab-case (a-z, 0-9, single dashes), at most {MAX_SLUG} characters",
             code="SVC.WORKSPACE.INVALID_SLUG",
@@ -145,7 +146,7 @@ class Registry:
         now = time.monotonic()
         if cached is not None and now - cached[0] < self._ttl:
             return cached[1]
-        if not SLUG.match(slug) or slug in names.RESERVED_SLUGS:
+        if not SLUG.fullmatch(slug) or slug in names.RESERVED_SLUGS:
             raise errors.NotFound(f"no workspace {slug!r}", code="SVC.WORKSPACE.NOT_FOUND")
         async with self._pool.acquire() as conn:
             workspace = await find(conn, slug)
@@ -158,3 +159,13 @@ class Registry:
     def forget(self, slug: str) -> None:
         """Drop ``slug`` from the cache (after this process unregistered or renamed it)."""
         self._hits.pop(slug, None)
+
+
+async def has_rows(conn: db.Connection, table_names: Sequence[str], tenant: uuid.UUID) -> bool:
+    """Whether any of the tables holds a row of ``tenant`` (one statement, stops at the first)."""
+    if not table_names:
+        return False
+    probes = " OR ".join(
+        f"EXISTS (SELECT 1 FROM {tables.quote(t)} WHERE tenant_id = $1)" for t in table_names
+    )
+    return bool(await conn.fetchval(f"SELECT {probes}", tenant))

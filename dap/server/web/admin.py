@@ -4,23 +4,27 @@ It binds to loopback by default (``--metrics-addr``, empty = off) and is a separ
 application so that nothing of the tenant-facing API is reachable here and vice versa. Without
 ``--admin-secret`` the ``/workspaces`` routes are not mounted at all (404, not 401); with it,
 every ``/workspaces`` request, reads included, needs ``Authorization: Bearer <secret>``, compared
-in constant time.
+in constant time. Registering answers the workspace's one-time first-admin setup code while its
+setup is still open (no user, no data); ``POST /workspaces/{slug}/setup-code`` replaces it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 import logging
+import uuid
 from datetime import UTC, datetime
+from typing import Any
 
 import asyncpg
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from dap.server import errors, metrics, state
-from dap.server.storage import workspaces
+from dap.server.access import accounts
+from dap.server.storage import db, workspaces
+from dap.server.web import requests
 
 log = logging.getLogger(__name__)
 HEALTH_TIMEOUT = 2.0
@@ -87,10 +91,7 @@ async def _list(request: web.Request) -> web.Response:
 
 async def _register(request: web.Request) -> web.Response:
     _check_bearer(request)
-    try:
-        body = json.loads(await request.read() or b"null")
-    except ValueError as exc:
-        raise errors.BadRequest("the body is not valid JSON", code="SVC.REQUEST.MALFORMED_JSON") from exc
+    body = await requests.read_json(request)
     if not isinstance(body, dict) or not isinstance(body.get("slug"), str):
         raise errors.ValidationFailed(
             "expected {slug: string, name: string}", errors=[errors.FieldProblem("slug", "required string")]
@@ -99,11 +100,40 @@ async def _register(request: web.Request) -> web.Response:
     name = body.get("name") or slug
     if not isinstance(name, str):
         raise errors.ValidationFailed("name must be a string", errors=[errors.FieldProblem("name", "string")])
-    async with request.app[state.POOL].acquire() as conn:
+    async with request.app[state.POOL].acquire() as conn, conn.transaction():
         workspace, created = await workspaces.register(conn, slug, name)
+        code = await _setup_code(request, conn, workspace.tenant_id)
     request.app[state.REGISTRY].forget(slug)
     log.info("workspace registered", extra={"ctx": {"workspace": slug, "created": created}})
-    return web.json_response({"slug": workspace.slug, "created": created, "name": workspace.name}, status=201)
+    answer: dict[str, Any] = {"slug": workspace.slug, "created": created, "name": workspace.name}
+    if code is not None:  # only while the first admin can still be set up
+        answer |= {"setup_code": code, "setup_code_expires_in": accounts.SETUP_CODE_TTL}
+    return web.json_response(answer, status=201)
+
+
+async def _setup_code(request: web.Request, conn: db.Connection, tenant: uuid.UUID) -> str | None:
+    """A fresh first-admin setup code, or ``None`` once the workspace has a user or data."""
+    tables = [t.name for t in request.app[state.SPEC].current.tables if t.kind == "entity"]
+    if await accounts.has_users(conn, tenant) or await workspaces.has_rows(conn, tables, tenant):
+        await accounts.close_setup(conn, tenant)
+        return None
+    return await accounts.issue_setup_code(conn, tenant)
+
+
+async def _new_setup_code(request: web.Request) -> web.Response:
+    """``POST /workspaces/{slug}/setup-code``: replace the workspace's setup code (the old one dies)."""
+    _check_bearer(request)
+    slug = request.match_info["slug"]
+    workspace = await request.app[state.REGISTRY].resolve(slug)
+    async with request.app[state.POOL].acquire() as conn, conn.transaction():
+        code = await _setup_code(request, conn, workspace.tenant_id)
+    if code is None:
+        raise errors.Conflict(
+            f"workspace {slug!r} already has a user or data, so its setup is closed", code="SVC.SETUP.CLOSED"
+        )
+    return web.json_response(
+        {"slug": slug, "setup_code": code, "setup_code_expires_in": accounts.SETUP_CODE_TTL}, status=201
+    )
 
 
 async def _unregister(request: web.Request) -> web.Response:
@@ -125,6 +155,7 @@ def build(main: web.Application) -> web.Application:
     app[state.REGISTRY] = main[state.REGISTRY]
     app[state.METRICS] = main[state.METRICS]
     app[state.OPTIONS] = main[state.OPTIONS]
+    app[state.SPEC] = main[state.SPEC]  # the same holder: a swap shows up here
     app[state.HEALTH_CHECKS] = main[state.HEALTH_CHECKS]  # the same list: appends show up here
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/health", _health)
@@ -132,4 +163,5 @@ def build(main: web.Application) -> web.Application:
         app.router.add_get("/workspaces", _list)
         app.router.add_post("/workspaces", _register)
         app.router.add_delete("/workspaces/{slug}", _unregister)
+        app.router.add_post("/workspaces/{slug}/setup-code", _new_setup_code)
     return app

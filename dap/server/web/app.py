@@ -28,10 +28,10 @@ from dap.server import booting, errors, metrics, options, state
 from dap.server.access import auth
 from dap.server.catalog import Catalog
 from dap.server.storage import caching, workspaces
-from dap.server.web import admin, moves, openapi, rest, trails, ui_meta, users
+from dap.server.web import admin, moves, openapi, protocol, rest, trails, ui_meta, users
 
 log = logging.getLogger(__name__)
-_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 PREFLIGHT_MAX_AGE = "600"
 CORS_ALLOW_HEADERS = "Authorization, Content-Type, If-Match, X-Request-Id"
 CORS_EXPOSE_HEADERS = "ETag, Location, X-Request-Id"
@@ -72,7 +72,7 @@ def _middleware(opts: options.ServeOptions, meter: metrics.Metrics) -> Middlewar
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         started = time.perf_counter()
         given = request.headers.get("X-Request-Id", "")
-        request_id = given if _REQUEST_ID.match(given) else uuid.uuid4().hex
+        request_id = given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
         request[state.REQUEST_ID] = request_id
         origin = request.headers.get("Origin")
         response: web.StreamResponse
@@ -206,14 +206,14 @@ class Server:
 
     async def start(self) -> None:
         context = tls_context(self.opts)
-        main = web.AppRunner(self.app, access_log=None, shutdown_timeout=self.shutdown_timeout)
+        main = protocol.AppRunner(self.app, access_log=None, shutdown_timeout=self.shutdown_timeout)
         await main.setup()
         self._runners.append(main)
         site = web.TCPSite(main, self.opts.addr.host, self.opts.addr.port, ssl_context=context)
         await site.start()
         self.urls["api"] = _url(main, "https" if context else "http")
         if self.opts.metrics_addr is not None:
-            admin_runner = web.AppRunner(admin.build(self.app), access_log=None, shutdown_timeout=5.0)
+            admin_runner = protocol.AppRunner(admin.build(self.app), access_log=None, shutdown_timeout=5.0)
             await admin_runner.setup()
             self._runners.append(admin_runner)
             admin_site = web.TCPSite(admin_runner, self.opts.metrics_addr.host, self.opts.metrics_addr.port)

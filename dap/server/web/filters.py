@@ -23,8 +23,9 @@ from dap.server.storage import queries, records, tables
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
+MAX_OFFSET = 2**63 - 1  # Postgres' OFFSET is a bigint: a larger one is a client error, not a 500
 RESERVED_PARAMS = frozenset({"sort", "limit", "offset", "count", "fields"})
-_PARAM = re.compile(r"^([a-z][a-z0-9_]*)(?:\[([a-z]+)\])?$")
+_PARAM = re.compile(r"([a-z][a-z0-9_]*)(?:\[([a-z]+)\])?")
 _SCALAR_ONLY = frozenset(
     {FilterOp.GT, FilterOp.GTE, FilterOp.LT, FilterOp.LTE, FilterOp.BETWEEN, FilterOp.LIKE, FilterOp.ILIKE}
 )
@@ -122,15 +123,16 @@ def _sort(resource: Resource, raw: str) -> tuple[queries.SortKey, ...]:
     return tuple(keys)
 
 
-def _int(param: str, raw: str, *, low: int, high: int | None = None) -> int:
+def integer(param: str, raw: str, *, low: int, high: int) -> int:
+    """A bounded integer query parameter (``limit``, ``offset``), or 400 naming it."""
+    if not raw.strip().isascii():
+        raise _bad(param, "expected an integer")
     try:
         value = int(raw)
     except ValueError as exc:
         raise _bad(param, "expected an integer") from exc
-    if value < low or (high is not None and value > high):
-        raise _bad(
-            param, f"must be between {low} and {high}" if high is not None else f"must be at least {low}"
-        )
+    if not low <= value <= high:
+        raise _bad(param, f"must be between {low} and {high}")
     return value
 
 
@@ -144,9 +146,9 @@ def parse(resource: Resource, params: Iterable[tuple[str, str]]) -> queries.List
         if param == "sort":
             sort = _sort(resource, raw)
         elif param == "limit":
-            limit = _int(param, raw, low=1, high=MAX_LIMIT)
+            limit = integer(param, raw, low=1, high=MAX_LIMIT)
         elif param == "offset":
-            offset = _int(param, raw, low=0)
+            offset = integer(param, raw, low=0, high=MAX_OFFSET)
         elif param == "count":
             if raw not in ("true", "false", "1", "0", ""):
                 raise _bad(param, "expected true or false")
@@ -162,7 +164,7 @@ def parse(resource: Resource, params: Iterable[tuple[str, str]]) -> queries.List
                 raise _bad(param, f"unknown field(s): {', '.join(unknown)}" if unknown else "empty")
             fields = names
         else:
-            match = _PARAM.match(param)
+            match = _PARAM.fullmatch(param)
             if match is None:
                 raise _bad(param, "expected field or field[op]")
             conditions.append(_condition(resource, param, match.group(1), match.group(2), raw))

@@ -36,7 +36,11 @@ async def record_action(request: web.Request) -> web.Response:
     if declared is not None and declared.disabled:
         raise errors.NotFound(f"{resource.key} has disabled {action!r}", code="SVC.ACTION.NOT_FOUND")
     if not lifecycle.move_open(resource, action):
-        raise errors.MethodNotAllowed(f"{resource.key} does not expose update", code="SVC.ACTION.NOT_EXPOSED")
+        raise errors.MethodNotAllowed(
+            f"{resource.key} does not expose update, so {action} is closed",
+            code="SVC.ACTION.NOT_EXPOSED",
+            allow=[],
+        )
     record_id = requests.parse_record_id(request)
     expected = requests.if_match(request)
     tenant = workspace.tenant_id

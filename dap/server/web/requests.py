@@ -62,29 +62,78 @@ def reply(data: Any, *, status: int = 200, headers: Mapping[str, str] | None = N
     )
 
 
-async def read_body(request: web.Request) -> dict[str, Any]:
+MAX_JSON_DEPTH = 64  # deeper bodies are refused before anything recurses over them
+_JSON_TYPES = ("application/json",)
+
+
+def _too_deep(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests objects and arrays deeper than ``limit`` (iterative: no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
+async def read_json(request: web.Request, *, exact_numbers: bool = False) -> dict[str, Any]:
+    """The JSON object of a request body, or a 4xx problem: 415 when it is not JSON, 400 when malformed.
+
+    Every JSON endpoint reads its body here. ``exact_numbers`` parses numbers with a fraction as
+    ``Decimal`` (money must not pass through a float).
+    """
     raw = await request.read()  # aiohttp raises 413 past client_max_size
+    media = request.content_type  # aiohttp answers application/octet-stream when none is sent
+    if raw and not (media in _JSON_TYPES or (media.startswith("application/") and media.endswith("+json"))):
+        raise errors.UnsupportedMediaType(
+            f"the body must be JSON sent as Content-Type: application/json, not {media}"
+        )
+    too_deep = errors.BadRequest(
+        f"the body nests objects and arrays deeper than {MAX_JSON_DEPTH} levels", code="SVC.REQUEST.TOO_DEEP"
+    )
     try:
-        body = json.loads(raw, parse_float=Decimal) if raw else None
+        body = json.loads(raw, parse_float=Decimal if exact_numbers else float) if raw else None
     except (ValueError, UnicodeDecodeError) as exc:
         raise errors.BadRequest(
             f"the body is not valid JSON: {exc}", code="SVC.REQUEST.MALFORMED_JSON"
         ) from exc
+    except RecursionError as exc:
+        raise too_deep from exc
+    if _too_deep(body, MAX_JSON_DEPTH):
+        raise too_deep
     if not isinstance(body, dict):
         raise errors.BadRequest("the body must be a JSON object", code="SVC.REQUEST.MALFORMED_JSON")
     return body
 
 
+async def read_body(request: web.Request) -> dict[str, Any]:
+    """The JSON object of a record's body (numbers with a fraction as ``Decimal``)."""
+    return await read_json(request, exact_numbers=True)
+
+
 def if_match(request: web.Request) -> int | None:
+    """The version ``If-Match`` names, ``None`` without the header or for ``*`` (any version).
+
+    RFC 9110 13.1.1: If-Match compares strongly, and a weak validator (``W/"3"``) never matches
+    strongly, so it fails the precondition (412) instead of being read as a version.
+    """
     header = request.headers.get("If-Match")
-    if header is None:
+    if header is None or header.strip() == "*":
         return None
-    value = header.strip().removeprefix("W/").strip('"')
-    if not value.isdigit():
+    value = header.strip()
+    if value.startswith("W/"):
+        raise errors.PreconditionFailed(
+            'If-Match compares strongly and a weak validator never matches: send If-Match: "3"',
+            code="SVC.REQUEST.IF_MATCH_WEAK",
+        )
+    version = value[1:-1] if len(value) >= 2 and value[0] == value[-1] == '"' else ""
+    if not version.isdigit() or not version.isascii():
         raise errors.BadRequest(
             'If-Match must be a version in quotes, e.g. If-Match: "3"', code="SVC.REQUEST.IF_MATCH"
         )
-    return int(value)
+    return int(version)
 
 
 def write_of(

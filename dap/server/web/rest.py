@@ -45,7 +45,7 @@ def _resource(
         raise errors.MethodNotAllowed(
             f"{resource.key} does not expose {action}",
             code="SVC.ACTION.NOT_EXPOSED",
-            headers={"Allow": ", ".join(allowed)},
+            allow=allowed,
         )
     return resource
 

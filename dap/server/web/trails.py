@@ -15,28 +15,19 @@ from aiohttp import web
 from dap.server import errors, state
 from dap.server.access import guards
 from dap.server.documents import auditing
-from dap.server.web import requests
+from dap.server.web import filters, requests
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
 
 
 def _page(request: web.Request) -> tuple[int, int]:
-    out = []
-    for name, default, top in (("limit", DEFAULT_LIMIT, MAX_LIMIT), ("offset", 0, None)):
-        text = request.query.get(name)
-        if text is None:
-            out.append(default)
-            continue
-        if not text.isdigit() or (top is not None and not 1 <= int(text) <= top):
-            bound = f"an integer from 1 to {top}" if top is not None else "a non-negative integer"
-            raise errors.BadRequest(
-                f"{name} must be {bound}",
-                code="SVC.QUERY.INVALID",
-                errors=[errors.FieldProblem(name, f"must be {bound}")],
-            )
-        out.append(int(text))
-    return out[0], out[1]
+    """``limit`` and ``offset`` of the trail, bounded as a list's are."""
+    limit, offset = request.query.get("limit"), request.query.get("offset")
+    return (
+        DEFAULT_LIMIT if limit is None else filters.integer("limit", limit, low=1, high=MAX_LIMIT),
+        0 if offset is None else filters.integer("offset", offset, low=0, high=filters.MAX_OFFSET),
+    )
 
 
 async def trail_handler(request: web.Request) -> web.Response:
