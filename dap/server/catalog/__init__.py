@@ -17,6 +17,6 @@ reads a request, so access, documents and web all name ``Catalog`` and ``Resourc
 from __future__ import annotations
 
 from dap.server.catalog import checking, grants, plans
-from dap.server.catalog.resources import Catalog, Referrer, Resource, Slot
+from dap.server.catalog.resources import Catalog, Referrer, RelationSlot, Resource, Slot
 
-__all__ = ["Catalog", "Referrer", "Resource", "Slot", "checking", "grants", "plans"]
+__all__ = ["Catalog", "Referrer", "RelationSlot", "Resource", "Slot", "checking", "grants", "plans"]

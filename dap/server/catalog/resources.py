@@ -53,6 +53,17 @@ class Referrer:
 
 
 @dataclass(frozen=True)
+class RelationSlot:
+    """Where a write may carry ids of another entity's records, checked before it is stored."""
+
+    kind: str  # "record" (a field of the record), "child" (a field of each child row), "ext"
+    container: str  # the child field or extension namespace holding ``field`` ("" for the record)
+    field: str
+    target: str  # the target entity's main table
+    multiple: bool = False
+
+
+@dataclass(frozen=True)
 class Resource:
     """One entity reachable over REST: its declaration, table, child tables and opted-in actions."""
 
@@ -67,6 +78,7 @@ class Resource:
     fields: Mapping[str, Field] = field(default_factory=dict)  # REST-visible, stored or child
     slots: tuple[Slot, ...] = ()  # the output plan, in field order
     relations: Mapping[str, str] = field(default_factory=dict)  # relation field -> target table
+    relation_slots: tuple[RelationSlot, ...] = ()  # every relation a write carries, children included
     extensions: Mapping[str, tuple[Field, ...]] = field(default_factory=dict)  # namespace -> fields
     cache_ttl: float | None = None  # seconds of the find-by-id read-through cache, if declared
     derivation: plans.Plan = plans.NOTHING  # computed, auto_fill, *_when, rules, keys, guards
@@ -120,6 +132,36 @@ def _relations(
         if main is not None:
             out[name] = main.name
     return out
+
+
+def _relation_slots(
+    visible: Mapping[str, Field],
+    extensions: Mapping[str, tuple[Field, ...]],
+    module: str,
+    entities: Mapping[str, EntitySpec],
+    by_entity: Mapping[str, list[Table]],
+) -> tuple[RelationSlot, ...]:
+    """Every relation field of the record, of its child rows and of its extensions, with its target."""
+
+    def target(f: Field) -> str | None:
+        if f.type is not FieldType.RELATION or f.relation is None:
+            return None
+        main = _main_table(by_entity, tables.resolve_ref(f.relation.entity, module))
+        return main.name if main is not None else None
+
+    out: list[RelationSlot] = []
+    for name, f in visible.items():
+        if (t := target(f)) is not None:
+            out.append(RelationSlot("record", "", name, t, bool(f.multiple)))
+        if f.type is FieldType.CHILD and f.child is not None:
+            for row_field in tables.child_fields(f, module, entities):
+                if (t := target(row_field)) is not None:
+                    out.append(RelationSlot("child", name, row_field.name, t, bool(row_field.multiple)))
+    for ns, ext_fields in extensions.items():
+        for ext_field in ext_fields:
+            if (t := target(ext_field)) is not None:
+                out.append(RelationSlot("ext", ns, ext_field.name, t, bool(ext_field.multiple)))
+    return tuple(out)
 
 
 def _referrers(
@@ -248,6 +290,7 @@ class Catalog:
                 fields=MappingProxyType(visible),
                 slots=slots,
                 relations=MappingProxyType(_relations(visible, module, by_entity)),
+                relation_slots=_relation_slots(visible, extensions, module, entities, by_entity),
                 extensions=MappingProxyType(extensions),
                 cache_ttl=caching.ttl_seconds(spec.cache.ttl if spec.cache else None),
                 derivation=plans.plan_for(spec, module, entities, functools.partial(_main_table, by_entity)),

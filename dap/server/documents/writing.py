@@ -15,7 +15,7 @@ from typing import Any
 import asyncpg
 
 from dap.server import errors
-from dap.server.catalog import Catalog, Resource
+from dap.server.catalog import Catalog, RelationSlot, Resource
 from dap.server.documents import references
 from dap.server.storage import caching, db, records, sql, tables
 
@@ -104,15 +104,44 @@ def split(resource: Resource, values: Mapping[str, Any]) -> tuple[dict[str, Any]
     return columns, children
 
 
+def _carried(slot: RelationSlot, values: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """``(path, id)`` of every id the write carries at ``slot``."""
+    if slot.kind == "record":
+        places: list[tuple[str, Mapping[str, Any]]] = [("", values)]
+    elif slot.kind == "child":
+        rows = values.get(slot.container) or []
+        places = [(f"{slot.container}[{i}].", row) for i, row in enumerate(rows) if isinstance(row, Mapping)]
+    else:
+        data = values.get(slot.container)
+        places = [(f"{slot.container}.", data)] if isinstance(data, Mapping) else []
+    out: list[tuple[str, Any]] = []
+    for prefix, place in places:
+        value = place.get(slot.field)
+        items = value if slot.multiple and isinstance(value, list) else [value]
+        out += [(f"{prefix}{slot.field}", v) for v in items if v is not None]
+    return out
+
+
 async def check_relations(
     conn: db.Connection, resource: Resource, tenant: uuid.UUID, values: Mapping[str, Any]
 ) -> None:
-    """Every related id must name a record of the same workspace (there is no foreign key)."""
+    """Every related id, in the record, its child rows and its extensions, must name a record of the
+    same workspace (there is no foreign key); one statement per target table."""
+    wanted: dict[str, list[tuple[str, uuid.UUID]]] = {}
+    for slot in resource.relation_slots:
+        for path, value in _carried(slot, values):
+            wanted.setdefault(slot.target, []).append(
+                (path, value if isinstance(value, uuid.UUID) else uuid.UUID(str(value)))
+            )
     problems = []
-    for name, target in resource.relations.items():
-        value = values.get(name)
-        if value is not None and not await conn.fetchval(sql.related_exists(target), tenant, value):
-            problems.append(errors.FieldProblem(name, "no such related record in this workspace"))
+    for target, pairs in wanted.items():
+        rows = await conn.fetch(sql.related_found(target), tenant, sorted({v for _, v in pairs}))
+        found = {row["id"] for row in rows}
+        problems += [
+            errors.FieldProblem(path, "no such related record in this workspace")
+            for path, value in pairs
+            if value not in found
+        ]
     if problems:
         raise errors.ValidationFailed(
             f"{len(problems)} relation(s) point nowhere",

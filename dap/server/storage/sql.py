@@ -180,13 +180,14 @@ def insert_children(child: Table, columns: Sequence[str]) -> str:
     return f"INSERT INTO {quote(child.name)} ({', '.join(quote(c) for c in cols)}) VALUES ({params})"
 
 
-def related_exists(table_name: str) -> str:
-    """Whether a related record exists in the same tenant (``$1`` tenant, ``$2`` id).
+def related_found(table_name: str) -> str:
+    """Which of the ids ``$2`` (uuid[]) name records of the tenant ``$1`` in the table.
 
-    The row is locked ``FOR KEY SHARE`` to the end of the write, as a foreign key would lock it: a
-    concurrent delete of it (which locks it ``FOR UPDATE`` first) waits, then sees the new referrer.
+    The rows found are locked ``FOR KEY SHARE`` to the end of the write, as a foreign key would lock
+    them: a concurrent delete of one (which locks it ``FOR UPDATE`` first) waits, then sees the new
+    referrer.
     """
-    return f"SELECT EXISTS (SELECT 1 FROM {quote(table_name)} WHERE tenant_id = $1 AND id = $2 FOR KEY SHARE)"
+    return f"SELECT id FROM {quote(table_name)} WHERE tenant_id = $1 AND id = ANY($2::uuid[]) FOR KEY SHARE"
 
 
 def clear_reference(

@@ -52,7 +52,7 @@ async def trail_handler(request: web.Request) -> web.Response:
     shown = {slot.name for slot in resource.slots} | {auditing.DOCSTATUS}
     data = [
         {
-            "id": r["id"],
+            "id": str(r["public_id"]),
             "action": r["action"],
             "at": r["at"].isoformat(),
             "actor": {"sub": r["actor_sub"], "username": r["actor_username"]},
