@@ -14,7 +14,7 @@ import asyncpg
 from dap.server import errors, options
 from dap.server.access import accounts, throttling
 from dap.server.catalog import Catalog
-from dap.server.documents import auditing
+from dap.server.documents import auditing, idempotency
 from dap.server.storage import db, migrations, numbering, schema_sync, workspaces
 
 
@@ -71,6 +71,7 @@ async def prepare_database(
         await accounts.ensure_schema(conn)
         await throttling.ensure_schema(conn)
         await auditing.ensure_schema(conn)
+        await idempotency.ensure_schema(conn)
         await numbering.ensure_schema(conn)
         plan = await schema_sync.sync(
             conn, catalog.tables, catalog.entities, allow_destructive=allow_destructive, confirm=confirm

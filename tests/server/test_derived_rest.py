@@ -220,9 +220,9 @@ async def test_auto_fill_follows_a_changed_relation(srv: Running, items: dict[st
 async def test_auto_fill_reads_the_same_workspace_only(srv: Running) -> None:
     foreign = await item(srv, "F", "9.99", "far", ws="other")
     status, body = await call(srv, "POST", f"{API}/order", {"lines": [{"item": foreign, "qty": "1"}]})
-    assert status == 422
+    assert status == 422  # the relation itself is refused before anything is copied through it
     assert body["errors"] == [
-        {"path": "lines[0].unit_price", "message": "is required (and item gave no value to copy)"}
+        {"path": "lines[0].item", "message": "no such related record in this workspace"}
     ]
 
 

@@ -10,10 +10,11 @@ rules behind them are inner modules::
     lifecycle    draft → submitted → cancelled: create-and-submit, submit/cancel moves, delete rules
     filling      derived values of a write: related records, counters, action conditions
     auditing     the audit trail's rows, written in the write's transaction
+    idempotency  Idempotency-Key: one effect and the first answer for a repeated create
     (inner)      references: who refers to a record and which moves that forbids; deriving:
                  applying a derivation plan (pure); converting: values → column values (pure)
 
 Modules load on first import (none is imported here): the boot path needs ``auditing`` only.
 """
 
-__all__ = ["auditing", "filling", "lifecycle", "reading", "writing"]
+__all__ = ["auditing", "filling", "idempotency", "lifecycle", "reading", "writing"]

@@ -33,7 +33,7 @@ import asyncpg
 from dap.server import errors
 from dap.server.access import auth, guards
 from dap.server.catalog import Resource
-from dap.server.documents import auditing, filling, references
+from dap.server.documents import auditing, filling, reading, references
 from dap.server.storage import caching, db, tables
 
 DRAFT, SUBMITTED, CANCELLED = 0, 1, 2
@@ -139,8 +139,9 @@ async def move(
     record_id: uuid.UUID,
     *,
     expected: int | None,
-) -> asyncpg.Record:
-    """Submit or cancel one document: one transaction on its row locked ``FOR UPDATE``; the row after.
+) -> tuple[asyncpg.Record, dict[str, list[dict[str, Any]]] | None]:
+    """Submit or cancel one document: one transaction on its row locked ``FOR UPDATE``; the row after
+    and its child rows (read before the commit).
 
     ``expected`` is the version the caller read (``If-Match``), checked under the lock.
     """
@@ -148,7 +149,7 @@ async def move(
     catalog, resource, tenant = write.catalog, write.resource, write.tenant
     table = tables.quote(resource.table.name)
     try:
-        async with conn.transaction():
+        async with db.committed(conn):
             current = await guards.select_record(
                 conn, resource, tenant, record_id, principal=principal, lock=True
             )
@@ -176,9 +177,14 @@ async def move(
             assert row is not None
             await caching.announce(conn, resource, tenant, record_id)  # every process, at commit
             await trail.finish(conn, row)
+            kids = (
+                await reading.load_children(conn, resource, tenant, [record_id], catalog)
+                if resource.children
+                else {}
+            )
     except asyncpg.DeadlockDetectedError as exc:
         raise errors.Conflict(
             "another move on related documents ran at the same time; try again",
             code="SVC.DOC.CONCURRENT_MOVE",
         ) from exc
-    return row
+    return row, kids.get(record_id)

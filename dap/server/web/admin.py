@@ -54,7 +54,7 @@ async def _health(request: web.Request) -> web.Response:
     reasons: list[str] = []
     try:
         async with asyncio.timeout(HEALTH_TIMEOUT):
-            async with request.app[state.POOL].acquire() as conn:
+            async with db.connection(request.app[state.POOL]) as conn:
                 await conn.fetchval("SELECT 1")
     except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         reasons.append(f"postgres unreachable: {exc.__class__.__name__}")
@@ -84,7 +84,7 @@ def _check_bearer(request: web.Request) -> None:
 
 async def _list(request: web.Request) -> web.Response:
     _check_bearer(request)
-    async with request.app[state.POOL].acquire() as conn:
+    async with db.connection(request.app[state.POOL]) as conn:
         found = await workspaces.list_active(conn)
     return web.json_response({"data": [w.as_json() for w in found]})
 
@@ -100,7 +100,7 @@ async def _register(request: web.Request) -> web.Response:
     name = body.get("name") or slug
     if not isinstance(name, str):
         raise errors.ValidationFailed("name must be a string", errors=[errors.FieldProblem("name", "string")])
-    async with request.app[state.POOL].acquire() as conn, conn.transaction():
+    async with db.connection(request.app[state.POOL]) as conn, db.committed(conn):
         workspace, created = await workspaces.register(conn, slug, name)
         code = await _setup_code(request, conn, workspace.tenant_id)
     request.app[state.REGISTRY].forget(slug)
@@ -125,7 +125,7 @@ async def _new_setup_code(request: web.Request) -> web.Response:
     _check_bearer(request)
     slug = request.match_info["slug"]
     workspace = await request.app[state.REGISTRY].resolve(slug)
-    async with request.app[state.POOL].acquire() as conn, conn.transaction():
+    async with db.connection(request.app[state.POOL]) as conn, db.committed(conn):
         code = await _setup_code(request, conn, workspace.tenant_id)
     if code is None:
         raise errors.Conflict(
@@ -139,7 +139,7 @@ async def _new_setup_code(request: web.Request) -> web.Response:
 async def _unregister(request: web.Request) -> web.Response:
     _check_bearer(request)
     slug = request.match_info["slug"]
-    async with request.app[state.POOL].acquire() as conn:
+    async with db.connection(request.app[state.POOL]) as conn:
         found = await workspaces.unregister(conn, slug)
     request.app[state.REGISTRY].forget(slug)
     if not found:

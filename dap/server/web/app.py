@@ -27,7 +27,7 @@ from aiohttp.typedefs import Handler, Middleware
 from dap.server import booting, errors, metrics, options, state
 from dap.server.access import auth
 from dap.server.catalog import Catalog
-from dap.server.storage import caching, workspaces
+from dap.server.storage import caching, db, workspaces
 from dap.server.web import admin, moves, openapi, protocol, rest, trails, ui_meta, users
 
 log = logging.getLogger(__name__)
@@ -99,6 +99,14 @@ def _middleware(opts: options.ServeOptions, meter: metrics.Metrics) -> Middlewar
             if exc.status < 400:
                 raise
             response = errors.problem_response(errors.from_http_exception(exc), request_id=request_id)
+        except db.UNREACHABLE as exc:  # nothing was committed: see storage.db
+            log.warning("postgres unreachable", extra={"ctx": {"request_id": request_id, "error": repr(exc)}})
+            unavailable = errors.ServiceUnavailable(
+                f"Postgres is unreachable; nothing was changed: try again in {db.RETRY_AFTER} s",
+                retry_after=db.RETRY_AFTER,
+                code="SVC.DB.UNAVAILABLE",
+            )
+            response = errors.problem_response(unavailable, request_id=request_id)
         except Exception:
             log.exception("unhandled error", extra={"ctx": {"request_id": request_id, "path": request.path}})
             response = errors.problem_response(

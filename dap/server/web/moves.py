@@ -13,6 +13,7 @@ from aiohttp import web
 from dap.server import errors, state
 from dap.server.access import guards
 from dap.server.documents import lifecycle, reading
+from dap.server.storage import db
 from dap.server.web import requests
 
 _CRUD = frozenset({"list", "find", "create", "update", "delete"})
@@ -45,16 +46,11 @@ async def record_action(request: web.Request) -> web.Response:
     expected = requests.if_match(request)
     tenant = workspace.tenant_id
     write = requests.write_of(request, principal, catalog, resource, tenant)
-    async with request.app[state.POOL].acquire() as conn:
-        row = await lifecycle.move(conn, write, principal, action, record_id, expected=expected)
-        kids = (
-            await reading.load_children(conn, resource, tenant, [record_id], catalog)
-            if resource.children
-            else {}
-        )
+    async with db.connection(request.app[state.POOL]) as conn:
+        row, kids = await lifecycle.move(conn, write, principal, action, record_id, expected=expected)
     request.app[state.CACHE].invalidate((resource.table.name, tenant, record_id))
     return requests.reply(
-        {"data": access.view(reading.present(resource, row, kids.get(record_id)))},
+        {"data": access.view(reading.present(resource, row, kids))},
         headers={"ETag": f'"{row["version"]}"'},
     )
 

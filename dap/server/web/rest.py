@@ -22,8 +22,8 @@ from aiohttp import web
 from dap.server import errors, state
 from dap.server.access import guards
 from dap.server.catalog import Catalog, Resource
-from dap.server.documents import auditing, filling, lifecycle, reading, writing
-from dap.server.storage import caching, sql
+from dap.server.documents import auditing, filling, idempotency, lifecycle, reading, writing
+from dap.server.storage import caching, db, sql
 from dap.server.web import filters, requests
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ async def list_records(request: web.Request) -> web.Response:
         columns = [c.name for c in resource.table.columns if (c.field or c.name) in wanted]
     statement, args = sql.select_list(resource.table, query, workspace.tenant_id, columns)
     pool = request.app[state.POOL]
-    async with pool.acquire() as conn:
+    async with db.connection(pool) as conn:
         try:
             rows = await conn.fetch(statement, *args)
         except asyncpg.DataError as exc:  # a value Postgres cannot compare (out of its range)
@@ -106,7 +106,7 @@ async def find_record(request: web.Request) -> web.Response:
     ttl = None if access.narrowed else resource.cache_ttl  # a narrowed view is neither served nor kept
     if ttl is not None and (hit := await cache.lookup(key, catalog)) is not None:
         return web.Response(text=hit.body, content_type="application/json", headers={"ETag": hit.etag})
-    async with request.app[state.POOL].acquire() as conn:
+    async with db.connection(request.app[state.POOL]) as conn:
         row = await guards.select_record(conn, resource, workspace.tenant_id, record_id, principal=principal)
         kids = (
             await reading.load_children(conn, resource, workspace.tenant_id, [record_id], catalog)
@@ -125,42 +125,64 @@ async def find_record(request: web.Request) -> web.Response:
 async def create_record(request: web.Request) -> web.Response:
     workspace, principal, catalog = await requests.resolve(request)
     resource = _resource(catalog, request, "create", siblings=_COLLECTION)
+    key = idempotency.key_of(request.headers)
     body = await requests.read_body(request)
+    print_ = idempotency.fingerprint(principal.sub, request.path_qs, body) if key is not None else b""
     submit = lifecycle.create_submits(resource, request.query, body)  # ?submit=true
     access = guards.check(principal, resource, "create", *(["submit"] if submit else []))
     body = guards.writable(access, body, create=True)  # row-scope fields filled from the caller
     values = writing.validate_body(resource, body, partial=False, catalog=catalog)
-    write = requests.write_of(request, principal, catalog, resource, workspace.tenant_id)
-    async with request.app[state.POOL].acquire() as conn:
+    tenant = workspace.tenant_id
+    write = requests.write_of(request, principal, catalog, resource, tenant)
+    async with db.connection(request.app[state.POOL]) as conn:
         try:
-            async with conn.transaction():
-                await writing.check_relations(conn, resource, workspace.tenant_id, values)
+            async with db.committed(conn):
+                stored = await idempotency.claim(conn, tenant, key, print_) if key is not None else None
+                if stored is not None:
+                    return web.Response(
+                        status=stored.status,
+                        text=stored.body,
+                        content_type="application/json",
+                        headers=stored.headers,
+                    )
+                await writing.check_relations(conn, resource, tenant, values)
                 values = await filling.prepare_create(  # derived values, natural keys, guards
-                    conn, resource, workspace.tenant_id, principal, body, values, submitting=submit
+                    conn, resource, tenant, principal, body, values, submitting=submit
                 )
-                await guards.before_create(conn, access, workspace.tenant_id, values)  # scopes, dates
+                await guards.before_create(conn, access, tenant, values)  # scopes, dates
                 columns, children = writing.split(resource, values)
                 columns.update(lifecycle.initial_state(submit))
-                statement, args = sql.insert(
-                    resource.table, workspace.tenant_id, columns, owner=principal.username
-                )
+                statement, args = sql.insert(resource.table, tenant, columns, owner=principal.username)
                 row = await conn.fetchrow(statement, *args)
                 assert row is not None
-                await writing.write_children(conn, resource, workspace.tenant_id, row["id"], children)
+                await writing.write_children(conn, resource, tenant, row["id"], children)
                 await lifecycle.created(conn, write, row, submitted=submit)
+                kids = await _children(conn, resource, tenant, row["id"], catalog)
+                answer = idempotency.Answer(
+                    201,
+                    requests.dumps({"data": access.view(reading.present(resource, row, kids))}),
+                    {
+                        "Location": f"/{workspace.slug}/api/{resource.module}/{resource.name}/{row['id']}",
+                        "ETag": f'"{row["version"]}"',
+                    },
+                )
+                if key is not None:
+                    await idempotency.store(conn, tenant, key, print_, answer)
         except asyncpg.PostgresError as exc:
             raise writing.translate(resource, exc) from exc
-        kids = (
-            await reading.load_children(conn, resource, workspace.tenant_id, [row["id"]], catalog)
-            if resource.children
-            else {}
-        )
-    location = f"/{workspace.slug}/api/{resource.module}/{resource.name}/{row['id']}"
-    return requests.reply(
-        {"data": access.view(reading.present(resource, row, kids.get(row["id"])))},
-        status=201,
-        headers={"Location": location, "ETag": f'"{row["version"]}"'},
+    return web.Response(
+        status=answer.status, text=answer.body, content_type="application/json", headers=answer.headers
     )
+
+
+async def _children(
+    conn: db.Connection, resource: Resource, tenant: uuid.UUID, record_id: uuid.UUID, catalog: Catalog
+) -> dict[str, list[dict[str, Any]]] | None:
+    """The child rows of one record, read in the write's transaction (before its commit, so that an
+    answer never needs the connection after it: see ``db``)."""
+    if not resource.children:
+        return None
+    return (await reading.load_children(conn, resource, tenant, [record_id], catalog)).get(record_id)
 
 
 async def update_record(request: web.Request) -> web.Response:
@@ -172,9 +194,9 @@ async def update_record(request: web.Request) -> web.Response:
     body = await requests.read_body(request)
     values = writing.validate_body(resource, guards.writable(access, body), partial=True, catalog=catalog)
     tenant = workspace.tenant_id
-    async with request.app[state.POOL].acquire() as conn:
+    async with db.connection(request.app[state.POOL]) as conn:
         try:
-            async with conn.transaction():
+            async with db.committed(conn):
                 current = await guards.select_record(
                     conn, resource, tenant, record_id, principal=principal, lock=True
                 )
@@ -202,16 +224,12 @@ async def update_record(request: web.Request) -> web.Response:
                 await caching.announce(conn, resource, tenant, record_id)  # every process, at commit
                 await writing.write_children(conn, resource, tenant, record_id, children)
                 await trail.finish(conn, row)
+                kids = await _children(conn, resource, tenant, record_id, catalog)
         except asyncpg.PostgresError as exc:
             raise writing.translate(resource, exc) from exc
-        kids = (
-            await reading.load_children(conn, resource, tenant, [record_id], catalog)
-            if resource.children
-            else {}
-        )
     request.app[state.CACHE].invalidate((resource.table.name, tenant, record_id))
     return requests.reply(
-        {"data": access.view(reading.present(resource, row, kids.get(record_id)))},
+        {"data": access.view(reading.present(resource, row, kids))},
         headers={"ETag": f'"{row["version"]}"'},
     )
 
@@ -222,9 +240,9 @@ async def delete_record(request: web.Request) -> web.Response:
     guards.check(principal, resource, "delete")
     record_id = requests.parse_record_id(request)
     tenant = workspace.tenant_id
-    async with request.app[state.POOL].acquire() as conn:
+    async with db.connection(request.app[state.POOL]) as conn:
         try:
-            async with conn.transaction():
+            async with db.committed(conn):
                 current = await guards.select_record(
                     conn, resource, tenant, record_id, principal=principal, lock=True
                 )

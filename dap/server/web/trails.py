@@ -15,6 +15,7 @@ from aiohttp import web
 from dap.server import errors, state
 from dap.server.access import guards
 from dap.server.documents import auditing
+from dap.server.storage import db
 from dap.server.web import filters, requests
 
 DEFAULT_LIMIT = 50
@@ -44,7 +45,7 @@ async def trail_handler(request: web.Request) -> web.Response:
     access = guards.check(principal, resource, "find")  # find's permission and hidden fields
     record_id = requests.parse_record_id(request)
     limit, offset = _page(request)
-    async with request.app[state.POOL].acquire() as conn:
+    async with db.connection(request.app[state.POOL]) as conn:
         await guards.select_record(conn, resource, workspace.tenant_id, record_id, principal=principal)
         rows = await conn.fetch(auditing.SELECT, workspace.tenant_id, resource.key, record_id, limit, offset)
     # only what the record shows this caller today: a field since hidden from REST, or one the

@@ -22,7 +22,7 @@ from aiohttp import web
 
 from dap.server import errors, state
 from dap.server.access import accounts, throttling
-from dap.server.storage import workspaces
+from dap.server.storage import db, workspaces
 from dap.server.web import requests
 
 USERNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}")
@@ -55,7 +55,7 @@ async def setup(request: web.Request) -> web.Response:
     workspace = await request.app[state.REGISTRY].resolve(request.match_info["ws"])
     request[state.WORKSPACE] = workspace.slug
     pool = request.app[state.POOL]
-    async with pool.acquire() as conn:
+    async with db.connection(pool) as conn:
         await throttling.check(conn, throttling.SETUP_PER_ADDRESS, request.remote or "unknown")
     body = await requests.read_json(request)
     code = body.pop("setup_code", None)
@@ -68,7 +68,7 @@ async def setup(request: web.Request) -> web.Response:
     hashed = await asyncio.to_thread(accounts.hash_password, password)
     tenant = workspace.tenant_id
     tables = [t.name for t in request.app[state.SPEC].current.tables if t.kind == "entity"]
-    async with pool.acquire() as conn, conn.transaction():
+    async with db.connection(pool) as conn, db.committed(conn):
         await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1::text))", str(tenant))
         if await accounts.has_users(conn, tenant):
             raise errors.Conflict(
@@ -114,7 +114,7 @@ async def login(request: web.Request) -> web.Response:
             code="SVC.AUTH.LOGIN_UNAVAILABLE",
         )
     username, password, _ = _credentials(await requests.read_json(request), with_email=False)
-    async with request.app[state.POOL].acquire() as conn:
+    async with db.connection(request.app[state.POOL]) as conn:
         await throttling.check(conn, throttling.LOGIN_PER_ADDRESS, request.remote or "unknown")
         await throttling.check(conn, throttling.LOGIN_PER_USERNAME, f"{workspace.tenant_id}:{username}")
         row = await conn.fetchrow(
