@@ -49,6 +49,19 @@ def _at(spec: Spec, manifest: m.Manifest, path: str, message: str) -> Problem:
     return Problem(origin.file, origin.document, path, message)
 
 
+def _undeclared(
+    spec: Spec, owner: m.Manifest, path: str, kind: str, key: str, message: str
+) -> Iterator[Problem]:
+    """``message`` about a reference to an undeclared ``kind`` ``key``, unless a document that
+    failed to build may declare it (then the reference is no mistake of its own)."""
+    if not spec.unbuilt.may_declare(kind, key):
+        yield _at(spec, owner, path, message)
+
+
+def _undeclared_entity(spec: Spec, owner: m.Manifest, path: str, ref: str, message: str) -> Iterator[Problem]:
+    return _undeclared(spec, owner, path, "Entity", qualify(ref, owner.metadata.module), message)
+
+
 def _duplicates(names: Iterable[str]) -> list[str]:
     return [name for name, count in Counter(names).items() if count > 1]
 
@@ -67,8 +80,13 @@ def modules_exist(spec: Spec) -> Iterator[Problem]:
     for man in spec.manifests:
         module = man.metadata.module
         if module is not None and module not in spec.modules:
-            yield _at(
-                spec, man, "metadata.module", f"module {module!r} is not declared; add a Module manifest"
+            yield from _undeclared(
+                spec,
+                man,
+                "metadata.module",
+                "Module",
+                module,
+                f"module {module!r} is not declared; add a Module manifest",
             )
 
 
@@ -142,8 +160,12 @@ def _one_field(
         if field.relation is None:
             yield problem("relation", "a relation field needs relation.entity (module/name of the target)")
         elif spec.resolve_entity(field.relation.entity, module) is None:
-            yield problem(
-                "relation.entity", f"relation target {field.relation.entity!r} is not a declared entity"
+            yield from _undeclared_entity(
+                spec,
+                entity,
+                f"{path}.relation.entity",
+                field.relation.entity,
+                f"relation target {field.relation.entity!r} is not a declared entity",
             )
     elif field.relation is not None:
         yield problem("relation", "relation applies only to fields of type relation")
@@ -163,8 +185,12 @@ def _child(spec: Spec, entity: m.EntityManifest, path: str, field: Field) -> Ite
         )
         return
     if child.entity is not None and spec.resolve_entity(child.entity, entity.metadata.module) is None:
-        yield _at(
-            spec, entity, f"{path}.child.entity", f"child entity {child.entity!r} is not a declared entity"
+        yield from _undeclared_entity(
+            spec,
+            entity,
+            f"{path}.child.entity",
+            child.entity,
+            f"child entity {child.entity!r} is not a declared entity",
         )
     if child.entity is None and not child.fields:
         yield _at(spec, entity, f"{path}.child", "a child needs fields (or entity naming the row entity)")
@@ -177,8 +203,12 @@ def _child(spec: Spec, entity: m.EntityManifest, path: str, field: Field) -> Ite
             spec, entity, f"{path}.child.sequence_field", f"{child.sequence_field!r} is not a child field"
         )
     if child.picker is not None and spec.resolve_entity(child.picker.entity, entity.metadata.module) is None:
-        yield _at(
-            spec, entity, f"{path}.child.picker.entity", f"{child.picker.entity!r} is not a declared entity"
+        yield from _undeclared_entity(
+            spec,
+            entity,
+            f"{path}.child.picker.entity",
+            child.picker.entity,
+            f"{child.picker.entity!r} is not a declared entity",
         )
 
 
@@ -218,7 +248,13 @@ def extension_rules(spec: Spec) -> Iterator[Problem]:
         if extends is None:
             continue
         if spec.resolve_entity(extends.target, entity.metadata.module) is None:
-            yield _at(spec, entity, "spec.extends.target", f"{extends.target!r} is not a declared entity")
+            yield from _undeclared_entity(
+                spec,
+                entity,
+                "spec.extends.target",
+                extends.target,
+                f"{extends.target!r} is not a declared entity",
+            )
         for i, field in enumerate(entity.spec.fields):
             if field.required:
                 yield _at(
@@ -274,7 +310,9 @@ def _reliable_target(
         return
     receiver = spec.resolve_entity(resource, entity.metadata.module)
     if receiver is None:
-        yield _at(spec, entity, f"{path}.target.resource", f"{resource!r} is not a declared entity")
+        yield from _undeclared_entity(
+            spec, entity, f"{path}.target.resource", resource, f"{resource!r} is not a declared entity"
+        )
     elif action not in _entity_actions(receiver.spec):
         yield _at(spec, entity, f"{path}.target.action", f"{receiver.key} has no action {action!r}")
 
@@ -408,7 +446,13 @@ def row_scope_rules(spec: Spec) -> Iterator[Problem]:
                     )
             via = spec.resolve_entity(scope.via, entity.metadata.module)
             if via is None:
-                yield _at(spec, entity, "spec.create_scope.via", f"{scope.via!r} is not a declared entity")
+                yield from _undeclared_entity(
+                    spec,
+                    entity,
+                    "spec.create_scope.via",
+                    scope.via,
+                    f"{scope.via!r} is not a declared entity",
+                )
             elif via.spec.field(scope.via_field) is None:
                 yield _at(
                     spec, entity, "spec.create_scope.via_field", f"{via.key} has no field {scope.via_field!r}"
@@ -456,7 +500,9 @@ def role_rules(spec: Spec) -> Iterator[Problem]:
             )
         for i, included in enumerate(role.spec.includes):
             if included not in spec.roles:
-                yield _at(spec, role, f"spec.includes[{i}]", f"role {included!r} is not declared")
+                yield from _undeclared(
+                    spec, role, f"spec.includes[{i}]", "Role", included, f"role {included!r} is not declared"
+                )
         cycle = _include_cycle(spec, name)
         if cycle:
             yield _at(
@@ -538,7 +584,9 @@ def ui_reference_rules(spec: Spec) -> Iterator[Problem]:
     for owner, ref, fields in views:
         target = spec.resolve_entity(ref, owner.metadata.module)
         if target is None:
-            yield _at(spec, owner, "spec.entity", f"{ref!r} is not a declared entity")
+            yield from _undeclared_entity(
+                spec, owner, "spec.entity", ref, f"{ref!r} is not a declared entity"
+            )
             continue
         for path, name in fields:
             if name not in FILTERABLE_SYSTEM_FIELDS and target.spec.field(name) is None:
@@ -576,27 +624,46 @@ def app_rules(spec: Spec) -> Iterator[Problem]:
                     refs.append((f"spec.auth.{key}", value))
         for path, ref in refs:
             if spec.resolve(spec.pages, ref, module) is None:
-                yield _at(
-                    spec, app, path, f"page {ref!r} is not declared; add a Page manifest or fix the name"
+                yield from _undeclared(
+                    spec,
+                    app,
+                    path,
+                    "Page",
+                    qualify(ref, module),
+                    f"page {ref!r} is not declared; add a Page manifest or fix the name",
                 )
     for declared in spec.modules.values():
         for i, dependency in enumerate(declared.spec.dependencies):
             if dependency.module not in spec.modules:
-                yield _at(
+                yield from _undeclared(
                     spec,
                     declared,
                     f"spec.dependencies[{i}].module",
+                    "Module",
+                    dependency.module,
                     f"module {dependency.module!r} is not declared",
                 )
     for workspace in spec.workspaces.values():
         for i, ref in enumerate(workspace.spec.apps):
             if spec.apps.get(qualify(ref, None)) is None:
-                yield _at(
-                    spec, workspace, f"spec.apps[{i}]", f"app {ref!r} is not declared (write module/name)"
+                yield from _undeclared(
+                    spec,
+                    workspace,
+                    f"spec.apps[{i}]",
+                    "App",
+                    qualify(ref, None),
+                    f"app {ref!r} is not declared (write module/name)",
                 )
         env = workspace.spec.environment
         if env is not None and spec.environments and env not in spec.environments:
-            yield _at(spec, workspace, "spec.environment", f"environment {env!r} is not declared")
+            yield from _undeclared(
+                spec,
+                workspace,
+                "spec.environment",
+                "Environment",
+                env,
+                f"environment {env!r} is not declared",
+            )
 
 
 # --- expressions ---------------------------------------------------------------------------------
