@@ -13,7 +13,8 @@ the spec in order, recording each outcome in the immutable ``converging.Status``
 - finally the envelope is persisted to the state directory for restarts without control.
 
 A failing step → ``failed``; the old catalog keeps serving and the artifact is retried after a
-backoff no longer than the pull interval (``Settings.artifact_retry``; the loop wakes when it ends). A snapshot that fails verification is never acted upon and produces a ``violation``
+backoff no longer than the pull interval (``Settings.artifact_retry``; the loop wakes when it
+ends). A snapshot that fails verification is never acted upon and produces a ``violation``
 (reported once per distinct snapshot, not on every cycle). A control plane that cannot be
 reached changes nothing: the pod keeps serving and catches up on a later cycle.
 
