@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install dev test lint unit bench crds e2e clean
+.PHONY: install dev test lint unit bench bench-quick crds e2e clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,7 @@ dev: $(STAMP)
 test: $(STAMP)
 	$(MAKE) lint
 	$(BIN)/python -m pytest
+	$(MAKE) bench-quick
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -x -q
@@ -40,6 +41,10 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+# Every benchmark once, small and short, so that none can stop running unnoticed (make test).
+bench-quick: $(STAMP)
+	@for b in bench/*.py; do echo "== $$b --quick"; $(BIN)/python $$b --quick || exit 1; done
 
 crds: $(STAMP)
 	$(BIN)/python -m dap.operator.crds crds

@@ -264,7 +264,11 @@ if __name__ == "__main__":
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--workspaces", type=int, default=500)
+    parser.add_argument(
+        "--quick", action="store_true", help="5 workspaces: prove the benchmark runs (make test)"
+    )
     args = parser.parse_args()
+    args.workspaces = 5 if args.quick else args.workspaces
     with contextlib.suppress(KeyboardInterrupt):
         sys.exit(asyncio.run(main(args.workspaces)))
     os._exit(130)

@@ -1,6 +1,6 @@
 """Rollout benchmark: registration → new version served, and failed requests during the swap.
 
-    .venv/bin/python bench/rollout.py [--rollouts 5] [--pull-interval 2] [--workers 16]
+    .venv/bin/python bench/rollout.py [--rollouts 5] [--pull-interval 2] [--workers 16] [--quick]
 
 Everything runs in one process on loopback: an embedded Postgres (or ``DAP_BENCH_DSN``), the
 control plane in standalone dev mode, and one resource pod (``dap.resource_pod``) hosting the
@@ -13,7 +13,8 @@ from the registration's answer to the first request that sees the new field. Two
 
 Baseline, measured in the same run under the same load: a rollout by restarting the server with
 the new spec (stop, migrate, start), the way a pod without the atomic swap would do it. Prints
-every figure, the ratios, and the failed-request counts (target: 0 for the swap).
+every figure, the ratios, and the failed-request counts (target: 0 for the swap). ``--quick``
+(run by ``make test``) does one rollout per mode with few clients, to prove the benchmark runs.
 """
 
 from __future__ import annotations
@@ -336,4 +337,8 @@ if __name__ == "__main__":
     parser.add_argument("--rollouts", type=int, default=5)
     parser.add_argument("--pull-interval", type=float, default=2.0)
     parser.add_argument("--workers", type=int, default=16)
-    sys.exit(asyncio.run(main(parser.parse_args())))
+    parser.add_argument("--quick", action="store_true", help="one rollout per mode, few clients (make test)")
+    parsed = parser.parse_args()
+    if parsed.quick:
+        parsed.rollouts, parsed.pull_interval, parsed.workers = 1, 0.5, 4
+    sys.exit(asyncio.run(main(parsed)))

@@ -3,10 +3,13 @@
 Generates specs of 200 and 400 entities x 30 fields (with relations between entities), loads
 each through ``dap.config.load_files`` and prints the times, their ratio (target <= 2.2), and
 where the time goes per stage (YAML parsing, JSON Schema, models, cross-reference rules).
+``--quick`` (run by ``make test``) loads 20 and 40 entities and does not hold the ratio to its
+target (at that size fixed costs dominate), to prove the benchmark runs.
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import time
@@ -80,11 +83,12 @@ def stages(files: dict[str, str]) -> dict[str, float]:
     return out
 
 
-def main() -> int:
+def main(quick: bool) -> int:
     schema.fast_validator_for("Entity")  # compile the schema outside the measurement
     schema.fast_validator_for("Module")
+    small, large = (20, 40) if quick else (200, 400)
     results: dict[int, float] = {}
-    for size in (200, 400):
+    for size in (small, large):
         files = make_spec(size)
         spec = config.load_files(files)
         assert len(spec.entities) == size
@@ -94,14 +98,21 @@ def main() -> int:
         print(f"{size} entities x {FIELDS_PER_ENTITY} fields: {results[size] * 1000:.0f} ms (best of 3)")
         for stage, seconds in parts.items():
             print(f"    {stage:<22} {seconds * 1000:7.0f} ms  {seconds / total:5.1%}")
-    ratio = results[400] / results[200]
-    per_entity = statistics.mean([results[200] / 200, results[400] / 400]) * 1e6
-    print(f"ratio 400/200: {ratio:.2f} (target <= 2.2, linear = 2.0); {per_entity:.0f} us per entity")
-    if ratio > 2.2:
+    ratio = results[large] / results[small]
+    per_entity = statistics.mean([results[small] / small, results[large] / large]) * 1e6
+    held = "not held with --quick" if quick else "target <= 2.2"
+    print(f"ratio {large}/{small}: {ratio:.2f} ({held}, linear = 2.0); {per_entity:.0f} us per entity")
+    if ratio > 2.2 and not quick:
         print("FAIL: validation grows faster than linearly")
         return 1
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="small specs: prove the benchmark runs (make test)"
+    )
+    sys.exit(main(parser.parse_args().quick))

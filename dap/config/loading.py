@@ -13,7 +13,7 @@ import contextlib
 import difflib
 import gc
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -25,7 +25,7 @@ import yaml
 
 from dap.config import manifests, schema, validation, yamls
 from dap.config.errors import Problem, SpecError, json_path
-from dap.config.specs import Origin, Spec
+from dap.config.specs import Origin, Spec, Unbuilt
 
 if TYPE_CHECKING:  # jsonschema is imported only to explain a document that fails its schema
     from jsonschema.exceptions import ValidationError as SchemaError
@@ -117,34 +117,63 @@ def _load_files(files: Mapping[str, bytes | str], *, staged: list[tuple[str, Any
     problems: list[Problem] = []
     located: list[tuple[Origin, manifests.Manifest]] = []
     caught: list[Problem] = []
+    broken: set[tuple[str, str]] = set()
+    unknown = False  # a broken document whose kind or name cannot be read
     for name in sorted(files):
         if not name.endswith(MANIFEST_SUFFIXES):
             continue
         content = files[name]
         text = content.decode("utf-8", errors="replace") if isinstance(content, bytes) else content
-        for origin, document in _documents(name, text, problems):
+        parsed = _documents(name, text, problems)
+        unknown = unknown or parsed is None
+        for origin, document in parsed or ():
             with warnings.catch_warnings(record=True) as seen:
                 warnings.simplefilter("always")
                 built = _build(origin, document, problems, staged=staged)
             caught.extend(Problem(origin.file, origin.document, "", str(w.message)) for w in seen)
             if built is not None:
                 located.append((origin, built))
+                continue
+            declared = _declared(document)
+            if declared is None:
+                unknown = True
+            else:
+                broken.add(declared)
     if not located and not problems:
-        problems.append(
-            Problem("", None, "", "no manifests found; add .yaml files with apiVersion dap.io/v1")
+        raise SpecError(
+            [Problem("", None, "", "no manifests found; add .yaml files with apiVersion dap.io/v1")]
         )
     origins, duplicates = _origins(located)
     problems.extend(duplicates)
-    if problems:
-        raise SpecError(problems)
-    spec = Spec(manifests=tuple(man for _, man in located), origins=origins, warnings=tuple(caught))
+    # The rules run on whatever built, even beside broken documents, so one run reports every
+    # problem (issue 17); a duplicate takes part through its first declaration only.
+    spec = Spec(
+        manifests=tuple(man for origin, man in located if origins[(man.kind, man.key)] is origin),
+        origins=origins,
+        warnings=tuple(caught),
+        unbuilt=Unbuilt(frozenset(broken), unknown),
+    )
     problems.extend(validation.check(spec))
     if problems:
         raise SpecError(problems)
-    return spec
+    return spec  # no problem means nothing failed to build: its ``unbuilt`` is empty
 
 
-def _documents(name: str, text: str, problems: list[Problem]) -> Iterable[tuple[Origin, Any]]:
+def _declared(document: Any) -> tuple[str, str] | None:
+    """``(kind, key)`` a document that failed to build meant to declare, if that can be read."""
+    if not isinstance(document, dict):
+        return None
+    kind, metadata = document.get("kind"), document.get("metadata")
+    if kind not in manifests.KINDS or not isinstance(metadata, dict):
+        return None
+    name, module = metadata.get("name"), metadata.get("module")
+    if not isinstance(name, str) or not isinstance(module, str | None):
+        return None
+    return kind, f"{module}/{name}" if module else name
+
+
+def _documents(name: str, text: str, problems: list[Problem]) -> list[tuple[Origin, Any]] | None:
+    """The documents of one file; ``None`` (and a problem) when its YAML cannot be read."""
     try:
         documents = list(yamls.load_all(text))
     except yaml.YAMLError as exc:
@@ -152,7 +181,7 @@ def _documents(name: str, text: str, problems: list[Problem]) -> Iterable[tuple[
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         detail = getattr(exc, "problem", None) or str(exc)
         problems.append(Problem(name, None, "", f"YAML syntax error{where}: {detail}"))
-        return []
+        return None
     return [(Origin(name, index), doc) for index, doc in enumerate(documents, start=1) if doc is not None]
 
 

@@ -31,10 +31,28 @@ def _index(items: Iterable[tuple[Origin, m.Manifest]], model: type[M]) -> Mappin
 
 
 @dataclass(frozen=True)
+class Unbuilt:
+    """What the documents that failed to build would have declared, for checking a partial spec.
+
+    The loader runs the cross-document rules even when some documents are broken, so one run
+    reports every problem; a reference to a broken document is no second mistake, so the rules
+    ask :meth:`may_declare` before calling a name undeclared. ``unknown`` is set when a broken
+    document's kind or name cannot be read (say a YAML syntax error): it might declare anything.
+    """
+
+    keys: frozenset[tuple[str, str]] = frozenset()  # (kind, key) as Manifest.key spells it
+    unknown: bool = False
+
+    def may_declare(self, kind: str, key: str) -> bool:
+        return self.unknown or (kind, key) in self.keys
+
+
+@dataclass(frozen=True)
 class Spec:
     manifests: tuple[m.Manifest, ...]
     origins: Mapping[tuple[str, str], Origin]
     warnings: tuple[Problem, ...] = ()
+    unbuilt: Unbuilt = Unbuilt()  # empty for every spec a loader returns
     modules: Mapping[str, m.ModuleManifest] = field(init=False)
     entities: Mapping[str, m.EntityManifest] = field(init=False)
     services: Mapping[str, m.ServiceManifest] = field(init=False)

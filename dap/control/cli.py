@@ -228,7 +228,11 @@ for _name, _what in NOT_IMPLEMENTED.items():
 @click.command()
 @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--control-url", required=True, envvar="DAP_CONTROL_URL", help="region or standalone control")
-@click.option("--app", "app_name", help="app name (default: the directory's name)")
+@click.option(
+    "--app",
+    "app_name",
+    help="app name; without it, the app the workspaces are already bound to, else the directory's name",
+)
 @click.option("--workspace", multiple=True, help="bind this workspace to the app (repeatable)")
 @click.option("--timeout", type=float, default=600.0, show_default=True, help="seconds for the whole upload")
 def register(
@@ -238,18 +242,29 @@ def register(
     files = packing.collect(directory)
     if not files:
         raise click.ClickException(f"{directory} holds no file to register")
-    app = app_name or re.sub(r"[^a-z0-9_-]", "-", directory.resolve().name.lower()).strip("-") or "app"
+    default = re.sub(r"[^a-z0-9_-]", "-", directory.resolve().name.lower()).strip("-") or "app"
+    app = app_name or default
     body = json.dumps(
         {
-            "app": app,
+            # Without --app the name is only a default: a bound workspace keeps its app.
+            ("app" if app_name else "default_app"): app,
             "workspaces": list(workspace),
             "files": [{"path": p, "content": base64.b64encode(c).decode("ascii")} for p, c in files.items()],
         }
     ).encode()
     size = sum(len(c) for c in files.values())
-    click.echo(f"registering {len(files)} files ({size / MIB:.2f} MiB) as app {app!r}", err=True)
+    as_app = f"app {app!r}" if app_name else f"app {app!r} unless the workspaces are bound to another"
+    click.echo(f"registering {len(files)} files ({size / MIB:.2f} MiB) as {as_app}", err=True)
     status, answer = asyncio.run(_upload(control_url.rstrip("/") + "/v1/artifacts", body, timeout))
     if status == 200:
+        kept = answer.get("app_kept_for") or []
+        if kept and answer.get("app") != app:
+            click.echo(
+                f"workspace {', '.join(kept)} is bound to app {answer['app']!r}: registered as its next "
+                f"version (to move it to app {app!r}, give --app {app})",
+                err=True,
+            )
+        click.echo(f"app:         {answer.get('app', app)}")
         click.echo(f"artifact_id: {answer['artifact_id']}")
         click.echo(f"version:     {answer['version']}")
         click.echo(f"sha256:      {answer['sha256']}")

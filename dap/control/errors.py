@@ -15,6 +15,7 @@ boundary with ``raise ... from exc``::
     ├── SignatureError                  422  SVC.SIGNATURE.INVALID     (envelope or snapshot)
     ├── SigningKeyError                 500  SVC.KEY.INVALID           (missing or unreadable key)
     ├── NoCandidateError                409  SVC.ROUTING.NO_CANDIDATE  (recorded on the binding)
+    ├── AppAmbiguousError               409  SVC.ARTIFACT.APP_AMBIGUOUS (bound to several apps, none named)
     ├── StoreUnavailableError           503  SVC.STORE.UNAVAILABLE
     └── UpstreamError                   502  SVC.UPSTREAM.UNAVAILABLE  (region unreachable)
 """
@@ -107,6 +108,12 @@ class NoCandidateError(ControlError):
     status = 409
     code = "SVC.ROUTING.NO_CANDIDATE"
     title = "No cluster can host the workspace"
+
+
+class AppAmbiguousError(ControlError):
+    status = 409
+    code = "SVC.ARTIFACT.APP_AMBIGUOUS"
+    title = "The workspaces are bound to different apps"
 
 
 class StoreUnavailableError(ControlError):

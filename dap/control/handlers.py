@@ -7,6 +7,10 @@ Registration accepts two bodies (``POST /v1/artifacts``):
   file whose ``filename`` is the file's relative path (percent-decoded: some clients encode
   ``/`` as ``%2F``).
 
+Instead of ``app`` a client may send ``default_app`` (JSON key or form field): a name to use only
+when no workspace of the registration is bound to an app yet (``dap register`` without ``--app``
+sends the directory's name so); ``registration.choose_app`` decides.
+
 Both are read with the per-file and total limits of ``registration.Limits`` enforced while
 reading (multipart streams, so a too-large upload is refused before it is all in memory).
 """
@@ -76,13 +80,14 @@ async def _read_json(request: web.Request, limits: registration.Limits) -> regis
     workspaces = body.get("workspaces") or []
     if not isinstance(workspaces, list) or not all(isinstance(w, str) for w in workspaces):
         raise errors.RequestError("workspaces must be a list of ids")
-    return _upload(body.get("app"), collector.files, workspaces)
+    return _upload(body.get("app"), body.get("default_app"), collector.files, workspaces)
 
 
 async def _read_multipart(request: web.Request, limits: registration.Limits) -> registration.Upload:
     reader = await request.multipart()
     collector = _Collector(limits)
     app: str | None = None
+    default_app: str | None = None
     workspaces: list[str] = []
     while (part := await reader.next()) is not None:
         if not isinstance(part, aiohttp.BodyPartReader):
@@ -91,6 +96,8 @@ async def _read_multipart(request: web.Request, limits: registration.Limits) -> 
             value = (await part.read(decode=True)).decode("utf-8", "replace")
             if part.name == "app":
                 app = value
+            elif part.name == "default_app":
+                default_app = value
             elif part.name == "workspace":
                 workspaces.append(value)
             else:
@@ -107,18 +114,26 @@ async def _read_multipart(request: web.Request, limits: registration.Limits) -> 
             chunks.append(chunk)
         # aiohttp's client percent-encodes "/" in filenames; curl sends them raw. Accept both.
         collector.add(urllib.parse.unquote(part.filename), b"".join(chunks))
-    return _upload(app, collector.files, workspaces)
+    return _upload(app, default_app, collector.files, workspaces)
 
 
-def _upload(app: Any, files: dict[str, bytes], workspaces: list[str]) -> registration.Upload:
+def _upload(
+    app: Any, default_app: Any, files: dict[str, bytes], workspaces: list[str]
+) -> registration.Upload:
+    explicit = app is not None
+    if not explicit:
+        app = default_app
     if not isinstance(app, str):
-        raise errors.RequestError("the app name is required", [errors.ErrorItem("app", "required")])
+        raise errors.RequestError(
+            "the app name is required: send app (or default_app)", [errors.ErrorItem("app", "required")]
+        )
     if not files:
         raise errors.RequestError("the artifact has no file", [errors.ErrorItem("files", "required")])
     return registration.Upload(
         app=AppName(envelopes.check_app_name(app)),
         files=files,
         workspaces=tuple(registration.check_workspace_id(w) for w in dict.fromkeys(workspaces)),
+        app_explicit=explicit,
     )
 
 

@@ -9,6 +9,9 @@ The rule of the spec, with the deployments update the reference behaviour forgot
    next version, chained to the newest one by ``prev_version``/``prev_sha256``;
 4. bind workspaces (from the request and from the artifact's Workspace manifests) to the app,
    point every binding of the app at this artifact, route each to a cluster (``registry.place``);
+   an upload whose app is only a default (``dap register`` without ``--app``) keeps the app its
+   workspaces are already bound to, so versions chain and revoke falls back within that app;
+   moving a workspace to another app takes an explicitly named app (``choose_app``);
 5. bump the snapshot version when an artifact was created or a binding changed.
 
 Steps 3-5 are one transaction: a crash leaves either everything or nothing. CPU-heavy work
@@ -47,6 +50,9 @@ class Upload:
     app: AppName
     files: Mapping[str, bytes]
     workspaces: tuple[WorkspaceId, ...] = ()
+    # False: ``app`` is a default (the directory's name) that yields to the app the workspaces
+    # are bound to; True: the author named the app, and bound workspaces move to it.
+    app_explicit: bool = True
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,7 @@ class Binding:
 
 @dataclass(frozen=True)
 class Result:
+    app: AppName
     artifact_id: ArtifactId
     version: int
     sha256: str
@@ -66,9 +73,12 @@ class Result:
     bindings: tuple[Binding, ...]
     hash_seconds: float = 0.0
     sign_seconds: float = 0.0
+    kept_app_for: tuple[WorkspaceId, ...] = ()  # bound workspaces whose app replaced the default
 
     def as_json(self) -> dict[str, object]:
         return {
+            "app": self.app,
+            "app_kept_for": list(self.kept_app_for),
             "artifact_id": self.artifact_id,
             "version": self.version,
             "sha256": self.sha256,
@@ -164,6 +174,7 @@ async def _store(
 ) -> Result:
     sign_seconds = 0.0
     async with pool.acquire() as conn, conn.transaction():
+        upload, kept_for = choose_app(upload, placements, await store.deployments(conn))
         await store.lock_app(conn, upload.app)
         latest = await store.latest_artifact(conn, upload.app)
         if latest is not None and latest.sha256 == sha256 and latest.status == "active":
@@ -190,6 +201,7 @@ async def _store(
         snapshot_version = await store.bump_snapshot(conn) if created or changed else None
         placed = {d.workspace_id: d for d in await store.deployments(conn, app=upload.app)}
     return Result(
+        app=upload.app,
         artifact_id=artifact_id,
         version=version,
         sha256=sha256,
@@ -198,7 +210,34 @@ async def _store(
         bindings=tuple(Binding(ws, d.cluster_id, d.error) for ws, d in sorted(placed.items())),
         hash_seconds=hash_seconds,
         sign_seconds=sign_seconds,
+        kept_app_for=kept_for,
     )
+
+
+def choose_app(
+    upload: Upload, placements: list[routing.Placement], existing: list[store.DeploymentRow]
+) -> tuple[Upload, tuple[WorkspaceId, ...]]:
+    """The upload with the app it registers as, and the bound workspaces that decided it.
+
+    An explicit app is kept as given. A default app yields to the one app that the workspaces of
+    this registration (request and Workspace manifests) are already bound to; a default that
+    would have to pick between several apps is refused, since guessing would move a workspace.
+    """
+    if upload.app_explicit:
+        return upload, ()
+    wanted = set(upload.workspaces) | {p.workspace_id for p in placements}
+    bound = {d.workspace_id: d.app for d in existing if d.workspace_id in wanted}
+    apps = sorted(set(bound.values()))
+    if not apps:
+        return upload, ()
+    if len(apps) > 1:
+        listed = ", ".join(f"{ws} (app {app!r})" for ws, app in sorted(bound.items()))
+        raise errors.AppAmbiguousError(
+            f"the workspaces are bound to different apps: {listed}; name the app with --app "
+            "(the workspaces not bound to it move to it)",
+            [errors.ErrorItem("app", "required when the workspaces are bound to different apps")],
+        )
+    return dataclasses.replace(upload, app=AppName(apps[0]), app_explicit=True), tuple(sorted(bound))
 
 
 def _bindings(

@@ -13,7 +13,8 @@ the spec in order, recording each outcome in the immutable ``converging.Status``
 - finally the envelope is persisted to the state directory for restarts without control.
 
 A failing step → ``failed``; the old catalog keeps serving and the artifact is retried after a
-backoff. A snapshot that fails verification is never acted upon and produces a ``violation``
+backoff no longer than the pull interval (``Settings.artifact_retry``; the loop wakes when it
+ends). A snapshot that fails verification is never acted upon and produces a ``violation``
 (reported once per distinct snapshot, not on every cycle). A control plane that cannot be
 reached changes nothing: the pod keeps serving and catches up on a later cycle.
 
@@ -207,7 +208,9 @@ class Pod:
         """The snapshot to act on (new or cached), ``None`` when there is none."""
         try:
             answer = await self.client.snapshot(
-                self.config.workspace, etag=self._etag, wait=self.config.long_poll_wait
+                self.config.workspace,
+                etag=self._etag,
+                wait=min(self.config.long_poll_wait, self._until_retry()),
             )
         except errors.ControlError as exc:
             self._control_failed(exc)
@@ -323,7 +326,7 @@ class Pod:
                     self.status,
                     f"self-check failed, previous version restored: {exc}",
                     now=time.monotonic(),
-                    policy=self.config.retry,
+                    policy=self.config.artifact_retry,
                     spread=random.random(),
                 )
             )
@@ -341,7 +344,11 @@ class Pod:
     def _fail(self, reason: str) -> None:
         self._set(
             converging.failed(
-                self.status, reason, now=time.monotonic(), policy=self.config.retry, spread=random.random()
+                self.status,
+                reason,
+                now=time.monotonic(),
+                policy=self.config.artifact_retry,
+                spread=random.random(),
             )
         )
 
@@ -374,9 +381,25 @@ class Pod:
             if self.config.long_poll and self.control_error is None:
                 delay = max(0.0, MIN_GAP - (time.monotonic() - started))
             else:
-                delay = self.config.pull_interval
+                delay = min(self.config.pull_interval, self._until_retry())
             self._wake.clear()
             await timing.wait_event(self._wake, delay)
+
+    def _until_retry(self) -> float:
+        """Seconds until a failed artifact may be fetched again, ``inf`` when none waits.
+
+        The loop wakes then rather than at the next interval, so a retry happens when its backoff
+        ends. A retry time already past waits for the ordinary cadence (no busy loop while, say,
+        the control plane is down or the snapshot no longer names the failed artifact).
+        """
+        failure = self.status.failure
+        if failure is None or self.status.phase not in (
+            converging.Phase.FAILED,
+            converging.Phase.ROLLED_BACK,
+        ):
+            return float("inf")
+        left = failure.retry_at - time.monotonic()
+        return left if left > 0 else float("inf")
 
     async def health(self) -> tuple[evidence.HealthStatus, dict[str, str]]:
         """``(healthy|degraded|unhealthy, checks)``: Postgres, control, convergence, state dir."""

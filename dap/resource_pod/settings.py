@@ -44,6 +44,7 @@ class Settings:
     evidence_capacity: int = 10_000
     request_timeout: float = 10.0
     clock_skew: timedelta = timedelta(seconds=30)
+    # A failed artifact's retries; the pod uses it through ``artifact_retry``, capped at the interval.
     retry: backoff.Backoff = field(default_factory=lambda: backoff.Backoff(base=5.0, cap=300.0))
     evidence_retry: backoff.Backoff = field(default_factory=lambda: backoff.Backoff(base=1.0, cap=60.0))
 
@@ -65,6 +66,13 @@ class Settings:
             )
         if self.fetch_keys and not self.dev:
             raise errors.ConfigError("taking keys from the control plane is allowed with --dev only")
+
+    @property
+    def artifact_retry(self) -> backoff.Backoff:
+        """``retry`` bounded by the pull interval: a refused artifact is fetched again at least as
+        often as the snapshot is pulled, so the pod converges about one interval after the honest
+        artifact is served again, however many refusals came before."""
+        return self.retry.within(self.pull_interval)
 
     @property
     def long_poll_wait(self) -> float:

@@ -99,12 +99,15 @@ def test_cli_validate_exit_codes(tmp_path: Path) -> None:
     (tmp_path / "bad.yaml").write_text(
         "apiVersion: dap.io/v1\nkind: Module\nmetadata: {name: m}\n---\n"
         "apiVersion: dap.io/v1\nkind: Entity\nmetadata: {name: e, module: m}\n"
-        "spec: {fields: [{name: A, type: string}, {name: b, type: nope}]}\n"
+        "spec: {fields: [{name: A, type: string}, {name: b, type: nope}]}\n---\n"
+        "apiVersion: dap.io/v1\nkind: Entity\nmetadata: {name: f, module: m}\n"
+        "spec: {fields: [{name: c, type: string, currency: EUR}]}\n"
     )
     bad = runner.invoke(main, ["validate", str(tmp_path)])
     assert bad.exit_code == 1
     assert "bad.yaml#2 spec.fields[0].name:" in bad.output
     assert "bad.yaml#2 spec.fields[1].type:" in bad.output
+    assert "bad.yaml#3 spec.fields[0].currency:" in bad.output, "a rule violation beside a schema error"
     assert "Traceback" not in bad.output
 
     usage = runner.invoke(main, ["validate", str(tmp_path / "missing")])

@@ -40,3 +40,20 @@ def test_public_names_are_pinned() -> None:
     assert set(dap.config.__all__) == EXPECTED
     for name in EXPECTED:
         assert hasattr(dap.config, name), name
+
+
+def test_split_modules_keep_their_faces() -> None:
+    """``expressions`` and ``validation`` stayed the faces when their work moved into smaller
+    modules: the server imports these names from them."""
+    from dap.config import expressions, validation
+
+    assert set(expressions.__all__) >= {
+        "Expression",
+        "ExpressionError",
+        "evaluate",
+        "evaluate_condition",
+        "parse",
+    }
+    for name in expressions.__all__:
+        assert hasattr(expressions, name), name
+    assert callable(validation.check) and len(validation.RULES) == 13

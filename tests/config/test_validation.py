@@ -489,3 +489,49 @@ def test_empty_input_is_an_error() -> None:
     with pytest.raises(config.SpecError) as caught:
         config.load_files({"README.md": b"# not yaml"})
     assert "no manifests found" in caught.value.problems[0].message
+
+
+def test_a_structural_problem_does_not_hide_a_rule_violation_in_another_document() -> None:
+    problems = problems_of(
+        entity("fields: [{name: b, type: strin}]", name="one"),  # fails its JSON Schema
+        entity("fields: [{name: a, type: string, currency: EUR}]", name="two"),  # breaks a rule
+    )
+    assert [(p.document, p.path) for p in problems] == [
+        (3, "spec.fields[0].type"),
+        (4, "spec.fields[0].currency"),
+    ]
+
+
+def test_references_to_a_broken_document_are_not_reported_as_undeclared() -> None:
+    """The broken entity exists, so pointing at it is no second mistake; a real typo still is."""
+    problems = problems_of(
+        entity("fields: [{name: b, type: strin}]", name="one"),
+        entity(
+            "fields: [{name: o, type: relation, relation: {entity: one}}, "
+            "{name: g, type: relation, relation: {entity: ghost}}]",
+            name="two",
+        ),
+    )
+    assert [(p.document, p.path) for p in problems] == [
+        (3, "spec.fields[0].type"),
+        (4, "spec.fields[1].relation.entity"),
+    ]
+
+
+def test_an_unreadable_file_silences_only_references_it_might_declare() -> None:
+    text = "\n---\n".join(
+        [
+            MODULE,
+            entity(
+                "fields: [{name: g, type: relation, relation: {entity: ghost}}, "
+                "{name: a, type: string, currency: EUR}]"
+            ),
+        ]
+    )
+    with pytest.raises(config.SpecError) as caught:
+        config.load_files({"bad.yaml": "kind: Entity\nmetadata: {name: [\n", "shop.yaml": text})
+    problems = caught.value.problems
+    assert [(p.file, p.path) for p in problems] == [
+        ("bad.yaml", ""),
+        ("shop.yaml", "spec.fields[1].currency"),
+    ]

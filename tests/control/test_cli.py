@@ -139,3 +139,64 @@ async def test_revoke_falls_back_to_the_previous_version(
     code, _, err = await run("control", "revoke", "art-unknown", "--db", db_dsn)
     assert code == 1
     assert "does not exist" in err
+
+
+async def test_register_without_app_keeps_the_app_a_workspace_is_bound_to(
+    start_control: Start, http: aiohttp.ClientSession, tmp_path: Path, db_dsn: str
+) -> None:
+    """A second directory (another name) registered for the same workspace without --app is the
+    next version of the workspace's app, so revoking it falls back to the first; only an explicit
+    --app moves the workspace to another app."""
+    control = await start_control()
+
+    def fields(out: str) -> dict[str, str]:
+        return {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in out.strip().splitlines())}
+
+    first_dir = write_spec(tmp_path / "shop")
+    code, out, err = await run(
+        "register", str(first_dir), "--control-url", control.url, "--workspace", "acme"
+    )
+    assert code == 0, err
+    first = fields(out)
+    assert (first["app"], first["version"]) == ("shop", "1")
+
+    second_dir = write_spec(tmp_path / "shop-next", {"notes.txt": b"v2"})
+    code, out, err = await run(
+        "register", str(second_dir), "--control-url", control.url, "--workspace", "acme"
+    )
+    assert code == 0, err
+    second = fields(out)
+    assert (second["app"], second["version"]) == ("shop", "2"), "the bound app is kept and versions chain"
+    assert "workspace acme is bound to app 'shop'" in err and "--app shop-next" in err
+
+    code, out, err = await run("control", "revoke", second["artifact_id"], "--db", db_dsn)
+    assert code == 0, err
+    assert json.loads(out)["moved"] == ["acme"], "revoke falls back to version 1 of the same app"
+
+    code, out, err = await run(
+        "register", str(second_dir), "--control-url", control.url, "--workspace", "acme", "--app", "other"
+    )
+    assert code == 0, err
+    moved = fields(out)
+    assert (moved["app"], moved["version"]) == ("other", "1")
+    assert "is bound to app" not in err
+    async with http.get(f"{control.url}/v1/snapshot", params={"workspace": "acme"}) as response:
+        deployments = (await response.json())["deployments"]
+    assert [d["artifact_id"] for d in deployments] == [moved["artifact_id"]]
+
+
+async def test_register_without_app_refuses_workspaces_of_different_apps(
+    start_control: Start, http: aiohttp.ClientSession
+) -> None:
+    control = await start_control()
+    url = f"{control.url}/v1/artifacts"
+    for app, ws in (("one", "acme"), ("two", "globex")):
+        async with http.post(url, json=json_upload(app, manifests(), [ws])) as response:
+            assert response.status == 200, await response.text()
+    body = json_upload("three", manifests(**{"x.txt": b"x"}), ["acme", "globex"])
+    body["default_app"] = body.pop("app")
+    async with http.post(url, json=body) as response:
+        problem = await response.json()
+        assert response.status == 409, problem
+    assert problem["code"] == "SVC.ARTIFACT.APP_AMBIGUOUS"
+    assert "acme (app 'one'), globex (app 'two')" in problem["detail"]

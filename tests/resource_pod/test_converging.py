@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
-from dap.resource_pod import backoff, converging, documents, errors, evidence
+from dap.resource_pod import backoff, converging, documents, errors, evidence, settings
 from dap.resource_pod.converging import Phase
 
 POLICY = backoff.Backoff(base=1.0, factor=2.0, cap=10.0, jitter=0.0)
@@ -133,6 +134,30 @@ def test_backoff_jitter_stays_within_its_fraction() -> None:
     policy = backoff.Backoff(base=10.0, jitter=0.2)
     assert policy.delay(1, 0.0) == pytest.approx(8.0)
     assert policy.delay(1, 1.0) == pytest.approx(12.0)
+
+
+def test_backoff_within_a_limit_never_exceeds_it() -> None:
+    policy = backoff.Backoff(base=5.0, cap=300.0, jitter=0.1).within(2.0)
+    assert max(policy.delay(n, spread) for n in range(1, 30) for spread in (0.0, 0.5, 1.0)) <= 2.0
+    assert policy.delay(1, 0.0) == pytest.approx(1.8), "jitter still spreads pods below the limit"
+
+
+def test_artifact_retry_is_bounded_by_the_pull_interval(tmp_path: Path) -> None:
+    """The pod's default backoff (5 s doubling to 5 min) must not outlast a 10 s dev interval."""
+    config = settings.Settings(
+        control_url="http://127.0.0.1:1",
+        workspace="w",
+        state_dir=tmp_path,
+        pull_interval=10.0,
+        fetch_keys=True,
+        dev=True,
+    )
+    status = converging.Status()
+    for n in range(12):
+        status = converging.failed(
+            converging.fetched(status, dep("b")), "bad", now=n, policy=config.artifact_retry, spread=1.0
+        )
+        assert status.failure is not None and status.failure.retry_at - n <= 10.0
 
 
 def test_buffer_is_bounded_and_keeps_order() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 import aiohttp
 
 from dap.control import snapshots
-from dap.resource_pod import converging, hosting
+from dap.resource_pod import backoff, converging, hosting
 from dap.resource_pod.converging import Phase
 from dap.server import Catalog
 from tests.resource_pod.conftest import (
@@ -229,7 +230,8 @@ async def test_restart_with_control_down_serves_the_last_verified_artifact(
     v2 = await control.register(V2)
     first = await start_pod(pod_settings(control.url, tmp_path, control.signer), dsn=dsn)
     await wait_for(lambda: running(first, v2), what="v2 loaded")
-    assert (tmp_path / WORKSPACE / "current.json").is_file()
+    # the envelope is persisted after the self-check, which follows the swap that ``running`` sees
+    await wait_for(lambda: (tmp_path / WORKSPACE / "current.json").is_file(), what="v2 persisted")
     await first.stop()
     await control.stop()
 
@@ -343,3 +345,28 @@ async def test_dev_pod_trusts_the_published_key_and_reports_health_and_metering(
 
 def test_status_json_is_what_health_shows() -> None:
     assert set(converging.Status().as_json()) >= {"phase", "artifact_id", "version"}
+
+
+async def test_refused_artifact_is_retried_within_the_pull_interval(
+    control: Control, proxy: Proxy, start_pod: StartPod, tmp_path: Path
+) -> None:
+    """A backoff policy far longer than the pull interval (here 20 s after the third failure)
+    must not hold the pod back once the honest artifact is served again: retries are clamped to
+    the pull interval (0.2 s), so recovery takes about one interval, not the backoff's cap."""
+    steep = backoff.Backoff(base=0.2, factor=10.0, cap=60.0, jitter=0.0)
+    v1 = await control.register(V1)
+    pod = await start_pod(pod_settings(proxy.url, tmp_path, control.signer, retry=steep))
+    await wait_for(lambda: running(pod, v1), what="v1 loaded")
+    proxy.tamper = True
+    v2 = await control.register(V2)
+
+    def refused_three_times() -> bool:
+        failure = pod.pod.status.failure
+        return failure is not None and failure.count >= 3
+
+    await wait_for(refused_three_times, within=10.0, what="three refusals of the tampered artifact")
+    failure = pod.pod.status.failure
+    assert failure is not None
+    assert failure.retry_at - time.monotonic() <= 0.2, "the next retry is at most one pull interval away"
+    proxy.tamper = False
+    await wait_for(lambda: running(pod, v2), within=3.0, what="recovery within a few pull intervals")
