@@ -102,6 +102,16 @@ class JwtVerifier:
             raise errors.Unauthorized(
                 "the token's issuer is not accepted", code="SVC.AUTH.BAD_ISSUER"
             ) from exc
+        except jwt.InvalidSignatureError as exc:
+            raise errors.Unauthorized(
+                "the token's signature does not verify: it was signed with another secret or key",
+                code="SVC.AUTH.INVALID_TOKEN",
+            ) from exc
+        except jwt.DecodeError as exc:  # the decoder's own text (codecs, padding) means nothing to a caller
+            raise errors.Unauthorized(
+                "the token is malformed: expected a JWT (three base64url parts separated by dots)",
+                code="SVC.AUTH.INVALID_TOKEN",
+            ) from exc
         except jwt.PyJWTError as exc:
             raise errors.Unauthorized(f"invalid token: {exc}", code="SVC.AUTH.INVALID_TOKEN") from exc
         claimed_ws = claims.get("workspace")

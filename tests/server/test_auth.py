@@ -93,6 +93,29 @@ def test_hs256_attacks_are_refused(make: Any, code: str) -> None:
     assert caught.value.status == 401
 
 
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        pytest.param("not.a.token", id="dots"),
+        pytest.param("garbage", id="no-dots"),
+        pytest.param("\xff\xfe.\xff.\xff", id="not-base64"),
+        pytest.param(_b64({"alg": "HS256"})[:-1] + ".x.y", id="bad-padding"),
+        pytest.param("eyJ.eyJ.c2ln", id="not-json"),
+    ],
+)
+def test_a_malformed_token_is_called_malformed_without_decoder_internals(garbage: str) -> None:
+    with pytest.raises(errors.Unauthorized) as caught:
+        HS.verify(garbage, workspace="acme")
+    assert caught.value.code == "SVC.AUTH.INVALID_TOKEN"
+    assert str(caught.value).startswith("the token is malformed"), str(caught.value)
+
+
+def test_a_token_of_another_secret_says_so() -> None:
+    forged = jwt.encode(_claims(), "another-secret-another-secret-1234", algorithm="HS256")
+    with pytest.raises(errors.Unauthorized, match="signed with another secret or key"):
+        HS.verify(forged, workspace="acme")
+
+
 def test_rs256_and_algorithm_confusion(rsa_key: rsa.RSAPrivateKey) -> None:
     pem = _public_pem(rsa_key)
     verifier = auth.JwtVerifier(issuer=ISSUER, public_key_pem=pem)
