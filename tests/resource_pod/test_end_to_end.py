@@ -229,7 +229,8 @@ async def test_restart_with_control_down_serves_the_last_verified_artifact(
     v2 = await control.register(V2)
     first = await start_pod(pod_settings(control.url, tmp_path, control.signer), dsn=dsn)
     await wait_for(lambda: running(first, v2), what="v2 loaded")
-    assert (tmp_path / WORKSPACE / "current.json").is_file()
+    # persisted after the self-check, which runs once v2 is already swapped in
+    await wait_for(lambda: (tmp_path / WORKSPACE / "current.json").is_file(), what="v2 persisted")
     await first.stop()
     await control.stop()
 
