@@ -31,7 +31,10 @@ _SAMPLES: dict[str, Any] = {
 
 
 def dap_command() -> str:
-    """How the person can call ``dap`` again: ``.venv/bin/dap`` after ``make``, else ``dap``."""
+    """How the person can call ``dap`` again: as they did (``.venv/bin/dap`` under ``make``)."""
+    invoked = sys.argv[0] if sys.argv else ""
+    if Path(invoked).name == "dap":
+        return invoked
     beside = Path(sys.executable).parent / "dap"
     if not beside.exists():
         return "dap"
@@ -122,11 +125,13 @@ def render(
     lines.append(f"an admin token (HS256, dev secret {tokens.DEV_SECRET!r}, 24 h):")
     lines.append(f"  export TOKEN={tokens.dev_token(workspace)}")
     roles = sorted(catalog.grants.patterns)
-    example_role = roles[0] if roles else "viewer"
-    lines.append(
-        f"  other roles{' of this spec: ' + ', '.join(roles) if roles else ''}; for example "
-        f"export T2=$({dap} token --role {example_role} --username alice --attr region=north)"
-    )
+    if roles:
+        lines.append(
+            f"  roles of this spec: {', '.join(roles)}; a token for one: "
+            f"export T2=$({dap} token --role {roles[0]} --username alice)"
+        )
+    else:
+        lines.append(f"  other tokens (roles, username, attrs, lifetime): {dap} token --help")
     if served:
         lines.append("")
         lines.append("try:")

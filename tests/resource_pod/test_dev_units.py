@@ -150,5 +150,7 @@ def test_the_banner_promises_only_what_answers(tmp_path: Path) -> None:
     assert "UI at http://127.0.0.1:8080/default/" in _banner(tmp_path, SERVING)
     nothing = _banner(None, {"artifact_id": None, "version": None, "phase": "failed"})
     assert "serving nothing yet" in nothing and "curl" not in nothing
+    assert "roles of this spec: buyer, buying_manager, cfo, finance" in text
+    assert "token --role buyer --username alice" in text
     failed = _banner(None, {**SERVING, "phase": "failed"})
     assert "still serving the previous version 1" in failed
