@@ -35,7 +35,7 @@ from typing import Any
 import aiohttp
 import click
 
-from dap import embedded, server
+from dap import embedded
 from dap.resource_pod import (
     converging,
     devbanner,
@@ -47,7 +47,7 @@ from dap.resource_pod import (
     settings,
     tokens,
 )
-from dap.server import options, schema_sync
+from dap.server import options
 
 log = logging.getLogger(__name__)
 
@@ -149,13 +149,10 @@ async def wait_for(pod: hosting.Running, answer: Mapping[str, Any], within: floa
 async def destructive_changes(pod: hosting.Running, files: Mapping[str, bytes]) -> list[str]:
     """The schema changes loading ``files`` would need and the pod refuses to make by itself."""
     try:
-        catalog = await loading.catalog_for(files)
-        async with pod.server.app[server.state.POOL].acquire() as conn:
-            plan = await schema_sync.current_plan(conn, catalog.tables, catalog.entities)
+        return await loading.refused_steps(pod.server.app, await loading.catalog_for(files))
     except Exception as exc:  # only an explanation: never let it hide the failure it explains
         log.warning("cannot plan the schema change", extra={"ctx": {"error": f"{type(exc).__name__}: {exc}"}})
         return []
-    return [*plan.blockers, *(step.description for step in plan.destructive)]
 
 
 async def explain_failure(
