@@ -111,8 +111,9 @@ def baseline_main(port_: int, dsn: str, tenant: str) -> None:
     from aiohttp import web
 
     from dap import config
-    from dap.server import filters, sql
     from dap.server.catalog import Catalog
+    from dap.server.storage import sql
+    from dap.server.web import filters
 
     catalog = Catalog.from_spec(config.load_files({"spec.yaml": SPEC}))
     resource = catalog.resources["bench/item"]
@@ -307,8 +308,8 @@ spec:
 async def ddl_seconds(server_dsn: str, spec_dir: Path) -> float:
     """Time Postgres needs to create the spec's tables and indexes from plain DDL, once."""
     from dap import config
-    from dap.server import migrations
     from dap.server.catalog import Catalog
+    from dap.server.storage import migrations
 
     catalog = Catalog.from_spec(config.load_spec(spec_dir))
     plan = migrations.plan({}, catalog.tables, catalog.entities)

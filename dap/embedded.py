@@ -66,12 +66,12 @@ def stop(server: Any, data_dir: Path) -> None:
             raise EmbeddedPostgresError(f"embedded Postgres in {data_dir} did not stop: {exc}") from exc
 
 
-_SAFE_DATABASE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_SAFE_DATABASE = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
 def dsn_for_database(dsn: str, database: str) -> str:
     """Return ``dsn`` pointing at another database on the same server."""
-    if not _SAFE_DATABASE.match(database):
+    if not _SAFE_DATABASE.fullmatch(database):
         raise ValueError(f"invalid database name {database!r}")
     head, sep, query = dsn.partition("?")
     base, _, _old = head.rpartition("/")

@@ -79,7 +79,7 @@ class ValidationRule(Record):
 
 
 # The tokens of a natural-key pattern: date parts of the creation date and one counter whose width
-# is the number of ``#`` (the server renders them, dap.server.numbering).
+# is the number of ``#`` (the server renders them, dap.server.storage.numbering).
 NATURAL_KEY_TOKEN = re.compile(r"\{(YYYY|YY|MM|DD|#+)\}")
 
 

@@ -26,7 +26,7 @@ from dap.control import errors, packing, registration, settings, signing, store
 from dap.control.ids import ClusterId
 
 MIB = 1024 * 1024
-HEX_KEY = re.compile(r"^[0-9a-fA-F]{64}$")
+HEX_KEY = re.compile(r"[0-9a-fA-F]{64}")
 NOT_IMPLEMENTED = {
     "freeze": "freeze a workspace's desired state",
     "policy": "manage deployment policies",
@@ -46,7 +46,7 @@ def _signer(value: str | None, dev: bool, mode: str) -> signing.Signer | None:
         path = Path(value)
         if path.is_file():
             return signing.Signer.load(path)
-        if HEX_KEY.match(value.strip()):
+        if HEX_KEY.fullmatch(value.strip()):
             return signing.Signer.from_seed_hex(value)
         raise click.UsageError(f"--signing-key {value!r} is neither a key file nor 64 hex characters")
     if dev:

@@ -21,7 +21,7 @@ from dap.config import canonical
 from dap.control import errors, signing
 from dap.control.ids import ArtifactId, KeyId
 
-APP_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+APP_NAME = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 MAX_PATH_LENGTH = 1024
 
 
@@ -59,7 +59,7 @@ def normalise_path(raw: str) -> str:
 
 
 def check_app_name(app: str) -> str:
-    if not APP_NAME.match(app):
+    if not APP_NAME.fullmatch(app):
         raise errors.RequestError(
             f"invalid app name {app!r}",
             [errors.ErrorItem("app", "must match ^[a-z][a-z0-9_-]{0,62}$")],

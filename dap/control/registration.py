@@ -32,7 +32,7 @@ from dap.config import canonical
 from dap.control import envelopes, errors, registry, routing, signing, snapshots, store, validation
 from dap.control.ids import AppName, ArtifactId, ClusterId, WorkspaceId
 
-WORKSPACE_ID = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+WORKSPACE_ID = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ class Result:
 
 
 def check_workspace_id(raw: str) -> WorkspaceId:
-    if not WORKSPACE_ID.match(raw):
+    if not WORKSPACE_ID.fullmatch(raw):
         raise errors.RequestError(
             f"invalid workspace id {raw!r}",
             [errors.ErrorItem("workspaces", "a workspace id is a DNS label: [a-z0-9-], at most 63")],

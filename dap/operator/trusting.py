@@ -18,7 +18,7 @@ import aiohttp
 
 logger = logging.getLogger(__name__)
 
-_HEX_KEY = re.compile(r"^[0-9a-f]{64}$")
+_HEX_KEY = re.compile(r"[0-9a-f]{64}")
 
 
 def parse_keys(body: Any) -> tuple[str, ...]:
@@ -27,7 +27,7 @@ def parse_keys(body: Any) -> tuple[str, ...]:
     found: set[str] = set()
     for entry in entries if isinstance(entries, list) else []:
         value = entry.get("public_key") if isinstance(entry, dict) else entry
-        if isinstance(value, str) and _HEX_KEY.match(value.strip().lower()):
+        if isinstance(value, str) and _HEX_KEY.fullmatch(value.strip().lower()):
             found.add(value.strip().lower())
     return tuple(sorted(found))
 

@@ -30,7 +30,7 @@ from aiohttp import web
 
 from dap import config, server
 from dap.resource_pod import errors
-from dap.server import schema_sync, tables, workspaces
+from dap.server.storage import schema_sync, tables, workspaces
 
 log = logging.getLogger(__name__)
 

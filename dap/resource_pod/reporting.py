@@ -23,7 +23,8 @@ import asyncpg
 
 from dap import server
 from dap.resource_pod import backoff, errors, evidence, fetching, timing
-from dap.server import metrics, tables
+from dap.server import metrics
+from dap.server.storage import tables
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ HEALTH_INTERVAL = 30.0
 METERING_INTERVAL = 300.0
 MAX_LONG_POLL = 30.0  # the control plane clamps ``wait`` to its own maximum anyway
 
-_WORKSPACE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+_WORKSPACE = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class Settings:
             raise errors.ConfigError(
                 f"--control-url {self.control_url!r} must be an http:// or https:// URL (CONTROL_CLUSTER_URL)"
             )
-        if not _WORKSPACE.match(self.workspace):
+        if not _WORKSPACE.fullmatch(self.workspace):
             raise errors.ConfigError(
                 f"--workspace-id {self.workspace!r} must be a workspace slug: a-z, 0-9 and '-' (WORKSPACE_ID)"
             )

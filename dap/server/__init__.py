@@ -8,15 +8,21 @@ Public face::
     await srv.start(); ...; await srv.stop()
     srv.app[server.state.SPEC].swap(new_catalog)   # the resource pod's atomic swap
 
-Layout: ``options`` (boot rules), ``errors`` (the error tree), ``auth`` (JWT), ``tables`` and
-``migrations`` (pure schema description and planning), ``schema_sync`` (applying plans),
-``booting`` (the database half of a boot), ``records``, ``filters`` and ``sql`` (pure request →
-SQL), ``workspaces``, ``accounts`` and ``users``, ``rest`` and ``writing`` (the entity API),
-``documents`` and ``references`` (lifecycle moves and what blocks them), ``permissions``,
-``scoping``, ``txdates`` and ``guards`` (who may do what to which rows), ``deriving``,
-``converting``, ``checking``, ``numbering`` and ``filling`` (computed values, auto_fill, rules,
-natural keys), ``auditing`` and ``trails`` (the audit trail), ``caching`` (find-by-id across
-processes), ``ui_meta``, ``openapi``, ``admin``, ``metrics``, ``app`` (assembly), ``cli``.
+Layout: subpackages by concern, each with one face (its ``__init__``), stacked so that imports
+point down only (import-linter's ``layers`` contract in pyproject.toml says the same)::
+
+    cli, dev       `dap serve`, `dap migrate`; the laptop run             (root, top)
+    web/           the HTTP face: assembly, entity handlers, filters, OpenAPI, UI metadata, admin
+    booting        the database half of a boot;  state  the app's typed keys (root)
+    workflows/     actions, state machines, approvals, jobs               (to come)
+    events/        outbox, channels, websocket                            (to come)
+    documents/     what a write means: lifecycle, references, derived values, the audit trail
+    access/        who may do what: JWT, permissions, row and create scope, guards, accounts
+    catalog/       the loaded spec compiled once: resources, derivation plans, grants, expressions
+    storage/       Postgres: pool, tables, migrations, SQL, records, registries, find cache
+    options, metrics, errors                                               (root, bottom)
+
+The app-process bridge lives beside this package in ``dap/bridge/`` and calls these faces only.
 """
 
 from __future__ import annotations
@@ -25,9 +31,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dap.server import errors, migrations, options, state
-    from dap.server.app import Server, create_server, prepare_database
+    from dap.server import errors, options, state
     from dap.server.catalog import Catalog
+    from dap.server.storage import migrations
+    from dap.server.web.app import Server, create_server, prepare_database
 
 __all__ = [
     "Catalog",
@@ -41,18 +48,24 @@ __all__ = [
 ]
 
 # Public names resolve on first use (PEP 562): ``dap serve`` imports ``dap.server.cli`` and reaches
-# Postgres before the web stack is imported, so the package itself must not import ``app``.
+# Postgres before the web stack is imported, so the package itself must not import ``web``.
 _WHERE = {
     "Catalog": "dap.server.catalog",
-    "Server": "dap.server.app",
-    "create_server": "dap.server.app",
-    "prepare_database": "dap.server.app",
+    "Server": "dap.server.web.app",
+    "create_server": "dap.server.web.app",
+    "prepare_database": "dap.server.web.app",
+}
+_MODULES = {
+    "errors": "dap.server.errors",
+    "migrations": "dap.server.storage.migrations",
+    "options": "dap.server.options",
+    "state": "dap.server.state",
 }
 
 
 def __getattr__(name: str) -> Any:
     if name in _WHERE:
         return getattr(importlib.import_module(_WHERE[name]), name)
-    if name in __all__:
-        return importlib.import_module(f"dap.server.{name}")
+    if name in _MODULES:
+        return importlib.import_module(_MODULES[name])
     raise AttributeError(f"module 'dap.server' has no attribute {name!r}")

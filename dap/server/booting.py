@@ -11,18 +11,11 @@ from collections.abc import Awaitable, Callable
 
 import asyncpg
 
-from dap.server import (
-    accounts,
-    auditing,
-    db,
-    errors,
-    migrations,
-    numbering,
-    options,
-    schema_sync,
-    workspaces,
-)
+from dap.server import errors, options
+from dap.server.access import accounts, throttling
 from dap.server.catalog import Catalog
+from dap.server.documents import auditing
+from dap.server.storage import db, migrations, numbering, schema_sync, workspaces
 
 
 def tls_context(opts: options.ServeOptions) -> ssl.SSLContext | None:
@@ -76,6 +69,7 @@ async def prepare_database(
     async with pool.acquire() as conn:
         await workspaces.ensure_schema(conn)
         await accounts.ensure_schema(conn)
+        await throttling.ensure_schema(conn)
         await auditing.ensure_schema(conn)
         await numbering.ensure_schema(conn)
         plan = await schema_sync.sync(

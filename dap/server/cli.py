@@ -21,8 +21,9 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from dap import config, logs
-from dap.server import booting, db, errors, options, schema_sync
+from dap.server import booting, errors, options
 from dap.server.catalog import Catalog
+from dap.server.storage import db, schema_sync
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger(__name__)
@@ -152,7 +153,7 @@ def serve(**raw: Any) -> None:
         raw["jwt_public_key"] = _read_key(raw["jwt_public_key"])
         opts = options.check(**raw)
         if opts.jwt_public_key is not None:  # refuse a bad key before touching Postgres
-            from dap.server import auth
+            from dap.server.access import auth
 
             auth.JwtVerifier(issuer=opts.jwt_issuer, public_key_pem=opts.jwt_public_key)
         staged = stage_catalog(opts.spec)
@@ -171,7 +172,7 @@ async def _serve(opts: options.ServeOptions, staged: StagedCatalog) -> None:
 
     def finish_loading() -> None:
         confirm_spec(staged.spec, opts.spec)
-        import dap.server.app  # noqa: F401 -- the web stack, imported while Postgres works
+        import dap.server.web.app  # noqa: F401 -- the web stack, imported while Postgres works
 
     async def confirm() -> None:
         # Postgres creates the tables on its own core meanwhile; this thread holds the GIL only
@@ -179,7 +180,8 @@ async def _serve(opts: options.ServeOptions, staged: StagedCatalog) -> None:
         await asyncio.to_thread(finish_loading)
 
     pool = await booting.open_database(opts, staged.catalog, confirm=confirm)
-    from dap.server import app, auth
+    from dap.server.access import auth
+    from dap.server.web import app
 
     verifier = auth.JwtVerifier(
         issuer=opts.jwt_issuer, secret=opts.jwt_secret, public_key_pem=opts.jwt_public_key
@@ -207,9 +209,7 @@ def migrate(spec: str, dsn: str | None, log_level: str, dry_run: bool) -> None:
     """Print the schema migration plan and apply it, destructive steps included when declared."""
     logs.configure(log_level)
     try:
-        if not dsn:
-            raise errors.BootRefused("no --dsn given: a postgresql:// DSN is required (or DAP_DSN)")
-        options.check(dsn=dsn, jwt_secret="unused", cors_origins=("http://unused",))  # DSN rules only
+        dsn = options.check_dsn(dsn)
         catalog = load_catalog(Path(spec))
         asyncio.run(_migrate(dsn, catalog, dry_run=dry_run))
     except errors.ServerError as exc:

@@ -17,10 +17,13 @@ rest of the package, and the HTTP layer in particular, only ever sees this tree:
           ├── Conflict               409  lifecycle, unique value, first admin exists
           ├── PreconditionFailed     412  ``If-Match`` version mismatch
           ├── PayloadTooLarge        413
+          ├── UnsupportedMediaType   415  a body that is not JSON on a JSON endpoint
           ├── ValidationFailed       422  one entry in ``errors`` per offending field
-          ├── RateLimited            429
+          ├── RateLimited            429  with Retry-After
           ├── NotImplementedHere     501  e.g. login without an HS256 secret
-          └── InternalError          500  carries a request id, never internals
+          ├── InternalError          500  carries a request id, never internals
+          ├── ServiceUnavailable     503  Postgres unreachable; with Retry-After
+          └── OtherHttpError         any other status aiohttp raised itself, kept as it was
 
 The problem document is fixed by ARCHITECTURE.md: ``type`` ``urn:dap:error:<code>``, ``title``,
 ``status``, ``detail``, ``code`` and ``errors`` (``[{path, message}]``).
@@ -29,6 +32,7 @@ The problem document is fixed by ARCHITECTURE.md: ``type`` ``urn:dap:error:<code
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -131,6 +135,10 @@ class MethodNotAllowed(ApiError):  # noqa: N818 -- named for the HTTP status, as
     default_code = "SVC.REQUEST.METHOD_NOT_ALLOWED"
     title = "Method not allowed"
 
+    def __init__(self, detail: str, *, allow: Sequence[str], code: str | None = None) -> None:
+        # RFC 9110 15.5.6: a 405 carries Allow, empty when no method is open on the resource
+        super().__init__(detail, code=code, headers={"Allow": ", ".join(allow)})
+
 
 class Conflict(ApiError):  # noqa: N818 -- named for the HTTP status, as aiohttp's are
     status = 409
@@ -148,6 +156,12 @@ class PayloadTooLarge(ApiError):  # noqa: N818 -- named for the HTTP status, as 
     status = 413
     default_code = "SVC.REQUEST.TOO_LARGE"
     title = "Payload too large"
+
+
+class UnsupportedMediaType(ApiError):  # noqa: N818 -- named for the HTTP status, as aiohttp's are
+    status = 415
+    default_code = "SVC.REQUEST.UNSUPPORTED_MEDIA_TYPE"
+    title = "Unsupported media type"
 
 
 class ValidationFailed(ApiError):  # noqa: N818 -- named for the HTTP status, as aiohttp's are
@@ -174,18 +188,39 @@ class InternalError(ApiError):
     title = "Internal server error"
 
 
+class ServiceUnavailable(ApiError):  # noqa: N818 -- named for the HTTP status, as aiohttp's are
+    status = 503
+    default_code = "SVC.SERVER.UNAVAILABLE"
+    title = "Service unavailable"
+
+    def __init__(self, detail: str, *, retry_after: int, code: str | None = None) -> None:
+        super().__init__(detail, code=code, headers={"Retry-After": str(retry_after)})
+
+
+class OtherHttpError(ApiError):
+    """One of aiohttp's own HTTP errors that has no class here, with its status kept."""
+
+    def __init__(self, status: int, detail: str, *, headers: dict[str, str] | None = None) -> None:
+        super().__init__(detail, code=f"SVC.REQUEST.HTTP_{status}", headers=headers)
+        self.http_status = status
+
+    def problem(self) -> dict[str, Any]:
+        return {**super().problem(), "status": self.http_status}
+
+
 def problem_response(error: ApiError, *, request_id: str | None = None) -> web.Response:
     """An ``application/problem+json`` response for ``error``."""
     from aiohttp import web
 
     body = error.problem()
+    status = body["status"]
     if request_id is not None:
         body["request_id"] = request_id
     headers = dict(error.headers)
     if request_id is not None:
         headers["X-Request-Id"] = request_id
     return web.Response(
-        status=error.status,
+        status=status,
         body=json.dumps(body).encode(),
         content_type=PROBLEM_CONTENT_TYPE,
         headers=headers,
@@ -203,20 +238,29 @@ _BY_STATUS: dict[int, type[ApiError]] = {
         Conflict,
         PreconditionFailed,
         PayloadTooLarge,
+        UnsupportedMediaType,
         ValidationFailed,
         RateLimited,
         NotImplementedHere,
         InternalError,
+        ServiceUnavailable,
     )
 }
+# the headers of aiohttp's errors that say how to go on (Allow of a 405, Retry-After of a 503)
+_KEPT_HEADERS = ("Allow", "Retry-After")
 
 
 def from_http_exception(exc: web.HTTPException) -> ApiError:
-    """Translate one of aiohttp's own HTTP errors (413 from ``client_max_size``, 404 of the router)."""
-    cls = _BY_STATUS.get(exc.status, BadRequest if exc.status < 500 else InternalError)
+    """Translate one of aiohttp's own HTTP errors (413 from ``client_max_size``, 404 and 405 of the
+    router), keeping its status and the headers that tell the client what to do."""
+    kept = {k: exc.headers[k] for k in _KEPT_HEADERS if k in exc.headers}
+    cls = _BY_STATUS.get(exc.status)
+    if cls is None or cls is ServiceUnavailable:
+        return OtherHttpError(exc.status, exc.reason, headers=kept)
     if cls is Unauthorized:
         return Unauthorized(exc.reason)
-    error = cls(exc.reason)
-    if cls is BadRequest and exc.status != 400:
-        error.code = f"SVC.REQUEST.HTTP_{exc.status}"
-    return error
+    if cls is MethodNotAllowed:
+        return MethodNotAllowed(
+            exc.reason, allow=kept.get("Allow", "").split(", ") if kept.get("Allow") else []
+        )
+    return cls(exc.reason, headers=kept)

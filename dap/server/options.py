@@ -9,6 +9,7 @@ happens in the CLI before ``check`` is called.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ DEFAULT_MAX_BODY = 1024 * 1024
 DEFAULT_POOL_SIZE = 10
 LOG_LEVELS = ("debug", "info", "warn", "error")
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)?")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 
@@ -30,6 +31,16 @@ _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 class Address:
     host: str
     port: int
+
+    @property
+    def loopback(self) -> bool:
+        """Whether only this machine can reach the address."""
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:  # a host name: it may resolve anywhere
+            return False
 
     def __str__(self) -> str:
         return f"{self.host}:{self.port}"
@@ -72,10 +83,26 @@ def parse_address(value: str) -> Address:
 
 def parse_duration(value: str) -> float:
     """``"30s"``, ``"500ms"``, ``"2m"``, ``"1h"`` or bare seconds → seconds."""
-    match = _DURATION.match(value.strip())
+    match = _DURATION.fullmatch(value.strip())
     if match is None:
         raise errors.BootRefused(f"invalid duration {value!r}: expected e.g. 30s, 500ms, 2m")
     return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+MIN_JWT_SECRET_BYTES = 32
+
+
+def check_dsn(dsn: str | None) -> str:
+    """The DSN without surrounding blanks; ``BootRefused`` unless it is a postgresql:// one."""
+    dsn = (dsn or "").strip()
+    if not dsn:
+        raise errors.BootRefused("no --dsn given: a postgresql:// DSN is required (or DAP_DSN)")
+    scheme = dsn.partition(":")[0].lower()
+    if scheme.startswith("sqlite"):
+        raise errors.BootRefused("a sqlite DSN is refused: the production server runs on Postgres only")
+    if scheme not in ("postgres", "postgresql"):
+        raise errors.BootRefused(f"--dsn must be a postgresql:// DSN, got scheme {scheme!r}")
+    return dsn
 
 
 def check(
@@ -104,20 +131,18 @@ def check(
     """Validate raw option values; raise ``BootRefused`` with a one-line reason on the first rule broken."""
     if mode != "production":
         raise errors.BootRefused(f"--mode {mode!r} is not implemented; only 'production' is", exit_code=2)
-    dsn = (dsn or "").strip()
-    if not dsn:
-        raise errors.BootRefused("no --dsn given: a postgresql:// DSN is required (or DAP_DSN)")
-    scheme = dsn.partition(":")[0].lower()
-    if scheme.startswith("sqlite"):
-        raise errors.BootRefused("a sqlite DSN is refused: the production server runs on Postgres only")
-    if scheme not in ("postgres", "postgresql"):
-        raise errors.BootRefused(f"--dsn must be a postgresql:// DSN, got scheme {scheme!r}")
+    dsn = check_dsn(dsn)
     secret = (jwt_secret or "").strip() or None
     public_key = (jwt_public_key or "").strip() or None
     if secret is None and public_key is None:
         raise errors.BootRefused("no JWT configuration: give --jwt-secret (HS256) or --jwt-public-key (PEM)")
     if secret is not None and public_key is not None:
         raise errors.BootRefused("give one of --jwt-secret and --jwt-public-key, not both")
+    if secret is not None and len(secret.encode()) < MIN_JWT_SECRET_BYTES:
+        raise errors.BootRefused(
+            f"--jwt-secret is {len(secret.encode())} bytes; HS256 needs at least {MIN_JWT_SECRET_BYTES} "
+            "(RFC 7518 3.2): generate one with `openssl rand -base64 48`"
+        )
     if not jwt_issuer.strip():
         raise errors.BootRefused("--jwt-issuer must not be empty")
     origins = tuple(o.strip().rstrip("/") for o in cors_origins if o.strip())
@@ -126,12 +151,20 @@ def check(
     if "*" in origins:
         raise errors.BootRefused("--cors-origin '*' is refused: list the allowed origins")
     for origin in origins:
-        if not re.match(r"^https?://[^/\s]+$", origin):
+        if not re.fullmatch(r"https?://[^/\s]+", origin):
             raise errors.BootRefused(f"--cors-origin {origin!r} is not an origin (scheme://host[:port])")
     if (tls_cert is None) != (tls_key is None):
         raise errors.BootRefused("--tls-cert and --tls-key must be given together")
     if log_level not in LOG_LEVELS:
         raise errors.BootRefused(f"--log-level must be one of {', '.join(LOG_LEVELS)}")
+    metrics = parse_address(metrics_addr) if metrics_addr.strip() else None
+    admin = (admin_secret or "").strip() or None
+    if metrics is not None and admin is not None and not metrics.loopback:
+        raise errors.BootRefused(
+            f"--metrics-addr {metrics_addr} is reachable from other hosts, and with --admin-secret it "
+            "serves the workspace registry over plain HTTP: bind it to 127.0.0.1 (or drop --admin-secret "
+            "to serve only /metrics and /health there)"
+        )
     if max_body_bytes < 1024:
         raise errors.BootRefused("--max-body-bytes must be at least 1024")
     if not 1 <= pool_size <= 1000:
@@ -151,8 +184,8 @@ def check(
         web_dir=Path(web_dir) if web_dir else None,
         sidecar_endpoint=sidecar_endpoint or None,
         invoke_timeout=parse_duration(invoke_timeout),
-        metrics_addr=parse_address(metrics_addr) if metrics_addr.strip() else None,
-        admin_secret=(admin_secret or "").strip() or None,
+        metrics_addr=metrics,
+        admin_secret=admin,
         log_level=log_level,
         log_debug=log_debug,
         max_body_bytes=max_body_bytes,

@@ -1,6 +1,6 @@
 """Typed application state shared by the handlers: the ``web.AppKey`` of every shared object.
 
-One module holds the keys so that handlers, the admin listener and the assembly in ``app.py``
+One module holds the keys so that handlers, the admin listener and the assembly in ``web.app``
 agree on them without importing each other. The loaded spec is held through a
 :class:`SpecHolder`: handlers read ``holder.current`` once per request, and a later swap (the
 resource pod loading a new artifact) replaces that one reference atomically.
@@ -16,7 +16,9 @@ import asyncpg
 from aiohttp import web
 
 if TYPE_CHECKING:
-    from dap.server import auth, caching, catalog, metrics, options, workspaces
+    from dap.server import catalog, metrics, options
+    from dap.server.access import auth
+    from dap.server.storage import caching, workspaces
 
 
 @dataclass

@@ -121,7 +121,7 @@ async def test_dap_pod_serves_what_control_publishes_and_stops_on_sigterm(
     ],
 )
 def test_dap_pod_refuses_bad_options_in_one_line(args: list[str], message: str) -> None:
-    base = ["--dsn", "postgresql://nowhere/db", "--jwt-secret", "s", "--control-url", "http://control:1"]
+    base = ["--dsn", "postgresql://nowhere/db", "--jwt-secret", "s" * 32, "--control-url", "http://control:1"]
     base += ["--workspace-id", "acme"] if "--workspace-id" not in args else []
     if "--cors-origin" not in args:
         base += ["--cors-origin", "http://ui.example"]

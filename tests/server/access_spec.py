@@ -8,6 +8,8 @@ from typing import Any
 
 from .conftest import Running, token
 
+JSON = {"Content-Type": "application/json"}  # every JSON endpoint refuses other bodies (415)
+
 ACCESS = {
     "sales/module.yaml": """
 apiVersion: dap.io/v1
@@ -161,7 +163,7 @@ async def call(
     """One request below ``/default/api/sales`` (``headers=None`` sends no Authorization)."""
     url = srv.api + (path if path.startswith("/") else f"{API}/{path}")
     data = json.dumps(body).encode() if body is not None else None
-    async with srv.http.request(method, url, data=data, headers=headers or {}) as resp:
+    async with srv.http.request(method, url, data=data, headers={**JSON, **(headers or {})}) as resp:
         text = await resp.text()
         return resp.status, json.loads(text) if text else None
 

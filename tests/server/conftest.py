@@ -18,8 +18,9 @@ import jwt
 import pytest
 
 from dap import config
-from dap.server import app, options
+from dap.server import options
 from dap.server.catalog import Catalog
+from dap.server.web import app
 from tests.conftest import new_database
 
 # 64 bytes and more: PyJWT warns below the key length of the HMAC (HS512 is tried in test_auth)
@@ -223,13 +224,16 @@ class Running:
     def auth(self, workspace: str | None = None, **kw: Any) -> dict[str, str]:
         return {"Authorization": f"Bearer {token(workspace=workspace, **kw)}"}
 
-    async def register(self, slug: str, name: str = "") -> None:
+    async def register(self, slug: str, name: str = "") -> dict[str, Any]:
+        """Register ``slug`` on the admin listener; its answer (with the setup code while open)."""
         async with self.http.post(
             f"{self.admin}/workspaces",
             json={"slug": slug, "name": name or slug},
             headers={"Authorization": f"Bearer {ADMIN}"},
         ) as resp:
             assert resp.status == 201, await resp.text()
+            answer: dict[str, Any] = await resp.json()
+            return answer
 
 
 @contextlib.asynccontextmanager

@@ -8,6 +8,8 @@ from typing import Any
 
 from .conftest import Running
 
+JSON = {"Content-Type": "application/json"}  # every JSON endpoint refuses other bodies (415)
+
 DOCS = {
     "doc/module.yaml": """
 apiVersion: dap.io/v1
@@ -128,7 +130,9 @@ async def call(
     """One request (``path`` below ``/default/api/doc`` unless it starts with ``/``)."""
     url = srv.api + (path if path.startswith("/") else f"{API}/{path}")
     data = json.dumps(body).encode() if body is not None else None
-    async with srv.http.request(method, url, data=data, headers={**srv.auth(ws), **(headers or {})}) as resp:
+    async with srv.http.request(
+        method, url, data=data, headers={**JSON, **srv.auth(ws), **(headers or {})}
+    ) as resp:
         text = await resp.text()
         return resp.status, json.loads(text) if text else None
 

@@ -10,8 +10,10 @@ import pytest
 
 from dap.config.enums import FilterOp
 from dap.config.roles import RoleSpec
-from dap.server import permissions, scoping, sql, txdates
+from dap.server.access import scoping, txdates
 from dap.server.catalog import Catalog
+from dap.server.catalog import grants as role_grants
+from dap.server.storage import sql
 
 from .access_spec import ACCESS
 from .conftest import load
@@ -39,7 +41,7 @@ def identity(**kw: object) -> scoping.Identity:
 
 
 def test_includes_are_followed_transitively_and_cycles_end() -> None:
-    resolved = permissions.resolve(
+    resolved = role_grants.resolve(
         {
             "a": RoleSpec(permissions=("x.a",), includes=("b",)),
             "b": RoleSpec(permissions=("x.b",), includes=("c",)),
@@ -51,7 +53,7 @@ def test_includes_are_followed_transitively_and_cycles_end() -> None:
 
 
 def test_grants_decide_by_pattern_and_admin_holds_everything() -> None:
-    grants = permissions.Grants.of({"clerk": RoleSpec(permissions=("sales.order.*",))})
+    grants = role_grants.Grants.of({"clerk": RoleSpec(permissions=("sales.order.*",))})
     assert grants.allows(("clerk",), "sales.order.create")
     assert not grants.allows(("clerk",), "sales.customer.create")
     assert not grants.allows(("ghost",), "sales.order.create")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncpg
 
-from dap.server import state, workspaces
+from dap.server import state
+from dap.server.storage import workspaces
 
 from .conftest import ADMIN, fresh_database_async, running
 
@@ -22,7 +23,15 @@ async def test_workspace_registry_endpoints(pg_dsn: str) -> None:
             f"{admin}/workspaces", json={"slug": "new-one", "name": "New"}, headers=BEARER
         ) as resp:
             assert resp.status == 201
-            assert await resp.json() == {"slug": "new-one", "created": True, "name": "New"}
+            answer = await resp.json()
+            code = answer.pop("setup_code")
+            assert answer == {
+                "slug": "new-one",
+                "created": True,
+                "name": "New",
+                "setup_code_expires_in": 86400,
+            }
+            assert len(code) >= 24  # 18 random bytes, base64url
         # usable at once: meta answers 200 right after registering
         async with srv.http.get(f"{srv.api}/new-one/_ui/_meta/apps") as resp:
             assert resp.status == 200
@@ -117,7 +126,8 @@ async def test_graceful_stop_finishes_in_flight_requests(pg_dsn: str) -> None:
     import aiohttp
     from aiohttp import web
 
-    from dap.server import app, state
+    from dap.server import state
+    from dap.server.web import app
 
     from .conftest import load, serve_options
 

@@ -229,3 +229,11 @@ async def test_trail_hides_fields_the_caller_may_not_read(pg_server_dsn: str) ->
         async with srv.http.get(f"{url}/{rid}/_audit", headers=srv.auth(roles=["clerk"])) as resp:
             assert resp.status == 200
             assert (await resp.json())["data"][0]["changes"] == {"name": ["a", "b"]}
+
+
+async def test_trail_ids_reveal_nothing_of_other_workspaces(srv: Running) -> None:
+    doc = await new(srv, "order", {"number": f"P-{uuid.uuid4().hex[:8]}"})
+    await move(srv, "order", doc["id"], "submit")
+    ids = [row["id"] for row in await trail(srv, "order", doc["id"])]
+    assert len(ids) == 2
+    assert all(uuid.UUID(i).version == 4 for i in ids)  # random, not a sequence shared by all tenants

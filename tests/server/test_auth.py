@@ -12,7 +12,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from dap.server import auth, errors
+from dap.server import errors
+from dap.server.access import auth
 
 from .conftest import ISSUER, SECRET, token
 
@@ -84,6 +85,25 @@ def test_valid_token_gives_the_principal() -> None:
         pytest.param(lambda: token(roles="admin"), "SVC.AUTH.INVALID_TOKEN", id="roles-not-list"),
         pytest.param(lambda: "not.a.token", "SVC.AUTH.INVALID_TOKEN", id="garbage"),
         pytest.param(lambda: token()[:-4] + "AAAA", "SVC.AUTH.INVALID_TOKEN", id="tampered-signature"),
+        pytest.param(lambda: token(sub=""), "SVC.AUTH.INVALID_TOKEN", id="empty-sub"),
+        pytest.param(lambda: token(sub="   "), "SVC.AUTH.INVALID_TOKEN", id="blank-sub"),
+        pytest.param(lambda: token(username=""), "SVC.AUTH.INVALID_TOKEN", id="empty-username"),
+        pytest.param(lambda: token(sub=7), "SVC.AUTH.INVALID_TOKEN", id="numeric-sub"),
+        pytest.param(
+            lambda: jwt.encode({**_claims(), "exp": "9999999999"}, SECRET, algorithm="HS256"),
+            "SVC.AUTH.INVALID_TOKEN",
+            id="exp-as-string",
+        ),
+        pytest.param(
+            lambda: jwt.encode({**_claims(), "exp": True}, SECRET, algorithm="HS256"),
+            "SVC.AUTH.INVALID_TOKEN",
+            id="exp-as-bool",
+        ),
+        pytest.param(
+            lambda: jwt.encode({**_claims(), "nbf": int(time.time()) + 600}, SECRET, algorithm="HS256"),
+            "SVC.AUTH.INVALID_TOKEN",
+            id="not-yet-valid",
+        ),
     ],
 )
 def test_hs256_attacks_are_refused(make: Any, code: str) -> None:
@@ -93,27 +113,13 @@ def test_hs256_attacks_are_refused(make: Any, code: str) -> None:
     assert caught.value.status == 401
 
 
-@pytest.mark.parametrize(
-    "garbage",
-    [
-        pytest.param("not.a.token", id="dots"),
-        pytest.param("garbage", id="no-dots"),
-        pytest.param("\xff\xfe.\xff.\xff", id="not-base64"),
-        pytest.param(_b64({"alg": "HS256"})[:-1] + ".x.y", id="bad-padding"),
-        pytest.param("eyJ.eyJ.c2ln", id="not-json"),
-    ],
-)
-def test_a_malformed_token_is_called_malformed_without_decoder_internals(garbage: str) -> None:
+@pytest.mark.parametrize("garbage", ["not.a.token", "\xff\xfe.\xff.\xff", "a" * 40, "e30.e30.e30"])
+def test_a_malformed_token_is_named_without_the_decoders_internals(garbage: str) -> None:
     with pytest.raises(errors.Unauthorized) as caught:
         HS.verify(garbage, workspace="acme")
+    message = str(caught.value)
+    assert "codec" not in message and "byte" not in message and "padding" not in message
     assert caught.value.code == "SVC.AUTH.INVALID_TOKEN"
-    assert str(caught.value).startswith("the token is malformed"), str(caught.value)
-
-
-def test_a_token_of_another_secret_says_so() -> None:
-    forged = jwt.encode(_claims(), "another-secret-another-secret-1234", algorithm="HS256")
-    with pytest.raises(errors.Unauthorized, match="signed with another secret or key"):
-        HS.verify(forged, workspace="acme")
 
 
 def test_rs256_and_algorithm_confusion(rsa_key: rsa.RSAPrivateKey) -> None:

@@ -32,7 +32,8 @@ from typing import Any
 import asyncpg
 import pytest
 
-from dap.server import caching, state
+from dap.server import state
+from dap.server.storage import caching
 
 from .conftest import SECRET, SHOP, Running, load, running
 

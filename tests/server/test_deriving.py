@@ -17,8 +17,9 @@ import pytest
 
 from dap.config.enums import FieldType, NaturalKeyEntry
 from dap.config.fields import Field, ValidationRule
-from dap.server import checking, converting, deriving, filling, migrations, records
-from dap.server.catalog import Catalog
+from dap.server.catalog import Catalog, checking, plans
+from dap.server.documents import converting, deriving, filling
+from dap.server.storage import migrations, records
 
 from . import test_derived_rest
 from .conftest import load
@@ -116,7 +117,7 @@ def catalog() -> Catalog:
 
 
 @pytest.fixture(scope="module")
-def plan(catalog: Catalog) -> deriving.Plan:
+def plan(catalog: Catalog) -> plans.Plan:
     return catalog.resources["pure/order"].derivation
 
 
@@ -169,11 +170,11 @@ def paths(derived: deriving.Derived) -> dict[str, str]:
 
 
 def test_an_entity_without_anything_to_derive_has_the_empty_plan(catalog: Catalog) -> None:
-    assert catalog.resources["pure/plain"].derivation is deriving.NOTHING
-    assert not deriving.NOTHING.active
+    assert catalog.resources["pure/plain"].derivation is plans.NOTHING
+    assert not plans.NOTHING.active
 
 
-def test_the_plan_orders_formulas_after_what_they_read(plan: deriving.Plan) -> None:
+def test_the_plan_orders_formulas_after_what_they_read(plan: plans.Plan) -> None:
     # grand and per_unit are declared before total but read it
     assert [name for name, _ in plan.record.computed] == ["total", "grand", "per_unit"]
     assert plan.reads_rows == {"lines"}
@@ -190,7 +191,7 @@ def test_the_plan_orders_formulas_after_what_they_read(plan: deriving.Plan) -> N
 def test_a_cycle_of_formulas_is_evaluated_as_declared() -> None:
     a = checking.compile_expression("b + 1")
     b = checking.compile_expression("a + 1")
-    assert [n for n, _ in deriving._ordered([("a", a), ("b", b)])] == ["a", "b"]
+    assert [n for n, _ in plans._ordered([("a", a), ("b", b)])] == ["a", "b"]
 
 
 # --- computed --------------------------------------------------------------------------------------
@@ -463,7 +464,7 @@ def test_natural_keys_never_change_on_update(catalog: Catalog) -> None:
     ]
 
 
-def test_conditions(plan: deriving.Plan) -> None:
+def test_conditions(plan: plans.Plan) -> None:
     ok = deriving.check_conditions(plan, "submit", deriving.context({"total": Decimal("1")}, {}), NOW)
     assert ok == []
     failed = deriving.check_conditions(plan, "submit", deriving.context({"total": Decimal("0")}, {}), NOW)

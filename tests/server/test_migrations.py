@@ -8,8 +8,9 @@ import asyncpg
 import pytest
 
 from dap.config.entities import EntitySpec
-from dap.server import errors, migrations, schema_sync, tables
-from dap.server.migrations import Safety
+from dap.server import errors
+from dap.server.storage import migrations, schema_sync, tables
+from dap.server.storage.migrations import Safety
 
 
 def spec(*fields: dict[str, Any], lifecycle: bool = False) -> EntitySpec:

@@ -12,7 +12,8 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
-from dap.server import migrations, numbering, schema_sync, state
+from dap.server import state
+from dap.server.storage import migrations, numbering, schema_sync
 
 from .conftest import Running, load, running
 

@@ -8,7 +8,7 @@ import pydantic
 import pytest
 
 from dap.config.fields import NaturalKeyRuleDecl
-from dap.server import numbering
+from dap.server.storage import numbering
 
 from .conftest import load
 from .test_natural_keys import MODULE, SPEC

@@ -14,7 +14,7 @@ from dap.server import errors, options
 
 BASE: dict[str, Any] = {
     "dsn": "postgresql://u@localhost/db",
-    "jwt_secret": "s",
+    "jwt_secret": "s" * 32,
     "cors_origins": ["https://app.example"],
 }
 
@@ -30,6 +30,14 @@ BASE: dict[str, Any] = {
         pytest.param({"jwt_public_key": "-----BEGIN PUBLIC KEY-----"}, "not both", 1, id="both-jwt"),
         pytest.param({"cors_origins": []}, "CORS", 1, id="no-cors"),
         pytest.param({"cors_origins": ["*"]}, "'*' is refused", 1, id="star-cors"),
+        pytest.param({"cors_origins": ["https://a.example\nx"]}, "is not an origin", 1, id="origin-newline"),
+        pytest.param({"jwt_secret": "short-secret"}, "at least 32", 1, id="short-jwt-secret"),
+        pytest.param(
+            {"metrics_addr": "0.0.0.0:9102", "admin_secret": "s3cret"},
+            "reachable from other hosts",
+            1,
+            id="admin-off-loopback",
+        ),
         pytest.param({"cors_origins": ["https://a.example", "*"]}, "'*' is refused", 1, id="star-among-cors"),
         pytest.param({"cors_origins": ["not an origin"]}, "not an origin", 1, id="bad-origin"),
         pytest.param({"tls_cert": "c.pem"}, "together", 1, id="cert-without-key"),
@@ -80,7 +88,7 @@ def _dap(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
         pytest.param(["serve"], {"DAP_DSN": "sqlite:///x"}, "sqlite", 1, id="sqlite-from-env"),
         pytest.param(["serve", "--dsn", "postgresql://x/y"], {}, "no JWT", 1, id="no-jwt"),
         pytest.param(
-            ["serve", "--dsn", "postgresql://x/y", "--jwt-secret", "s", "--cors-origin", "*"],
+            ["serve", "--dsn", "postgresql://x/y", "--jwt-secret", "s" * 32, "--cors-origin", "*"],
             {},
             "'*'",
             1,
@@ -88,7 +96,7 @@ def _dap(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
         ),
         pytest.param(
             ["serve", "--dsn", "postgresql://x/y", "--cors-origin", "https://a.example", "--tls-cert", "c"],
-            {"DAP_JWT_SECRET": "s"},
+            {"DAP_JWT_SECRET": "s" * 32},
             "together",
             1,
             id="tls-half",

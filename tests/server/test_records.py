@@ -11,8 +11,10 @@ import pytest
 
 from dap.config.enums import FilterOp
 from dap.config.fields import Field
-from dap.server import errors, filters, records, sql
+from dap.server import errors
 from dap.server.catalog import Catalog
+from dap.server.storage import queries, records, sql
+from dap.server.web import filters
 
 from .conftest import load
 
@@ -130,7 +132,7 @@ def shop() -> Catalog:
     return load()
 
 
-def _parse(catalog: Catalog, query: str) -> filters.ListQuery:
+def _parse(catalog: Catalog, query: str) -> queries.ListQuery:
     pairs = [tuple(p.split("=", 1)) if "=" in p else (p, "") for p in query.split("&") if p]
     return filters.parse(catalog.resources["shop/product"], pairs)  # type: ignore[arg-type]
 

@@ -188,3 +188,24 @@ async def test_create_racing_a_delete_of_its_target(srv: Running) -> None:
             assert (await call(srv, "GET", f"order/{target}"))[0] == 200
         else:
             assert pinned["code"] == "SVC.VALIDATE.RELATION_NOT_FOUND"
+
+
+async def test_child_row_relations_must_name_records_of_the_workspace(srv: Running) -> None:
+    mine = await order(srv)
+    await srv.register("elsewhere")
+    theirs = (await new_in(srv, "elsewhere", {"number": f"E-{uuid.uuid4().hex[:8]}"}))["id"]
+    nowhere = str(uuid.uuid4())
+    lines = [{"item": "a", "ref": mine}, {"item": "b", "ref": nowhere}, {"item": "c", "ref": theirs}]
+    status, answer = await call(srv, "POST", "order", {"number": f"R-{uuid.uuid4().hex[:8]}", "lines": lines})
+    assert (status, answer["code"]) == (422, "SVC.VALIDATE.RELATION_NOT_FOUND")
+    assert [e["path"] for e in answer["errors"]] == ["lines[1].ref", "lines[2].ref"]
+    status, answer = await call(srv, "PATCH", f"order/{mine}", {"customer": nowhere, "lines": lines[1:2]})
+    assert status == 422
+    assert sorted(e["path"] for e in answer["errors"]) == ["customer", "lines[0].ref"]
+
+
+async def new_in(srv: Running, ws: str, body: dict[str, Any]) -> dict[str, Any]:
+    status, answer = await call(srv, "POST", f"/{ws}/api/doc/order", body, ws=ws)
+    assert status == 201, answer
+    data: dict[str, Any] = answer["data"]
+    return data

@@ -13,6 +13,8 @@ from dap.server import state
 
 from .conftest import Running, running
 
+JSON = {"Content-Type": "application/json"}  # every JSON endpoint refuses other bodies (415)
+
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 P = "/default/api/shop/product"
@@ -34,7 +36,7 @@ async def call(
     headers: dict[str, str] | None = None,
     auth: bool = True,
 ) -> tuple[int, Any, Any]:
-    hdrs = {**(srv.auth() if auth else {}), **(headers or {})}
+    hdrs = {**JSON, **(srv.auth() if auth else {}), **(headers or {})}
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
     async with srv.http.request(method, srv.api + path, data=data, headers=hdrs) as resp:
         text = await resp.text()

@@ -13,7 +13,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from dap.server import app, errors
+from dap.server import errors
+from dap.server.web import app
 
 from .conftest import running
 

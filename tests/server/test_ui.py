@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from dap.server import accounts
+from dap.server.access import accounts
 
 from .conftest import SECRET, Running, running
+
+JSON = {"Content-Type": "application/json"}  # every JSON endpoint refuses other bodies (415)
 
 
 async def _get(srv: Running, path: str) -> tuple[int, Any]:
@@ -57,11 +59,17 @@ async def test_meta_payloads(pg_dsn: str) -> None:
 
 async def test_setup_then_login(pg_dsn: str) -> None:
     async with running(pg_dsn) as srv:
-        await srv.register("fresh")
+        code = (await srv.register("fresh"))["setup_code"]
         url = f"{srv.api}/fresh/_ui"
-        async with srv.http.post(f"{url}/setup", json={"username": "root", "password": "short"}) as resp:
+        short = {"username": "root", "password": "short", "setup_code": code}
+        async with srv.http.post(f"{url}/setup", json=short) as resp:
             assert resp.status == 422
-        admin = {"username": "root", "password": "correct horse", "email": "root@example.com"}
+        admin = {
+            "username": "root",
+            "password": "correct horse",
+            "email": "root@example.com",
+            "setup_code": code,
+        }
         async with srv.http.post(f"{url}/setup", json=admin) as resp:
             assert resp.status == 201
             created = (await resp.json())["data"]
@@ -90,7 +98,7 @@ async def test_setup_then_login(pg_dsn: str) -> None:
             f"{srv.api}/default/api/shop/product", headers={"Authorization": f"Bearer {issued}"}
         ) as resp:
             assert resp.status == 401
-        async with srv.http.post(f"{srv.api}/default/_ui/login", data=b"{") as resp:
+        async with srv.http.post(f"{srv.api}/default/_ui/login", data=b"{", headers=JSON) as resp:
             assert resp.status == 400
 
 
@@ -147,7 +155,8 @@ async def test_openapi_describes_exactly_what_is_exposed(pg_dsn: str) -> None:
 
 
 async def test_spec_swap_replaces_routes_atomically(pg_dsn: str) -> None:
-    from dap.server import app, state
+    from dap.server import state
+    from dap.server.web import app
 
     from .conftest import SHOP, load
 

@@ -1,0 +1,322 @@
+"""The loaded spec as the server sees it: one immutable object derived once per spec.
+
+A :class:`Catalog` holds the entities, their tables, which REST actions each opts into, and the
+UI kinds (apps, pages, forms, tables) that the UI metadata endpoints answer from. The app keeps
+it behind ``state.SpecHolder``: a request reads the reference once and uses that catalog to the
+end, so a swap by the resource pod never mixes two specs inside one request.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from dap.config import Spec
+from dap.config.apps import AppSpec, FormSpec, PageSpec, TableSpec
+from dap.config.entities import EntitySpec
+from dap.config.enums import REST_ACTIONS, FieldType
+from dap.config.fields import Field
+from dap.config.roles import RoleSpec
+from dap.server.catalog import plans
+from dap.server.catalog.grants import Grants
+from dap.server.storage import caching, records, tables
+from dap.server.storage.tables import Table
+
+REST_SURFACE = "rest"
+
+
+@dataclass(frozen=True)
+class Slot:
+    """How one output field of a record is read from a row and turned into JSON."""
+
+    name: str
+    column: str | None  # None: a child field stored in its own table
+    convert: Callable[[Any], Any] | None
+    exclude: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Referrer:
+    """A column that holds ids of another entity's records, and what deleting one of those does."""
+
+    table: str  # the referring table (an entity's or a child table)
+    column: str
+    entity: str  # the referring entity, module/name
+    field: str
+    on_delete: str  # restrict, cascade, set_null
+    kind: str  # "entity" or "child"
+    owner: str = ""  # the referring entity's main table (its cached answers include child rows)
+    children: tuple[str, ...] = ()  # child tables of a referring entity row (for cascade)
+
+
+@dataclass(frozen=True)
+class RelationSlot:
+    """Where a write may carry ids of another entity's records, checked before it is stored."""
+
+    kind: str  # "record" (a field of the record), "child" (a field of each child row), "ext"
+    container: str  # the child field or extension namespace holding ``field`` ("" for the record)
+    field: str
+    target: str  # the target entity's main table
+    multiple: bool = False
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One entity reachable over REST: its declaration, table, child tables and opted-in actions."""
+
+    key: str  # module/name
+    module: str
+    name: str
+    spec: EntitySpec
+    table: Table
+    children: Mapping[str, Table]  # child field name -> child table
+    actions: frozenset[str]
+    title: str
+    fields: Mapping[str, Field] = field(default_factory=dict)  # REST-visible, stored or child
+    slots: tuple[Slot, ...] = ()  # the output plan, in field order
+    relations: Mapping[str, str] = field(default_factory=dict)  # relation field -> target table
+    relation_slots: tuple[RelationSlot, ...] = ()  # every relation a write carries, children included
+    extensions: Mapping[str, tuple[Field, ...]] = field(default_factory=dict)  # namespace -> fields
+    cache_ttl: float | None = None  # seconds of the find-by-id read-through cache, if declared
+    derivation: plans.Plan = plans.NOTHING  # computed, auto_fill, *_when, rules, keys, guards
+    grants: Grants = field(default_factory=Grants)  # the catalog's, for guards
+
+    @property
+    def lifecycle(self) -> bool:
+        return self.spec.lifecycle
+
+    def column(self, field_name: str) -> str | None:
+        col = self.table.column_for(field_name)
+        return col.name if col is not None else None
+
+
+def _disabled(spec: EntitySpec, action: str) -> bool:
+    """A standard action re-declared with ``disabled: true`` is removed from every surface."""
+    declared = spec.action(action)
+    return declared is not None and declared.disabled
+
+
+def _main_table(by_entity: Mapping[str, list[Table]], key: str) -> Table | None:
+    return next((t for t in by_entity.get(key, ()) if t.kind == "entity"), None)
+
+
+def _rest_fields(spec: EntitySpec) -> dict[str, Field]:
+    return {
+        f.name: f
+        for f in spec.fields
+        if not f.removed and REST_SURFACE not in f.exclude and f.name not in tables.SYSTEM_FIELDS
+    }
+
+
+def _masker(fields: tuple[Field, ...]) -> Callable[[Any], Any] | None:
+    """Masks the masked fields inside an extension namespace's object."""
+    masked = frozenset(f.name for f in fields if f.masked)
+    if not masked:
+        return None
+    return lambda data: {k: (records.MASK if k in masked and v is not None else v) for k, v in data.items()}
+
+
+def _relations(
+    fields: Mapping[str, Field], module: str, by_entity: Mapping[str, list[Table]]
+) -> dict[str, str]:
+    """Single-valued relation fields whose target has a table, with that table's name."""
+    out: dict[str, str] = {}
+    for name, f in fields.items():
+        if f.type is not FieldType.RELATION or f.relation is None or f.multiple:
+            continue
+        owned = by_entity.get(tables.resolve_ref(f.relation.entity, module), [])
+        main = next((t for t in owned if t.kind == "entity"), None)
+        if main is not None:
+            out[name] = main.name
+    return out
+
+
+def _relation_slots(
+    visible: Mapping[str, Field],
+    extensions: Mapping[str, tuple[Field, ...]],
+    module: str,
+    entities: Mapping[str, EntitySpec],
+    by_entity: Mapping[str, list[Table]],
+) -> tuple[RelationSlot, ...]:
+    """Every relation field of the record, of its child rows and of its extensions, with its target."""
+
+    def target(f: Field) -> str | None:
+        if f.type is not FieldType.RELATION or f.relation is None:
+            return None
+        main = _main_table(by_entity, tables.resolve_ref(f.relation.entity, module))
+        return main.name if main is not None else None
+
+    out: list[RelationSlot] = []
+    for name, f in visible.items():
+        if (t := target(f)) is not None:
+            out.append(RelationSlot("record", "", name, t, bool(f.multiple)))
+        if f.type is FieldType.CHILD and f.child is not None:
+            for row_field in tables.child_fields(f, module, entities):
+                if (t := target(row_field)) is not None:
+                    out.append(RelationSlot("child", name, row_field.name, t, bool(row_field.multiple)))
+    for ns, ext_fields in extensions.items():
+        for ext_field in ext_fields:
+            if (t := target(ext_field)) is not None:
+                out.append(RelationSlot("ext", ns, ext_field.name, t, bool(ext_field.multiple)))
+    return tuple(out)
+
+
+def _referrers(
+    entities: Mapping[str, EntitySpec], by_entity: Mapping[str, list[Table]]
+) -> dict[str, tuple[Referrer, ...]]:
+    """Every single-valued relation column of every table, grouped by the table it points at."""
+    out: dict[str, list[Referrer]] = {}
+    for key, owned in by_entity.items():
+        module = key.split("/", 1)[0]
+        spec = entities[key]
+        children = tuple(t.name for t in owned if t.kind == "child")
+        for t in owned:
+            if t.kind == "entity":
+                decls = {f.name: f for f in spec.fields}
+            else:
+                parent = spec.field(t.field or "")
+                decls = {f.name: f for f in tables.child_fields(parent, module, entities)} if parent else {}
+            for column in t.columns:
+                f = decls.get(column.field or "")
+                if f is None or f.type is not FieldType.RELATION or f.relation is None or f.multiple:
+                    continue
+                target = next(
+                    (
+                        x
+                        for x in by_entity.get(tables.resolve_ref(f.relation.entity, module), [])
+                        if x.kind == "entity"
+                    ),
+                    None,
+                )
+                if target is not None:
+                    out.setdefault(target.name, []).append(
+                        Referrer(
+                            t.name,
+                            column.name,
+                            key,
+                            f.name,
+                            f.relation.on_delete,
+                            t.kind,
+                            owner=next(x.name for x in owned if x.kind == "entity"),
+                            children=children if t.kind == "entity" else (),
+                        )
+                    )
+    return {k: tuple(v) for k, v in out.items()}
+
+
+@dataclass(frozen=True)
+class Catalog:
+    entities: Mapping[str, EntitySpec]
+    tables: tuple[Table, ...]
+    resources: Mapping[str, Resource]  # only entities exposed over REST
+    titles: Mapping[str, str] = field(default_factory=dict)
+    apps: Mapping[str, AppSpec] = field(default_factory=dict)
+    pages: Mapping[str, PageSpec] = field(default_factory=dict)
+    forms: Mapping[str, FormSpec] = field(default_factory=dict)
+    views: Mapping[str, TableSpec] = field(default_factory=dict)  # Table manifests
+    referrers: Mapping[str, tuple[Referrer, ...]] = field(default_factory=dict)  # by target table
+    grants: Grants = field(default_factory=Grants)  # resolved Role manifests
+
+    def resource(self, module: str, name: str) -> Resource | None:
+        return self.resources.get(f"{module}/{name}")
+
+    @classmethod
+    def build(
+        cls,
+        entities: Mapping[str, EntitySpec],
+        *,
+        titles: Mapping[str, str] | None = None,
+        apps: Mapping[str, AppSpec] | None = None,
+        pages: Mapping[str, PageSpec] | None = None,
+        forms: Mapping[str, FormSpec] | None = None,
+        views: Mapping[str, TableSpec] | None = None,
+        roles: Mapping[str, RoleSpec] | None = None,
+    ) -> Catalog:
+        """Derive tables and REST resources from entity specs keyed ``module/name``."""
+        all_tables = tables.all_tables(entities)
+        by_entity: dict[str, list[Table]] = {}
+        for t in all_tables:
+            by_entity.setdefault(t.entity, []).append(t)
+        resources: dict[str, Resource] = {}
+        names = dict(titles or {})
+        extending: dict[str, dict[str, tuple[Field, ...]]] = {}
+        for key, spec in entities.items():
+            if spec.extends is not None:
+                target = tables.resolve_ref(spec.extends.target, key.split("/", 1)[0])
+                extending.setdefault(target, {})[spec.extends.namespace] = spec.stored_fields
+        grants = Grants.of(roles or {})
+        for key, spec in entities.items():
+            rest = spec.rest()
+            module, name = key.split("/", 1)
+            title = spec.title or names.get(key) or name.replace("_", " ").capitalize()
+            names[key] = title
+            if rest is None or spec.extends is not None or key not in by_entity:
+                continue
+            owned = by_entity[key]
+            main = next(t for t in owned if t.kind == "entity")
+            children = {t.field or "": t for t in owned if t.kind == "child"}
+            visible = _rest_fields(spec)
+            slots = tuple(
+                Slot(
+                    name,
+                    None if name in children else (c.name if (c := main.column_for(name)) else None),
+                    records.converter(f),
+                    frozenset(f.exclude),
+                )
+                for name, f in visible.items()
+                if name in children or main.column_for(name) is not None
+            )
+            ext_columns = {
+                ns: col.name
+                for ns in sorted(extending.get(key, {}))
+                if ns not in visible and (col := main.column_for(f"ext_{ns}")) is not None
+            }
+            extensions = {ns: extending[key][ns] for ns in ext_columns}
+            slots += tuple(
+                Slot(ns, column, _masker(extensions[ns]), frozenset()) for ns, column in ext_columns.items()
+            )
+            resources[key] = Resource(
+                key=key,
+                module=module,
+                name=name,
+                spec=spec,
+                table=main,
+                children=MappingProxyType(children),
+                actions=frozenset(str(a) for a in REST_ACTIONS if rest.allows(a) and not _disabled(spec, a)),
+                title=title,
+                fields=MappingProxyType(visible),
+                slots=slots,
+                relations=MappingProxyType(_relations(visible, module, by_entity)),
+                relation_slots=_relation_slots(visible, extensions, module, entities, by_entity),
+                extensions=MappingProxyType(extensions),
+                cache_ttl=caching.ttl_seconds(spec.cache.ttl if spec.cache else None),
+                derivation=plans.plan_for(spec, module, entities, functools.partial(_main_table, by_entity)),
+                grants=grants,
+            )
+        return cls(
+            entities=MappingProxyType(dict(entities)),
+            tables=all_tables,
+            resources=MappingProxyType(resources),
+            titles=MappingProxyType(names),
+            apps=MappingProxyType(dict(apps or {})),
+            pages=MappingProxyType(dict(pages or {})),
+            forms=MappingProxyType(dict(forms or {})),
+            views=MappingProxyType(dict(views or {})),
+            referrers=MappingProxyType(_referrers(entities, by_entity)),
+            grants=grants,
+        )
+
+    @classmethod
+    def from_spec(cls, spec: Spec) -> Catalog:
+        """From a ``dap.config`` loaded spec (``spec.entities`` etc. keyed ``module/name``)."""
+        return cls.build(
+            {key: m.spec for key, m in spec.entities.items()},
+            apps={k: m.spec for k, m in spec.apps.items()},
+            pages={k: m.spec for k, m in spec.pages.items()},
+            forms={k: m.spec for k, m in spec.forms.items()},
+            views={k: m.spec for k, m in spec.tables.items()},
+            roles={k: m.spec for k, m in spec.roles.items()},
+        )

@@ -1,0 +1,75 @@
+"""Records as the API shows them: the JSON of a stored row, and the child rows of a set of records.
+
+Every answer that carries a record (find, list, create, update, submit/cancel) is built by
+:func:`present` from the row the statement returned, plus the child rows :func:`load_children`
+reads in one statement per child table.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import asyncpg
+
+from dap.server.catalog import Catalog, Resource
+from dap.server.storage import db, records, sql, tables
+
+
+def present(
+    resource: Resource,
+    row: Mapping[str, Any] | asyncpg.Record,
+    children: Mapping[str, list[dict[str, Any]]] | None = None,
+    *,
+    surface: str = "rest",
+    only: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """The JSON of one stored row: REST-visible fields plus the system fields."""
+    out: dict[str, Any] = {}
+    for slot in resource.slots:
+        if (only is not None and slot.name not in only) or surface in slot.exclude:
+            continue
+        if slot.column is None:
+            out[slot.name] = (children or {}).get(slot.name, [])
+            continue
+        value = row[slot.column]
+        out[slot.name] = value if slot.convert is None or value is None else slot.convert(value)
+    out["id"] = str(row["id"])  # always, even with ``fields=``
+    if only is None or "version" in only:
+        out["version"] = row["version"]
+    if resource.lifecycle and (only is None or "docstatus" in only):
+        out["docstatus"] = tables.DOCSTATUS[row["docstatus"]]
+    for name in ("created_at", "updated_at"):
+        if only is None or name in only:
+            out[name] = row[name].isoformat()
+    if only is None or "owner" in only:
+        out["owner"] = row["owner"]
+    return out
+
+
+async def load_children(
+    conn: db.Connection,
+    resource: Resource,
+    tenant: uuid.UUID,
+    ids: Sequence[uuid.UUID],
+    catalog: Catalog,
+) -> dict[uuid.UUID, dict[str, list[dict[str, Any]]]]:
+    out: dict[uuid.UUID, dict[str, list[dict[str, Any]]]] = {i: {} for i in ids}
+    if not ids:
+        return out
+    for field_name, child in resource.children.items():
+        statement, args = sql.child_rows(child, tenant, ids)
+        child_specs = {c.field: c for c in child.columns if c.field}
+        decls = {
+            f.name: f
+            for f in tables.child_fields(resource.fields[field_name], resource.module, catalog.entities)
+        }
+        for row in await conn.fetch(statement, *args):
+            item = {
+                name: records.present(decls[name], row[col.name])
+                for name, col in child_specs.items()
+                if name is not None and name in decls
+            }
+            out[row["parent_id"]].setdefault(field_name, []).append(item)
+    return out

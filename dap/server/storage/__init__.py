@@ -1,0 +1,34 @@
+"""dap.server.storage — Postgres: the pool, tables, migrations, SQL, records, registries, the find cache.
+
+The bottom floor of the server: it knows tables and statements, not who asks or what a write
+means, and imports nothing of the server above ``errors`` (the catalog, access, documents and web
+all build on it). Its modules are its face; siblings elsewhere import them from here
+(``from dap.server.storage import sql``), never anything not listed in ``__all__``::
+
+    db           the process's one asyncpg pool, connection types, JSON encoding
+    tables       entities → tables, columns, indexes, shortened identifiers (pure)
+    migrations   stored registry + manifests → ordered, classified steps (pure)
+    schema_sync  applying a plan to Postgres and recording it
+    queries      the typed list query and the system columns as fields (pure)
+    sql          parameterised statements of the REST actions (pure)
+    records      field values in and out, per FieldType (pure)
+    numbering    natural-key patterns and the per-tenant counters behind them
+    workspaces   the workspace registry (slugs, tenant ids)
+    caching      the find-by-id cache, correct across processes (LISTEN/NOTIFY)
+
+Modules load on first import (none is imported here), so the boot path pays only for what the
+migration needs.
+"""
+
+__all__ = [
+    "caching",
+    "db",
+    "migrations",
+    "numbering",
+    "queries",
+    "records",
+    "schema_sync",
+    "sql",
+    "tables",
+    "workspaces",
+]

@@ -1,0 +1,218 @@
+"""Parameterised SQL for the REST actions, built from the typed list query. Pure.
+
+Every statement starts its ``WHERE`` with ``tenant_id = $1``: a statement that does not carry
+the tenant cannot be built here. Identifiers come from the table description (validated
+manifest names, quoted); values are always ``$n`` parameters. The builders return
+``(sql, args)`` so the handlers stay thin and the tests can read the SQL.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dap.config.enums import FilterOp
+from dap.server.storage.queries import Condition, ListQuery
+from dap.server.storage.tables import Table, quote
+
+_COMPARE = {
+    FilterOp.EQ: "=",
+    FilterOp.NEQ: "<>",
+    FilterOp.GT: ">",
+    FilterOp.GTE: ">=",
+    FilterOp.LT: "<",
+    FilterOp.LTE: "<=",
+    FilterOp.LIKE: "LIKE",
+    FilterOp.ILIKE: "ILIKE",
+}
+
+Statement = tuple[str, list[Any]]
+
+
+def flat(statement: Statement) -> tuple[Any, ...]:
+    """``(sql, args)`` as the positional arguments of ``conn.execute``/``fetch``."""
+    return (statement[0], *statement[1])
+
+
+class _Args:
+    def __init__(self, *values: Any) -> None:
+        self.values: list[Any] = list(values)
+
+    def add(self, value: Any) -> str:
+        self.values.append(value)
+        return f"${len(self.values)}"
+
+
+def _columns(table: Table, names: Sequence[str] | None) -> str:
+    if names is None:
+        return table.select_columns
+    cols = [c.name for c in table.columns if c.name != "tenant_id" and (names is None or c.name in names)]
+    return ", ".join(quote(c) for c in cols)
+
+
+def _where(query: ListQuery, args: _Args) -> str:
+    return " AND ".join(["tenant_id = $1", *(_condition(cond, args) for cond in query.conditions)])
+
+
+def _condition(cond: Condition, args: _Args) -> str:
+    col = quote(cond.column)
+    op = cond.op
+    if op is FilterOp.NULL:
+        return f"{col} IS NULL"
+    if op is FilterOp.NOTNULL:
+        return f"{col} IS NOT NULL"
+    if op is FilterOp.BETWEEN:
+        return f"{col} BETWEEN {args.add(cond.values[0])} AND {args.add(cond.values[1])}"
+    if op is FilterOp.IN:
+        return f"{col} = ANY({args.add(list(cond.values))})"
+    if op is FilterOp.NIN:
+        return f"NOT ({col} = ANY({args.add(list(cond.values))}))"
+    return f"{col} {_COMPARE[op]} {args.add(cond.values[0])}"
+
+
+def _scope(scope: Sequence[Condition], args: _Args) -> str:
+    """`` AND …`` of row-scope conditions (``scoping``), empty for an unscoped caller."""
+    return "".join(f" AND {_condition(cond, args)}" for cond in scope)
+
+
+def select_list(
+    table: Table, query: ListQuery, tenant: uuid.UUID, columns: Sequence[str] | None
+) -> Statement:
+    args = _Args(tenant)
+    where = _where(query, args)
+    order = ", ".join(f"{quote(k.column)} {'DESC' if k.descending else 'ASC'}" for k in query.sort)
+    limit = args.add(query.limit)
+    offset = args.add(query.offset)
+    sql = (
+        f"SELECT {_columns(table, columns)} FROM {quote(table.name)} WHERE {where} "
+        f"ORDER BY {order} LIMIT {limit} OFFSET {offset}"
+    )
+    return sql, args.values
+
+
+def count(table: Table, query: ListQuery, tenant: uuid.UUID) -> Statement:
+    args = _Args(tenant)
+    return f"SELECT count(*) FROM {quote(table.name)} WHERE {_where(query, args)}", args.values
+
+
+def select_one(
+    table: Table, tenant: uuid.UUID, record_id: uuid.UUID, *, scope: Sequence[Condition] = ()
+) -> Statement:
+    """One record by id; with ``scope`` only when the caller's row scope admits it."""
+    args = _Args(tenant, record_id)
+    where = f"tenant_id = $1 AND id = $2{_scope(scope, args)}"
+    return f"SELECT {_columns(table, None)} FROM {quote(table.name)} WHERE {where}", args.values
+
+
+def values_of(
+    table_name: str, columns: Sequence[str], tenant: uuid.UUID, record_id: uuid.UUID, *, share: bool = False
+) -> Statement:
+    """Some columns of one record; ``share`` locks it against writes until the transaction ends."""
+    cols = ", ".join(quote(c) for c in columns)
+    lock = " FOR SHARE" if share else ""
+    return (
+        f"SELECT {cols} FROM {quote(table_name)} WHERE tenant_id = $1 AND id = $2{lock}",
+        [tenant, record_id],
+    )
+
+
+def insert(table: Table, tenant: uuid.UUID, values: Mapping[str, Any], *, owner: str) -> Statement:
+    """``values`` maps column → value; ``created_by`` and ``owner`` are the caller."""
+    args = _Args(tenant)
+    cols = ["tenant_id", "created_by", "owner"]
+    params = ["$1", args.add(owner), args.add(owner)]
+    for column, value in values.items():
+        cols.append(column)
+        params.append(args.add(value))
+    sql = (
+        f"INSERT INTO {quote(table.name)} ({', '.join(quote(c) for c in cols)}) "
+        f"VALUES ({', '.join(params)}) RETURNING {_columns(table, None)}"
+    )
+    return sql, args.values
+
+
+def update(
+    table: Table,
+    tenant: uuid.UUID,
+    record_id: uuid.UUID,
+    values: Mapping[str, Any],
+    *,
+    expected_version: int | None,
+) -> Statement:
+    """Set ``values``, bump ``version``; with ``expected_version`` only when it still matches."""
+    args = _Args(tenant)
+    sets = ["version = version + 1", "updated_at = now()"]
+    for column, value in values.items():
+        sets.append(f"{quote(column)} = {args.add(value)}")
+    where = f"tenant_id = $1 AND id = {args.add(record_id)}"
+    if expected_version is not None:
+        where += f" AND version = {args.add(expected_version)}"
+    sql = f"UPDATE {quote(table.name)} SET {', '.join(sets)} WHERE {where} RETURNING {_columns(table, None)}"
+    return sql, args.values
+
+
+def delete(table: Table, tenant: uuid.UUID, record_id: uuid.UUID) -> Statement:
+    return f"DELETE FROM {quote(table.name)} WHERE tenant_id = $1 AND id = $2", [tenant, record_id]
+
+
+def exists(table: Table, tenant: uuid.UUID, record_id: uuid.UUID) -> Statement:
+    return f"SELECT version FROM {quote(table.name)} WHERE tenant_id = $1 AND id = $2", [tenant, record_id]
+
+
+def child_rows(child: Table, tenant: uuid.UUID, parent_ids: Sequence[uuid.UUID]) -> Statement:
+    cols = ", ".join(quote(c.name) for c in child.columns if c.name != "tenant_id")
+    return (
+        f"SELECT {cols} FROM {quote(child.name)} WHERE tenant_id = $1 AND parent_id = ANY($2) "
+        "ORDER BY parent_id, idx",
+        [tenant, list(parent_ids)],
+    )
+
+
+def delete_children(child: Table, tenant: uuid.UUID, parent_id: uuid.UUID) -> Statement:
+    return f"DELETE FROM {quote(child.name)} WHERE tenant_id = $1 AND parent_id = $2", [tenant, parent_id]
+
+
+def insert_children(child: Table, columns: Sequence[str]) -> str:
+    """One child row per ``executemany`` tuple: ``(tenant_id, parent_id, idx, *columns)``."""
+    cols = ["tenant_id", "parent_id", "idx", *columns]
+    params = ", ".join(f"${i}" for i in range(1, len(cols) + 1))
+    return f"INSERT INTO {quote(child.name)} ({', '.join(quote(c) for c in cols)}) VALUES ({params})"
+
+
+def related_found(table_name: str) -> str:
+    """Which of the ids ``$2`` (uuid[]) name records of the tenant ``$1`` in the table.
+
+    The rows found are locked ``FOR KEY SHARE`` to the end of the write, as a foreign key would lock
+    them: a concurrent delete of one (which locks it ``FOR UPDATE`` first) waits, then sees the new
+    referrer.
+    """
+    return f"SELECT id FROM {quote(table_name)} WHERE tenant_id = $1 AND id = ANY($2::uuid[]) FOR KEY SHARE"
+
+
+def clear_reference(
+    table_name: str, column: str, tenant: uuid.UUID, record_id: uuid.UUID, versioned: bool
+) -> Statement:
+    bump = ", version = version + 1, updated_at = now()" if versioned else ""
+    col = quote(column)
+    return (
+        f"UPDATE {quote(table_name)} SET {col} = NULL{bump} WHERE tenant_id = $1 AND {col} = $2",
+        [tenant, record_id],
+    )
+
+
+def delete_referrers(table_name: str, column: str, tenant: uuid.UUID, record_id: uuid.UUID) -> Statement:
+    return (
+        f"DELETE FROM {quote(table_name)} WHERE tenant_id = $1 AND {quote(column)} = $2",
+        [tenant, record_id],
+    )
+
+
+def delete_children_of_referrers(
+    child: str, table_name: str, column: str, tenant: uuid.UUID, record_id: uuid.UUID
+) -> Statement:
+    return (
+        f"DELETE FROM {quote(child)} WHERE tenant_id = $1 AND parent_id IN "
+        f"(SELECT id FROM {quote(table_name)} WHERE tenant_id = $1 AND {quote(column)} = $2)",
+        [tenant, record_id],
+    )

@@ -1,0 +1,257 @@
+"""Assembly: pool, schema, workspaces, the main application, the admin listener, the runners.
+
+Boot order is the order of refusals: options were checked by ``options.check``; here the pool is
+opened (unreachable Postgres refuses the boot), the platform tables are ensured, the migration
+plan is applied or the boot refused (destructive steps wait for ``dap migrate``), ``default`` is
+seeded, and only then are the applications built, with every shared object set before they
+freeze. :class:`Server` runs both listeners and shuts down gracefully: the sites stop accepting,
+in-flight requests get ``shutdown_timeout`` seconds, then the pool closes.
+
+The loaded spec sits in a :class:`state.SpecHolder`; the resource pod swaps it with
+``app[state.SPEC].swap(catalog)`` after migrating for the new catalog.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
+
+from dap.server import booting, errors, metrics, options, state
+from dap.server.access import auth
+from dap.server.catalog import Catalog
+from dap.server.storage import caching, workspaces
+from dap.server.web import admin, moves, openapi, protocol, rest, trails, ui_meta, users
+
+log = logging.getLogger(__name__)
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+PREFLIGHT_MAX_AGE = "600"
+CORS_ALLOW_HEADERS = "Authorization, Content-Type, If-Match, X-Request-Id"
+CORS_EXPOSE_HEADERS = "ETag, Location, X-Request-Id"
+
+
+# re-exported: the package's public face, ``dap migrate`` and the resource pod call it from here
+prepare_database = booting.prepare_database
+tls_context = booting.tls_context
+
+
+def find_web_dir(given: Path | None) -> Path | None:
+    """The UI bundle: ``--web-dir``, else a bundle installed beside the package; ``None`` = API only."""
+    candidates = [given] if given is not None else [Path(__file__).parent / "web"]
+    for candidate in candidates:
+        if candidate is not None and (candidate / "index.html").is_file():
+            return candidate
+    return None
+
+
+def _route_template(request: web.Request) -> str:
+    route = request.match_info.route
+    resource = route.resource
+    return resource.canonical if resource is not None else "unmatched"
+
+
+def _cors_headers(origin: str) -> dict[str, str]:
+    return {
+        "Access-Control-Allow-Origin": origin,
+        "Access-Control-Expose-Headers": CORS_EXPOSE_HEADERS,
+        "Vary": "Origin",
+    }
+
+
+def _middleware(opts: options.ServeOptions, meter: metrics.Metrics) -> Middleware:
+    allowed = frozenset(opts.cors_origins)
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        started = time.perf_counter()
+        given = request.headers.get("X-Request-Id", "")
+        request_id = given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+        request[state.REQUEST_ID] = request_id
+        origin = request.headers.get("Origin")
+        response: web.StreamResponse
+        try:
+            if request.method == "OPTIONS" and request.headers.get("Access-Control-Request-Method"):
+                if origin not in allowed:
+                    raise errors.Forbidden(
+                        "origin not allowed by the CORS allow-list", code="SVC.CORS.ORIGIN"
+                    )
+                response = web.Response(
+                    status=204,
+                    headers={
+                        **_cors_headers(origin),
+                        "Access-Control-Allow-Methods": "GET, POST, PATCH, DELETE, OPTIONS",
+                        "Access-Control-Allow-Headers": CORS_ALLOW_HEADERS,
+                        "Access-Control-Max-Age": PREFLIGHT_MAX_AGE,
+                    },
+                )
+            else:
+                response = await handler(request)
+        except errors.ApiError as exc:
+            response = errors.problem_response(exc, request_id=request_id)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            response = errors.problem_response(errors.from_http_exception(exc), request_id=request_id)
+        except Exception:
+            log.exception("unhandled error", extra={"ctx": {"request_id": request_id, "path": request.path}})
+            response = errors.problem_response(
+                errors.InternalError(f"internal error; quote request id {request_id}"), request_id=request_id
+            )
+        if origin is not None and origin in allowed:
+            response.headers.update(_cors_headers(origin))
+        response.headers.setdefault("X-Request-Id", request_id)
+        workspace = request.get(state.WORKSPACE, "_none")
+        route = _route_template(request)
+        seconds = time.perf_counter() - started
+        meter.observe(
+            workspace=workspace, route=route, method=request.method, status=response.status, seconds=seconds
+        )
+        if log.isEnabledFor(logging.DEBUG):  # never bodies or values: masked fields stay out of logs
+            ctx = {
+                "request_id": request_id,
+                "workspace": workspace,
+                "route": route,
+                "method": request.method,
+                "status": response.status,
+                "ms": round(seconds * 1000, 2),
+            }
+            log.debug("request", extra={"ctx": ctx})
+        return response
+
+    return middleware
+
+
+async def _start_find_cache(app: web.Application) -> None:
+    """Listen for invalidations at boot when the spec caches an entity (else on the first cached find)."""
+    cache = app[state.CACHE]
+    if cache.listener is not None and any(
+        r.cache_ttl is not None for r in app[state.SPEC].current.resources.values()
+    ):
+        cache.listener.start()
+
+
+async def _stop_find_cache(app: web.Application) -> None:
+    listener = app[state.CACHE].listener
+    if listener is not None:
+        await listener.stop()
+
+
+def build_app(
+    *,
+    opts: options.ServeOptions,
+    pool: asyncpg.Pool,
+    catalog: Catalog,
+    verifier: auth.JwtVerifier,
+    web_dir: Path | None = None,
+) -> web.Application:
+    """The tenant-facing application (REST, UI metadata, setup, login, OpenAPI, UI bundle)."""
+    meter = metrics.Metrics()
+    meter.watch_pool(lambda: (pool.get_size(), pool.get_idle_size(), pool.get_max_size()))
+    app = web.Application(middlewares=[_middleware(opts, meter)], client_max_size=opts.max_body_bytes)
+    app[state.OPTIONS] = opts
+    app[state.POOL] = pool
+    app[state.SPEC] = state.SpecHolder(catalog)
+    app[state.REGISTRY] = workspaces.Registry(pool)
+    app[state.METRICS] = meter
+    app[state.VERIFIER] = verifier
+    app[state.HEALTH_CHECKS] = []
+    app[state.CACHE] = caching.FindCache(opts.dsn)  # its listener connection opens on start
+    app.on_startup.append(_start_find_cache)
+    app.on_cleanup.append(_stop_find_cache)
+    # entity routes first: the router tries dynamic routes in order, and these carry the load
+    rest.add_routes(app)
+    moves.add_routes(app)
+    trails.add_routes(app)
+    app.router.add_get("/{ws}/api/openapi.json", openapi.handler)
+    ui_meta.add_routes(app)
+    app.router.add_post("/{ws}/_ui/setup", users.setup)
+    app.router.add_post("/{ws}/_ui/login", users.login)
+    if web_dir is not None:
+        index = web_dir / "index.html"
+        if (web_dir / "assets").is_dir():
+            app.router.add_static("/assets", web_dir / "assets")
+
+        async def ui(request: web.Request) -> web.FileResponse:
+            await request.app[state.REGISTRY].resolve(request.match_info["ws"])
+            return web.FileResponse(index)
+
+        app.router.add_get("/{ws}/", ui)
+
+    async def close_pool(_app: web.Application) -> None:
+        await pool.close()
+
+    app.on_cleanup.append(close_pool)
+    return app
+
+
+@dataclass
+class Server:
+    """Both listeners of one process; ``start`` then ``stop`` (graceful)."""
+
+    app: web.Application
+    opts: options.ServeOptions
+    web_dir: Path | None
+    shutdown_timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        self._runners: list[web.AppRunner] = []
+        self.urls: dict[str, str] = {}
+
+    async def start(self) -> None:
+        context = tls_context(self.opts)
+        main = protocol.AppRunner(self.app, access_log=None, shutdown_timeout=self.shutdown_timeout)
+        await main.setup()
+        self._runners.append(main)
+        site = web.TCPSite(main, self.opts.addr.host, self.opts.addr.port, ssl_context=context)
+        await site.start()
+        self.urls["api"] = _url(main, "https" if context else "http")
+        if self.opts.metrics_addr is not None:
+            admin_runner = protocol.AppRunner(admin.build(self.app), access_log=None, shutdown_timeout=5.0)
+            await admin_runner.setup()
+            self._runners.append(admin_runner)
+            admin_site = web.TCPSite(admin_runner, self.opts.metrics_addr.host, self.opts.metrics_addr.port)
+            await admin_site.start()
+            self.urls["admin"] = _url(admin_runner, "http")
+
+    async def stop(self) -> None:
+        for runner in reversed(self._runners):  # admin first, then the main app (closes the pool)
+            await runner.cleanup()
+        self._runners.clear()
+
+    def banner(self) -> str:
+        ui = f"UI from {self.web_dir}" if self.web_dir is not None else "API only (no UI bundle found)"
+        admin_part = f", admin {self.urls['admin']}" if "admin" in self.urls else ", admin listener off"
+        return f"dap serve: listening on {self.urls.get('api')} — {ui}{admin_part}"
+
+
+def _url(runner: web.AppRunner, scheme: str) -> str:
+    addresses = runner.addresses
+    host, port = addresses[0][0], addresses[0][1]
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{scheme}://{host}:{port}"
+
+
+async def create_server(opts: options.ServeOptions, catalog: Catalog) -> Server:
+    """Open the pool, migrate safely, seed; return a :class:`Server` ready to ``start``."""
+    verifier = auth.JwtVerifier(
+        issuer=opts.jwt_issuer, secret=opts.jwt_secret, public_key_pem=opts.jwt_public_key
+    )
+    pool = await booting.open_database(opts, catalog)
+    return assemble(opts, pool, catalog, verifier)
+
+
+def assemble(
+    opts: options.ServeOptions, pool: asyncpg.Pool, catalog: Catalog, verifier: auth.JwtVerifier
+) -> Server:
+    """The :class:`Server` over a pool whose database ``booting`` has prepared."""
+    web_dir = find_web_dir(opts.web_dir)
+    app = build_app(opts=opts, pool=pool, catalog=catalog, verifier=verifier, web_dir=web_dir)
+    return Server(app, opts, web_dir)

@@ -1,0 +1,373 @@
+"""OpenAPI 3.1 of one workspace's REST API, derived from the catalog.
+
+Only what the workspace really serves is described: exposed entities, their opted-in actions,
+the list parameters (``field[op]`` for every operator that applies to the field's type), record
+and input schemas, and the problem document. Decimal, money and percent travel as exact strings,
+so their schema is a string with a decimal pattern. The server URL is the workspace prefix
+(``/{slug}``), so paths read ``/api/{module}/{entity}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from dap import __version__
+from dap.config.enums import FieldType, FilterOp
+from dap.config.fields import Field
+from dap.server import state
+from dap.server.catalog import Catalog, Resource
+from dap.server.documents import lifecycle
+from dap.server.storage import numbering, queries, records, tables
+from dap.server.web import filters
+
+DECIMAL = {"type": "string", "format": "decimal", "pattern": r"^-?\d+(\.\d+)?$"}
+_SCALAR: dict[FieldType, dict[str, Any]] = {
+    FieldType.STRING: {"type": "string"},
+    FieldType.TEXT: {"type": "string"},
+    FieldType.RICHTEXT: {"type": "string", "contentMediaType": "text/html"},
+    FieldType.FILE: {"type": "string"},
+    FieldType.ENUM: {"type": "string"},
+    FieldType.INTEGER: {"type": "integer", "format": "int64"},
+    FieldType.DECIMAL: DECIMAL,
+    FieldType.MONEY: DECIMAL,
+    FieldType.PERCENT: DECIMAL,
+    FieldType.NUMBER: {"type": "number"},
+    FieldType.BOOLEAN: {"type": "boolean"},
+    FieldType.DATE: {"type": "string", "format": "date"},
+    FieldType.DATETIME: {"type": "string", "format": "date-time"},
+    FieldType.TIME: {"type": "string", "format": "time"},
+    FieldType.UUID: {"type": "string", "format": "uuid"},
+    FieldType.RELATION: {"type": "string", "format": "uuid"},
+    FieldType.JSON: {},
+    FieldType.ATTACHMENT: {},
+}
+PROBLEM = {
+    "type": "object",
+    "required": ["type", "title", "status", "code"],
+    "properties": {
+        "type": {"type": "string"},
+        "title": {"type": "string"},
+        "status": {"type": "integer"},
+        "detail": {"type": "string"},
+        "code": {"type": "string"},
+        "request_id": {"type": "string"},
+        "errors": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "message": {"type": "string"}},
+            },
+        },
+    },
+}
+
+
+def field_schema(f: Field, module: str, catalog: Catalog) -> dict[str, Any]:
+    if f.type is FieldType.CHILD:
+        rows = tables.child_fields(f, module, catalog.entities)
+        return {"type": "array", "items": object_schema(rows, module, catalog, for_input=False)}
+    schema = dict(_SCALAR.get(f.type, {}))
+    choices = records.allowed_values(f)
+    if choices:
+        schema["enum"] = list(choices)
+    if f.description:
+        schema["description"] = f.description
+    if f.title:
+        schema["title"] = f.title
+    if f.masked:
+        schema["description"] = (schema.get("description", "") + " Masked in responses.").strip()
+    if f.multiple and f.type not in (FieldType.JSON, FieldType.ATTACHMENT):
+        return {"type": "array", "items": schema}
+    return schema
+
+
+def object_schema(
+    fields: tuple[Field, ...], module: str, catalog: Catalog, *, for_input: bool, partial: bool = False
+) -> dict[str, Any]:
+    props: dict[str, Any] = {}
+    required: list[str] = []
+    for f in fields:
+        if f.removed or "rest" in f.exclude or f.name in tables.SYSTEM_FIELDS:
+            continue
+        if for_input and (f.read_only or f.computed is not None or (partial and f.immutable)):
+            continue
+        if for_input and numbering.refuses_input(f, partial=partial):
+            continue
+        props[f.name] = field_schema(f, module, catalog)
+        if for_input and not partial and f.required and f.default is None and not records.server_fills(f):
+            required.append(f.name)
+    schema: dict[str, Any] = {"type": "object", "properties": props}
+    if for_input:
+        schema["additionalProperties"] = False
+    if required:
+        schema["required"] = required
+    return schema
+
+
+def _record_schema(resource: Resource, catalog: Catalog) -> dict[str, Any]:
+    schema = object_schema(tuple(resource.fields.values()), resource.module, catalog, for_input=False)
+    props = schema["properties"]
+    props["id"] = {"type": "string", "format": "uuid"}
+    props["version"] = {"type": "integer"}
+    props["created_at"] = {"type": "string", "format": "date-time"}
+    props["updated_at"] = {"type": "string", "format": "date-time"}
+    props["owner"] = {"type": ["string", "null"]}
+    if resource.lifecycle:
+        props["docstatus"] = {"type": "string", "enum": list(tables.DOCSTATUS)}
+    return schema
+
+
+def _ops(f: Field) -> list[FilterOp]:
+    if f.type in (FieldType.JSON, FieldType.ATTACHMENT, FieldType.CHILD) or f.multiple:
+        return [FilterOp.NULL, FilterOp.NOTNULL]
+    ops = [FilterOp.EQ, FilterOp.NEQ, FilterOp.IN, FilterOp.NIN, FilterOp.NULL, FilterOp.NOTNULL]
+    if f.type not in (FieldType.BOOLEAN, FieldType.UUID, FieldType.RELATION):
+        ops += [FilterOp.GT, FilterOp.GTE, FilterOp.LT, FilterOp.LTE, FilterOp.BETWEEN]
+    if f.type in (FieldType.STRING, FieldType.TEXT, FieldType.RICHTEXT, FieldType.ENUM, FieldType.FILE):
+        ops += [FilterOp.LIKE, FilterOp.ILIKE]
+    return ops
+
+
+def _list_parameters(resource: Resource) -> list[dict[str, Any]]:
+    params: list[dict[str, Any]] = [
+        {
+            "name": "limit",
+            "in": "query",
+            "schema": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": filters.MAX_LIMIT,
+                "default": filters.DEFAULT_LIMIT,
+            },
+        },
+        {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0, "default": 0}},
+        {
+            "name": "sort",
+            "in": "query",
+            "schema": {"type": "string"},
+            "description": "a,-b: ascending a, then descending b",
+        },
+        {"name": "count", "in": "query", "schema": {"type": "boolean"}, "description": "true fills total"},
+        {
+            "name": "fields",
+            "in": "query",
+            "schema": {"type": "string"},
+            "description": "comma-separated projection",
+        },
+    ]
+    candidates: list[Field] = [f for n, f in queries.SYSTEM.items() if n != "docstatus" or resource.lifecycle]
+    candidates += [f for f in resource.fields.values() if resource.column(f.name) and not f.masked]
+    for f in candidates:
+        for op in _ops(f):
+            name = f.name if op is FilterOp.EQ else f"{f.name}[{op}]"
+            if op in (FilterOp.NULL, FilterOp.NOTNULL):
+                schema: dict[str, Any] = {"type": "boolean"}
+            elif op in (FilterOp.IN, FilterOp.NIN, FilterOp.BETWEEN):
+                schema = {"type": "string", "description": "comma-separated values"}
+            else:
+                schema = {"type": "string"}
+            params.append({"name": name, "in": "query", "required": False, "schema": schema})
+    return params
+
+
+SUBMIT_PARAMETER = {
+    "name": "submit",
+    "in": "query",
+    "schema": {"type": "boolean"},
+    "description": "true: create and submit in one call",
+}
+TRAIL = {
+    "application/json": {
+        "schema": {
+            "type": "object",
+            "properties": {
+                "data": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "id": {"type": "integer"},
+                            "action": {"type": "string"},
+                            "at": {"type": "string", "format": "date-time"},
+                            "actor": {
+                                "type": "object",
+                                "properties": {"sub": {"type": "string"}, "username": {"type": "string"}},
+                            },
+                            "version": {"type": ["integer", "null"]},
+                            "changes": {
+                                "type": "object",
+                                "description": "field → [before, after]",
+                                "additionalProperties": {"type": "array", "minItems": 2, "maxItems": 2},
+                            },
+                            "request_id": {"type": ["string", "null"]},
+                        },
+                    },
+                },
+                "limit": {"type": "integer"},
+                "offset": {"type": "integer"},
+            },
+        }
+    }
+}
+
+
+def _responses(ok: dict[str, Any], *errors_: int) -> dict[str, Any]:
+    problem = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
+    out = dict(ok)
+    for status in (401, 404, *errors_):
+        out[str(status)] = {"description": "problem document", "content": problem}
+    return out
+
+
+def document(catalog: Catalog, slug: str) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of workspace ``slug``."""
+    paths: dict[str, Any] = {}
+    schemas: dict[str, Any] = {"Problem": PROBLEM}
+    for key in sorted(catalog.resources):
+        r = catalog.resources[key]
+        name = f"{r.module}.{r.name}"
+        schemas[name] = _record_schema(r, catalog)
+        fields = tuple(r.fields.values())
+        schemas[f"{name}.create"] = object_schema(fields, r.module, catalog, for_input=True)
+        schemas[f"{name}.update"] = object_schema(fields, r.module, catalog, for_input=True, partial=True)
+        for ns, ext in r.extensions.items():  # namespaced extension data, an object replaced as a whole
+            for suffix, for_input in (("", False), (".create", True), (".update", True)):
+                ext_schema = object_schema(ext, r.module, catalog, for_input=for_input)
+                schemas[f"{name}{suffix}"]["properties"][ns] = {"anyOf": [ext_schema, {"type": "null"}]}
+        one = {"type": "object", "properties": {"data": {"$ref": f"#/components/schemas/{name}"}}}
+        many = {
+            "type": "object",
+            "properties": {
+                "data": {"type": "array", "items": {"$ref": f"#/components/schemas/{name}"}},
+                "limit": {"type": "integer"},
+                "offset": {"type": "integer"},
+                "total": {"type": ["integer", "null"]},
+            },
+        }
+        json_one = {"application/json": {"schema": one}}
+        collection: dict[str, Any] = {}
+        item: dict[str, Any] = {}
+        tag = [r.title]
+        if "list" in r.actions:
+            collection["get"] = {
+                "operationId": f"list_{r.module}_{r.name}",
+                "tags": tag,
+                "summary": f"List {r.title}",
+                "parameters": _list_parameters(r),
+                "responses": _responses(
+                    {"200": {"description": "a page", "content": {"application/json": {"schema": many}}}}, 400
+                ),
+            }
+        if "create" in r.actions:
+            collection["post"] = {
+                "operationId": f"create_{r.module}_{r.name}",
+                "tags": tag,
+                "summary": f"Create {r.title}",
+                **({"parameters": [SUBMIT_PARAMETER]} if lifecycle.move_open(r, lifecycle.SUBMIT) else {}),
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {"schema": {"$ref": f"#/components/schemas/{name}.create"}}
+                    },
+                },
+                "responses": _responses(
+                    {"201": {"description": "created", "content": json_one}}, 400, 409, 413, 422
+                ),
+            }
+        id_param = {
+            "name": "id",
+            "in": "path",
+            "required": True,
+            "schema": {"type": "string", "format": "uuid"},
+        }
+        if "find" in r.actions:
+            item["get"] = {
+                "operationId": f"find_{r.module}_{r.name}",
+                "tags": tag,
+                "summary": f"Find {r.title}",
+                "responses": _responses({"200": {"description": "the record", "content": json_one}}),
+            }
+        if "update" in r.actions:
+            item["patch"] = {
+                "operationId": f"update_{r.module}_{r.name}",
+                "tags": tag,
+                "summary": f"Update {r.title}",
+                "parameters": [
+                    {
+                        "name": "If-Match",
+                        "in": "header",
+                        "schema": {"type": "string"},
+                        "description": 'the version in quotes, e.g. "3"',
+                    }
+                ],
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {"schema": {"$ref": f"#/components/schemas/{name}.update"}}
+                    },
+                },
+                "responses": _responses(
+                    {"200": {"description": "updated", "content": json_one}}, 400, 409, 412, 413, 422
+                ),
+            }
+        if "delete" in r.actions:
+            item["delete"] = {
+                "operationId": f"delete_{r.module}_{r.name}",
+                "tags": tag,
+                "summary": f"Delete {r.title}",
+                "responses": _responses({"204": {"description": "deleted"}}, 409),
+            }
+        if "find" in r.actions:
+            paths[f"/api/{r.module}/{r.name}/{{id}}/_audit"] = {
+                "parameters": [id_param],
+                "get": {
+                    "operationId": f"audit_{r.module}_{r.name}",
+                    "tags": tag,
+                    "summary": f"Audit trail of a {r.title}, newest first",
+                    "parameters": [
+                        {
+                            "name": "limit",
+                            "in": "query",
+                            "schema": {"type": "integer", "minimum": 1, "maximum": 1000},
+                        },
+                        {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+                    ],
+                    "responses": _responses({"200": {"description": "audit rows", "content": TRAIL}}, 400),
+                },
+            }
+        for move in ("submit", "cancel"):
+            if lifecycle.move_open(r, move):
+                paths[f"/api/{r.module}/{r.name}/{{id}}/{move}"] = {
+                    "parameters": [id_param],
+                    "post": {
+                        "operationId": f"{move}_{r.module}_{r.name}",
+                        "tags": tag,
+                        "summary": f"{move.capitalize()} {r.title}",
+                        "responses": _responses(
+                            {"200": {"description": "moved", "content": json_one}}, 409, 412
+                        ),
+                    },
+                }
+        if collection:
+            paths[f"/api/{r.module}/{r.name}"] = collection
+        if item:
+            paths[f"/api/{r.module}/{r.name}/{{id}}"] = {"parameters": [id_param], **item}
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": f"dap workspace {slug}", "version": __version__},
+        "servers": [{"url": f"/{slug}"}],
+        "security": [{"bearer": []}],
+        "paths": paths,
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}},
+        },
+    }
+
+
+async def handler(request: web.Request) -> web.Response:
+    workspace = await request.app[state.REGISTRY].resolve(request.match_info["ws"])
+    request[state.WORKSPACE] = workspace.slug
+    return web.json_response(document(request.app[state.SPEC].current, workspace.slug))

@@ -1,0 +1,145 @@
+"""The request and reply plumbing shared by the entity handlers (``rest``, ``moves``, ``trails``).
+
+A handler resolves the workspace (404 when it is not registered), verifies the bearer token for
+that workspace (401) and reads the catalog reference once, in that order (:func:`resolve`); ids,
+``If-Match`` and JSON bodies are parsed here so that every route answers their errors alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import uuid
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
+
+from aiohttp import web
+
+from dap.server import errors, state
+from dap.server.access import auth, guards
+from dap.server.catalog import Catalog, Resource
+from dap.server.documents import auditing
+from dap.server.storage import db
+from dap.server.storage.workspaces import Workspace
+
+
+async def resolve(
+    request: web.Request, *, action: str | None = None
+) -> tuple[Workspace, auth.Principal, Catalog]:
+    """Workspace, caller and catalog of a REST request, in that order of checks.
+
+    Without an Authorization header, ``action`` list or find of an entity declaring
+    ``auth: {required: false}`` gets the anonymous caller (guards); everything else needs a token.
+    """
+    workspace = await request.app[state.REGISTRY].resolve(request.match_info["ws"])
+    request[state.WORKSPACE] = workspace.slug
+    catalog = request.app[state.SPEC].current
+    header = request.headers.get("Authorization")
+    if header is None and guards.open_to_anonymous(catalog, request.match_info, action):
+        return workspace, guards.anonymous(workspace.slug), catalog
+    principal = request.app[state.VERIFIER].verify(auth.bearer_token(header), workspace=workspace.slug)
+    if principal.workspace is None:  # row scope and session values see the URL's workspace
+        principal = dataclasses.replace(principal, workspace=workspace.slug)
+    return workspace, principal, catalog
+
+
+def parse_record_id(request: web.Request) -> uuid.UUID:
+    try:
+        return uuid.UUID(request.match_info["id"])
+    except ValueError as exc:
+        # a malformed id cannot name a record: 404, as for any id that does not exist
+        raise errors.NotFound("no such record", code="SVC.RECORD.NOT_FOUND") from exc
+
+
+def dumps(data: Any) -> str:
+    return json.dumps(data, default=db.json_default, separators=(",", ":"))
+
+
+def reply(data: Any, *, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
+    return web.Response(
+        text=dumps(data), status=status, content_type="application/json", headers=dict(headers or {})
+    )
+
+
+MAX_JSON_DEPTH = 64  # deeper bodies are refused before anything recurses over them
+_JSON_TYPES = ("application/json",)
+
+
+def _too_deep(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests objects and arrays deeper than ``limit`` (iterative: no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
+async def read_json(request: web.Request, *, exact_numbers: bool = False) -> dict[str, Any]:
+    """The JSON object of a request body, or a 4xx problem: 415 when it is not JSON, 400 when malformed.
+
+    Every JSON endpoint reads its body here. ``exact_numbers`` parses numbers with a fraction as
+    ``Decimal`` (money must not pass through a float).
+    """
+    raw = await request.read()  # aiohttp raises 413 past client_max_size
+    media = request.content_type  # aiohttp answers application/octet-stream when none is sent
+    if raw and not (media in _JSON_TYPES or (media.startswith("application/") and media.endswith("+json"))):
+        raise errors.UnsupportedMediaType(
+            f"the body must be JSON sent as Content-Type: application/json, not {media}"
+        )
+    too_deep = errors.BadRequest(
+        f"the body nests objects and arrays deeper than {MAX_JSON_DEPTH} levels", code="SVC.REQUEST.TOO_DEEP"
+    )
+    try:
+        body = json.loads(raw, parse_float=Decimal if exact_numbers else float) if raw else None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise errors.BadRequest(
+            f"the body is not valid JSON: {exc}", code="SVC.REQUEST.MALFORMED_JSON"
+        ) from exc
+    except RecursionError as exc:
+        raise too_deep from exc
+    if _too_deep(body, MAX_JSON_DEPTH):
+        raise too_deep
+    if not isinstance(body, dict):
+        raise errors.BadRequest("the body must be a JSON object", code="SVC.REQUEST.MALFORMED_JSON")
+    return body
+
+
+async def read_body(request: web.Request) -> dict[str, Any]:
+    """The JSON object of a record's body (numbers with a fraction as ``Decimal``)."""
+    return await read_json(request, exact_numbers=True)
+
+
+def if_match(request: web.Request) -> int | None:
+    """The version ``If-Match`` names, ``None`` without the header or for ``*`` (any version).
+
+    RFC 9110 13.1.1: If-Match compares strongly, and a weak validator (``W/"3"``) never matches
+    strongly, so it fails the precondition (412) instead of being read as a version.
+    """
+    header = request.headers.get("If-Match")
+    if header is None or header.strip() == "*":
+        return None
+    value = header.strip()
+    if value.startswith("W/"):
+        raise errors.PreconditionFailed(
+            'If-Match compares strongly and a weak validator never matches: send If-Match: "3"',
+            code="SVC.REQUEST.IF_MATCH_WEAK",
+        )
+    version = value[1:-1] if len(value) >= 2 and value[0] == value[-1] == '"' else ""
+    if not version.isdigit() or not version.isascii():
+        raise errors.BadRequest(
+            'If-Match must be a version in quotes, e.g. If-Match: "3"', code="SVC.REQUEST.IF_MATCH"
+        )
+    return int(version)
+
+
+def write_of(
+    request: web.Request, principal: auth.Principal, catalog: Catalog, resource: Resource, tenant: uuid.UUID
+) -> auditing.Write:
+    """Who writes what, for the audit rows of a write (the request id ties them to the logs)."""
+    return auditing.Write(
+        catalog, resource, tenant, principal.sub, principal.username, request.get(state.REQUEST_ID)
+    )

@@ -1,0 +1,254 @@
+"""REST handlers of the generated entity API (list, find, create, update, delete).
+
+Paths and bodies are those of ARCHITECTURE.md. A handler resolves the workspace (404 when it is
+not registered), verifies the bearer token for that workspace (401), reads the catalog reference
+once, checks that the entity opted into the action through ``expose`` (404 when the entity is not
+exposed, 405 when the action is not), and then runs parameterised SQL that always carries the
+workspace's ``tenant_id``. Uniqueness comes from the database's unique index (a
+``UniqueViolationError`` names the constraint, which maps back to the field), never from a racy
+pre-check.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import asyncpg
+from aiohttp import web
+
+from dap.server import errors, state
+from dap.server.access import guards
+from dap.server.catalog import Catalog, Resource
+from dap.server.documents import auditing, filling, lifecycle, reading, writing
+from dap.server.storage import caching, sql
+from dap.server.web import filters, requests
+
+log = logging.getLogger(__name__)
+
+
+def _resource(
+    catalog: Catalog, request: web.Request, action: str, *, siblings: Sequence[tuple[str, str]]
+) -> Resource:
+    resource = catalog.resource(request.match_info["module"], request.match_info["entity"])
+    if resource is None:
+        raise errors.NotFound(
+            f"no entity {request.match_info['module']}/{request.match_info['entity']} is exposed over REST",
+            code="SVC.ENTITY.NOT_FOUND",
+        )
+    if action not in resource.actions:
+        allowed = [method for name, method in siblings if name in resource.actions]
+        if not allowed:
+            raise errors.NotFound(f"{resource.key} does not expose {action}", code="SVC.ACTION.NOT_EXPOSED")
+        raise errors.MethodNotAllowed(
+            f"{resource.key} does not expose {action}",
+            code="SVC.ACTION.NOT_EXPOSED",
+            allow=allowed,
+        )
+    return resource
+
+
+_COLLECTION = (("list", "GET"), ("create", "POST"))
+_ITEM = (("find", "GET"), ("update", "PATCH"), ("delete", "DELETE"))
+
+
+# --- handlers ----------------------------------------------------------------------------
+
+
+async def list_records(request: web.Request) -> web.Response:
+    workspace, principal, catalog = await requests.resolve(request, action="list")
+    resource = _resource(catalog, request, "list", siblings=_COLLECTION)
+    access = guards.check(principal, resource, "list")  # permission, hidden fields, row scope
+    pairs = list(request.query.items())
+    guards.check_named(access, pairs)
+    query = guards.scoped(access, filters.parse(resource, pairs))
+    columns = None
+    if query.fields is not None:
+        wanted = (
+            set(query.fields) | {"id"} | {f"ext_{ns}" for ns in query.fields if ns in resource.extensions}
+        )
+        columns = [c.name for c in resource.table.columns if (c.field or c.name) in wanted]
+    statement, args = sql.select_list(resource.table, query, workspace.tenant_id, columns)
+    pool = request.app[state.POOL]
+    async with pool.acquire() as conn:
+        try:
+            rows = await conn.fetch(statement, *args)
+        except asyncpg.DataError as exc:  # a value Postgres cannot compare (out of its range)
+            raise errors.BadRequest(
+                f"a filter value is out of range: {exc}", code="SVC.QUERY.INVALID"
+            ) from exc
+        total = None
+        if query.count:
+            count_sql, count_args = sql.count(resource.table, query, workspace.tenant_id)
+            total = await conn.fetchval(count_sql, *count_args)
+        kids: dict[uuid.UUID, dict[str, list[dict[str, Any]]]] = {}
+        if resource.children and (query.fields is None or set(query.fields) & set(resource.children)):
+            kids = await reading.load_children(
+                conn, resource, workspace.tenant_id, [r["id"] for r in rows], catalog
+            )
+    data = [
+        access.view(reading.present(resource, r, kids.get(r["id"]), surface="list", only=query.fields))
+        for r in rows
+    ]
+    return requests.reply({"data": data, "limit": query.limit, "offset": query.offset, "total": total})
+
+
+async def find_record(request: web.Request) -> web.Response:
+    workspace, principal, catalog = await requests.resolve(request, action="find")
+    resource = _resource(catalog, request, "find", siblings=_ITEM)
+    access = guards.check(principal, resource, "find")
+    record_id = requests.parse_record_id(request)
+    cache = request.app[state.CACHE]
+    key = (resource.table.name, workspace.tenant_id, record_id)
+    epoch = cache.epoch
+    ttl = None if access.narrowed else resource.cache_ttl  # a narrowed view is neither served nor kept
+    if ttl is not None and (hit := await cache.lookup(key, catalog)) is not None:
+        return web.Response(text=hit.body, content_type="application/json", headers={"ETag": hit.etag})
+    async with request.app[state.POOL].acquire() as conn:
+        row = await guards.select_record(conn, resource, workspace.tenant_id, record_id, principal=principal)
+        kids = (
+            await reading.load_children(conn, resource, workspace.tenant_id, [record_id], catalog)
+            if resource.children
+            else {}
+        )
+    body, etag = (
+        requests.dumps({"data": access.view(reading.present(resource, row, kids.get(record_id)))}),
+        f'"{row["version"]}"',
+    )
+    if ttl is not None:
+        cache.put(key, epoch=epoch, ttl=ttl, catalog=catalog, body=body, etag=etag)
+    return web.Response(text=body, content_type="application/json", headers={"ETag": etag})
+
+
+async def create_record(request: web.Request) -> web.Response:
+    workspace, principal, catalog = await requests.resolve(request)
+    resource = _resource(catalog, request, "create", siblings=_COLLECTION)
+    body = await requests.read_body(request)
+    submit = lifecycle.create_submits(resource, request.query, body)  # ?submit=true
+    access = guards.check(principal, resource, "create", *(["submit"] if submit else []))
+    body = guards.writable(access, body, create=True)  # row-scope fields filled from the caller
+    values = writing.validate_body(resource, body, partial=False, catalog=catalog)
+    write = requests.write_of(request, principal, catalog, resource, workspace.tenant_id)
+    async with request.app[state.POOL].acquire() as conn:
+        try:
+            async with conn.transaction():
+                await writing.check_relations(conn, resource, workspace.tenant_id, values)
+                values = await filling.prepare_create(  # derived values, natural keys, guards
+                    conn, resource, workspace.tenant_id, principal, body, values, submitting=submit
+                )
+                await guards.before_create(conn, access, workspace.tenant_id, values)  # scopes, dates
+                columns, children = writing.split(resource, values)
+                columns.update(lifecycle.initial_state(submit))
+                statement, args = sql.insert(
+                    resource.table, workspace.tenant_id, columns, owner=principal.username
+                )
+                row = await conn.fetchrow(statement, *args)
+                assert row is not None
+                await writing.write_children(conn, resource, workspace.tenant_id, row["id"], children)
+                await lifecycle.created(conn, write, row, submitted=submit)
+        except asyncpg.PostgresError as exc:
+            raise writing.translate(resource, exc) from exc
+        kids = (
+            await reading.load_children(conn, resource, workspace.tenant_id, [row["id"]], catalog)
+            if resource.children
+            else {}
+        )
+    location = f"/{workspace.slug}/api/{resource.module}/{resource.name}/{row['id']}"
+    return requests.reply(
+        {"data": access.view(reading.present(resource, row, kids.get(row["id"])))},
+        status=201,
+        headers={"Location": location, "ETag": f'"{row["version"]}"'},
+    )
+
+
+async def update_record(request: web.Request) -> web.Response:
+    workspace, principal, catalog = await requests.resolve(request)
+    resource = _resource(catalog, request, "update", siblings=_ITEM)
+    access = guards.check(principal, resource, "update")
+    record_id = requests.parse_record_id(request)
+    expected = requests.if_match(request)
+    body = await requests.read_body(request)
+    values = writing.validate_body(resource, guards.writable(access, body), partial=True, catalog=catalog)
+    tenant = workspace.tenant_id
+    async with request.app[state.POOL].acquire() as conn:
+        try:
+            async with conn.transaction():
+                current = await guards.select_record(
+                    conn, resource, tenant, record_id, principal=principal, lock=True
+                )
+                if expected is not None and current["version"] != expected:
+                    raise errors.PreconditionFailed(
+                        f"the record is at version {current['version']}, not {expected}",
+                        headers={"ETag": f'"{current["version"]}"'},
+                    )
+                if resource.lifecycle and current["docstatus"] != 0:
+                    raise errors.Conflict(
+                        "only draft documents can be updated", code="SVC.DOC.UPDATE_NOT_DRAFT"
+                    )
+                await writing.check_relations(conn, resource, tenant, values)
+                values = await filling.prepare_update(  # derived values over the merged record, guards
+                    conn, resource, tenant, principal, current, body, values
+                )
+                await guards.before_update(conn, access, tenant, current, values)  # scopes, dates
+                columns, children = writing.split(resource, values)
+                write = requests.write_of(request, principal, catalog, resource, tenant)
+                trail = await auditing.begin(conn, write, "update", current)
+                row = await conn.fetchrow(
+                    *sql.flat(sql.update(resource.table, tenant, record_id, columns, expected_version=None))
+                )
+                assert row is not None
+                await caching.announce(conn, resource, tenant, record_id)  # every process, at commit
+                await writing.write_children(conn, resource, tenant, record_id, children)
+                await trail.finish(conn, row)
+        except asyncpg.PostgresError as exc:
+            raise writing.translate(resource, exc) from exc
+        kids = (
+            await reading.load_children(conn, resource, tenant, [record_id], catalog)
+            if resource.children
+            else {}
+        )
+    request.app[state.CACHE].invalidate((resource.table.name, tenant, record_id))
+    return requests.reply(
+        {"data": access.view(reading.present(resource, row, kids.get(record_id)))},
+        headers={"ETag": f'"{row["version"]}"'},
+    )
+
+
+async def delete_record(request: web.Request) -> web.Response:
+    workspace, principal, catalog = await requests.resolve(request)
+    resource = _resource(catalog, request, "delete", siblings=_ITEM)
+    guards.check(principal, resource, "delete")
+    record_id = requests.parse_record_id(request)
+    tenant = workspace.tenant_id
+    async with request.app[state.POOL].acquire() as conn:
+        try:
+            async with conn.transaction():
+                current = await guards.select_record(
+                    conn, resource, tenant, record_id, principal=principal, lock=True
+                )
+                lifecycle.check_delete(resource, current)  # drafts only
+                await filling.check_action(conn, resource, tenant, principal, current, "delete")
+                write = requests.write_of(request, principal, catalog, resource, tenant)
+                trail = await auditing.begin(conn, write, "delete", current)
+                await writing.release_references(conn, catalog, resource, tenant, record_id)
+                for child in resource.children.values():
+                    await conn.execute(*sql.flat(sql.delete_children(child, tenant, record_id)))
+                result = await conn.execute(*sql.flat(sql.delete(resource.table, tenant, record_id)))
+                await caching.announce(conn, resource, tenant, record_id)
+                await trail.finish(conn, None)
+        except asyncpg.PostgresError as exc:
+            raise writing.translate(resource, exc) from exc
+    request.app[state.CACHE].invalidate((resource.table.name, tenant, record_id))
+    if not result.endswith(" 1"):
+        raise errors.NotFound("no such record", code="SVC.RECORD.NOT_FOUND")
+    return web.Response(status=204)
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/{ws}/api/{module}/{entity}", list_records)
+    app.router.add_post("/{ws}/api/{module}/{entity}", create_record)
+    app.router.add_get("/{ws}/api/{module}/{entity}/{id}", find_record)
+    app.router.add_patch("/{ws}/api/{module}/{entity}/{id}", update_record)
+    app.router.add_delete("/{ws}/api/{module}/{entity}/{id}", delete_record)

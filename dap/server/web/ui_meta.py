@@ -1,0 +1,219 @@
+"""UI metadata: what a front end needs to render the apps, pages and entity forms of a workspace.
+
+The spec names ``GET /{ws}/_ui/_meta/apps`` and leaves the payloads open; they are designed here
+and documented in docs/server.md:
+
+* ``GET /{ws}/_ui/_meta/apps`` → ``{"data": [AppSummary]}``
+* ``GET /{ws}/_ui/_meta/apps/{module}/{app}`` → ``{"data": AppDetail}`` (pages resolved)
+* ``GET /{ws}/_ui/_meta/entities/{module}/{entity}`` → ``{"data": EntityMeta}`` (fields with
+  captions, help, types, options)
+
+Metadata describes the spec, never tenant data, and the UI needs it before anyone has logged in
+(to draw the login and setup pages), so these endpoints need a registered workspace but no
+token. Fields excluded from the ``ui`` surface are left out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from dap.config.enums import NaturalKeyEntry
+from dap.config.fields import Field
+from dap.server import errors, state
+from dap.server.catalog import Catalog
+from dap.server.storage import numbering, records, tables
+
+UI_SURFACE = "ui"
+
+
+def _ref(ref: str, module: str) -> str:
+    return tables.resolve_ref(ref, module)
+
+
+def field_meta(f: Field, module: str, catalog: Catalog) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": f.name,
+        "caption": f.caption,
+        "help": f.description,
+        "type": str(f.type),
+        "required": f.required,
+        "read_only": f.read_only or f.computed is not None,
+        "immutable": f.immutable,
+        "unique": f.unique,
+        "masked": f.masked,
+        "multiple": bool(f.multiple),
+        "default": f.default,
+    }
+    if f.options:
+        meta["options"] = [
+            {"value": o.value, "label": o.label or records.to_json(f, o.value)} for o in f.options
+        ]
+    elif f.enum_values:
+        meta["options"] = [{"value": v, "label": v.replace("_", " ").capitalize()} for v in f.enum_values]
+    if f.scale_digits is not None or f.precision is not None:
+        meta["precision"] = f.precision
+        meta["scale"] = f.scale_digits
+    if f.currency:
+        meta["currency"] = f.currency
+    if f.relation is not None:
+        meta["relation"] = {
+            "entity": _ref(f.relation.entity, module),
+            "display_field": f.relation.display_field,
+        }
+    if f.child is not None:
+        meta["child"] = {
+            "storage": str(f.child.storage),
+            "fields": [
+                field_meta(c, module, catalog)
+                for c in tables.child_fields(f, module, catalog.entities)
+                if UI_SURFACE not in c.exclude and not c.removed
+            ],
+        }
+        meta["child"].update(_child_extras(f, module))
+    if f.visible_when:
+        meta["visible_when"] = f.visible_when
+    if f.readonly_when:
+        meta["readonly_when"] = f.readonly_when
+    meta.update(_derived(f))
+    return meta
+
+
+def _child_extras(f: Field, module: str) -> dict[str, Any]:
+    """``sequence_field`` and ``picker`` of a child field (the UI fills rows by picking records)."""
+    assert f.child is not None
+    out: dict[str, Any] = {"sequence_field": f.child.sequence_field}
+    picker = f.child.picker
+    if picker is not None:
+        out["picker"] = {
+            "entity": _ref(picker.entity, module),
+            "map": dict(picker.map),
+            "multiple": picker.multiple,
+            "filters": [{"entity": _ref(x.entity, module), "field": x.field} for x in picker.filters],
+        }
+    return out
+
+
+def _derived(f: Field) -> dict[str, Any]:
+    """What the server derives or checks on a field, for forms to mirror (the server decides)."""
+    out: dict[str, Any] = {}
+    if f.required_when:
+        out["required_when"] = f.required_when
+    if f.computed is not None:
+        out["computed"] = {"formula": f.computed.formula}
+    if f.auto_fill is not None:
+        out["auto_fill"] = {"from": f.auto_fill.from_, "field": f.auto_fill.field}
+    key = numbering.key_of(f)
+    if key is not None:
+        out["natural_key"] = {"entry": str(key.entry), "pattern": key.pattern, "reset": key.reset}
+        if key.entry is NaturalKeyEntry.ENGINE:  # a client value is refused
+            out["read_only"] = True
+    if f.rules:
+        out["rules"] = [r.model_dump(mode="json", exclude_none=True) for r in f.rules]
+    return out
+
+
+def entity_meta(catalog: Catalog, key: str) -> dict[str, Any]:
+    spec = catalog.entities[key]
+    module, name = key.split("/", 1)
+    resource = catalog.resources.get(key)
+    return {
+        "name": key,
+        "module": module,
+        "entity": name,
+        "title": catalog.titles.get(key, name),
+        "description": spec.description,
+        "characteristic": str(spec.characteristic),
+        "lifecycle": spec.lifecycle,
+        "rest": sorted(resource.actions) if resource is not None else [],
+        "api": f"api/{module}/{name}" if resource is not None else None,
+        "fields": [
+            field_meta(f, module, catalog)
+            for f in spec.fields
+            if not f.removed and UI_SURFACE not in f.exclude
+        ],
+        "extensions": [
+            {
+                "namespace": ns,
+                "fields": [field_meta(f, module, catalog) for f in ext if UI_SURFACE not in f.exclude],
+            }
+            for ns, ext in (resource.extensions.items() if resource is not None else ())
+        ],
+        "filters": [fl.model_dump(mode="json", by_alias=True, exclude_none=True) for fl in spec.filters],
+        "actions": [
+            {
+                "name": a.name,
+                "description": a.description,
+                "ui": a.ui.model_dump(mode="json", exclude_none=True) if a.ui else None,
+                "conditions": [c.model_dump(mode="json", exclude_none=True) for c in a.conditions],
+            }
+            for a in spec.actions
+            if not a.disabled
+        ],
+    }
+
+
+def _app_summary(key: str, catalog: Catalog) -> dict[str, Any]:
+    app = catalog.apps[key]
+    module, name = key.split("/", 1) if "/" in key else ("", key)
+    return {
+        "name": key,
+        "module": module,
+        "app": name,
+        "title": app.title or name.replace("_", " ").capitalize(),
+        "description": app.description,
+        "access": str(app.access),
+        "icon": app.icon,
+        "home": _ref(app.home, module) if app.home else None,
+        "pages": [_ref(p, module) for p in app.pages],
+    }
+
+
+def _app_detail(key: str, catalog: Catalog) -> dict[str, Any]:
+    app = catalog.apps[key]
+    summary = _app_summary(key, catalog)
+    pages = []
+    for ref in summary["pages"]:
+        page = catalog.pages.get(ref)
+        if page is not None:
+            pages.append({"name": ref, **page.model_dump(mode="json", by_alias=True, exclude_none=True)})
+    dump = app.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return {
+        **summary,
+        "pages": pages,
+        **{k: dump[k] for k in ("auth", "chrome", "confirm", "renderer") if k in dump},
+    }
+
+
+async def _workspace(request: web.Request) -> Catalog:
+    workspace = await request.app[state.REGISTRY].resolve(request.match_info["ws"])
+    request[state.WORKSPACE] = workspace.slug
+    return request.app[state.SPEC].current
+
+
+async def apps(request: web.Request) -> web.Response:
+    catalog = await _workspace(request)
+    return web.json_response({"data": [_app_summary(k, catalog) for k in sorted(catalog.apps)]})
+
+
+async def app(request: web.Request) -> web.Response:
+    catalog = await _workspace(request)
+    key = f"{request.match_info['module']}/{request.match_info['app']}"
+    if key not in catalog.apps:
+        raise errors.NotFound(f"no app {key}", code="SVC.APP.NOT_FOUND")
+    return web.json_response({"data": _app_detail(key, catalog)})
+
+
+async def entity(request: web.Request) -> web.Response:
+    catalog = await _workspace(request)
+    key = f"{request.match_info['module']}/{request.match_info['entity']}"
+    if key not in catalog.entities:
+        raise errors.NotFound(f"no entity {key}", code="SVC.ENTITY.NOT_FOUND")
+    return web.json_response({"data": entity_meta(catalog, key)})
+
+
+def add_routes(application: web.Application) -> None:
+    application.router.add_get("/{ws}/_ui/_meta/apps", apps)
+    application.router.add_get("/{ws}/_ui/_meta/apps/{module}/{app}", app)
+    application.router.add_get("/{ws}/_ui/_meta/entities/{module}/{entity}", entity)
