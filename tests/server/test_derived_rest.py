@@ -220,8 +220,9 @@ async def test_auto_fill_reads_the_same_workspace_only(srv: Running) -> None:
     foreign = await item(srv, "F", "9.99", "far", ws="other")
     status, body = await call(srv, "POST", f"{API}/order", {"lines": [{"item": foreign, "qty": "1"}]})
     assert status == 422
+    # every relation of a write is checked first (child rows too): the foreign item is not there
     assert body["errors"] == [
-        {"path": "lines[0].unit_price", "message": "is required (and item gave no value to copy)"}
+        {"path": "lines[0].item", "message": "no such related record in this workspace"}
     ]
 
 
