@@ -71,10 +71,14 @@ class DevSession:
     def output(self) -> str:
         return "".join(self.lines)
 
-    def wait_for(self, text: str, within: float = 90.0) -> float:
-        """Seconds since start until ``text`` appeared in the output."""
+    def mark(self) -> int:
+        """A place in the output: ``wait_for(..., since=mark)`` looks only at what follows it."""
+        return len(self.output)
+
+    def wait_for(self, text: str, within: float = 90.0, since: int = 0) -> float:
+        """Seconds since start until ``text`` appeared in the output (after ``since``)."""
         deadline = time.monotonic() + within
-        while text not in self.output:
+        while text not in self.output[since:]:
             if self.process.poll() is not None and not self._reader.is_alive():
                 code = self.process.returncode
                 raise AssertionError(f"dap dev exited ({code}) before {text!r}:\n{self.output}")

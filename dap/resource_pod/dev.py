@@ -224,9 +224,11 @@ async def watch(
         )
         if answer is None:
             continue
-        if not answer.get("created", True):
-            say("  (content unchanged)")
+        served = outcome(pod.pod.status, answer["artifact_id"], answer["sha256"]) is Outcome.SERVED
+        if served and not answer.get("created", True):
+            say(f"  (content unchanged: serving version {answer['version']})")
             continue
+        # the same content as a version the pod failed on: say again why, rather than "unchanged"
         await control.poll(session)
         await report(config, pod, answer, files, started)
 
