@@ -8,7 +8,6 @@ import os
 import re
 import signal
 import socket
-import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,20 +18,10 @@ import pytest
 from click.testing import CliRunner
 
 from dap.resource_pod import cli, dev, devcontrol, errors, tokens
+from tests.devsessions import dap, free_port
 from tests.resource_pod.conftest import SECRET, WORKSPACE, Control, MakeDsn, spec_files, wait_for
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "procurement"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def dap(*args: str) -> list[str]:
-    return [sys.executable, "-c", "import sys; from dap.cli import main; sys.exit(main())", *args]
 
 
 @dataclass
