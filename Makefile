@@ -18,10 +18,12 @@ $(STAMP): pyproject.toml | $(BIN)/python
 install: $(STAMP)
 
 SPEC ?= examples/procurement
+ARGS ?=
 
 # The whole local pipeline: embedded Postgres, standalone control, registration, one resource pod.
+# ARGS passes options on: make dev SPEC=my-spec ARGS="--watch --reset"
 dev: $(STAMP)
-	$(BIN)/dap dev --spec $(SPEC)
+	$(BIN)/dap dev --spec $(SPEC) $(ARGS)
 
 test: $(STAMP)
 	$(MAKE) lint

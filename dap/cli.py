@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "claim": ("dap.operator.cli:claim", "sign and inspect resource claims"),
     "pod": ("dap.resource_pod.cli:pod", "run the generic resource pod"),
     "dev": ("dap.resource_pod.cli:dev", "run the whole local pipeline on a laptop"),
+    "token": ("dap.resource_pod.cli:token", "print a JWT with given roles and attributes (dev secret)"),
 }
 
 

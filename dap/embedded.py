@@ -9,6 +9,7 @@ happens only when the embedded server is actually asked for.
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,12 @@ def start(data_dir: Path = DEFAULT_DATA_DIR, database: str = "postgres") -> tupl
     another process still uses the same data directory (pgserver counts its users).
     """
     try:
-        import pgserver
+        with warnings.catch_warnings():
+            # pgserver asks platformdirs for a runtime directory at import; without
+            # XDG_RUNTIME_DIR (containers, CI, ssh) platformdirs warns and falls back to
+            # /tmp/runtime-<uid>, which serves pgserver's lock file just as well.
+            warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR")
+            import pgserver
     except ImportError as exc:
         raise EmbeddedPostgresError(
             "no --dsn was given and the embedded Postgres is not installed; "

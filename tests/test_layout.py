@@ -103,3 +103,15 @@ def test_every_face_has_a_docstring_and_publishes_what_exists(name: str) -> None
     assert (package.__doc__ or "").strip()
     for published in package.__all__:
         assert (ROOT / "server" / name / f"{published}.py").exists() or hasattr(package, published)
+
+
+MAX_LINES = 500
+
+
+def test_no_module_is_longer_than_the_limit() -> None:
+    long = {
+        str(path.relative_to(ROOT.parent)): n
+        for path in sorted(ROOT.rglob("*.py"))
+        if (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert long == {}

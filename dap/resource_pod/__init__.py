@@ -15,8 +15,9 @@ rollback, freeze), ``converging`` (phases and decisions), ``backoff``, ``evidenc
 bounded buffer), ``settings``; thin I/O shells: ``fetching`` (aiohttp client of the control
 plane), ``persisting`` (state directory), ``loading`` (catalog, safe schema steps, swap,
 self-check), ``reporting`` (evidence sender, health and metering measures), ``pulling`` (the
-pull loop), ``hosting`` (boot, ``/health``, shutdown), ``dev`` and ``cli`` (``dap pod``,
-``dap dev``).
+pull loop), ``hosting`` (boot, ``/health``, shutdown), ``cli`` (``dap pod``, ``dap dev``,
+``dap token``); ``dap dev`` is ``dev`` (the run), ``devdata`` (a database and pod state per spec
+directory), ``devcontrol`` (the control plane child), ``devbanner``; ``tokens`` signs JWTs.
 
 Errors (``errors``), one tree::
 

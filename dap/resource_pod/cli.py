@@ -1,4 +1,4 @@
-"""``dap pod`` and ``dap dev``.
+"""``dap pod``, ``dap dev`` and ``dap token``.
 
 ``dap pod`` takes every option of ``dap serve`` except ``--spec`` — the parameters are copied
 from ``dap.server.cli.serve`` itself, so the two commands cannot drift — plus the pod's own:
@@ -7,7 +7,7 @@ from ``dap.server.cli.serve`` itself, so the two commands cannot drift — plus 
 ``DAP_TRUSTED_KEYS``), ``--state-dir``, ``--dev`` and the evidence intervals. Every option also
 reads ``DAP_<OPTION>``. A refusal is one line on stderr and exit code 1 (2 for usage errors).
 
-``dap dev`` is in ``dev.py``; this module only declares its options.
+``dap dev`` is in ``dev.py`` and tokens in ``tokens.py``; this module only declares options.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import click
 
 from dap import embedded, logs
 from dap.config import names
-from dap.resource_pod import errors, hosting, settings, verifying
+from dap.resource_pod import errors, hosting, settings, tokens, verifying
 from dap.server import cli as server_cli
 from dap.server import errors as server_errors
 from dap.server import options
@@ -215,10 +215,15 @@ async def _run(opts: options.ServeOptions, config: settings.Settings) -> None:
     show_default=True,
     type=click.Path(file_okay=False, path_type=Path),
     envvar="DAP_DATA_DIR",
-    help="embedded Postgres, signing key, pod state",
+    help="embedded Postgres (a database per spec directory), signing key, pod state",
 )
 @click.option("--pull-interval", default="10s", show_default=True, envvar="DAP_PULL_INTERVAL")
 @click.option("--watch", is_flag=True, envvar="DAP_WATCH", help="re-register on file changes")
+@click.option(
+    "--reset",
+    is_flag=True,
+    help="forget this spec's data first (its embedded database and pod state); other specs keep theirs",
+)
 @click.option(
     "--log-level",
     default="warn",
@@ -243,6 +248,7 @@ def dev(**raw: Any) -> None:
             pull_interval=_seconds(raw["pull_interval"], "--pull-interval"),
             watch=raw["watch"],
             log_level=raw["log_level"],
+            reset=raw["reset"],
         )
         code = asyncio.run(dev_mode.run(config))
     except (errors.PodError, server_errors.BootRefused, embedded.EmbeddedPostgresError) as exc:
@@ -250,3 +256,63 @@ def dev(**raw: Any) -> None:
     except OSError as exc:
         _refuse(f"cannot listen: {exc.strerror or exc}")
     sys.exit(code)
+
+
+@click.command()
+@click.option(
+    "--role",
+    "roles",
+    multiple=True,
+    help="a role of the token, repeatable (default: admin); roles name Role manifests",
+)
+@click.option("--username", default="dev", show_default=True, help="the 'username' claim (and 'sub')")
+@click.option("--sub", default=None, help="the principal id (default: the username)")
+@click.option(
+    "--attr",
+    "attrs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="an application attribute, repeatable, e.g. --attr region=north (JSON values allowed)",
+)
+@click.option(
+    "--workspace",
+    default=tokens.DEV_WORKSPACE,
+    show_default=True,
+    envvar="DAP_WORKSPACE",
+    help="the workspace the token is for; empty: any workspace",
+)
+@click.option("--ttl", default="24h", show_default=True, help="lifetime, e.g. 15m, 24h")
+@click.option(
+    "--secret",
+    default=tokens.DEV_SECRET,
+    envvar="DAP_JWT_SECRET",
+    help="HS256 secret (default: the one `dap dev` uses)  [env: DAP_JWT_SECRET]",
+)
+@click.option(
+    "--private-key",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="sign RS256/ES256 with this PEM private key instead of the secret",
+)
+@click.option("--issuer", default=tokens.DEV_ISSUER, show_default=True, envvar="DAP_JWT_ISSUER")
+def token(**raw: Any) -> None:
+    """Print a JWT for a dap server (by default one `dap dev` accepts).
+
+    \b
+      export TOKEN=$(dap token)                                      # admin of workspace default
+      export BUYER=$(dap token --role buyer --username bob --attr region=north)
+    """
+    try:
+        ttl = _seconds(raw["ttl"], "--ttl")
+        body = tokens.claims(
+            username=raw["username"],
+            sub=raw["sub"],
+            roles=raw["roles"] or ("admin",),
+            workspace=raw["workspace"] or None,
+            attrs=tokens.parse_attrs(raw["attrs"]),
+            ttl=ttl,
+            issuer=raw["issuer"],
+        )
+        key = raw["private_key"].read_text() if raw["private_key"] is not None else None
+        click.echo(tokens.sign(body, secret=raw["secret"], private_key_pem=key))
+    except errors.ConfigError as exc:
+        _refuse(str(exc), 2)

@@ -1,56 +1,62 @@
 """``dap dev``: the whole pipeline in one process tree on a laptop.
 
-1. Postgres: ``--dsn``, else the embedded server in ``<data-dir>/pg`` (``dap.embedded``);
-2. the control plane in standalone dev mode, as a **subprocess** (``dap control serve --mode
-   standalone --dev``): the pod may not import ``dap.control``, and a child process is also what
-   the pod meets in production — an HTTP peer. Its signing key is kept in
-   ``<data-dir>/control-signing.key`` so artifacts registered in earlier runs still verify;
+1. Postgres: ``--dsn`` as given, else the embedded server in ``<data-dir>/pg`` with a database
+   of the spec directory's own (``devdata``: a second spec never meets the first one's tables);
+   ``--reset`` forgets that database and the spec's pod state first;
+2. the control plane in standalone dev mode, as a child process (``devcontrol``);
 3. registration of ``--spec`` (``POST /v1/artifacts``, binding ``--workspace``);
-4. one resource pod, in this process, serving it at ``http://127.0.0.1:8080/<workspace>/...``
-   with a dev HS256 secret; it long-polls, so a registration reaches it at once;
-5. a dev JWT and example curl commands on stdout;
-6. with ``--watch``: file modification times are polled every second (no new dependency); a
-   change re-registers the directory and calls ``POST /v1/poll``, and the new version rolls in
-   without dropping a request (the pod's atomic swap);
-7. Ctrl-C (or SIGTERM) stops the pod (in-flight requests finish, evidence is flushed), then the
-   control plane, then the embedded Postgres.
+4. one resource pod, in this process, serving it at ``http://127.0.0.1:8080/<workspace>/api/...``
+   with the dev HS256 secret of ``tokens`` (so ``dap token`` makes tokens it accepts); it long-polls,
+   so a registration reaches it at once;
+5. the wait for that version ends as soon as the pod serves it (same artifact, or the same
+   content under another id) or fails to load it; a failure is one line saying what to do;
+6. the banner (``devbanner``): addresses that answer, a token, curl lines;
+7. with ``--watch``: file modification times are polled every second (no new dependency),
+   starting from the moment the files were first read, so an edit saved while the first version
+   was still loading is not lost; a change re-registers the directory and wakes the pod;
+8. Ctrl-C (or SIGTERM), at any moment, stops the pod, then the control plane, then Postgres,
+   saying what it stops; a second Ctrl-C is not needed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import json
+import enum
 import logging
-import os
-import shlex
 import signal
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import date
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import click
-import jwt
 
-from dap import embedded, server
-from dap.resource_pod import errors, hosting, loading, settings
+from dap import embedded
+from dap.resource_pod import (
+    converging,
+    devbanner,
+    devcontrol,
+    devdata,
+    errors,
+    hosting,
+    loading,
+    settings,
+    tokens,
+)
 from dap.server import options
 
 log = logging.getLogger(__name__)
 
-DEV_SECRET = "dap-dev-secret--not-for-production--0123456789"
 DEV_ADMIN_SECRET = "dap-dev-admin-secret"
-DEV_ISSUER = "svc"
-TOKEN_HOURS = 24
-START_TIMEOUT = 60.0
 WATCH_EVERY = 1.0
+SETTLE = 0.3  # seconds after a change before reading: let an editor finish writing
+SERVE_SHUTDOWN = 1.0  # seconds in-flight requests get at Ctrl-C
 SKIPPED = (".", "__pycache__", "node_modules")
+Phase = converging.Phase
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,7 @@ class DevConfig:
     pull_interval: float
     watch: bool
     log_level: str
+    reset: bool = False
 
 
 def say(text: str) -> None:
@@ -96,294 +103,290 @@ def fingerprint(directory: Path) -> dict[str, tuple[int, int]]:
     return out
 
 
-def signing_key(path: Path) -> Path:
-    """The control plane's dev key file (32-byte seed as hex, mode 0600), created once."""
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="ascii") as handle:
-            handle.write(os.urandom(32).hex() + "\n")
-    return path
+# --- waiting for a registered version ------------------------------------------------------------
 
 
-def dev_token(workspace: str, secret: str = DEV_SECRET) -> str:
-    now = int(time.time())
-    claims = {
-        "sub": "dev",
-        "username": "dev",
-        "roles": ["admin"],
-        "workspace": workspace,
-        "iss": DEV_ISSUER,
-        "iat": now,
-        "exp": now + TOKEN_HOURS * 3600,
-    }
-    return jwt.encode(claims, secret, algorithm="HS256")
+class Outcome(enum.Enum):
+    SERVED = "served"
+    FAILED = "failed"
+    PENDING = "pending"
 
 
-def example_body(resource: Any) -> dict[str, Any] | None:
-    """A create body for ``resource`` (every required field); ``None`` when one needs a reference."""
-    samples: dict[str, Any] = {
-        "integer": 1,
-        "number": 1.5,
-        "decimal": "1.50",
-        "money": "10.00",
-        "percent": "5",
-        "boolean": True,
-        "date": date.today().isoformat(),
-        "datetime": f"{date.today().isoformat()}T12:00:00Z",
-    }
-    body: dict[str, Any] = {}
-    for name, field in resource.fields.items():
-        if not getattr(field, "required", False) or getattr(field, "read_only", False):
-            continue
-        kind = str(getattr(field, "type", "string"))
-        choices = getattr(field, "options", None) or []
-        if kind in ("relation", "child", "file", "json", "uuid"):
-            return None
-        body[name] = choices[0].value if choices else samples.get(kind, f"Example {name}")
-    return body
+def outcome(status: converging.Status, artifact_id: str, sha256: str) -> Outcome:
+    """Where the pod stands with the registered artifact. Pure.
+
+    Served: it runs that artifact, or one with the same content (a copy of a spec registers the
+    same files under another app, and the pod rightly keeps what it runs). Failed: its last
+    attempt at that artifact failed or was rolled back.
+    """
+    failure = status.failure
+    if (
+        status.phase in (Phase.FAILED, Phase.ROLLED_BACK)
+        and failure is not None
+        and (failure.artifact_id == artifact_id or failure.sha256 == sha256)
+    ):
+        return Outcome.FAILED
+    running = status.running
+    if (
+        status.phase in (Phase.LOADED, Phase.UP_TO_DATE)
+        and running is not None
+        and (running.artifact_id == artifact_id or running.sha256 == sha256)
+    ):
+        return Outcome.SERVED
+    return Outcome.PENDING
 
 
-def curl_examples(
-    base: str, control_url: str, admin: str | None, catalog: server.Catalog, workspace: str
-) -> str:
-    auth = '-H "Authorization: Bearer $TOKEN"'
-    lines = [f"  curl -s {base}/{workspace}/_ui/_meta/apps {auth}"]
-    resources = sorted(catalog.resources.values(), key=lambda r: (example_body(r) is None, r.key))
-    for resource in resources[:2]:
-        url = f"{base}/{workspace}/api/{resource.module}/{resource.name}"
-        body = example_body(resource)
-        if "create" in resource.actions and body is not None:
-            data = shlex.quote(json.dumps(body))
-            lines.append(f"  curl -s -X POST {url} {auth} -H 'Content-Type: application/json' -d {data}")
-        if "list" in resource.actions:
-            lines.append(f"  curl -s '{url}?limit=5' {auth}")
-    lines.append(f"  curl -s {base}/{workspace}/api/openapi.json")
-    lines.append(f"  curl -s {base}/health")
-    lines.append(f"  curl -s '{control_url}/v1/snapshot?workspace={workspace}'")
-    if admin:
-        lines.append(f"  curl -s {admin}/metrics | grep dap_http_requests_total")
-    return "\n".join(lines)
-
-
-class Control:
-    """The control plane child process."""
-
-    def __init__(self, config: DevConfig, dsn: str) -> None:
-        self.config = config
-        self.dsn = dsn
-        self.url = f"http://127.0.0.1:{config.control_port}"
-        self.process: asyncio.subprocess.Process | None = None
-
-    async def start(self, session: aiohttp.ClientSession) -> None:
-        key = signing_key(self.config.data_dir / "control-signing.key")
-        command = [
-            sys.executable,
-            "-c",
-            "import sys; from dap.cli import main; sys.exit(main())",
-            "control",
-            "serve",
-            "--mode",
-            "standalone",
-            "--dev",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.config.control_port),
-            "--db",
-            self.dsn,
-            "--signing-key",
-            str(key),
-            "--log-level",
-            self.config.log_level,
-        ]
-        # a new session: Ctrl-C reaches only us, and we stop the control plane after the pod
-        self.process = await asyncio.create_subprocess_exec(*command, start_new_session=True)
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.process.returncode is not None:
-                raise errors.ConfigError(
-                    f"the control plane exited with code {self.process.returncode} "
-                    f"(is port {self.config.control_port} free? try --control-port)"
-                )
-            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                async with session.get(
-                    f"{self.url}/health", timeout=aiohttp.ClientTimeout(total=2)
-                ) as response:
-                    if response.status == 200:
-                        return
-            await asyncio.sleep(0.2)
-        raise errors.ConfigError(
-            f"the control plane did not answer {self.url}/health within {START_TIMEOUT:g}s"
-        )
-
-    async def stop(self) -> None:
-        process = self.process
-        if process is None or process.returncode is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            async with asyncio.timeout(10):
-                await process.wait()
-        except TimeoutError:
-            process.kill()
-            await process.wait()
-
-    async def register(
-        self, session: aiohttp.ClientSession, files: Mapping[str, bytes]
-    ) -> dict[str, Any] | None:
-        """Register ``files``; print the problems and return ``None`` when they are refused."""
-        body = {
-            "app": _app_name(self.config.spec_dir),
-            "workspaces": [self.config.workspace],
-            "files": [{"path": p, "content": base64.b64encode(c).decode("ascii")} for p, c in files.items()],
-        }
-        async with session.post(f"{self.url}/v1/artifacts", json=body) as response:
-            answer: dict[str, Any] = await response.json(content_type=None)
-            if response.status == 200:
-                return answer
-        say(f"registration refused ({response.status}): {answer.get('detail', answer)}")
-        for item in answer.get("errors", []):
-            where = (item.get("file") or "") + (f"#{item['document']}" if item.get("document") else "")
-            say(f"  {where} {item.get('path', '')}: {item.get('message', '')}")
-        return None
-
-    async def poll(self, session: aiohttp.ClientSession) -> None:
-        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-            async with session.post(f"{self.url}/v1/poll", timeout=aiohttp.ClientTimeout(total=5)):
-                pass
-
-
-def _app_name(directory: Path) -> str:
-    name = "".join(c if c.isalnum() or c in "-_" else "-" for c in directory.resolve().name.lower()).strip(
-        "-_"
-    )
-    return name if name[:1].isalpha() else f"app-{name}" if name else "app"
-
-
-async def _wait_serving(pod: hosting.Running, artifact_id: str, within: float) -> bool:
+async def wait_for(pod: hosting.Running, answer: Mapping[str, Any], within: float) -> Outcome:
+    """Poll the pod's status until the registered version is served or failed, or ``within`` ends."""
     deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        running = pod.pod.status.running
-        if running is not None and running.artifact_id == artifact_id:
-            return True
-        await asyncio.sleep(0.05)
-    return False
+    while True:
+        now = outcome(pod.pod.status, answer["artifact_id"], answer["sha256"])
+        if now is not Outcome.PENDING or time.monotonic() >= deadline:
+            return now
+        await asyncio.sleep(0.02)
 
 
-async def _watch(
-    config: DevConfig, control: Control, pod: hosting.Running, session: aiohttp.ClientSession
+async def destructive_changes(pod: hosting.Running, files: Mapping[str, bytes]) -> list[str]:
+    """The schema changes loading ``files`` would need and the pod refuses to make by itself."""
+    try:
+        return await loading.refused_steps(pod.server.app, await loading.catalog_for(files))
+    except Exception as exc:  # only an explanation: never let it hide the failure it explains
+        log.warning("cannot plan the schema change", extra={"ctx": {"error": f"{type(exc).__name__}: {exc}"}})
+        return []
+
+
+async def explain_failure(
+    config: DevConfig, pod: hosting.Running, answer: Mapping[str, Any], files: Mapping[str, bytes]
+) -> list[str]:
+    """What went wrong with a registered version, the first line saying what to do."""
+    version = answer.get("version")
+    changes = await destructive_changes(pod, files)
+    if not changes:
+        return [f"dap dev: version {version} was not loaded: {pod.pod.status.message}"]
+    dap = devbanner.dap_command()
+    if config.dsn:
+        todo = (
+            "the --dsn database is yours, so dap dev changes nothing in it: point --dsn at an empty "
+            f"database, or apply declared changes with `{dap} migrate --spec {config.spec_dir} --dsn ...`"
+        )
+    else:
+        todo = (
+            f"to start this spec's data afresh, run `{dap} dev --spec {config.spec_dir} --reset` "
+            f"(make dev SPEC={config.spec_dir} ARGS=--reset)"
+        )
+    return [
+        f"dap dev: version {version} was not loaded: it would drop stored data; {todo}",
+        f"  {len(changes)} destructive change(s): {'; '.join(changes)}",
+    ]
+
+
+async def report(
+    config: DevConfig,
+    pod: hosting.Running,
+    answer: Mapping[str, Any],
+    files: Mapping[str, bytes],
+    started: float,
+) -> Outcome:
+    result = await wait_for(pod, answer, config.pull_interval + 10)
+    if result is Outcome.SERVED:
+        say(f"  now serving version {answer['version']} ({time.monotonic() - started:.2f}s)")
+    elif result is Outcome.FAILED:
+        for line in await explain_failure(config, pod, answer, files):
+            say(line)
+    else:
+        say(f"  version {answer['version']} registered, not served yet: {pod.pod.status.message}")
+    return result
+
+
+# --- the watch loop --------------------------------------------------------------------------------
+
+
+async def watch(
+    config: DevConfig,
+    control: devcontrol.Control,
+    pod: hosting.Running,
+    session: aiohttp.ClientSession,
+    seen: dict[str, tuple[int, int]],
 ) -> None:
-    seen = fingerprint(config.spec_dir)
+    """Re-register on every change since ``seen`` (taken before the files were last read)."""
     while True:
         await asyncio.sleep(WATCH_EVERY)
         now = await asyncio.to_thread(fingerprint, config.spec_dir)
         if now == seen:
             continue
-        await asyncio.sleep(0.3)  # let an editor finish writing
-        seen = await asyncio.to_thread(fingerprint, config.spec_dir)
+        await asyncio.sleep(SETTLE)
+        seen = await asyncio.to_thread(fingerprint, config.spec_dir)  # before reading: nothing slips by
+        files = await asyncio.to_thread(collect, config.spec_dir)
         say(f"change in {config.spec_dir}: registering")
         started = time.monotonic()
-        answer = await control.register(session, await asyncio.to_thread(collect, config.spec_dir))
+        answer = await control.register(
+            session, app=devcontrol.app_name(config.spec_dir), workspace=config.workspace, files=files
+        )
         if answer is None:
             continue
-        if not answer.get("created", True):
-            say("  (content unchanged)")
+        served = outcome(pod.pod.status, answer["artifact_id"], answer["sha256"]) is Outcome.SERVED
+        if served and not answer.get("created", True):
+            say(f"  (content unchanged: serving version {answer['version']})")
             continue
+        # the same content as a version the pod failed on: say again why, rather than "unchanged"
         await control.poll(session)
-        if await _wait_serving(pod, answer["artifact_id"], config.pull_interval + 10):
-            say(f"  now serving version {answer['version']} ({time.monotonic() - started:.2f}s)")
-        else:
-            say(f"  version {answer['version']} registered, not served yet: {pod.pod.status.message}")
+        await report(config, pod, answer, files, started)
+
+
+# --- the run ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Parts:
+    """What has been started so far; ``stop`` ends it in reverse order, saying what it stops."""
+
+    pg_dir: Path | None = None
+    pg: Any = None
+    control: devcontrol.Control | None = None
+    pod: hosting.Running | None = None
+    watcher: asyncio.Task[None] | None = None
+
+    async def stop(self, session: aiohttp.ClientSession) -> None:
+        began = time.monotonic()
+        if self.watcher is not None:
+            self.watcher.cancel()
+            await asyncio.gather(self.watcher, return_exceptions=True)
+        await _step("the pod (in-flight requests finish)", self.pod.stop if self.pod else None)
+        control = self.control
+        await _step("the control plane", (lambda: control.stop(session)) if control else None)
+        pg, pg_dir = self.pg, self.pg_dir
+        if pg is not None and pg_dir is not None:
+            await _step("the embedded Postgres", lambda: asyncio.to_thread(embedded.stop, pg, pg_dir))
+        say(f"stopped in {time.monotonic() - began:.1f}s")
+
+
+async def _step(what: str, action: Callable[[], Awaitable[None]] | None) -> None:
+    if action is None:
+        return
+    click.echo(f"stopping {what} …", nl=False)
+    began = time.monotonic()
+    try:
+        await action()
+    finally:
+        say(f" {time.monotonic() - began:.1f}s")
+
+
+async def _database(config: DevConfig, place: devdata.Place, parts: Parts) -> tuple[str, str]:
+    """``(dsn, where the data is)``: the given DSN, or the spec's own embedded database."""
+    if config.dsn:
+        if config.reset:
+            raise errors.ConfigError(
+                "--reset forgets a spec's embedded database; with --dsn the database is yours: "
+                "empty it yourself"
+            )
+        return config.dsn, f"the --dsn database; pod state in {place.pod_state}"
+    parts.pg_dir = config.data_dir / "pg"
+    say(f"starting the embedded Postgres in {parts.pg_dir} …")
+    server_dsn, parts.pg = await asyncio.to_thread(embedded.start, parts.pg_dir)
+    if config.reset:
+        forgot = await devdata.reset(server_dsn, place)
+        say(f"--reset: {'forgot' if forgot else 'nothing stored yet for'} the data of {config.spec_dir}")
+    dsn = await devdata.ensure_database(server_dsn, place)
+    where = (
+        f"database {place.database} in {parts.pg_dir}, pod state in {place.pod_state} (--reset starts afresh)"
+    )
+    return dsn, where
+
+
+async def _serve(config: DevConfig, parts: Parts, session: aiohttp.ClientSession) -> int | None:
+    """Start everything; return an exit code to stop at once, ``None`` to serve until Ctrl-C."""
+    place = devdata.place_for(config.spec_dir, config.data_dir)
+    dsn, where = await _database(config, place, parts)
+    control = devcontrol.Control(
+        port=config.control_port,
+        dsn=dsn,
+        key_file=config.data_dir / "control-signing.key",
+        log_level=config.log_level,
+        say=say,
+    )
+    parts.control = control
+    say(f"starting the control plane on {control.url} …")
+    await control.start(session)
+    seen = await asyncio.to_thread(fingerprint, config.spec_dir)  # before reading: see watch()
+    files = await asyncio.to_thread(collect, config.spec_dir)
+    say(f"registering {config.spec_dir} ({len(files)} files) …")
+    started = time.monotonic()
+    answer = await control.register(
+        session, app=devcontrol.app_name(config.spec_dir), workspace=config.workspace, files=files
+    )
+    if answer is None and not config.watch:
+        return 1
+    opts = options.check(
+        dsn=dsn,
+        addr=config.addr,
+        metrics_addr=config.admin_addr,
+        jwt_secret=tokens.DEV_SECRET,
+        jwt_issuer=tokens.DEV_ISSUER,
+        cors_origins=[f"http://{config.addr}", "http://localhost:8080", "http://localhost:5173"],
+        admin_secret=DEV_ADMIN_SECRET,
+    )
+    pod_config = settings.Settings(
+        control_url=control.url,
+        workspace=config.workspace,
+        state_dir=place.pod_state,
+        pull_interval=config.pull_interval,
+        dev=True,
+        fetch_keys=True,
+        long_poll=True,
+        pod_name="dap-dev",
+        cluster_id="local",
+    )
+    say("starting the resource pod …")
+    parts.pod = pod = await hosting.start(opts, pod_config, shutdown_timeout=SERVE_SHUTDOWN)
+    if answer is not None:
+        await report(config, pod, answer, files, started)
+    _banner(config, control, pod, where)
+    if config.watch:
+        parts.watcher = asyncio.create_task(watch(config, control, pod, session, seen))
+    return None
+
+
+def _banner(config: DevConfig, control: devcontrol.Control, pod: hosting.Running, where: str) -> None:
+    lines = devbanner.render(
+        workspace=config.workspace,
+        base=loading.local_url(pod.api_url),
+        web_dir=pod.server.web_dir,
+        status=pod.pod.status.as_json(),
+        catalog=loading.current(pod.server.app),
+        control_url=control.url,
+        admin=pod.server.urls.get("admin"),
+        admin_secret=DEV_ADMIN_SECRET,
+        data=where,
+        watch=config.watch,
+    )
+    for line in lines:
+        say(line)
+    sys.stdout.flush()
 
 
 async def run(config: DevConfig) -> int:
-    """Run until Ctrl-C; return the exit code."""
+    """Run until Ctrl-C; return the exit code. Ctrl-C during start-up stops what has started."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    handle = None
-    if config.dsn:
-        dsn = config.dsn
-    else:
-        say(f"starting the embedded Postgres in {config.data_dir / 'pg'} …")
-        dsn, handle = await asyncio.to_thread(embedded.start, config.data_dir / "pg")
-    control = Control(config, dsn)
-    pod: hosting.Running | None = None
-    watcher: asyncio.Task[None] | None = None
-    try:
-        async with aiohttp.ClientSession() as session:
-            say(f"starting the control plane on {control.url} …")
-            await control.start(session)
-            files = await asyncio.to_thread(collect, config.spec_dir)
-            say(f"registering {config.spec_dir} ({len(files)} files) …")
-            answer = await control.register(session, files)
-            if answer is None and not config.watch:
-                return 1
-            opts = options.check(
-                dsn=dsn,
-                addr=config.addr,
-                metrics_addr=config.admin_addr,
-                jwt_secret=DEV_SECRET,
-                jwt_issuer=DEV_ISSUER,
-                cors_origins=[f"http://{config.addr}", "http://localhost:8080", "http://localhost:5173"],
-                admin_secret=DEV_ADMIN_SECRET,
-            )
-            pod_config = settings.Settings(
-                control_url=control.url,
-                workspace=config.workspace,
-                state_dir=config.data_dir / "pod",
-                pull_interval=config.pull_interval,
-                dev=True,
-                fetch_keys=True,
-                long_poll=True,
-                pod_name="dap-dev",
-                cluster_id="local",
-            )
-            pod = await hosting.start(opts, pod_config)
-            if answer is not None and not await _wait_serving(
-                pod, answer["artifact_id"], config.pull_interval + 10
-            ):
-                say(f"the pod did not load the artifact: {pod.pod.status.message}")
-            _banner(config, control, pod)
-            if config.watch:
-                watcher = asyncio.create_task(_watch(config, control, pod, session))
-            await stop.wait()
-            say("stopping …")
+    parts = Parts()
+    async with aiohttp.ClientSession() as session:
+        starting = asyncio.create_task(_serve(config, parts, session))
+        stopping = asyncio.create_task(stop.wait())
+        try:
+            await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if not starting.done():  # Ctrl-C while starting
+                starting.cancel()
+                await asyncio.gather(starting, return_exceptions=True)
+                say("")
+                return 130
+            code = starting.result()
+            if code is not None:
+                return code
+            await stopping
+            say("")
             return 0
-    finally:
-        if watcher is not None:
-            watcher.cancel()
-            await asyncio.gather(watcher, return_exceptions=True)
-        if pod is not None:
-            await pod.stop()
-        await control.stop()
-        if handle is not None:
-            await asyncio.to_thread(handle.cleanup)
-
-
-def _banner(config: DevConfig, control: Control, pod: hosting.Running) -> None:
-    base = loading.local_url(pod.api_url)
-    admin = pod.server.urls.get("admin")
-    status = pod.pod.status.as_json()
-    token = dev_token(config.workspace)
-    catalog = loading.current(pod.server.app)
-    say("")
-    say(f"dap dev: serving workspace {config.workspace!r} at {base}/{config.workspace}/")
-    say(f"  artifact {status['artifact_id']} version {status['version']} ({status['phase']})")
-    say(f"  control plane {control.url} (standalone, dev); pod state in {config.data_dir / 'pod'}")
-    if admin:
-        say(f"  admin listener {admin} (bearer {DEV_ADMIN_SECRET} for /workspaces)")
-    say("")
-    say(f"dev JWT (HS256, secret {DEV_SECRET!r}, {TOKEN_HOURS} h):")
-    say(f"  export TOKEN={token}")
-    say("")
-    say("try:")
-    say(curl_examples(base, control.url, admin, catalog, config.workspace))
-    say("")
-    if config.watch:
-        say(f"watching {config.spec_dir} for changes; Ctrl-C stops everything")
-    else:
-        say("Ctrl-C stops everything (add --watch to re-register on file changes)")
-    sys.stdout.flush()
+        finally:
+            stopping.cancel()
+            await parts.stop(session)

@@ -32,7 +32,7 @@ import aiohttp
 from aiohttp import web
 
 from dap import server
-from dap.resource_pod import errors, loading, persisting, pulling, settings, timing
+from dap.resource_pod import converging, errors, loading, persisting, pulling, settings, timing
 from dap.server import options
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,9 @@ async def health(request: web.Request) -> web.Response:
     reasons = [
         f"{name}: {value}" for name, value in checks.items() if value not in ("ok",) and name != "phase"
     ]
+    if pod.status.phase in (converging.Phase.FAILED, converging.Phase.ROLLED_BACK):
+        # the phase alone makes the pod degraded; the reason is what the last attempt said
+        reasons.append(f"convergence: {pod.status.phase}: {pod.status.message}")
     body = {
         "status": "ok" if status == "healthy" else status,
         "checks": checks,

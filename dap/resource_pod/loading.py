@@ -95,6 +95,13 @@ async def migrate(app: web.Application, catalog: server.Catalog) -> int:
     return len(plan.steps)
 
 
+async def refused_steps(app: web.Application, catalog: server.Catalog) -> list[str]:
+    """The schema changes ``catalog`` needs that :func:`migrate` refuses (destructive ones)."""
+    async with _pool(app).acquire() as conn:
+        plan = await schema_sync.current_plan(conn, catalog.tables, catalog.entities)
+    return [*plan.blockers, *(step.description for step in plan.destructive)]
+
+
 def swap(app: web.Application, catalog: server.Catalog) -> server.Catalog:
     """Serve ``catalog`` from the next request on; return the catalog it replaces."""
     return app[server.state.SPEC].swap(catalog)

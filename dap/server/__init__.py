@@ -11,7 +11,7 @@ Public face::
 Layout: subpackages by concern, each with one face (its ``__init__``), stacked so that imports
 point down only (import-linter's ``layers`` contract in pyproject.toml says the same)::
 
-    cli, dev       `dap serve`, `dap migrate`; the laptop run             (root, top)
+    cli            `dap serve`, `dap migrate`                               (root, top)
     web/           the HTTP face: assembly, entity handlers, filters, OpenAPI, UI metadata, admin
     booting        the database half of a boot;  state  the app's typed keys (root)
     workflows/     actions, state machines, approvals, jobs               (to come)

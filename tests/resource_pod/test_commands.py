@@ -8,7 +8,6 @@ import os
 import re
 import signal
 import socket
-import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,21 +17,11 @@ import jwt
 import pytest
 from click.testing import CliRunner
 
-from dap.resource_pod import cli, dev, errors
+from dap.resource_pod import cli, dev, devcontrol, errors, tokens
+from tests.devsessions import dap, free_port
 from tests.resource_pod.conftest import SECRET, WORKSPACE, Control, MakeDsn, spec_files, wait_for
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "procurement"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def dap(*args: str) -> list[str]:
-    return [sys.executable, "-c", "import sys; from dap.cli import main; sys.exit(main())", *args]
 
 
 @dataclass
@@ -156,11 +145,11 @@ def test_dev_helpers(tmp_path: Path) -> None:
     before = dev.fingerprint(tmp_path)
     (tmp_path / "sub" / "b.yml").write_text("yy")
     assert dev.fingerprint(tmp_path) != before
-    claims = jwt.decode(dev.dev_token("default"), dev.DEV_SECRET, algorithms=["HS256"], issuer="svc")
+    claims = jwt.decode(tokens.dev_token("default"), tokens.DEV_SECRET, algorithms=["HS256"], issuer="svc")
     assert claims["workspace"] == "default" and claims["roles"] == ["admin"]
-    key = dev.signing_key(tmp_path / "k" / "signing.key")
+    key = devcontrol.signing_key(tmp_path / "k" / "signing.key")
     assert len(key.read_text().strip()) == 64 and (key.stat().st_mode & 0o777) == 0o600
-    assert dev.signing_key(key).read_text() == key.read_text(), "created once, then reused"
+    assert devcontrol.signing_key(key).read_text() == key.read_text(), "created once, then reused"
 
 
 async def test_dap_dev_serves_watches_and_stops_on_ctrl_c(
@@ -202,7 +191,7 @@ async def test_dap_dev_serves_watches_and_stops_on_ctrl_c(
                 output += line.decode()
         token = re.search(r"export TOKEN=(\S+)", output)
         assert token is not None, output
-        assert f"http://127.0.0.1:{api}/default/" in output
+        assert f"http://127.0.0.1:{api}/default/api/" in output and "API only" in output
         headers = {"Authorization": f"Bearer {token.group(1)}"}
         suppliers = f"http://127.0.0.1:{api}/default/api/buying/supplier"
         async with http.post(suppliers, json={"name": "Acme", "phone": "1"}, headers=headers) as response:

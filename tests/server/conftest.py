@@ -23,7 +23,8 @@ from dap.server.catalog import Catalog
 from dap.server.web import app
 from tests.conftest import new_database
 
-SECRET = "test-secret-of-at-least-thirty-two-bytes!"
+# 64 bytes and more: PyJWT warns below the key length of the HMAC (HS512 is tried in test_auth)
+SECRET = "test-secret-of-at-least-sixty-four-bytes-so-that-hs512-is-quiet-too!"
 ISSUER = "svc"
 ORIGIN = "http://ui.example"
 ADMIN = "admin-secret-for-tests"

@@ -85,6 +85,7 @@ async def test_a_referenced_record_without_the_value_matches_only_a_left_out_fie
         srv, "POST", "order", {"number": number(), "customer": customers["none"], "region": "north"}
     )
     assert status == 403 and answer["code"] == "SVC.AUTH.CREATE_SCOPE", answer
+    assert "has no region" in answer["detail"] and "None" not in answer["detail"], answer
 
 
 async def test_a_reference_to_nothing_is_a_relation_error(srv: Running) -> None:

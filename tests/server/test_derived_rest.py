@@ -13,7 +13,6 @@ import pytest
 import pytest_asyncio
 
 from dap.server import state
-from dap.server.documents import filling
 
 from .conftest import Running, load, running
 
@@ -224,15 +223,6 @@ async def test_auto_fill_reads_the_same_workspace_only(srv: Running) -> None:
     assert body["errors"] == [
         {"path": "lines[0].item", "message": "no such related record in this workspace"}
     ]
-
-
-def test_related_records_are_loaded_per_table_not_per_row() -> None:
-    plan = load(SPEC).resources["buy/order"].derivation
-    a, b = uuid.uuid4(), uuid.uuid4()
-    rows = [{"item": a, "qty": 1}, {"item": b, "qty": 1}, {"item": a, "qty": 1, "unit_price": 1}]
-    body = {"item": str(a), "lines": [{"item": "x", "qty": 1}, {"item": "y", "qty": 1}, {"unit_price": 1}]}
-    wanted = filling.wanted_related(plan, {"item": a, "lines": rows}, body, creating=True)
-    assert wanted == {"buy__item": ({"region", "unit_price"}, {a, b})}  # one query for the whole write
 
 
 # --- child rows ------------------------------------------------------------------------------------

@@ -18,9 +18,10 @@ import pytest
 from dap.config.enums import FieldType, NaturalKeyEntry
 from dap.config.fields import Field, ValidationRule
 from dap.server.catalog import Catalog, checking, plans
-from dap.server.documents import converting, deriving
+from dap.server.documents import converting, deriving, filling
 from dap.server.storage import migrations, records
 
+from . import test_derived_rest
 from .conftest import load
 
 NOW = dt.datetime(2024, 5, 17, 9, 30, tzinfo=dt.UTC)
@@ -513,3 +514,13 @@ spec:
     assert derived.problems == []
     assert derived.values["who"] == "bob"
     assert derived.values["rows"] == [{"n": 2, "scaled": 6, "bare": 6}]
+
+
+def test_related_records_are_loaded_per_table_not_per_row() -> None:
+    # the HTTP tests' spec: they are asyncio tests, this one is not (pytest-asyncio warns of a mix)
+    plan = load(test_derived_rest.SPEC).resources["buy/order"].derivation
+    a, b = uuid.uuid4(), uuid.uuid4()
+    rows = [{"item": a, "qty": 1}, {"item": b, "qty": 1}, {"item": a, "qty": 1, "unit_price": 1}]
+    body = {"item": str(a), "lines": [{"item": "x", "qty": 1}, {"item": "y", "qty": 1}, {"unit_price": 1}]}
+    wanted = filling.wanted_related(plan, {"item": a, "lines": rows}, body, creating=True)
+    assert wanted == {"buy__item": ({"region", "unit_price"}, {a, b})}  # one query for the whole write

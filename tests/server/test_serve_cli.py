@@ -144,53 +144,6 @@ def test_invalid_spec_is_a_one_line_refusal(pg_dsn: str, tmp_path: Path) -> None
     assert "not a directory" in _refused(["serve", "--spec", str(tmp_path / "missing")], pg_dsn)
 
 
-def test_dev_runner_prints_a_working_token(pg_dsn: str) -> None:
-    import json
-    import re
-
-    port = _port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "dap.server.dev",
-            "--spec",
-            str(Path(__file__).parents[2] / "examples/procurement"),
-            "--dsn",
-            pg_dsn,
-            "--addr",
-            f"127.0.0.1:{port}",
-            "--metrics-addr",
-            "",
-            "--workspace",
-            "demo",
-        ],
-        env=_env(pg_dsn),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        token = None
-        deadline = time.monotonic() + 60
-        while token is None and time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line and proc.poll() is not None:
-                raise AssertionError(f"dev runner exited with {proc.returncode}")
-            if match := re.search(r"export TOKEN=(\S+)", line):
-                token = match.group(1)
-        assert token is not None
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{port}/demo/api/stock/item", headers={"Authorization": f"Bearer {token}"}
-        )
-        with urllib.request.urlopen(request, timeout=10) as resp:
-            assert resp.status == 200 and json.loads(resp.read())["data"] == []
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=30)
-
-
 def test_address_in_use_is_a_one_line_refusal(pg_dsn: str, tmp_path: Path) -> None:
     spec = tmp_path / "spec"
     spec.mkdir()

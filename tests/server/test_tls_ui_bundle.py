@@ -51,6 +51,8 @@ def _client(version: ssl.TLSVersion) -> ssl.SSLContext:
     return context
 
 
+# the client offers the deprecated version on purpose: the server must refuse it
+@pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1_1 is deprecated:DeprecationWarning")
 async def test_https_refuses_tls_1_1(pg_dsn: str, tmp_path: Path) -> None:
     cert, key = _self_signed(tmp_path)
     async with running(pg_dsn, tls_cert=cert, tls_key=key) as srv:

@@ -321,6 +321,13 @@ async def _check_create_scope(
     if row is None:  # the relation check answers for a reference to nothing
         return
     expected = row[cs.via_column]
+    if not _same(field_value, expected) and expected is None:  # say so in words, not "(None)"
+        raise errors.Forbidden(
+            f"the {cs.via} named by {cs.ref_field} has no {cs.via_column}, so {cs.field} must be left "
+            f"out; or give that {cs.via} a {cs.via_column} first",
+            code=CREATE_SCOPE,
+            errors=[errors.FieldProblem(cs.field, f"must be left out: the referenced {cs.via} has none")],
+        )
     if not _same(field_value, expected):
         shown = records.to_json(queries.SYSTEM["id"], expected)
         raise errors.Forbidden(
