@@ -340,13 +340,29 @@ async def _serve(config: DevConfig, parts: Parts, session: aiohttp.ClientSession
     parts.pod = pod = await hosting.start(opts, pod_config, shutdown_timeout=SERVE_SHUTDOWN)
     if answer is not None:
         await report(config, pod, answer, files, started)
-    _banner(config, control, pod, where)
+    code = await _setup_code(session, pod.server.urls.get("admin"), config.workspace)
+    _banner(config, control, pod, where, code)
     if config.watch:
         parts.watcher = asyncio.create_task(watch(config, control, pod, session, seen))
     return None
 
 
-def _banner(config: DevConfig, control: devcontrol.Control, pod: hosting.Running, where: str) -> None:
+async def _setup_code(session: aiohttp.ClientSession, admin: str | None, workspace: str) -> str | None:
+    """A fresh one-time setup code for the workspace's first admin; ``None`` once it has a user or data."""
+    if admin is None:
+        return None
+    async with session.post(
+        f"{admin}/workspaces/{workspace}/setup-code", headers={"Authorization": f"Bearer {DEV_ADMIN_SECRET}"}
+    ) as resp:
+        if resp.status != 201:  # 409: setup is closed for good; 404: not registered yet
+            return None
+        code: str = (await resp.json())["setup_code"]
+        return code
+
+
+def _banner(
+    config: DevConfig, control: devcontrol.Control, pod: hosting.Running, where: str, setup_code: str | None
+) -> None:
     lines = devbanner.render(
         workspace=config.workspace,
         base=loading.local_url(pod.api_url),
@@ -358,6 +374,7 @@ def _banner(config: DevConfig, control: devcontrol.Control, pod: hosting.Running
         admin_secret=DEV_ADMIN_SECRET,
         data=where,
         watch=config.watch,
+        setup_code=setup_code,
     )
     for line in lines:
         say(line)

@@ -96,6 +96,7 @@ def render(
     admin_secret: str,
     data: str,
     watch: bool,
+    setup_code: str | None = None,
 ) -> list[str]:
     """The banner's lines (without the trailing newline)."""
     dap = dap_command()
@@ -120,6 +121,11 @@ def render(
     lines.append(f"  control {control_url} (standalone, dev)")
     if admin:
         lines.append(f"  admin   {admin} (bearer {admin_secret} for /workspaces)")
+    if setup_code is not None:
+        lines.append(
+            f"  setup   first admin of {workspace!r}: POST {base}/{workspace}/_ui/setup with "
+            f'{{"username", "password", "setup_code": "{setup_code}"}} (single use, 24 h)'
+        )
     lines.append(f"  data    {data}")
     lines.append("")
     lines.append(f"an admin token (HS256, dev secret {tokens.DEV_SECRET!r}, 24 h):")

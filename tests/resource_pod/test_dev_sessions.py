@@ -55,6 +55,11 @@ def test_first_session_serves_procurement_and_stops_quickly(data_dir: Path) -> N
         assert "API only (no UI bundle found)" in session.output
         assert f"{session.base}/default/api/" in session.output
         assert "token --role buyer" in session.output, "the banner shows how to make a role's token"
+        code = re.search(r'"setup_code": "([^"]+)"', session.output)
+        assert code is not None, "the banner gives the first-admin setup code of an empty workspace"
+        admin = {"username": "root", "password": "correct horse", "setup_code": code.group(1)}
+        status, body = session.call("POST", "/default/_ui/setup", admin)
+        assert (status, body["data"]["roles"]) == (201, ["admin"]), body
         status, body = session.call(
             "POST", "/default/api/stock/item", {"code": "A1", "title": "Bolt", "unit_price": "1.25"}, TOKEN
         )

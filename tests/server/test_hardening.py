@@ -124,6 +124,12 @@ async def test_every_405_says_what_is_allowed(srv: Running, method: str, path: s
     assert methods(headers["Allow"]) == methods(allow)
 
 
+async def test_docstatus_cannot_be_matched_with_like(srv: Running) -> None:
+    for op in ("like", "ilike"):
+        status, problem, _ = await call(srv, "GET", f"/default/api/shop/order?docstatus[{op}]=dr%25")
+        assert (status, problem["code"]) == (400, "SVC.QUERY.INVALID")
+
+
 @pytest.mark.parametrize("offset", ["9223372036854775808", "99999999999999999999999", "-1", "\uff11"])
 async def test_offsets_beyond_bigint_are_400(srv: Running, offset: str) -> None:
     status, created, _ = await call(srv, "POST", P, body=product(f"O{len(offset)}{offset[:2]}"))

@@ -175,8 +175,8 @@ def build_app(
     app.on_cleanup.append(_stop_find_cache)
     # entity routes first: the router tries dynamic routes in order, and these carry the load
     rest.add_routes(app)
+    trails.add_routes(app)  # before moves: /{id}/_audit is not an action
     moves.add_routes(app)
-    trails.add_routes(app)
     app.router.add_get("/{ws}/api/openapi.json", openapi.handler)
     ui_meta.add_routes(app)
     app.router.add_post("/{ws}/_ui/setup", users.setup)

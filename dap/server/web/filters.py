@@ -83,6 +83,8 @@ def _condition(resource: Resource, param: str, name: str, op_name: str | None, r
     if jsonish:
         raise _bad(param, "fields holding JSON can only be filtered with null or notnull")
     if op in (FilterOp.LIKE, FilterOp.ILIKE):
+        if f is queries.SYSTEM["docstatus"]:  # stored as a number: its names cannot be matched
+            raise _bad(param, f"{op} does not apply to docstatus; use docstatus=… or docstatus[in]=…")
         if f.type not in (
             FieldType.STRING,
             FieldType.TEXT,

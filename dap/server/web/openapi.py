@@ -14,35 +14,12 @@ from typing import Any
 from aiohttp import web
 
 from dap import __version__
-from dap.config.enums import FieldType, FilterOp
-from dap.config.fields import Field
 from dap.server import state
 from dap.server.catalog import Catalog, Resource
 from dap.server.documents import lifecycle
-from dap.server.storage import numbering, queries, records, tables
-from dap.server.web import filters
+from dap.server.storage import tables
+from dap.server.web import filters, schemas
 
-DECIMAL = {"type": "string", "format": "decimal", "pattern": r"^-?\d+(\.\d+)?$"}
-_SCALAR: dict[FieldType, dict[str, Any]] = {
-    FieldType.STRING: {"type": "string"},
-    FieldType.TEXT: {"type": "string"},
-    FieldType.RICHTEXT: {"type": "string", "contentMediaType": "text/html"},
-    FieldType.FILE: {"type": "string"},
-    FieldType.ENUM: {"type": "string"},
-    FieldType.INTEGER: {"type": "integer", "format": "int64"},
-    FieldType.DECIMAL: DECIMAL,
-    FieldType.MONEY: DECIMAL,
-    FieldType.PERCENT: DECIMAL,
-    FieldType.NUMBER: {"type": "number"},
-    FieldType.BOOLEAN: {"type": "boolean"},
-    FieldType.DATE: {"type": "string", "format": "date"},
-    FieldType.DATETIME: {"type": "string", "format": "date-time"},
-    FieldType.TIME: {"type": "string", "format": "time"},
-    FieldType.UUID: {"type": "string", "format": "uuid"},
-    FieldType.RELATION: {"type": "string", "format": "uuid"},
-    FieldType.JSON: {},
-    FieldType.ATTACHMENT: {},
-}
 PROBLEM = {
     "type": "object",
     "required": ["type", "title", "status", "code"],
@@ -64,50 +41,8 @@ PROBLEM = {
 }
 
 
-def field_schema(f: Field, module: str, catalog: Catalog) -> dict[str, Any]:
-    if f.type is FieldType.CHILD:
-        rows = tables.child_fields(f, module, catalog.entities)
-        return {"type": "array", "items": object_schema(rows, module, catalog, for_input=False)}
-    schema = dict(_SCALAR.get(f.type, {}))
-    choices = records.allowed_values(f)
-    if choices:
-        schema["enum"] = list(choices)
-    if f.description:
-        schema["description"] = f.description
-    if f.title:
-        schema["title"] = f.title
-    if f.masked:
-        schema["description"] = (schema.get("description", "") + " Masked in responses.").strip()
-    if f.multiple and f.type not in (FieldType.JSON, FieldType.ATTACHMENT):
-        return {"type": "array", "items": schema}
-    return schema
-
-
-def object_schema(
-    fields: tuple[Field, ...], module: str, catalog: Catalog, *, for_input: bool, partial: bool = False
-) -> dict[str, Any]:
-    props: dict[str, Any] = {}
-    required: list[str] = []
-    for f in fields:
-        if f.removed or "rest" in f.exclude or f.name in tables.SYSTEM_FIELDS:
-            continue
-        if for_input and (f.read_only or f.computed is not None or (partial and f.immutable)):
-            continue
-        if for_input and numbering.refuses_input(f, partial=partial):
-            continue
-        props[f.name] = field_schema(f, module, catalog)
-        if for_input and not partial and f.required and f.default is None and not records.server_fills(f):
-            required.append(f.name)
-    schema: dict[str, Any] = {"type": "object", "properties": props}
-    if for_input:
-        schema["additionalProperties"] = False
-    if required:
-        schema["required"] = required
-    return schema
-
-
 def _record_schema(resource: Resource, catalog: Catalog) -> dict[str, Any]:
-    schema = object_schema(tuple(resource.fields.values()), resource.module, catalog, for_input=False)
+    schema = schemas.object_schema(tuple(resource.fields.values()), resource.module, catalog, for_input=False)
     props = schema["properties"]
     props["id"] = {"type": "string", "format": "uuid"}
     props["version"] = {"type": "integer"}
@@ -117,59 +52,6 @@ def _record_schema(resource: Resource, catalog: Catalog) -> dict[str, Any]:
     if resource.lifecycle:
         props["docstatus"] = {"type": "string", "enum": list(tables.DOCSTATUS)}
     return schema
-
-
-def _ops(f: Field) -> list[FilterOp]:
-    if f.type in (FieldType.JSON, FieldType.ATTACHMENT, FieldType.CHILD) or f.multiple:
-        return [FilterOp.NULL, FilterOp.NOTNULL]
-    ops = [FilterOp.EQ, FilterOp.NEQ, FilterOp.IN, FilterOp.NIN, FilterOp.NULL, FilterOp.NOTNULL]
-    if f.type not in (FieldType.BOOLEAN, FieldType.UUID, FieldType.RELATION):
-        ops += [FilterOp.GT, FilterOp.GTE, FilterOp.LT, FilterOp.LTE, FilterOp.BETWEEN]
-    if f.type in (FieldType.STRING, FieldType.TEXT, FieldType.RICHTEXT, FieldType.ENUM, FieldType.FILE):
-        ops += [FilterOp.LIKE, FilterOp.ILIKE]
-    return ops
-
-
-def _list_parameters(resource: Resource) -> list[dict[str, Any]]:
-    params: list[dict[str, Any]] = [
-        {
-            "name": "limit",
-            "in": "query",
-            "schema": {
-                "type": "integer",
-                "minimum": 1,
-                "maximum": filters.MAX_LIMIT,
-                "default": filters.DEFAULT_LIMIT,
-            },
-        },
-        {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0, "default": 0}},
-        {
-            "name": "sort",
-            "in": "query",
-            "schema": {"type": "string"},
-            "description": "a,-b: ascending a, then descending b",
-        },
-        {"name": "count", "in": "query", "schema": {"type": "boolean"}, "description": "true fills total"},
-        {
-            "name": "fields",
-            "in": "query",
-            "schema": {"type": "string"},
-            "description": "comma-separated projection",
-        },
-    ]
-    candidates: list[Field] = [f for n, f in queries.SYSTEM.items() if n != "docstatus" or resource.lifecycle]
-    candidates += [f for f in resource.fields.values() if resource.column(f.name) and not f.masked]
-    for f in candidates:
-        for op in _ops(f):
-            name = f.name if op is FilterOp.EQ else f"{f.name}[{op}]"
-            if op in (FilterOp.NULL, FilterOp.NOTNULL):
-                schema: dict[str, Any] = {"type": "boolean"}
-            elif op in (FilterOp.IN, FilterOp.NIN, FilterOp.BETWEEN):
-                schema = {"type": "string", "description": "comma-separated values"}
-            else:
-                schema = {"type": "string"}
-            params.append({"name": name, "in": "query", "required": False, "schema": schema})
-    return params
 
 
 SUBMIT_PARAMETER = {
@@ -188,7 +70,7 @@ TRAIL = {
                     "items": {
                         "type": "object",
                         "properties": {
-                            "id": {"type": "integer"},
+                            "id": {"type": "string", "format": "uuid"},
                             "action": {"type": "string"},
                             "at": {"type": "string", "format": "date-time"},
                             "actor": {
@@ -224,18 +106,20 @@ def _responses(ok: dict[str, Any], *errors_: int) -> dict[str, Any]:
 def document(catalog: Catalog, slug: str) -> dict[str, Any]:
     """The OpenAPI 3.1 document of workspace ``slug``."""
     paths: dict[str, Any] = {}
-    schemas: dict[str, Any] = {"Problem": PROBLEM}
+    components: dict[str, Any] = {"Problem": PROBLEM}
     for key in sorted(catalog.resources):
         r = catalog.resources[key]
         name = f"{r.module}.{r.name}"
-        schemas[name] = _record_schema(r, catalog)
+        components[name] = _record_schema(r, catalog)
         fields = tuple(r.fields.values())
-        schemas[f"{name}.create"] = object_schema(fields, r.module, catalog, for_input=True)
-        schemas[f"{name}.update"] = object_schema(fields, r.module, catalog, for_input=True, partial=True)
+        components[f"{name}.create"] = schemas.object_schema(fields, r.module, catalog, for_input=True)
+        components[f"{name}.update"] = schemas.object_schema(
+            fields, r.module, catalog, for_input=True, partial=True
+        )
         for ns, ext in r.extensions.items():  # namespaced extension data, an object replaced as a whole
             for suffix, for_input in (("", False), (".create", True), (".update", True)):
-                ext_schema = object_schema(ext, r.module, catalog, for_input=for_input)
-                schemas[f"{name}{suffix}"]["properties"][ns] = {"anyOf": [ext_schema, {"type": "null"}]}
+                ext_schema = schemas.object_schema(ext, r.module, catalog, for_input=for_input)
+                components[f"{name}{suffix}"]["properties"][ns] = {"anyOf": [ext_schema, {"type": "null"}]}
         one = {"type": "object", "properties": {"data": {"$ref": f"#/components/schemas/{name}"}}}
         many = {
             "type": "object",
@@ -255,7 +139,7 @@ def document(catalog: Catalog, slug: str) -> dict[str, Any]:
                 "operationId": f"list_{r.module}_{r.name}",
                 "tags": tag,
                 "summary": f"List {r.title}",
-                "parameters": _list_parameters(r),
+                "parameters": schemas.list_parameters(r),
                 "responses": _responses(
                     {"200": {"description": "a page", "content": {"application/json": {"schema": many}}}}, 400
                 ),
@@ -298,7 +182,7 @@ def document(catalog: Catalog, slug: str) -> dict[str, Any]:
                     {
                         "name": "If-Match",
                         "in": "header",
-                        "schema": {"type": "string"},
+                        "schema": {"type": "string", "pattern": '^(\\*|"[0-9]{1,18}")$'},
                         "description": 'the version in quotes, e.g. "3"',
                     }
                 ],
@@ -332,7 +216,11 @@ def document(catalog: Catalog, slug: str) -> dict[str, Any]:
                             "in": "query",
                             "schema": {"type": "integer", "minimum": 1, "maximum": 1000},
                         },
-                        {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+                        {
+                            "name": "offset",
+                            "in": "query",
+                            "schema": {"type": "integer", "minimum": 0, "maximum": filters.MAX_OFFSET},
+                        },
                     ],
                     "responses": _responses({"200": {"description": "audit rows", "content": TRAIL}}, 400),
                 },
@@ -361,7 +249,7 @@ def document(catalog: Catalog, slug: str) -> dict[str, Any]:
         "security": [{"bearer": []}],
         "paths": paths,
         "components": {
-            "schemas": schemas,
+            "schemas": components,
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}},
         },
     }

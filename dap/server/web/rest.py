@@ -264,9 +264,23 @@ async def delete_record(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
+async def _other_method(request: web.Request) -> web.Response:
+    """Any other method on an entity's paths: 405 whose ``Allow`` lists what this entity exposes
+    (the router's own 405 would list every route, exposed or not)."""
+    catalog = request.app[state.SPEC].current
+    resource = catalog.resource(request.match_info["module"], request.match_info["entity"])
+    siblings = _ITEM if "id" in request.match_info else _COLLECTION
+    exposed = [method for action, method in siblings if resource is not None and action in resource.actions]
+    if resource is None or not exposed:
+        raise errors.NotFound("no such entity is exposed over REST", code="SVC.ENTITY.NOT_FOUND")
+    raise errors.MethodNotAllowed(f"{request.method} is not a method of this path", allow=exposed)
+
+
 def add_routes(app: web.Application) -> None:
-    app.router.add_get("/{ws}/api/{module}/{entity}", list_records)
+    app.router.add_get("/{ws}/api/{module}/{entity}", list_records, allow_head=False)
     app.router.add_post("/{ws}/api/{module}/{entity}", create_record)
-    app.router.add_get("/{ws}/api/{module}/{entity}/{id}", find_record)
+    app.router.add_route("*", "/{ws}/api/{module}/{entity}", _other_method)
+    app.router.add_get("/{ws}/api/{module}/{entity}/{id}", find_record, allow_head=False)
     app.router.add_patch("/{ws}/api/{module}/{entity}/{id}", update_record)
     app.router.add_delete("/{ws}/api/{module}/{entity}/{id}", delete_record)
+    app.router.add_route("*", "/{ws}/api/{module}/{entity}/{id}", _other_method)

@@ -66,5 +66,10 @@ async def trail_handler(request: web.Request) -> web.Response:
     return requests.reply({"data": data, "limit": limit, "offset": offset})
 
 
+async def _other_method(request: web.Request) -> web.Response:
+    raise errors.MethodNotAllowed(f"{request.method} is not a method of the audit trail", allow=["GET"])
+
+
 def add_routes(app: web.Application) -> None:
-    app.router.add_get("/{ws}/api/{module}/{entity}/{id}/_audit", trail_handler)
+    app.router.add_get("/{ws}/api/{module}/{entity}/{id}/_audit", trail_handler, allow_head=False)
+    app.router.add_route("*", "/{ws}/api/{module}/{entity}/{id}/_audit", _other_method)
