@@ -34,6 +34,25 @@ from dap.operator import bodies, conditions, diffing
         pytest.param({"a": None}, {}, {}, id="must-be-absent-already"),
         pytest.param({"m": {}}, {}, {}, id="empty-map-where-none"),
         pytest.param(
+            {"resources": {"limits": {"cpu": "0.5", "memory": "1024Mi"}}},
+            {"resources": {"limits": {"cpu": "500m", "memory": "1Gi"}}},
+            {},
+            id="quantities-as-the-server-canonicalises-them",
+        ),
+        pytest.param(
+            {"l": [{"resources": {"requests": {"cpu": "1000m"}}}]},
+            {"l": [{"resources": {"requests": {"cpu": "1"}}}]},
+            {},
+            id="quantities-inside-a-list",
+        ),
+        pytest.param(
+            {"resources": {"limits": {"cpu": "1"}}},
+            {"resources": {"limits": {"cpu": "2"}}},
+            {"resources": {"limits": {"cpu": "1"}}},
+            id="changed-quantity",
+        ),
+        pytest.param({"a": "0.5"}, {"a": "500m"}, {"a": "0.5"}, id="no-quantities-outside-resources"),
+        pytest.param(
             {"data": {"A": "1"}},
             {"data": {"A": "1", "B": "2"}},
             {"data": {"B": None}},
