@@ -32,6 +32,7 @@ PATHS = {
     "configmaps": "/api/v1/namespaces/{ns}/configmaps",
     "secrets": "/api/v1/namespaces/{ns}/secrets",
     "serviceaccounts": "/api/v1/namespaces/{ns}/serviceaccounts",
+    "kopfpeerings": "/apis/kopf.dev/v1/namespaces/{ns}/kopfpeerings",
     "horizontalpodautoscalers": "/apis/autoscaling/v2/namespaces/{ns}/horizontalpodautoscalers",
 }
 RETRIES_429 = 10
