@@ -34,6 +34,13 @@ def test_kind_overlay_is_accepted_and_reapplying_it_changes_nothing(cluster: Clu
     )
 
 
+def test_prod_overlay_passes_server_side_validation(cluster: Cluster) -> None:
+    prod = ROOT / "kustomize" / "overlays" / "prod"
+    out = cluster.kubectl("apply", "-k", str(prod), "--dry-run=server").stdout
+    assert "poddisruptionbudget.policy/" in out
+    assert all(line.endswith("(server dry run)") for line in out.splitlines()), out
+
+
 async def test_served_crds_are_the_generated_ones(api: Api, cluster: Cluster) -> None:
     for kind in crds.KINDS:
         generated = crds.crd(kind)

@@ -12,10 +12,6 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here"
-if ! command -v go >/dev/null 2>&1; then
-    echo "tools/k8s: no Go toolchain on PATH; cannot build the test control plane" >&2
-    exit 3
-fi
 release=$(awk '$1 == "k8s.io/kubernetes" { print $2 }' go.mod)
 digest=$(sha256sum go.sum | cut -c1-12)
 out=${DAP_K8S_BIN:-${XDG_CACHE_HOME:-$HOME/.cache}/dap/k8s/$release-$digest}
@@ -27,6 +23,15 @@ if [[ $missing == 0 ]]; then
     echo "tools/k8s: reusing $release binaries in $out" >&2
     echo "$out"
     exit 0
+fi
+
+# Go's official tarball installs to /usr/local/go; a non-login shell may lack it on PATH.
+if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then
+    PATH=/usr/local/go/bin:$PATH
+fi
+if ! command -v go >/dev/null 2>&1; then
+    echo "tools/k8s: no Go toolchain on PATH (nor /usr/local/go); cannot build the test control plane" >&2
+    exit 3
 fi
 
 minor=${release#v1.}; minor=${minor%%.*}
