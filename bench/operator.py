@@ -33,7 +33,6 @@ import dataclasses
 import os
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,9 +45,8 @@ sys.path.insert(0, str(ROOT))
 
 import aiohttp  # noqa: E402
 import kmock  # noqa: E402
-import yaml  # noqa: E402
 
-from tests.kube import binaries, controlplane  # noqa: E402
+from tests.kube import binaries, controlplane, installing  # noqa: E402
 from tests.kube.audit import WRITE_VERBS, Audit  # noqa: E402
 from tests.kube.client import Api  # noqa: E402
 from tests.operator.emulator import WRITE_METHODS, Emulator, declare  # noqa: E402
@@ -203,29 +201,6 @@ class RealBackend:
         return [(str(c), c.verb in WRITE_VERBS, c.verb == "watch") for c in self.audit.calls(start)]
 
 
-def kubectl(plane: controlplane.ControlPlane, *args: str) -> str:
-    result = subprocess.run(
-        [str(plane.binaries / "kubectl"), f"--kubeconfig={plane.admin_kubeconfig}", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    return result.stdout
-
-
-def prepare(plane: controlplane.ControlPlane) -> Path:
-    """CRDs and RBAC as `kubectl apply -k` installs them; a kubeconfig with the operator's token."""
-    kubectl(plane, "apply", "-k", str(ROOT / "kustomize" / "overlays" / "kind"))
-    kubectl(plane, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
-    token = kubectl(plane, "create", "token", "dap-operator", "-n", "dap-system", "--duration=24h").strip()
-    path = plane.directory / "operator.kubeconfig"
-    path.write_text(
-        yaml.safe_dump(controlplane.kubeconfig(plane.url, plane.pki.ca.cert, user={"token": token}))
-    )
-    return path
-
-
 # -- the run --------------------------------------------------------------------------------------
 
 
@@ -348,7 +323,7 @@ async def on_real_server(n: int) -> Figures:
         plane = controlplane.start(directory, Path(tmp))
         try:
             print(f"[real] control plane up in {plane.startup_seconds:.1f}s at {plane.url}", flush=True)
-            backend = RealBackend(plane, prepare(plane))
+            backend = RealBackend(plane, installing.install(plane).operator_kubeconfig)
             try:
                 await backend.api.create(
                     "namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}

@@ -24,23 +24,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from dap.operator import options as operator_options
 from dap.operator import running
-from tests.kube import binaries, controlplane
+from tests.kube import binaries, controlplane, installing
 from tests.kube.audit import Audit
 from tests.kube.client import Api, wait_for
 
-ROOT = binaries.ROOT
-OVERLAY = ROOT / "kustomize" / "overlays" / "kind"
+ROOT = installing.ROOT
+OVERLAY = installing.OVERLAY
 IMAGE = "example.test/dap:1.0"
 
 
 @dataclasses.dataclass
 class Cluster:
     plane: controlplane.ControlPlane
-    kubectl_path: Path
     applied: str  # what `kubectl apply -k kustomize/overlays/kind` printed
     operator_kubeconfig: Path
     audit: Audit
@@ -49,18 +47,8 @@ class Cluster:
         self, *args: str, stdin: str | None = None, check: bool = True, as_operator: bool = False
     ) -> subprocess.CompletedProcess[str]:
         """Run the built kubectl as the administrator (or with the operator's token)."""
-        config = self.operator_kubeconfig if as_operator else self.plane.admin_kubeconfig
-        result = subprocess.run(  # the built kubectl, fixed arguments
-            [str(self.kubectl_path), f"--kubeconfig={config}", *args],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        if check and result.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed ({result.returncode}): {result.stderr}")
-        return result
+        config = self.operator_kubeconfig if as_operator else None
+        return installing.kubectl(self.plane, *args, kubeconfig=config, stdin=stdin, check=check)
 
 
 @pytest.fixture(scope="session")
@@ -78,16 +66,10 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[controlp
 
 @pytest.fixture(scope="session")
 def cluster(control_plane: controlplane.ControlPlane) -> Cluster:
-    plane = control_plane
-    cluster = Cluster(
-        plane, plane.binaries / "kubectl", "", plane.directory / "operator.kubeconfig", Audit(plane.audit_log)
+    installed = installing.install(control_plane)
+    return Cluster(
+        control_plane, installed.applied, installed.operator_kubeconfig, Audit(control_plane.audit_log)
     )
-    cluster.applied = cluster.kubectl("apply", "-k", str(OVERLAY)).stdout
-    cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
-    token = cluster.kubectl("create", "token", "dap-operator", "-n", "dap-system", "--duration=24h").stdout
-    config = controlplane.kubeconfig(plane.url, plane.pki.ca.cert, user={"token": token.strip()})
-    cluster.operator_kubeconfig.write_text(yaml.safe_dump(config))
-    return cluster
 
 
 @pytest.fixture

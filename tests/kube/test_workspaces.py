@@ -181,12 +181,12 @@ async def test_artifact_hash_rolls_out_a_new_replica_set(
             return await template_hash() == value
 
         await wait_for(copied, what=f"hash {value} on the pod template")
+
+    async def one_per_template() -> bool:
+        return await replica_sets() >= 3
+
     # The deployment controller answers each template change with a ReplicaSet of its own.
-    await wait_for(lambda: _at_least(replica_sets, 3), what="a ReplicaSet per template")
-
-
-async def _at_least(count: Any, n: int) -> bool:
-    return bool(await count() >= n)
+    await wait_for(one_per_template, what="a ReplicaSet per template")
 
 
 async def test_missing_class_leaves_the_workspace_pending_until_it_appears(
