@@ -25,7 +25,8 @@ async def test_workspace_gets_its_objects_and_becomes_ready_through_real_control
     await api.create(
         "clusterclasses", cluster_class(labels={"dap.io/pool": "general"}, scaling={"minReplicas": 2})
     )
-    await start_operator(control_cluster_url="http://control.test:8443")
+    # A loopback URL nothing listens on: reports fail here, and no name is looked up off the machine.
+    await start_operator(control_cluster_url="http://127.0.0.1:9")
     ws = await api.create(
         "workspaces", workspace(ns, clusterClass="standard", resources={"limits": {"memory": "256Mi"}})
     )
@@ -47,6 +48,15 @@ async def test_workspace_gets_its_objects_and_becomes_ready_through_real_control
         return await phase(api, "workspaces", ns, "shop") == "Progressing"
 
     await wait_for(progressing, what="phase Progressing")
+
+    async def starting() -> bool:
+        found = await condition(api, "workspaces", ns, "shop", "Progressing")
+        return found is not None and found["reason"] == "ReplicasStarting"
+
+    # The deployment controller reports both replicas updated, none available: pods starting is
+    # progress, not degradation.
+    await wait_for(starting, what="Progressing/ReplicasStarting once the pods exist")
+    assert await phase(api, "workspaces", ns, "shop") == "Progressing"
     # The replicaset controller made the pods; the kubelet (played) starts them.
     await wait_for(lambda: objects.run_pods(api, ns, "shop"), what="pods of the ReplicaSet")
 
@@ -267,24 +277,32 @@ async def test_deleting_a_workspace_collects_its_objects_and_keeps_secrets(
 ) -> None:
     await api.create("clusterclasses", cluster_class(scaling={"minReplicas": 1}, features=["auto-scaling"]))
     await api.create("secrets", objects.secret(ns))
+    await api.create("datastores", objects.datastore(ns))
     await start_operator()
     await api.create("workspaces", workspace(ns, clusterClass="standard"))
+    await api.create("resourceclaims", objects.claim(ns))
     for plural in ("deployments", "services", "configmaps", "horizontalpodautoscalers"):
         await wait_for(lambda plural=plural: api.get(plural, ns, "dap-shop"), what=plural)
+    await wait_for(lambda: api.get("secrets", ns, "dap-claim-shop-orders"), what="the claim's Secret")
+    await wait_for(lambda: api.list("pods", ns, "dap.io/workspace=shop"), what="pods of the ReplicaSet")
     await api.delete("workspaces", ns, "shop")
 
     async def collected() -> bool:
-        for plural in ("deployments", "services", "configmaps", "horizontalpodautoscalers", "replicasets"):
-            if plural == "replicasets":
-                if await api.list(plural, ns, "dap.io/workspace=shop"):
-                    return False
-            elif await api.get(plural, ns, "dap-shop") is not None:
+        for plural in ("deployments", "services", "configmaps", "horizontalpodautoscalers"):
+            if await api.get(plural, ns, "dap-shop") is not None:
+                return False
+        # ...and what the Deployment owned in turn: ReplicaSets, and their pods.
+        for plural in ("replicasets", "pods"):
+            if await api.list(plural, ns, "dap.io/workspace=shop"):
                 return False
         return True
 
     await wait_for(collected, within=60, what="the garbage collector to delete every child")
-    assert await api.get("secrets", ns, "orders-endpoint") is not None
     assert await api.get("workspaces", ns, "shop") is None
+    # Credentials are not the workspace's: the endpoint Secret and the claim's Secret (owned by
+    # the claim, spec rule 4) stay.
+    assert await api.get("secrets", ns, "orders-endpoint") is not None
+    assert await api.get("secrets", ns, "dap-claim-shop-orders") is not None
 
 
 async def test_restart_makes_no_write_and_nothing_was_forbidden(

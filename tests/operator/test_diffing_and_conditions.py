@@ -107,6 +107,10 @@ def test_merge_keeps_transition_time_when_status_is_unchanged() -> None:
     ]
 
 
+COMPLETE = {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}
+UPDATING = {"type": "Progressing", "status": "True", "reason": "ReplicaSetUpdated"}
+
+
 def dep(*, generation: int = 2, observed: int = 2, **status: Any) -> bodies.DeploymentBody:
     return {
         "metadata": {"name": "d", "generation": generation},
@@ -124,7 +128,25 @@ def dep(*, generation: int = 2, observed: int = 2, **status: Any) -> bodies.Depl
         ),
         pytest.param(2, dep(replicas=2, updatedReplicas=2, availableReplicas=2), "Ready", "True", id="ready"),
         pytest.param(
-            2, dep(replicas=2, updatedReplicas=2, availableReplicas=1), "Degraded", "False", id="unavailable"
+            2,
+            dep(replicas=2, updatedReplicas=2, availableReplicas=1, conditions=[COMPLETE]),
+            "Degraded",
+            "False",
+            id="unavailable-after-the-rollout",
+        ),
+        pytest.param(
+            2,
+            dep(replicas=2, updatedReplicas=2, availableReplicas=0, conditions=[UPDATING]),
+            "Progressing",
+            "False",
+            id="pods-starting",
+        ),
+        pytest.param(
+            2,
+            dep(replicas=2, updatedReplicas=2, availableReplicas=0),
+            "Progressing",
+            "False",
+            id="no-conditions-yet",
         ),
         pytest.param(0, dep(replicas=0), "Idle", "False", id="idle"),
         pytest.param(0, dep(replicas=1), "Progressing", "False", id="draining"),
