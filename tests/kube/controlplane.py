@@ -39,6 +39,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -152,9 +153,12 @@ class ControlPlane:
         return context
 
     def get(self, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
-        request = urllib.request.Request(self.url + path)
+        # No proxy, whatever the environment says: this server is on loopback.
+        opener = urllib.request.build_opener(
+            urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=self.ssl_context())
+        )
         try:
-            with urllib.request.urlopen(request, context=self.ssl_context(), timeout=timeout) as answer:
+            with opener.open(self.url + path, timeout=timeout) as answer:
                 return int(answer.status), bytes(answer.read())
         except urllib.error.HTTPError as exc:
             return int(exc.code), bytes(exc.read())
@@ -167,7 +171,7 @@ class ControlPlane:
                     f"{process.name} exited with {code}; last lines of {process.log}:\n{process.tail()}"
                 )
 
-    def wait(self, what: str, ready: Any, within: float = READY_WITHIN) -> None:
+    def wait(self, what: str, ready: Callable[[], bool], within: float = READY_WITHIN) -> None:
         deadline = time.monotonic() + within
         while True:
             self.check_alive()
