@@ -175,7 +175,7 @@ class RealBackend:
         self.api = Api(plane.url, plane.ssl_context())
         self.audit = Audit(plane.audit_log)
         self.server = ""
-        self.env = {"KUBECONFIG": str(kubeconfig)}
+        self.env: Mapping[str, str] = {"KUBECONFIG": str(kubeconfig)}
 
     async def create(self, path: str, body: dict[str, Any]) -> None:
         await self.api.request("POST", path, body)

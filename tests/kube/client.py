@@ -128,15 +128,17 @@ class Api:
                 raise
 
 
-async def wait_for(probe: Callable[[], Awaitable[T]], within: float = 30.0, what: str = "condition") -> T:
+async def wait_for(
+    probe: Callable[[], Awaitable[T | None]], within: float = 30.0, what: str = "condition"
+) -> T:
     """Await ``probe`` until it gives a truthy value; fail naming ``what`` after ``within`` s."""
     deadline = asyncio.get_running_loop().time() + within
-    last: T
+    last: T | None
     while True:
         try:
             last = await probe()
         except (KeyError, TypeError, IndexError, StopIteration):
-            last = None  # type: ignore[assignment]
+            last = None  # the object is not there yet, or not in that shape yet
         if last:
             return last
         if asyncio.get_running_loop().time() > deadline:

@@ -152,7 +152,9 @@ async def test_rotating_the_endpoint_secret_updates_the_credentials_and_rolls_th
     await api.patch("secrets", ns, "orders-endpoint", {"data": {"password": new}})
 
     async def updated() -> bool:
-        return ((await api.get("secrets", ns, "dap-claim-shop-orders")) or {})["data"]["PASSWORD"] == new
+        return bool(
+            ((await api.get("secrets", ns, "dap-claim-shop-orders")) or {})["data"]["PASSWORD"] == new
+        )
 
     async def rolled() -> bool:
         return (await rollout_hash()) not in (None, before)

@@ -56,7 +56,7 @@ async def test_served_crds_are_the_generated_ones(api: Api, cluster: Cluster) ->
 
 
 def sample_docs() -> list[dict[str, Any]]:
-    docs = []
+    docs: list[dict[str, Any]] = []
     for path in sorted(SAMPLES.glob("dap_*.yaml")):
         docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
     return docs

@@ -7,6 +7,7 @@ Deployment status, generations, uids, owner-reference garbage collection — is 
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from tests.kube import objects
@@ -111,7 +112,7 @@ async def test_idle_annotation_scales_to_zero_and_back(api: Api, ns: str, start_
     await api.create("workspaces", workspace(ns, clusterClass="standard"))
 
     async def replicas(n: int) -> bool:
-        return ((await deployment(api, ns)) or {}).get("spec", {}).get("replicas") == n
+        return bool(((await deployment(api, ns)) or {}).get("spec", {}).get("replicas") == n)
 
     await wait_for(lambda: replicas(2), what="2 replicas")
     await api.patch("workspaces", ns, "shop", {"metadata": {"annotations": {"dap.io/idle": "true"}}})
@@ -134,7 +135,7 @@ async def test_class_change_reaches_its_workspaces_by_watch(
     for name, cls in (("a", "standard"), ("b", "standard"), ("c", "other")):
         await api.create("workspaces", workspace(ns, name, clusterClass=cls))
     for name in ("a", "b", "c"):
-        await wait_for(lambda name=name: deployment(api, ns, name), what=f"Deployment {name}")
+        await wait_for(functools.partial(deployment, api, ns, name), what=f"Deployment {name}")
 
     await api.patch(
         "clusterclasses",
@@ -147,7 +148,7 @@ async def test_class_change_reaches_its_workspaces_by_watch(
     )
     for name in ("a", "b"):
         hpa = await wait_for(
-            lambda name=name: api.get("horizontalpodautoscalers", ns, f"dap-{name}"), what=f"HPA {name}"
+            functools.partial(api.get, "horizontalpodautoscalers", ns, f"dap-{name}"), what=f"HPA {name}"
         )
         assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (3, 9)
 
@@ -228,7 +229,7 @@ async def test_drift_is_repaired_and_a_deleted_child_recreated(
     await api.patch("deployments", ns, "dap-shop", {"spec": {"replicas": 7}})
 
     async def repaired() -> bool:
-        return ((await deployment(api, ns)) or {}).get("spec", {}).get("replicas") == 1
+        return bool(((await deployment(api, ns)) or {}).get("spec", {}).get("replicas") == 1)
 
     await wait_for(repaired, what="drift repaired")
     old = await api.get("services", ns, "dap-shop")
@@ -282,7 +283,7 @@ async def test_deleting_a_workspace_collects_its_objects_and_keeps_secrets(
     await api.create("workspaces", workspace(ns, clusterClass="standard"))
     await api.create("resourceclaims", objects.claim(ns))
     for plural in ("deployments", "services", "configmaps", "horizontalpodautoscalers"):
-        await wait_for(lambda plural=plural: api.get(plural, ns, "dap-shop"), what=plural)
+        await wait_for(functools.partial(api.get, plural, ns, "dap-shop"), what=plural)
     await wait_for(lambda: api.get("secrets", ns, "dap-claim-shop-orders"), what="the claim's Secret")
     await wait_for(lambda: api.list("pods", ns, "dap.io/workspace=shop"), what="pods of the ReplicaSet")
     await api.delete("workspaces", ns, "shop")
@@ -317,7 +318,7 @@ async def test_restart_makes_no_write_and_nothing_was_forbidden(
     for name in ("a", "b", "c"):
         await api.create("workspaces", workspace(ns, name, clusterClass="standard", resources=resources))
     for name in ("a", "b", "c"):
-        await wait_for(lambda name=name: api.get("horizontalpodautoscalers", ns, f"dap-{name}"))
+        await wait_for(functools.partial(api.get, "horizontalpodautoscalers", ns, f"dap-{name}"))
 
         async def ready(name: str = name) -> bool:
             await objects.run_pods(api, ns, name)
