@@ -1,7 +1,9 @@
 """The operator on a real cluster: objects, conditions, injected credentials, garbage collection.
 
-What kmock's emulator cannot show is checked here: the API server's validation of our CRDs,
-status subresources, owner-reference garbage collection, and a Deployment really rolling out.
+Everything here that needs no kubelet also runs in ``make test`` on the loopback control plane of
+``tests/kube`` (CRD validation, status subresources, garbage collection, the samples reconciled);
+what only a kind cluster shows is the operator in its own pod, from the image, and a Deployment
+really rolling out.
 """
 
 from __future__ import annotations

@@ -219,6 +219,12 @@ def _env_from(config_map: str, grants: Sequence[ClaimGrant]) -> list[dict[str, o
     return sources
 
 
+def _env(name: str, value: str) -> dict[str, str]:
+    # The API server stores an empty value as no value at all (omitempty); written the same way
+    # here, or every resync would see a difference and patch the Deployment again.
+    return {"name": name, "value": value} if value else {"name": name}
+
+
 def deployment(
     workspace: bodies.WorkspaceBody,
     cls: bodies.ClusterClassBody | None,
@@ -237,8 +243,8 @@ def deployment(
         "image": settings.resource_image,
         "args": ["pod"],
         "env": [
-            {"name": names.ENV_CONTROL_CLUSTER_URL, "value": settings.control_cluster_url},
-            {"name": names.ENV_WORKSPACE_ID, "value": ws},
+            _env(names.ENV_CONTROL_CLUSTER_URL, settings.control_cluster_url),
+            _env(names.ENV_WORKSPACE_ID, ws),
         ],
         "envFrom": _env_from(name, grants),
         "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],

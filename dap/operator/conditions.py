@@ -90,6 +90,9 @@ def _deployment_condition(dep: bodies.DeploymentBody, type_: str) -> bodies.Depl
     return None
 
 
+ROLLOUT_COMPLETE = "NewReplicaSetAvailable"  # reason of a Deployment's Progressing condition
+
+
 def workspace(desired_replicas: int, dep: bodies.DeploymentBody | None) -> Verdict:
     """Phase and conditions of a workspace from its Deployment as last observed."""
     if dep is None:
@@ -155,6 +158,19 @@ def workspace(desired_replicas: int, dep: bodies.DeploymentBody | None) -> Verdi
             Wanted("Ready", "True" if available >= desired_replicas else "False", "Rollout", counts),
             Wanted("Progressing", "True", "RollingOut", rolling),
             Wanted("Degraded", "False", "RollingOut", rolling),
+        )
+    rollout = _deployment_condition(dep, "Progressing")
+    if available < desired_replicas and (rollout is None or rollout.get("reason") != ROLLOUT_COMPLETE):
+        # Every replica is updated but not all are available yet: the pods are starting. The
+        # deployment controller says "NewReplicaSetAvailable" only once the rollout has
+        # completed; before that, missing replicas are progress, not degradation (the real
+        # controller showed this state on every start; the emulator's status skipped it).
+        starting = f"{counts}, the rest starting"
+        return _workspace(
+            "Progressing",
+            Wanted("Ready", "False", "ReplicasStarting", starting),
+            Wanted("Progressing", "True", "ReplicasStarting", starting),
+            Wanted("Degraded", "False", "ReplicasStarting", starting),
         )
     if available < desired_replicas:
         return _workspace(

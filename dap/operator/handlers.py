@@ -32,7 +32,7 @@ import kopf
 from dap.config import names
 from dap.operator import builders, caches, errors, reconciling, reporting
 from dap.operator.caches import Caches, ObjectKey
-from dap.operator.options import Options
+from dap.operator.options import PEERING_NAME, Options
 
 G, V = names.CRD_GROUP, names.CRD_VERSION
 MANAGED = {builders.LABEL_MANAGED_BY: builders.MANAGED_BY}
@@ -121,7 +121,7 @@ def register(registry: kopf.OperatorRegistry, runtime: Parts) -> None:
         if options.leader_elect:
             settings.peering.standalone = False
             settings.peering.mandatory = True
-            settings.peering.name = "dap-operator"
+            settings.peering.name = PEERING_NAME
             settings.peering.clusterwide = not options.namespace
             # Peers of equal priority all pause; a random priority per replica elects one.
             settings.peering.priority = random.randint(1, 2**31 - 1)

@@ -53,6 +53,8 @@ SERVICES = Resource("", "v1", "services")
 CONFIGMAPS = Resource("", "v1", "configmaps")
 SECRETS = Resource("", "v1", "secrets")
 AUTOSCALERS = Resource("autoscaling", "v2", "horizontalpodautoscalers")
+PEERINGS = Resource("kopf.dev", "v1", "kopfpeerings")
+CLUSTER_PEERINGS = Resource("kopf.dev", "v1", "clusterkopfpeerings", namespaced=False)
 
 
 def _ssl_context(info: kopf.ConnectionInfo) -> ssl.SSLContext | bool:

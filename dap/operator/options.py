@@ -10,6 +10,7 @@ import socket
 from dap.operator import reporting
 
 DEFAULT_RESOURCE_IMAGE = "ghcr.io/dap-platform/dap:0.1.0"
+PEERING_NAME = "dap-operator"  # kopf's peering object of --leader-elect
 
 
 @dataclasses.dataclass(frozen=True)

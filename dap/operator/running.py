@@ -20,7 +20,7 @@ from aiohttp import web
 
 from dap.operator import caches, errors, handlers, kube, probes, reconciling, reporting, trusting
 from dap.operator.metrics import Metrics
-from dap.operator.options import Options
+from dap.operator.options import PEERING_NAME, Options
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +41,7 @@ class Runtime:
             interval=options.report_interval,
         )
         self._client: kube.Client | None = None
+        self._peering_made = False
         self.reconciler = reconciling.Reconciler(
             client=_Unconnected(),  # replaced at login
             caches=self.caches,
@@ -69,6 +70,31 @@ class Runtime:
         self.reconciler.client = self._client
         if old is not None:
             await old.close()
+        await self._ensure_peering(self._client)
+
+    async def _ensure_peering(self, client: kube.Client) -> None:
+        """Make kopf's peering object for ``--leader-elect`` unless it exists (once, at login).
+
+        kopf elects through that object but never creates it, and its keep-alives to a missing
+        one fail silently: every replica would then reconcile. Shipping it in the manifests
+        does not work either: ``kubectl apply -k`` cannot create a custom object in the same run
+        as its CRD ("ensure CRDs are installed first"), which the real API server showed.
+        """
+        if not self.options.leader_elect or self._peering_made:
+            return
+        namespace = self.options.namespace
+        kind = "KopfPeering" if namespace else "ClusterKopfPeering"
+        meta = {"name": PEERING_NAME, **({"namespace": namespace} if namespace else {})}
+        resource = kube.PEERINGS if namespace else kube.CLUSTER_PEERINGS
+        try:
+            await client.create(
+                resource, namespace, {"apiVersion": "kopf.dev/v1", "kind": kind, "metadata": meta}
+            )
+        except errors.ConflictError:
+            pass  # made by another replica, or by an administrator
+        else:
+            logger.info("created the %s %r for leader election", kind, PEERING_NAME)
+        self._peering_made = False
 
     def log_failure(self, controller: str, key: caches.ObjectKey, exc: Exception) -> None:
         self.metrics.reconcile_errors_total.labels(controller).inc()

@@ -1,5 +1,9 @@
 """Fixtures for the operator: kmock's Kubernetes emulator, a recording control plane, a running
 operator (the real kopf operator in a task of the test's event loop), and small API helpers.
+
+The emulator serves the fast tests of probes, metrics and reports; everything about Kubernetes
+objects (status subresources, generations, garbage collection, conflicts, RBAC) is tested on a
+real API server in ``tests/kube``.
 """
 
 from __future__ import annotations

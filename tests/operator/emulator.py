@@ -10,7 +10,9 @@ adds them and nothing else:
   recognise the echo of its own patches; without it kopf re-processes stale events.
 
 No resourceVersion *conflicts*, selectors, status-subresource separation or garbage collection
-are emulated: those behaviours are tested in the builders and in e2e-kind.
+are emulated: the operator's behaviour tests run on a real API server (``tests/kube``). The
+emulator stays for the fast tests of probes, metrics and reports, and as the benchmark's
+baseline.
 """
 
 from __future__ import annotations

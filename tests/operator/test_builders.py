@@ -60,6 +60,14 @@ def test_deployment_runs_the_resource_image_with_control_url_and_workspace_id() 
     assert dep["metadata"]["namespace"] == "tenants"
 
 
+def test_an_empty_control_url_is_written_as_the_api_server_stores_it() -> None:
+    # The server drops an empty env value (omitempty); a "" here would differ on every resync.
+    settings = builders.OperatorSettings(resource_image="example.test/dap:1.0", control_cluster_url="")
+    assert container(builders.deployment(ws(), None, [], settings))["env"][0] == {
+        "name": "CONTROL_CLUSTER_URL"
+    }
+
+
 @pytest.mark.parametrize(
     ("scaling", "annotations", "expected"),
     [

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from dap.operator import crds
+from tests.kube import binaries
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S_VERSION = "1.30"
@@ -151,12 +152,20 @@ def test_bad_class_specs_are_refused_by_the_schema(bad: dict[str, Any]) -> None:
         validate_custom(doc)
 
 
+def kubectl() -> str:
+    """kubectl from PATH, else the one ``tools/k8s`` builds beside the test control plane."""
+    found = shutil.which("kubectl")
+    if found is not None:
+        return found
+    try:
+        return str(binaries.ensure() / "kubectl")
+    except binaries.NoToolchainError as exc:
+        pytest.skip(f"no kubectl on PATH and none can be built: {exc}")
+
+
 def render(overlay: str) -> list[dict[str, Any]]:
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.skip("kubectl is not installed: cannot render kustomize overlays")
     out = subprocess.run(
-        [kubectl, "kustomize", str(ROOT / "kustomize" / "overlays" / overlay)],
+        [kubectl(), "kustomize", str(ROOT / "kustomize" / "overlays" / overlay)],
         check=True,
         capture_output=True,
         text=True,

@@ -34,6 +34,25 @@ from dap.operator import bodies, conditions, diffing
         pytest.param({"a": None}, {}, {}, id="must-be-absent-already"),
         pytest.param({"m": {}}, {}, {}, id="empty-map-where-none"),
         pytest.param(
+            {"resources": {"limits": {"cpu": "0.5", "memory": "1024Mi"}}},
+            {"resources": {"limits": {"cpu": "500m", "memory": "1Gi"}}},
+            {},
+            id="quantities-as-the-server-canonicalises-them",
+        ),
+        pytest.param(
+            {"l": [{"resources": {"requests": {"cpu": "1000m"}}}]},
+            {"l": [{"resources": {"requests": {"cpu": "1"}}}]},
+            {},
+            id="quantities-inside-a-list",
+        ),
+        pytest.param(
+            {"resources": {"limits": {"cpu": "1"}}},
+            {"resources": {"limits": {"cpu": "2"}}},
+            {"resources": {"limits": {"cpu": "1"}}},
+            id="changed-quantity",
+        ),
+        pytest.param({"a": "0.5"}, {"a": "500m"}, {"a": "0.5"}, id="no-quantities-outside-resources"),
+        pytest.param(
             {"data": {"A": "1"}},
             {"data": {"A": "1", "B": "2"}},
             {"data": {"B": None}},
@@ -88,6 +107,10 @@ def test_merge_keeps_transition_time_when_status_is_unchanged() -> None:
     ]
 
 
+COMPLETE = {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}
+UPDATING = {"type": "Progressing", "status": "True", "reason": "ReplicaSetUpdated"}
+
+
 def dep(*, generation: int = 2, observed: int = 2, **status: Any) -> bodies.DeploymentBody:
     return {
         "metadata": {"name": "d", "generation": generation},
@@ -105,7 +128,25 @@ def dep(*, generation: int = 2, observed: int = 2, **status: Any) -> bodies.Depl
         ),
         pytest.param(2, dep(replicas=2, updatedReplicas=2, availableReplicas=2), "Ready", "True", id="ready"),
         pytest.param(
-            2, dep(replicas=2, updatedReplicas=2, availableReplicas=1), "Degraded", "False", id="unavailable"
+            2,
+            dep(replicas=2, updatedReplicas=2, availableReplicas=1, conditions=[COMPLETE]),
+            "Degraded",
+            "False",
+            id="unavailable-after-the-rollout",
+        ),
+        pytest.param(
+            2,
+            dep(replicas=2, updatedReplicas=2, availableReplicas=0, conditions=[UPDATING]),
+            "Progressing",
+            "False",
+            id="pods-starting",
+        ),
+        pytest.param(
+            2,
+            dep(replicas=2, updatedReplicas=2, availableReplicas=0),
+            "Progressing",
+            "False",
+            id="no-conditions-yet",
         ),
         pytest.param(0, dep(replicas=0), "Idle", "False", id="idle"),
         pytest.param(0, dep(replicas=1), "Progressing", "False", id="draining"),

@@ -110,6 +110,8 @@ async def test_reports_node_health_and_workspace_status_changes(
     await roll_out(api, "dap-shop")
     await wait_for(lambda: any(r["phase"] == "Ready" for r in control.workspace_status), what="Ready report")
     await wait_for(lambda: len(control.node_health) >= 2, what="two node-health reports")
+    # A report sent while the first reconcile ran may still count 0 workspaces: wait for the next.
+    await wait_for(lambda: control.node_health[-1]["workspaces"] == 1, what="a report counting the workspace")
 
     report = control.workspace_status[-1]
     assert set(report) == {"cluster", "workspace", "phase", "conditions", "at"}
