@@ -267,6 +267,25 @@ async def select_record(
     return row
 
 
+async def select_for_write(
+    conn: db.Connection,
+    resource: Resource,
+    tenant: uuid.UUID,
+    record_id: uuid.UUID,
+    *,
+    principal: auth.Principal,
+    expected: int | None,
+) -> asyncpg.Record:
+    """The record locked ``FOR UPDATE`` for a write; 412 unless it is at the ``If-Match`` version."""
+    current = await select_record(conn, resource, tenant, record_id, principal=principal, lock=True)
+    if expected is not None and current["version"] != expected:
+        raise errors.PreconditionFailed(
+            f"the record is at version {current['version']}, not {expected}",
+            headers={"ETag": f'"{current["version"]}"'},
+        )
+    return current
+
+
 # --- writes --------------------------------------------------------------------------------------
 
 

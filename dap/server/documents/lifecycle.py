@@ -150,14 +150,9 @@ async def move(
     table = tables.quote(resource.table.name)
     try:
         async with db.committed(conn):
-            current = await guards.select_record(
-                conn, resource, tenant, record_id, principal=principal, lock=True
+            current = await guards.select_for_write(
+                conn, resource, tenant, record_id, principal=principal, expected=expected
             )
-            if expected is not None and current["version"] != expected:
-                raise errors.PreconditionFailed(
-                    f"the record is at version {current['version']}, not {expected}",
-                    headers={"ETag": f'"{current["version"]}"'},
-                )
             if current["docstatus"] != required:
                 now = tables.DOCSTATUS[current["docstatus"]]
                 raise errors.Conflict(f"cannot {action} a {now} document", code=wrong[current["docstatus"]])

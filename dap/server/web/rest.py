@@ -197,14 +197,9 @@ async def update_record(request: web.Request) -> web.Response:
     async with db.connection(request.app[state.POOL]) as conn:
         try:
             async with db.committed(conn):
-                current = await guards.select_record(
-                    conn, resource, tenant, record_id, principal=principal, lock=True
+                current = await guards.select_for_write(
+                    conn, resource, tenant, record_id, principal=principal, expected=expected
                 )
-                if expected is not None and current["version"] != expected:
-                    raise errors.PreconditionFailed(
-                        f"the record is at version {current['version']}, not {expected}",
-                        headers={"ETag": f'"{current["version"]}"'},
-                    )
                 if resource.lifecycle and current["docstatus"] != 0:
                     raise errors.Conflict(
                         "only draft documents can be updated", code="SVC.DOC.UPDATE_NOT_DRAFT"
