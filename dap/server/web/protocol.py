@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 
 from aiohttp import web
+from aiohttp.http_exceptions import LineTooLong
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
@@ -34,7 +35,10 @@ class _ProblemRequestHandler(RequestHandler):
         if not 400 <= status < 500 or request.writer.output_size > 0:
             return super().handle_error(request, status, exc, message)
         log.debug("refused an unparsable request from %s: %s", request.remote, message)
-        detail = f"the request could not be read: {message or 'malformed HTTP'}"
+        if isinstance(exc, LineTooLong):  # its message quotes the offending bytes back
+            detail = "the request line or a header field is longer than this server accepts"
+        else:
+            detail = f"the request could not be read: {(message or 'malformed HTTP')[:200]}"
         response = errors.problem_response(errors.OtherHttpError(status, detail))
         response.force_close()
         return response
