@@ -51,6 +51,8 @@ class Limit:
 LOGIN_PER_ADDRESS = Limit("login:addr", hits=30, window=60.0)
 LOGIN_PER_USERNAME = Limit("login:user", hits=10, window=60.0)
 SETUP_PER_ADDRESS = Limit("setup:addr", hits=10, window=60.0)
+# a setup code is guessed per workspace, whatever username comes with it: one budget for them all
+SETUP_PER_WORKSPACE = Limit("setup:ws", hits=20, window=60.0)
 
 
 async def check(conn: db.Connection, limit: Limit, who: str) -> None:

@@ -57,6 +57,7 @@ async def setup(request: web.Request) -> web.Response:
     pool = request.app[state.POOL]
     async with db.connection(pool) as conn:
         await throttling.check(conn, throttling.SETUP_PER_ADDRESS, request.remote or "unknown")
+        await throttling.check(conn, throttling.SETUP_PER_WORKSPACE, str(workspace.tenant_id))
     body = await requests.read_json(request)
     code = body.pop("setup_code", None)
     username, password, email = _credentials(body, with_email=True)
