@@ -9,6 +9,7 @@ through any chain (imports under ``TYPE_CHECKING`` included), and that a subpack
 from __future__ import annotations
 
 import importlib
+import re
 from pathlib import Path
 
 import grimp
@@ -115,3 +116,16 @@ def test_no_module_is_longer_than_the_limit() -> None:
         if (n := len(path.read_text().splitlines())) > MAX_LINES
     }
     assert long == {}
+
+
+def test_no_python_pattern_is_anchored_with_a_dollar() -> None:
+    """``$`` also matches before a final newline ("acme\\n" passed a slug check): names are checked
+    with ``fullmatch`` on unanchored patterns instead."""
+    anchored = re.compile(r"""re\.(?:compile|match|search)\(\s*r?["'][^"']*\$["']""")
+    found = [
+        f"{path.relative_to(ROOT.parent)}:{n}"
+        for path in sorted(ROOT.rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if anchored.search(line)
+    ]
+    assert found == []

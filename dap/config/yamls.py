@@ -52,7 +52,7 @@ for _first in list(StrictLoader.yaml_implicit_resolvers):
         if tag != "tag:yaml.org,2002:bool"
     ]
 StrictLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)\Z"), list("tTfF")
 )
 
 

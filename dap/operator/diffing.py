@@ -33,7 +33,7 @@ OWNED_MAPS: frozenset[tuple[str, ...]] = frozenset(
 )
 
 
-_QUANTITY = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))([eE][+-]?[0-9]+|[numkMGTPE]|[KMGTPE]i)?$")
+_QUANTITY = re.compile(r"([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))([eE][+-]?[0-9]+|[numkMGTPE]|[KMGTPE]i)?")
 _SUFFIXES = {
     "n": Decimal("1e-9"),
     "u": Decimal("1e-6"),
@@ -51,7 +51,7 @@ _SUFFIXES = {
 
 def quantity(text: object) -> Decimal | None:
     """The value of a Kubernetes quantity string (``500m``, ``1Gi``, ``1e3``), None if not one."""
-    match = _QUANTITY.match(str(text).strip()) if isinstance(text, str | int) else None
+    match = _QUANTITY.fullmatch(str(text).strip()) if isinstance(text, str | int) else None
     if match is None:
         return None
     number, suffix = match.group(1), match.group(2) or ""
