@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import textwrap
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -310,9 +309,32 @@ async def test_rate_limit_is_shared_by_two_servers(pg_dsn: str, registered: None
         assert answer["status"] == 429 and int(headers["retry-after"]) >= 1
 
 
-async def test_openapi_and_ui_metadata_describe_the_state(srv: Running) -> None:
+async def test_openapi_and_ui_metadata_describe_the_state_and_actions(srv: Running) -> None:
     async with srv.http.get(f"{srv.api}/default/api/openapi.json", headers=srv.auth()) as resp:
         doc = await resp.json()
-    schemas = doc["components"]["schemas"]
-    found = [s["properties"]["state"] for s in schemas.values() if "state" in s.get("properties", {})]
-    assert found and any("closed" in str(s) for s in found), textwrap.shorten(str(schemas), 400)
+    record = doc["components"]["schemas"]["wf.ticket"]["properties"]["state"]
+    assert "closed" in str(record) and "new" in str(record)
+    assert "state" not in doc["components"]["schemas"]["wf.ticket.create"]["properties"]  # read-only
+    listing = doc["paths"]["/api/wf/ticket"]["get"]["parameters"]
+    assert any(p["name"].startswith("state") for p in listing)
+    close = doc["paths"]["/api/wf/ticket/{id}/close"]["post"]
+    body = close["requestBody"]["content"]["application/json"]["schema"]
+    assert body["required"] == ["reason"] and set(body["properties"]) == {"reason", "minutes"}
+    assert "new, open → closed" in close["summary"] and "429" in close["responses"]
+    assert "/api/wf/ticket/{id}/reopen" in doc["paths"]
+    assert "/api/wf/ticket/{id}/archive" not in doc["paths"]  # disabled
+    async with srv.http.get(f"{srv.api}/default/_ui/_meta/entities/wf/ticket", headers=srv.auth()) as resp:
+        meta = (await resp.json())["data"]
+    machine = meta["state_machine"]
+    assert machine["field"] == "state" and machine["states"] == ["new", "open", "closed"]
+    reopen = next(t for t in machine["transitions"] if t["name"] == "reopen")
+    assert reopen == {
+        "name": "reopen",
+        "action": "reopen",
+        "from": ["closed"],
+        "to": "open",
+        "approval": False,
+        "params": [],
+    }
+    state = next(f for f in meta["fields"] if f["name"] == "state")
+    assert state["read_only"] is True
