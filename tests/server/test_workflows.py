@@ -37,6 +37,9 @@ spec:
   fields:
     - {name: title, type: string, required: true}
     - {name: note, type: text}
+    - {name: assignee, type: string}
+  assignments:
+    - {dimension: assignee, field: assignee, principal_field: username}
   actions:
     - {name: start, audit: true, emits: started}
     - name: close
@@ -245,6 +248,18 @@ async def test_permission_disabled_and_unknown_actions(srv: Running) -> None:
     assert status == 404, answer
     status, answer, _ = await act(srv, t, "no_such_action")
     assert status == 404, answer
+
+
+async def test_row_scope_applies_to_actions(srv: Running) -> None:
+    theirs = await ticket(srv, assignee="carol")
+    mine = await ticket(srv, assignee="bob")
+    bob = {"Authorization": f"Bearer {token(sub='u-bob', username='bob', roles=['clerk'])}"}
+    status, answer, _ = await act(srv, theirs, "start", None, **bob)
+    assert status == 403 and answer["code"] == "SVC.AUTH.ROW_SCOPE", answer
+    _, found, _ = await call(srv, "GET", f"ticket/{theirs['id']}")
+    assert found["data"]["state"] == "new"
+    status, answer, _ = await act(srv, mine, "start", None, **bob)
+    assert status == 200 and answer["data"]["state"] == "open", answer
 
 
 async def test_impls_that_cannot_run_say_what_is_missing(srv: Running) -> None:
