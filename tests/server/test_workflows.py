@@ -300,6 +300,24 @@ async def test_an_idempotent_action_has_one_effect_per_key(srv: Running, pg_dsn:
     assert n == 1
 
 
+async def test_concurrent_duplicates_of_an_idempotent_action_have_one_effect(
+    srv: Running, pg_dsn: str
+) -> None:
+    t = await ticket(srv)
+    key = {"Idempotency-Key": uuid.uuid4().hex}
+    results = await asyncio.gather(*(act(srv, t, "bump", None, **key) for _ in range(6)))
+    statuses = [r[0] for r in results]
+    assert set(statuses) <= {200, 409} and 200 in statuses, [r[1] for r in results]
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        n = await conn.fetchval(
+            "SELECT count(*) FROM dap.outbox WHERE record_id = $1 AND action = 'bump'", uuid.UUID(t["id"])
+        )
+    finally:
+        await conn.close()
+    assert n == 1
+
+
 async def test_two_concurrent_transitions_of_one_record_exactly_one_wins(srv: Running) -> None:
     for _ in range(5):
         t = await ticket(srv)
