@@ -356,6 +356,9 @@ async def test_openapi_and_ui_metadata_describe_the_state_and_actions(srv: Runni
     assert "new, open → closed" in close["summary"] and "429" in close["responses"]
     assert "/api/wf/ticket/{id}/reopen" in doc["paths"]
     assert "/api/wf/ticket/{id}/archive" not in doc["paths"]  # disabled
+    for answers_501 in ("sync", "lost", "shout"):  # sidecar, unregistered handler, nothing to run
+        assert f"/api/wf/ticket/{{id}}/{answers_501}" not in doc["paths"]
+    assert "/api/wf/ticket/{id}/ping" in doc["paths"]  # its native handler is registered
     async with srv.http.get(f"{srv.api}/default/_ui/_meta/entities/wf/ticket", headers=srv.auth()) as resp:
         meta = (await resp.json())["data"]
     machine = meta["state_machine"]

@@ -14,11 +14,12 @@ from typing import Any
 from aiohttp import web
 
 from dap import __version__
-from dap.server import state
+from dap.server import errors, state
 from dap.server.catalog import Catalog, Resource
 from dap.server.documents import lifecycle
 from dap.server.storage import tables
 from dap.server.web import filters, schemas
+from dap.server.workflows import actions
 
 PROBLEM = {
     "type": "object",
@@ -112,13 +113,19 @@ def _responses(ok: dict[str, Any], *errors_: int) -> dict[str, Any]:
 def _actions(
     r: Resource, catalog: Catalog, tag: list[str], id_param: dict[str, Any], name: str
 ) -> dict[str, Any]:
-    """``POST …/{id}/{action}`` of every custom action and transition (``web.moves``), with its params."""
+    """``POST …/{id}/{action}`` of every custom action and transition (``web.moves``) that can run
+    here, with its params; one that would answer 501 (sidecar, script, an unregistered handler, an
+    approval gate, nothing to run) is left out, as the server does not serve it."""
     out: dict[str, Any] = {}
     for action, plan in sorted(r.workflow.items()):
         declared = plan.declared
         if declared is not None and (
             declared.disabled or (declared.expose and "rest" not in declared.expose)
         ):
+            continue
+        try:
+            actions.runner(r.key, plan)
+        except errors.NotImplementedHere:
             continue
         params = schemas.object_schema(tuple(plan.params.values()), r.module, catalog, for_input=True)
         answer = {
@@ -161,7 +168,6 @@ def _actions(
                     415,
                     422,
                     429,
-                    501,
                 ),
             },
         }
