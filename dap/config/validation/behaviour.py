@@ -69,6 +69,14 @@ def state_machine_rules(spec: Spec) -> Iterator[Problem]:
         if machine is None:
             continue
         states = set(machine.states)
+        if entity.spec.field("state") is not None:  # the server keeps the current state there
+            yield locating.at(
+                spec,
+                entity,
+                "spec.fields",
+                "a field named 'state' cannot sit beside a state_machine: the current state is the "
+                "record's 'state' field; rename the field",
+            )
         for name in locating.duplicates(machine.states):
             yield locating.at(spec, entity, "spec.state_machine.states", f"state {name!r} is listed twice")
         if machine.initial is not None and machine.initial not in states:

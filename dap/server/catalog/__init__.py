@@ -12,11 +12,22 @@ reads a request, so access, documents and web all name ``Catalog`` and ``Resourc
     plans      derivation plans of each entity (computed order, auto_fill sources, conditions)
     grants     the Role catalogue resolved to permission patterns, with a decision cache
     checking   manifest expressions and field rules, compiled and evaluated (pure)
+    machines   the ``state`` field of a state machine; custom actions and transitions compiled
 """
 
 from __future__ import annotations
 
-from dap.server.catalog import checking, grants, plans
+from dap.server.catalog import checking, grants, machines, plans
 from dap.server.catalog.resources import Catalog, Referrer, RelationSlot, Resource, Slot
 
-__all__ = ["Catalog", "Referrer", "RelationSlot", "Resource", "Slot", "checking", "grants", "plans"]
+__all__ = [
+    "Catalog",
+    "Referrer",
+    "RelationSlot",
+    "Resource",
+    "Slot",
+    "checking",
+    "grants",
+    "machines",
+    "plans",
+]

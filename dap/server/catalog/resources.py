@@ -20,7 +20,7 @@ from dap.config.entities import EntitySpec
 from dap.config.enums import REST_ACTIONS, FieldType
 from dap.config.fields import Field
 from dap.config.roles import RoleSpec
-from dap.server.catalog import plans
+from dap.server.catalog import machines, plans
 from dap.server.catalog.grants import Grants
 from dap.server.storage import caching, records, tables
 from dap.server.storage.tables import Table
@@ -83,6 +83,7 @@ class Resource:
     cache_ttl: float | None = None  # seconds of the find-by-id read-through cache, if declared
     derivation: plans.Plan = plans.NOTHING  # computed, auto_fill, *_when, rules, keys, guards
     grants: Grants = field(default_factory=Grants)  # the catalog's, for guards
+    workflow: Mapping[str, machines.ActionPlan] = field(default_factory=dict)  # custom actions, moves
 
     @property
     def lifecycle(self) -> bool:
@@ -235,7 +236,12 @@ class Catalog:
         views: Mapping[str, TableSpec] | None = None,
         roles: Mapping[str, RoleSpec] | None = None,
     ) -> Catalog:
-        """Derive tables and REST resources from entity specs keyed ``module/name``."""
+        """Derive tables and REST resources from entity specs keyed ``module/name``.
+
+        An entity with a state machine gets its ``state`` field here (``machines.with_state``), so
+        every consumer of the catalog (tables, migrations, records, OpenAPI, UI) sees it alike.
+        """
+        entities = {key: machines.with_state(spec) for key, spec in entities.items()}
         all_tables = tables.all_tables(entities)
         by_entity: dict[str, list[Table]] = {}
         for t in all_tables:
@@ -295,6 +301,7 @@ class Catalog:
                 cache_ttl=caching.ttl_seconds(spec.cache.ttl if spec.cache else None),
                 derivation=plans.plan_for(spec, module, entities, functools.partial(_main_table, by_entity)),
                 grants=grants,
+                workflow=machines.compile_actions(spec),
             )
         return cls(
             entities=MappingProxyType(dict(entities)),

@@ -220,3 +220,10 @@ async def check_action(
     stored = await stored_record(conn, resource, tenant, current)
     now = dt.datetime.now(dt.UTC)
     _raise(deriving.check_conditions(plan, action, deriving.context(stored, session), now))
+
+
+def check_guards(plan: plans.Plan, action: str, values: Mapping[str, Any], principal: auth.Principal) -> None:
+    """The compiled conditions of ``action`` in ``plan`` on ``values`` (a custom action's record and
+    params, ``workflows``); 422 ``SVC.VALIDATE.CONDITION_FAILED`` with the declared messages."""
+    now = dt.datetime.now(dt.UTC)
+    _raise(deriving.check_conditions(plan, action, deriving.context(values, session_of(principal)), now))

@@ -1,9 +1,12 @@
-"""``POST /{ws}/api/{module}/{entity}/{id}/{action}``: actions on one record (submit and cancel today).
+"""``POST /{ws}/api/{module}/{entity}/{id}/{action}``: actions on one record.
 
 Which action a path names, and the HTTP answer when it names none: 404 for an unknown or disabled
-action, 405 where the entity does not expose ``update`` (a move is a write of the record), 501 for
-a declared custom action, which needs the app-process bridge this server does not host yet. The
-move itself is ``documents.lifecycle.move``.
+action (or one whose ``expose`` leaves out rest). ``submit``/``cancel`` of a lifecycle entity are
+``documents.lifecycle.move`` (405 where the entity does not expose ``update``: such a move is a
+write of the record). Custom actions and state-machine transitions are ``workflows.actions``
+(:func:`_custom`): the JSON body is the action's params, ``If-Match`` and ``Idempotency-Key`` (for
+``idempotent`` actions) apply, and the answer is ``{"data": record, "result": …}`` plus, for a
+transition, ``"transition": {"from", "to"}`` and, when it emitted one, ``"event"`` (the outbox id).
 """
 
 from __future__ import annotations
@@ -11,10 +14,13 @@ from __future__ import annotations
 from aiohttp import web
 
 from dap.server import errors, state
-from dap.server.access import guards
-from dap.server.documents import lifecycle, reading
+from dap.server.access import auth, guards
+from dap.server.catalog import Catalog, Resource, machines
+from dap.server.documents import idempotency, lifecycle, reading
 from dap.server.storage import db
+from dap.server.storage.workspaces import Workspace
 from dap.server.web import requests
+from dap.server.workflows import actions
 
 _CRUD = frozenset({"list", "find", "create", "update", "delete"})
 
@@ -27,15 +33,13 @@ async def record_action(request: web.Request) -> web.Response:
         raise errors.NotFound("no such entity is exposed over REST", code="SVC.ENTITY.NOT_FOUND")
     declared = resource.spec.action(action)
     access = guards.check(principal, resource, action)  # required_permission (403), hidden fields
-    if action not in lifecycle.MOVES or not resource.lifecycle:
-        if declared is not None and action not in _CRUD and not declared.disabled:
-            raise errors.NotImplementedHere(
-                f"action {action!r} needs the app-process bridge, which this server does not run",
-                code="SVC.ACTION.NOT_IMPLEMENTED",
-            )
-        raise errors.NotFound(f"{resource.key} has no action {action!r}", code="SVC.ACTION.NOT_FOUND")
     if declared is not None and declared.disabled:
         raise errors.NotFound(f"{resource.key} has disabled {action!r}", code="SVC.ACTION.NOT_FOUND")
+    plan = resource.workflow.get(action)
+    if plan is not None and action not in _CRUD and not (action in lifecycle.MOVES and resource.lifecycle):
+        return await _custom(request, workspace, principal, catalog, resource, access, plan)
+    if action not in lifecycle.MOVES or not resource.lifecycle:
+        raise errors.NotFound(f"{resource.key} has no action {action!r}", code="SVC.ACTION.NOT_FOUND")
     if not lifecycle.move_open(resource, action):
         raise errors.MethodNotAllowed(
             f"{resource.key} does not expose update, so {action} is closed",
@@ -52,6 +56,66 @@ async def record_action(request: web.Request) -> web.Response:
     return requests.reply(
         {"data": access.view(reading.present(resource, row, kids))},
         headers={"ETag": f'"{row["version"]}"'},
+    )
+
+
+async def _custom(
+    request: web.Request,
+    workspace: Workspace,
+    principal: auth.Principal,
+    catalog: Catalog,
+    resource: Resource,
+    access: guards.Access,
+    plan: machines.ActionPlan,
+) -> web.Response:
+    declared = plan.declared
+    if declared is not None and declared.expose and "rest" not in declared.expose:
+        raise errors.NotFound(
+            f"{resource.key} does not expose {plan.name!r} over REST", code="SVC.ACTION.NOT_FOUND"
+        )
+    handler = actions.runner(resource.key, plan)  # 501s before anything is read or counted
+    record_id = requests.parse_record_id(request)
+    expected = requests.if_match(request)
+    body = await requests.read_body(request) if request.body_exists else {}
+    params = actions.parse_params(plan, body)
+    keyed = None
+    if declared is not None and declared.idempotent:
+        header = declared.idempotency_key.header if declared.idempotency_key else idempotency.HEADER
+        raw = request.headers.get(header)
+        key = idempotency.key_of({idempotency.HEADER: raw}) if raw is not None else None
+        if key is not None:
+            keyed = (key, idempotency.fingerprint(principal.sub, request.path_qs, body))
+    tenant = workspace.tenant_id
+    call = actions.Call(
+        write=requests.write_of(request, principal, catalog, resource, tenant),
+        principal=principal,
+        access=access,
+        plan=plan,
+        record_id=record_id,
+        params=params,
+        expected=expected,
+        idempotency=keyed,
+    )
+
+    def render(outcome: actions.Outcome) -> idempotency.Answer:
+        data: dict[str, object] = {
+            "data": access.view(reading.present(resource, outcome.row, outcome.children)),
+            "result": outcome.result,
+        }
+        if outcome.moved is not None:
+            data["transition"] = {"from": outcome.moved[0], "to": outcome.moved[1]}
+        if outcome.event is not None:
+            data["event"] = str(outcome.event)
+        return idempotency.Answer(200, requests.dumps(data), {"ETag": f'"{outcome.row["version"]}"'})
+
+    async with db.connection(request.app[state.POOL]) as conn:
+        await actions.limit(
+            conn, resource.key, plan, tenant=tenant, sub=principal.sub, ip=request.remote or ""
+        )
+        answer = await actions.run(conn, call, handler, render)
+    request.app[state.CACHE].invalidate((resource.table.name, tenant, record_id))
+    return web.Response(
+        status=answer.status, text=answer.body, content_type="application/json", headers=answer.headers
     )
 
 

@@ -14,11 +14,12 @@ from typing import Any
 from aiohttp import web
 
 from dap import __version__
-from dap.server import state
+from dap.server import errors, state
 from dap.server.catalog import Catalog, Resource
 from dap.server.documents import lifecycle
 from dap.server.storage import tables
 from dap.server.web import filters, schemas
+from dap.server.workflows import actions
 
 PROBLEM = {
     "type": "object",
@@ -60,6 +61,12 @@ SUBMIT_PARAMETER = {
     "schema": {"type": "boolean"},
     "description": "true: create and submit in one call",
 }
+IF_MATCH = {
+    "name": "If-Match",
+    "in": "header",
+    "schema": {"type": "string", "pattern": '^(\\*|"[0-9]{1,18}")$'},
+    "description": 'the version in quotes, e.g. "3"',
+}
 TRAIL = {
     "application/json": {
         "schema": {
@@ -100,6 +107,70 @@ def _responses(ok: dict[str, Any], *errors_: int) -> dict[str, Any]:
     out = dict(ok)
     for status in (401, 404, *errors_):
         out[str(status)] = {"description": "problem document", "content": problem}
+    return out
+
+
+def _actions(
+    r: Resource, catalog: Catalog, tag: list[str], id_param: dict[str, Any], name: str
+) -> dict[str, Any]:
+    """``POST …/{id}/{action}`` of every custom action and transition (``web.moves``) that can run
+    here, with its params; one that would answer 501 (sidecar, script, an unregistered handler, an
+    approval gate, nothing to run) is left out, as the server does not serve it."""
+    out: dict[str, Any] = {}
+    for action, plan in sorted(r.workflow.items()):
+        declared = plan.declared
+        if declared is not None and (
+            declared.disabled or (declared.expose and "rest" not in declared.expose)
+        ):
+            continue
+        try:
+            actions.runner(r.key, plan)
+        except errors.NotImplementedHere:
+            continue
+        params = schemas.object_schema(tuple(plan.params.values()), r.module, catalog, for_input=True)
+        answer = {
+            "type": "object",
+            "properties": {
+                "data": {"$ref": f"#/components/schemas/{name}"},
+                "result": {"description": "what a native handler answered (null without one)"},
+                "transition": {
+                    "type": "object",
+                    "properties": {"from": {"type": "string"}, "to": {"type": "string"}},
+                },
+                "event": {"type": "string", "format": "uuid", "description": "the emitted event's id"},
+            },
+        }
+        summary = declared.description if declared is not None and declared.description else None
+        if plan.move is not None:
+            moves = f"moves {', '.join(plan.move.origins)} → {plan.move.to}"
+            summary = (
+                f"{summary} ({moves})" if summary else f"{action.replace('_', ' ').capitalize()}: {moves}"
+            )
+        parameters: list[dict[str, Any]] = [IF_MATCH]
+        if declared is not None and declared.idempotent:
+            header = declared.idempotency_key.header if declared.idempotency_key else "Idempotency-Key"
+            parameters.append({"name": header, "in": "header", "schema": {"type": "string"}})
+        out[f"/api/{r.module}/{r.name}/{{id}}/{action}"] = {
+            "parameters": [id_param],
+            "post": {
+                "operationId": f"{action}_{r.module}_{r.name}",
+                "tags": tag,
+                "summary": summary or f"{action.replace('_', ' ').capitalize()} {r.title}",
+                "parameters": parameters,
+                "requestBody": {"required": False, "content": {"application/json": {"schema": params}}},
+                "responses": _responses(
+                    {"200": {"description": "done", "content": {"application/json": {"schema": answer}}}},
+                    400,
+                    403,
+                    409,
+                    412,
+                    413,
+                    415,
+                    422,
+                    429,
+                ),
+            },
+        }
     return out
 
 
@@ -178,14 +249,7 @@ def document(catalog: Catalog, slug: str) -> dict[str, Any]:
                 "operationId": f"update_{r.module}_{r.name}",
                 "tags": tag,
                 "summary": f"Update {r.title}",
-                "parameters": [
-                    {
-                        "name": "If-Match",
-                        "in": "header",
-                        "schema": {"type": "string", "pattern": '^(\\*|"[0-9]{1,18}")$'},
-                        "description": 'the version in quotes, e.g. "3"',
-                    }
-                ],
+                "parameters": [IF_MATCH],
                 "requestBody": {
                     "required": True,
                     "content": {
@@ -238,6 +302,7 @@ def document(catalog: Catalog, slug: str) -> dict[str, Any]:
                         ),
                     },
                 }
+        paths.update(_actions(r, catalog, tag, id_param, name))
         if collection:
             paths[f"/api/{r.module}/{r.name}"] = collection
         if item:

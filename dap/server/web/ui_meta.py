@@ -19,10 +19,11 @@ from typing import Any
 
 from aiohttp import web
 
+from dap.config.entities import EntitySpec
 from dap.config.enums import NaturalKeyEntry
 from dap.config.fields import Field
 from dap.server import errors, state
-from dap.server.catalog import Catalog
+from dap.server.catalog import Catalog, Resource, machines
 from dap.server.storage import numbering, records, tables
 
 UI_SURFACE = "ui"
@@ -150,6 +151,34 @@ def entity_meta(catalog: Catalog, key: str) -> dict[str, Any]:
             }
             for a in spec.actions
             if not a.disabled
+        ],
+        "state_machine": _machine(spec, resource),
+    }
+
+
+def _machine(spec: EntitySpec, resource: Resource | None) -> dict[str, Any] | None:
+    """States and transitions, so that a UI can show the state and offer the actions that can run
+    from it (``field`` names the record's field holding it; ``params`` each action's inputs)."""
+    m = spec.state_machine
+    if m is None:
+        return None
+    workflow = resource.workflow if resource is not None else {}
+    return {
+        "field": machines.STATE,
+        "states": list(m.states),
+        "initial": machines.initial_of(m),
+        "transitions": [
+            {
+                "name": t.name,
+                "action": t.action or t.name,
+                "from": list(t.origins),
+                "to": t.to,
+                "approval": t.approval is not None,
+                "params": [p.name for p in workflow[t.action or t.name].params.values()]
+                if (t.action or t.name) in workflow
+                else [],
+            }
+            for t in m.transitions
         ],
     }
 

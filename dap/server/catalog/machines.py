@@ -1,0 +1,118 @@
+"""State machines and custom actions of each entity, compiled once per spec. Pure.
+
+The current state of an entity with a ``state_machine`` is an ordinary column named ``state``:
+:func:`with_state` adds a read-only ``enum`` field of that name (its values the declared states,
+its default the ``initial`` state) to the entity's fields before the tables are described, so the
+migration planner adds the column like any field's, records show it, list filters and ``sort``
+accept it, and OpenAPI and the UI metadata describe it, with no path of its own. The config
+validation refuses an entity that declares a field ``state`` beside a state machine.
+
+:func:`compile_actions` gives, per action name that a record action path may name beyond the
+standard ones, an :class:`ActionPlan`: the declaration (if any), the transition it requests (a
+transition without ``action`` is requested through an action named like the transition), its
+params as fields and its conditions compiled like the standard actions' guards
+(``plans.Condition``), so a request pays dictionary lookups. ``dap.server.workflows`` runs them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from dap.config.actions import Action
+from dap.config.entities import EntitySpec, StateMachine
+from dap.config.enums import FieldType
+from dap.config.fields import Field
+from dap.server.catalog import checking, plans
+
+STATE = "state"  # the field (and column) holding the current state
+
+
+def initial_of(machine: StateMachine) -> str:
+    """The state a new record starts in: ``initial``, else the first declared state."""
+    return machine.initial or machine.states[0]
+
+
+def state_field(machine: StateMachine) -> Field:
+    return Field(
+        name=STATE,
+        type=FieldType.ENUM,
+        enum_values=machine.states,
+        read_only=True,  # moved only by transitions, never by a body
+        default=initial_of(machine),
+        index=True,  # lists filter by state more than by anything else
+        description="Current state of the state machine; moved by its transitions' actions.",
+    )
+
+
+def with_state(spec: EntitySpec) -> EntitySpec:
+    """``spec`` with the ``state`` field of its state machine (unchanged without one)."""
+    machine = spec.state_machine
+    if machine is None or spec.field(STATE) is not None:
+        return spec
+    return spec.model_copy(update={"fields": (*spec.fields, state_field(machine))})
+
+
+@dataclass(frozen=True)
+class Move:
+    """One transition as a request sees it."""
+
+    name: str
+    origins: tuple[str, ...]
+    to: str
+    initial: str  # the state a record without one (created before the machine) counts as
+    gated: bool  # declares an approval gate (not run yet: answered 501)
+
+
+@dataclass(frozen=True)
+class ActionPlan:
+    name: str
+    declared: Action | None
+    move: Move | None
+    params: Mapping[str, Field] = field(default_factory=dict)
+    conditions: plans.Plan = plans.NOTHING  # only ``conditions[name]`` is set
+
+
+_STANDARD = frozenset({"list", "find", "create", "update", "delete", "submit", "cancel"})
+
+
+def _conditions(action: Action) -> plans.Plan:
+    if not action.conditions:
+        return plans.NOTHING
+    compiled = tuple(
+        plans.Condition(
+            checking.compile_expression(c.script or c.expression or ""),
+            c.message or f"the condition {c.script or c.expression} of {action.name} is not met",
+            c.field or action.name,
+        )
+        for c in action.conditions
+    )
+    return plans.Plan(plans.NOTHING.record, conditions=MappingProxyType({action.name: compiled}))
+
+
+def compile_actions(spec: EntitySpec) -> Mapping[str, ActionPlan]:
+    """Every custom action and transition of ``spec`` by the action name a request uses."""
+    moves: dict[str, Move] = {}
+    machine = spec.state_machine
+    if machine is not None:
+        initial = initial_of(machine)
+        for t in machine.transitions:
+            moves.setdefault(
+                t.action or t.name, Move(t.name, t.origins, t.to, initial, t.approval is not None)
+            )
+    out: dict[str, ActionPlan] = {}
+    for a in spec.actions:
+        if a.name in _STANDARD:
+            continue
+        params = {f.name: f for f in a.params.fields if not f.removed} if a.params else {}
+        out[a.name] = ActionPlan(a.name, a, moves.get(a.name), MappingProxyType(params), _conditions(a))
+    for name, move in moves.items():
+        if name not in out and name not in _STANDARD:
+            out[name] = ActionPlan(name, None, move)
+    return MappingProxyType(out)
+
+
+def allowed_from(plans_: Mapping[str, ActionPlan], state: str) -> list[str]:
+    """The actions whose transition can run from ``state`` (for the UI and for error messages)."""
+    return sorted(n for n, p in plans_.items() if p.move is not None and state in p.move.origins)
