@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import signal
@@ -117,17 +116,20 @@ async def wait_http(url: str, limit: float = 120.0) -> float:
 
 
 def _floor_dumps(value: Any) -> bytes:
-    def default(v: Any) -> Any:
-        return format(v, "f") if isinstance(v, Decimal) else str(v)
+    import orjson
 
-    return json.dumps(value, default=default, separators=(",", ":")).encode()
+    from dap.server.storage import db
+
+    return orjson.dumps(value, default=db.json_default)
 
 
 FLOOR_DUMPS = _floor_dumps
 
 
-def FLOOR_LOOP() -> asyncio.AbstractEventLoop:  # noqa: N802 -- a constant-like factory
-    return asyncio.new_event_loop()
+def FLOOR_LOOP() -> asyncio.AbstractEventLoop:  # noqa: N802 -- the loop dap serve runs on
+    from dap.server import loops
+
+    return loops.factory()()
 
 
 def baseline_main(port_: int, dsn: str, tenant: str) -> None:

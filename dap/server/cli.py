@@ -21,7 +21,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from dap import config, logs
-from dap.server import booting, errors, options
+from dap.server import booting, errors, loops, options
 from dap.server.catalog import Catalog
 from dap.server.storage import db, schema_sync
 
@@ -160,7 +160,7 @@ def serve(**raw: Any) -> None:
     except errors.BootRefused as exc:
         _refuse(str(exc), exc.exit_code)
     try:
-        asyncio.run(_serve(opts, staged))
+        loops.run(_serve(opts, staged))
     except errors.BootRefused as exc:
         _refuse(str(exc), exc.exit_code)
     except OSError as exc:  # address in use, permission denied

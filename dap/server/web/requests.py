@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from dap.server import errors, state
@@ -52,13 +53,28 @@ def parse_record_id(request: web.Request) -> uuid.UUID:
         raise errors.NotFound("no such record", code="SVC.RECORD.NOT_FOUND") from exc
 
 
+def encode(data: Any) -> bytes:
+    """The JSON of an answer, as the bytes sent: orjson where it can, the standard encoder where not.
+
+    orjson encodes a record several times faster than ``json`` and writes the same JSON for what
+    records hold (strings, numbers, booleans, lists, objects; ``Decimal`` through
+    ``db.json_default`` as exact strings). What it refuses -- integers past 64 bits from a jsonb
+    value, keys that are not strings -- goes to ``json.dumps``, which writes them as before.
+    """
+    try:
+        return orjson.dumps(data, default=db.json_default)
+    except TypeError:  # orjson.JSONEncodeError: see above
+        return json.dumps(data, default=db.json_default, separators=(",", ":")).encode()
+
+
 def dumps(data: Any) -> str:
-    return json.dumps(data, default=db.json_default, separators=(",", ":"))
+    """:func:`encode` as text (for answers stored as text, such as an ``Idempotency-Key``'s)."""
+    return encode(data).decode()
 
 
 def reply(data: Any, *, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
     return web.Response(
-        text=dumps(data), status=status, content_type="application/json", headers=dict(headers or {})
+        body=encode(data), status=status, content_type="application/json", headers=dict(headers or {})
     )
 
 
