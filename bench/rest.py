@@ -137,7 +137,7 @@ def baseline_main(port_: int, dsn: str, tenant: str) -> None:
 
     from dap import config
     from dap.server.catalog import Catalog
-    from dap.server.storage import sql
+    from dap.server.storage import db, sql
     from dap.server.web import filters
 
     catalog = Catalog.from_spec(config.load_files({"spec.yaml": SPEC}))
@@ -162,7 +162,8 @@ def baseline_main(port_: int, dsn: str, tenant: str) -> None:
 
     async def make() -> web.Application:
         app = web.Application()
-        app["pool"] = await asyncpg.create_pool(dsn, min_size=2, max_size=POOL)
+        # the pool's reset as dap's (see storage.db.keep_session): the ratio is dap's own work
+        app["pool"] = await asyncpg.create_pool(dsn, min_size=2, max_size=POOL, reset=db.keep_session)
         app.router.add_get("/default/api/bench/item", many)
         app.router.add_get("/default/api/bench/item/{id}", find)
         return app
@@ -258,8 +259,11 @@ async def load_rows(dsn: str, rows: int) -> tuple[str, list[str]]:
         await conn.close()
 
 
-def spawn_serve(spec: Path, dsn: str, port_: int, metrics_port: int | None = None) -> subprocess.Popen[bytes]:
+def spawn_serve(
+    spec: Path, dsn: str, port_: int, metrics_port: int | None = None, extra_env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DAP_")}
+    env.update(extra_env or {})
     env.update(
         {
             "DAP_DSN": dsn,
@@ -589,9 +593,9 @@ def profile(pid: int, base: str, paths: list[str], auth: dict[str, str], seconds
         for frame in set(frames):
             total[frame] += n
     lines = [f"profile of dap serve under find-by-id ({samples} samples, py-spy):", "  own time:"]
-    lines += [f"    {100 * n / samples:5.1f}%  {name})" for name, n in own.most_common(15)]
+    lines += [f"    {100 * n / samples:5.1f}%  {name})" for name, n in own.most_common(45)]
     lines.append("  including callees:")
-    lines += [f"    {100 * n / samples:5.1f}%  {name})" for name, n in total.most_common(30)]
+    lines += [f"    {100 * n / samples:5.1f}%  {name})" for name, n in total.most_common(80)]
     return "\n".join(lines)
 
 

@@ -7,7 +7,6 @@ that workspace (401) and reads the catalog reference once, in that order (:func:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import uuid
 from collections.abc import Mapping
@@ -39,9 +38,10 @@ async def resolve(
     header = request.headers.get("Authorization")
     if header is None and guards.open_to_anonymous(catalog, request.match_info, action):
         return workspace, guards.anonymous(workspace.slug), catalog
-    principal = request.app[state.VERIFIER].verify(auth.bearer_token(header), workspace=workspace.slug)
-    if principal.workspace is None:  # row scope and session values see the URL's workspace
-        principal = dataclasses.replace(principal, workspace=workspace.slug)
+    # bind: a token naming no workspace gets the URL's, which row scope and session values see
+    principal = request.app[state.VERIFIER].verify(
+        auth.bearer_token(header), workspace=workspace.slug, bind=True
+    )
     return workspace, principal, catalog
 
 
