@@ -39,9 +39,14 @@ CONNECTIONS = 32
 _SCRIPT = r"""
 local paths = {}
 for line in io.lines("%(paths)s") do paths[#paths + 1] = line end
+local bodies = {}
+for line in io.lines("%(bodies)s") do bodies[#bodies + 1] = line end
 %(headers)s
 math.randomseed(%(seed)d)
 request = function()
+  if #bodies > 0 then
+    return wrk.format("POST", paths[1], nil, bodies[math.random(#bodies)])
+  end
   return wrk.format("GET", paths[math.random(#paths)])
 end
 done = function(summary, latency, requests)
@@ -127,19 +132,28 @@ def load(
     headers: dict[str, str] | None = None,
     connections: int = CONNECTIONS,
     warm: float = 1.0,
+    bodies: Sequence[str] = (),
 ) -> Load:
-    """Drive ``base`` + a random one of ``paths`` for ``seconds`` (after ``warm`` seconds unmeasured)."""
+    """Drive ``base`` + a random one of ``paths`` for ``seconds`` (after ``warm`` seconds unmeasured).
+
+    With ``bodies`` (one-line JSON documents), every request is a POST to ``paths[0]`` with a
+    random one of them (a GraphQL peer).
+    """
     if wrk_path() is None:
-        return asyncio.run(_python_load(base, paths, seconds, headers or {}, connections, warm))
+        return asyncio.run(_python_load(base, paths, seconds, headers or {}, connections, warm, bodies))
     with tempfile.TemporaryDirectory(prefix="dap-wrk-") as tmp:
         paths_file = Path(tmp) / "paths.txt"
         paths_file.write_text("\n".join(paths) + "\n")
+        bodies_file = Path(tmp) / "bodies.txt"
+        bodies_file.write_text("".join(f"{b}\n" for b in bodies))
         header_lines = "\n".join(
             f"wrk.headers[{json.dumps(k)}] = {json.dumps(v)}" for k, v in (headers or {}).items()
         )
         script = Path(tmp) / "load.lua"
         seed = random.randrange(1 << 30)
-        script.write_text(_SCRIPT % {"paths": paths_file, "headers": header_lines, "seed": seed})
+        script.write_text(
+            _SCRIPT % {"paths": paths_file, "bodies": bodies_file, "headers": header_lines, "seed": seed}
+        )
         if warm > 0:
             _wrk(base, script, max(1, round(warm)), connections)
         return _wrk(base, script, max(1, round(seconds)), connections)
@@ -174,7 +188,13 @@ def _wrk(base: str, script: Path, seconds: int, connections: int) -> Load:
 
 
 async def _python_load(
-    base: str, paths: Sequence[str], seconds: float, headers: dict[str, str], connections: int, warm: float
+    base: str,
+    paths: Sequence[str],
+    seconds: float,
+    headers: dict[str, str],
+    connections: int,
+    warm: float,
+    bodies: Sequence[str] = (),
 ) -> Load:
     import aiohttp
 
@@ -189,7 +209,11 @@ async def _python_load(
             nonlocal errors, size
             while time.perf_counter() < until:
                 started = time.perf_counter()
-                async with http.get(base + random.choice(paths)) as resp:
+                if bodies:
+                    sent = http.post(base + paths[0], data=random.choice(bodies))
+                else:
+                    sent = http.get(base + random.choice(paths))
+                async with sent as resp:
                     body = await resp.read()
                 if record:
                     latencies.append(time.perf_counter() - started)
