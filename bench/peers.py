@@ -172,7 +172,9 @@ async def main(args: argparse.Namespace) -> int:
         spec.mkdir()
         (spec / "bench.yaml").write_text(rest.SPEC)
         api_port, floor_port, peer_port = rest.port(), rest.port(), rest.port()
-        serve = rest.spawn_serve(spec, dsn, api_port)
+        loop_env = {"DAP_EVENT_LOOP": args.event_loop} if args.event_loop else {}
+        os.environ.update(loop_env)  # the floor inherits it; dap serve is given it
+        serve = rest.spawn_serve(spec, dsn, api_port, extra_env=loop_env)
         procs.append(serve)
         await rest.wait_http(f"http://127.0.0.1:{api_port}/default/_ui/_meta/apps")
         print(f"loading {args.rows} rows ...", flush=True)
@@ -241,7 +243,8 @@ async def main(args: argparse.Namespace) -> int:
         print()
         print(
             f"peers: {args.rows} rows, {loadgen.generator()} with {loadgen.CONNECTIONS} connections, "
-            f"{args.rounds} interleaved rounds of {args.seconds}s (median, spread), auth on for dap only"
+            f"{args.rounds} interleaved rounds of {args.seconds}s (median, spread), auth on for dap only, "
+            f"event loop of dap and the floor: {args.event_loop or 'default (uvloop where installed)'}"
         )
         for name, by_target in results.items():
             for target, figure in by_target.items():
@@ -263,6 +266,9 @@ if __name__ == "__main__":
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--event-loop", choices=["asyncio"], help="run dap serve and the floor on asyncio's loop, not uvloop"
+    )
     parser.add_argument(
         "--quick", action="store_true", help="skipped: installs npm packages (make bench only)"
     )
