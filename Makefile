@@ -47,7 +47,11 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# wrk (Debian's package) drives the HTTP benchmarks; without it they fall back to a Python client
+# and say so (bench/loadgen.py).
 bench: $(STAMP) k8s
+	@command -v wrk >/dev/null || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+		apt-get update -qq && apt-get install -y -qq wrk >/dev/null; } || echo "wrk not installed: HTTP figures from a Python client"
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 # Every benchmark once, small and short, so that none can stop running unnoticed (make test).

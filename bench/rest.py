@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import signal
@@ -35,6 +34,7 @@ from typing import Any
 import aiohttp
 import asyncpg
 import jwt
+import loadgen
 
 ROOT = Path(__file__).resolve().parent.parent
 DAP = str(Path(sys.executable).parent / "dap")
@@ -111,6 +111,25 @@ async def wait_http(url: str, limit: float = 120.0) -> float:
 
 
 # --- baseline server (run in a child process) ------------------------------------------------
+# The floor runs on the event loop and with the JSON encoder that ``dap serve`` uses, so that the
+# ratio measures dap's own work and nothing a library choice would give either side.
+
+
+def _floor_dumps(value: Any) -> bytes:
+    import orjson
+
+    from dap.server.storage import db
+
+    return orjson.dumps(value, default=db.json_default)
+
+
+FLOOR_DUMPS = _floor_dumps
+
+
+def FLOOR_LOOP() -> asyncio.AbstractEventLoop:  # noqa: N802 -- the loop dap serve runs on
+    from dap.server import loops
+
+    return loops.factory()()
 
 
 def baseline_main(port_: int, dsn: str, tenant: str) -> None:
@@ -118,7 +137,7 @@ def baseline_main(port_: int, dsn: str, tenant: str) -> None:
 
     from dap import config
     from dap.server.catalog import Catalog
-    from dap.server.storage import sql
+    from dap.server.storage import db, sql
     from dap.server.web import filters
 
     catalog = Catalog.from_spec(config.load_files({"spec.yaml": SPEC}))
@@ -128,30 +147,28 @@ def baseline_main(port_: int, dsn: str, tenant: str) -> None:
     list_sql, list_args = sql.select_list(resource.table, filters.parse(resource, pairs), tenant_id, None)  # type: ignore[arg-type]
     one_sql, _ = sql.select_one(resource.table, tenant_id, uuid.uuid4())
 
-    def default(v: Any) -> Any:
-        return format(v, "f") if isinstance(v, Decimal) else str(v)
+    dumps = FLOOR_DUMPS
 
     async def find(request: web.Request) -> web.Response:
         async with request.app["pool"].acquire() as conn:
             row = await conn.fetchrow(one_sql, tenant_id, uuid.UUID(request.match_info["id"]))
-        return web.Response(
-            text=json.dumps({"data": dict(row)}, default=default), content_type="application/json"
-        )
+        return web.Response(body=dumps({"data": dict(row)}), content_type="application/json")
 
     async def many(request: web.Request) -> web.Response:
         async with request.app["pool"].acquire() as conn:
             rows = await conn.fetch(list_sql, *list_args)
         body = {"data": [dict(r) for r in rows], "limit": 50, "offset": 0, "total": None}
-        return web.Response(text=json.dumps(body, default=default), content_type="application/json")
+        return web.Response(body=dumps(body), content_type="application/json")
 
     async def make() -> web.Application:
         app = web.Application()
-        app["pool"] = await asyncpg.create_pool(dsn, min_size=2, max_size=POOL)
+        # the pool's reset as dap's (see storage.db.keep_session): the ratio is dap's own work
+        app["pool"] = await asyncpg.create_pool(dsn, min_size=2, max_size=POOL, reset=db.keep_session)
         app.router.add_get("/default/api/bench/item", many)
         app.router.add_get("/default/api/bench/item/{id}", find)
         return app
 
-    web.run_app(make(), host="127.0.0.1", port=port_, access_log=None, print=None)
+    web.run_app(make(), host="127.0.0.1", port=port_, access_log=None, print=None, loop=FLOOR_LOOP())
 
 
 # --- load generator ----------------------------------------------------------------------------
@@ -242,8 +259,11 @@ async def load_rows(dsn: str, rows: int) -> tuple[str, list[str]]:
         await conn.close()
 
 
-def spawn_serve(spec: Path, dsn: str, port_: int, metrics_port: int | None = None) -> subprocess.Popen[bytes]:
+def spawn_serve(
+    spec: Path, dsn: str, port_: int, metrics_port: int | None = None, extra_env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DAP_")}
+    env.update(extra_env or {})
     env.update(
         {
             "DAP_DSN": dsn,
@@ -446,16 +466,22 @@ async def documents_scenario(
 
 
 async def cache_scenario(
-    tmp: Path, dsn: str, uncached_port: int, ids: list[str], auth: dict[str, str], args: argparse.Namespace
-) -> subprocess.Popen[bytes]:
+    tmp: Path,
+    dsn: str,
+    ports: tuple[int, int],
+    ids: list[str],
+    auth: dict[str, str],
+    args: argparse.Namespace,
+) -> tuple[subprocess.Popen[bytes], list[str]]:
     """Find-by-id with ``cache: {ttl: 1h}`` against the same server without it, on the same rows.
 
     A second ``dap serve`` runs the spec with ``cache`` declared on ``bench/item`` (same table);
     every id is found once first, so the timed runs are hits: a freshness round trip on the
-    listener connection (shared by concurrent hits) instead of a pooled query. A B B A as above,
-    at ``--workers`` clients and at one client (where the round trip is not shared). Prints its
-    figures; returns the process for the caller to stop.
+    listener connection (shared by concurrent hits) instead of a pooled query. Interleaved rounds
+    with the floor's find as well, at ``--workers`` connections and at one (where the round trip
+    is not shared). Returns the process for the caller to stop, and the figures' lines.
     """
+    floor_port, uncached_port = ports
     spec = tmp / "spec-cached"
     spec.mkdir()
     (spec / "bench.yaml").write_text(SPEC.replace("  expose:", "  cache: {ttl: 1h}\n  expose:"))
@@ -468,32 +494,32 @@ async def cache_scenario(
             for _ in range(2):
                 async with http.get(f"{base}/{rid}") as resp:
                     await resp.read()
-    targets = {"uncached": uncached_port, "cached": cached_port}
-    lines = []
+    targets = {"floor": floor_port, "uncached": uncached_port, "cached": cached_port}
+    paths = [f"/default/api/bench/item/{i}" for i in ids]
+    lines = ["", "find-by-id cache (same rows; dap with the cache declared or not, and the floor):"]
     for workers in (args.workers, 1):
-        runs: dict[str, list[tuple[list[float], float, int]]] = {"uncached": [], "cached": []}
-        for target in ("uncached", "cached", "cached", "uncached"):
-            url = f"http://127.0.0.1:{targets[target]}/default/api/bench/item"
-            print(f"running cached-find scenario against {target}, {workers} client(s) ...", flush=True)
-            runs[target].append(
-                await drive(
-                    lambda url=url: f"{url}/{random.choice(ids)}",
-                    seconds=args.seconds / 2,
-                    workers=workers,
+        print(f"running cached find, {workers} connection(s) ...", flush=True)
+        got = loadgen.interleave(
+            {
+                name: lambda p=p, w=workers: loadgen.load(  # type: ignore[misc]
+                    f"http://127.0.0.1:{p}",
+                    paths,
+                    seconds=args.seconds,
                     headers=auth,
+                    connections=w,
+                    warm=WARM_SECONDS,
                 )
-            )
-        got = {target: summary(r) for target, r in runs.items()}
-        for target, r in got.items():
-            lines.append(
-                f"find {target:<9} {workers:>3} client(s) {r['rps']:>9.0f} req/s  p50 {r['p50_ms']:.2f} ms"
-                f"  p99 {r['p99_ms']:.2f} ms  errors {r['errors']:.0f}"
-            )
-        rps = got["cached"]["rps"] / got["uncached"]["rps"]
-        p50 = got["cached"]["p50_ms"] / got["uncached"]["p50_ms"]
-        lines.append(f"  cached/uncached, {workers} client(s): throughput {rps:.2f}x, p50 latency {p50:.2f}x")
-    print("\n".join(["", "find-by-id cache (same rows and dap; cache declared or not):", *lines]), flush=True)
-    return proc
+                for name, p in targets.items()
+            },
+            args.rounds,
+        )
+        lines += [figure.line(f"find {name} c={workers}") for name, figure in got.items()]
+        lines.append(
+            f"  c={workers}: cached/floor {loadgen.ratio(got['cached'], got['floor'])}, "
+            f"cached/uncached {loadgen.ratio(got['cached'], got['uncached'])}, "
+            f"uncached/floor {loadgen.ratio(got['uncached'], got['floor'])}"
+        )
+    return proc, lines
 
 
 async def boot_figures(server_dsn: str, tmp: Path, procs: list[subprocess.Popen[bytes]]) -> str:
@@ -526,6 +552,51 @@ async def boot_figures(server_dsn: str, tmp: Path, procs: list[subprocess.Popen[
         f"{reboot:.2f}s when they exist; Postgres creating the same tables once: {ddl:.2f}s, twice: "
         f"{2 * ddl:.2f}s; boot/(2 x DDL) = {boot / (2 * ddl):.2f} (rounds boot/DDL: {rounds})"
     )
+
+
+def profile(pid: int, base: str, paths: list[str], auth: dict[str, str], seconds: float) -> str:
+    """Where ``dap serve`` spends its time on find-by-id under load: py-spy samples the process
+    while ``wrk`` drives it; the top functions by own time and by time including callees."""
+    import shutil
+    import threading
+    from collections import Counter
+
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(spy).exists():
+        return "profile: py-spy not installed (pip install py-spy)"
+    out = Path(tempfile.mkdtemp(prefix="dap-prof-")) / "stacks.txt"
+    spy_seconds = max(2, int(seconds))
+    record = subprocess.Popen(
+        [spy, "record", "-p", str(pid), "-d", str(spy_seconds), "-r", "250", "-f", "raw", "-o", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    driver = threading.Thread(
+        target=loadgen.load,
+        args=(base, paths),
+        kwargs={"seconds": spy_seconds + 1, "headers": auth, "warm": 0},
+    )
+    driver.start()
+    record.wait()
+    driver.join()
+    own: Counter[str] = Counter()
+    total: Counter[str] = Counter()
+    samples = 0
+    for line in out.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = [
+            f.split(" (")[0] + " (" + f.split(" (")[-1].split(":")[0].split("/")[-1] for f in stack.split(";")
+        ]
+        n = int(count)
+        samples += n
+        own[frames[-1]] += n
+        for frame in set(frames):
+            total[frame] += n
+    lines = [f"profile of dap serve under find-by-id ({samples} samples, py-spy):", "  own time:"]
+    lines += [f"    {100 * n / samples:5.1f}%  {name})" for name, n in own.most_common(45)]
+    lines.append("  including callees:")
+    lines += [f"    {100 * n / samples:5.1f}%  {name})" for name, n in total.most_common(80)]
+    return "\n".join(lines)
 
 
 def start_postgres(tmp: Path) -> tuple[str, Any]:
@@ -564,8 +635,10 @@ async def main(args: argparse.Namespace) -> int:
     procs: list[subprocess.Popen[bytes]] = []
     try:
         # boots first, while Postgres is quiet (no autovacuum or checkpoint after the load runs)
-        print("measuring boots of a 300-entity spec ...", flush=True)
-        boot_line = await boot_figures(server_dsn, tmp, procs)
+        boot_line = ""
+        if not args.reads:
+            print("measuring boots of a 300-entity spec ...", flush=True)
+            boot_line = await boot_figures(server_dsn, tmp, procs)
         dsn = await new_database(server_dsn)
         spec = tmp / "spec"
         spec.mkdir()
@@ -593,58 +666,64 @@ async def main(args: argparse.Namespace) -> int:
             algorithm="HS256",
         )
         auth = {"Authorization": f"Bearer {token}"}
-        results: dict[str, dict[str, dict[str, float]]] = {}
-        targets = {"baseline": (base_port, {}), "dap": (api_port, auth)}
-        # A B B A: each target runs twice for half the time, so drift of a shared machine
-        # (other processes, Postgres autovacuum) weighs on both sides alike
-        order = ("baseline", "dap", "dap", "baseline")
-        for scenario in ("find", "list"):
-            runs: dict[str, list[tuple[list[float], float, int]]] = {"baseline": [], "dap": []}
-            for target in order:
-                p, headers = targets[target]
-                base = f"http://127.0.0.1:{p}/default/api/bench/item"
-
-                def url_of(base: str = base, scenario: str = scenario) -> str:
-                    return f"{base}/{random.choice(ids)}" if scenario == "find" else f"{base}?{LIST_QUERY}"
-
-                print(f"running {scenario} against {target} for {args.seconds / 2}s ...", flush=True)
-                runs[target].append(
-                    await drive(url_of, seconds=args.seconds / 2, workers=args.workers, headers=headers)
-                )
-            results[scenario] = {target: summary(r) for target, r in runs.items()}
+        print(f"read scenarios, load generator: {loadgen.generator()}", flush=True)
+        item = "/default/api/bench/item"
+        find_paths = [f"{item}/{i}" for i in ids]
+        list_paths = [f"{item}?{LIST_QUERY}"]
+        base_url, api_url = f"http://127.0.0.1:{base_port}", f"http://127.0.0.1:{api_port}"
+        results: dict[str, dict[str, loadgen.Figure]] = {}
+        for scenario, paths in (("find", find_paths), ("list", list_paths)):
+            print(f"running {scenario}: {args.rounds} rounds of {args.seconds}s per target ...", flush=True)
+            results[scenario] = loadgen.interleave(
+                {
+                    "floor": lambda p=paths: loadgen.load(  # type: ignore[misc]
+                        base_url, p, seconds=args.seconds, connections=args.workers, warm=WARM_SECONDS
+                    ),
+                    "dap": lambda p=paths: loadgen.load(  # type: ignore[misc]
+                        api_url,
+                        p,
+                        seconds=args.seconds,
+                        headers=auth,
+                        connections=args.workers,
+                        warm=WARM_SECONDS,
+                    ),
+                },
+                args.rounds,
+            )
+        if args.profile:
+            print(profile(serve.pid, api_url, find_paths, auth, args.seconds), flush=True)
         server_rss = rss_mib(serve.pid)
         baseline_rss = rss_mib(baseline.pid)
-        procs.append(await cache_scenario(tmp, dsn, api_port, ids, auth, args))  # find-by-id cache
-        document_lines, document_failures = await documents_scenario(dsn, api_port, ids, args)
+        cached_proc, cache_lines = await cache_scenario(tmp, dsn, (base_port, api_port), ids, auth, args)
+        procs.append(cached_proc)
+        document_lines, document_failures = [], 0
+        if not args.reads:
+            document_lines, document_failures = await documents_scenario(dsn, api_port, ids, args)
 
         print()
         print(
-            f"REST benchmark: {args.rows} rows, {args.workers} concurrent clients, "
-            f"{args.seconds}s per target (two halves, order A B B A), "
-            f"pool size {POOL}, loopback, {os.cpu_count()} CPUs shared by client, servers and Postgres"
+            f"REST benchmark: {args.rows} rows, {loadgen.generator()} with {args.workers} connections, "
+            f"{args.rounds} interleaved rounds of {args.seconds}s per target (median, spread min-max), "
+            f"pool size {POOL}, loopback, {os.cpu_count()} CPUs shared by generator, servers and Postgres"
         )
-        print(f"{'scenario':<8} {'target':<9} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}")
         for scenario, by_target in results.items():
-            for target, r in by_target.items():
-                print(
-                    f"{scenario:<8} {target:<9} {r['rps']:>9.0f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} "
-                    f"{r['errors']:>7.0f}"
-                )
-        find_ratio = results["find"]["dap"]["rps"] / results["find"]["baseline"]["rps"]
-        find_p99 = results["find"]["dap"]["p99_ms"] / results["find"]["baseline"]["p99_ms"]
-        list_ratio = results["list"]["dap"]["rps"] / results["list"]["baseline"]["rps"]
-        print(f"find-by-id throughput ratio dap/baseline: {find_ratio:.2f}x (target >= 0.70x)")
-        print(f"find-by-id p99 ratio dap/baseline:        {find_p99:.2f}x (target <= 2.00x)")
-        print(
-            f"filtered sorted list throughput ratio:    {list_ratio:.2f}x (target >= 0.60x)  [{LIST_QUERY}]"
-        )
+            for target, figure in by_target.items():
+                print(figure.line(f"{scenario} {target}"))
+        find_ratio = loadgen.ratio(results["find"]["dap"], results["find"]["floor"])
+        find_p99 = results["find"]["dap"].p99_ms / results["find"]["floor"].p99_ms
+        list_ratio = loadgen.ratio(results["list"]["dap"], results["list"]["floor"])
+        print(f"find-by-id throughput dap/floor:  {find_ratio} (target >= 0.90x)")
+        print(f"find-by-id p99 dap/floor:         {find_p99:.2f}x")
+        print(f"filtered sorted page dap/floor:   {list_ratio}  [{LIST_QUERY}]")
+        print("\n".join(cache_lines))
         print(
             f"server RSS after the run: {server_rss:.1f} MiB (target < 150 MiB); "
-            f"baseline RSS {baseline_rss:.1f} MiB"
+            f"floor RSS {baseline_rss:.1f} MiB"
         )
-        print(boot_line)
+        if boot_line:
+            print(boot_line)
         print("\n".join(document_lines))
-        failed = any(r["errors"] for by in results.values() for r in by.values()) or document_failures
+        failed = any(f.errors for by in results.values() for f in by.values()) or document_failures
         return 1 if failed else 0
     finally:
         clean_up(procs, server)
@@ -656,7 +735,10 @@ if __name__ == "__main__":
         sys.exit(0)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=100_000)
-    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--seconds", type=float, default=5.0, help="seconds per target and round")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the read scenarios")
+    parser.add_argument("--reads", action="store_true", help="only the read scenarios (find, list, cache)")
+    parser.add_argument("--profile", action="store_true", help="py-spy profile of dap serve under find-by-id")
     parser.add_argument("--workers", type=int, default=32)
     parser.add_argument("--boot-only", action="store_true", help="measure only the 300-entity boot")
     parser.add_argument(
@@ -664,6 +746,6 @@ if __name__ == "__main__":
     )
     parsed = parser.parse_args()
     if parsed.quick:  # 2000 rows: enough drafts for the submits of the document scenario
-        parsed.rows, parsed.seconds, parsed.workers = 2000, 0.2, 4
+        parsed.rows, parsed.seconds, parsed.workers, parsed.rounds = 2000, 0.2, 4, 1
         BOOT_ENTITIES, BOOT_ROUNDS, WARM_SECONDS, FIND_IDS = 10, 1, 0.05, 200
     sys.exit(asyncio.run(boot_only() if parsed.boot_only else main(parsed)))

@@ -25,7 +25,7 @@ from dap.config import names
 from dap.resource_pod import errors, hosting, settings, tokens, verifying
 from dap.server import cli as server_cli
 from dap.server import errors as server_errors
-from dap.server import options
+from dap.server import loops, options
 
 DEV_STATE_DIR = Path(".dap") / "pod"
 PROD_STATE_DIR = Path("/tmp") / "dap-pod"  # the operator mounts an emptyDir at /tmp
@@ -124,7 +124,7 @@ def pod(**raw: Any) -> None:
     except (errors.ConfigError, server_errors.BootRefused, embedded.EmbeddedPostgresError) as exc:
         _refuse(str(exc), getattr(exc, "exit_code", 1))
     try:
-        asyncio.run(_run(opts, config))
+        loops.run(_run(opts, config))
     except (errors.PodError, server_errors.BootRefused) as exc:
         _refuse(str(exc), getattr(exc, "exit_code", 1))
     except OSError as exc:

@@ -20,7 +20,7 @@ point down only (import-linter's ``layers`` contract in pyproject.toml says the 
     access/        who may do what: JWT, permissions, row and create scope, guards, accounts
     catalog/       the loaded spec compiled once: resources, derivation plans, grants, expressions
     storage/       Postgres: pool, tables, migrations, SQL, records, registries, find cache
-    options, metrics, errors                                               (root, bottom)
+    options, metrics, loops, errors                                        (root, bottom)
 
 The app-process bridge lives beside this package in ``dap/bridge/`` and calls these faces only.
 """

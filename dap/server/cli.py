@@ -9,6 +9,7 @@ caught here; anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -21,7 +22,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from dap import config, logs
-from dap.server import booting, errors, options
+from dap.server import booting, errors, loops, options
 from dap.server.catalog import Catalog
 from dap.server.storage import db, schema_sync
 
@@ -160,7 +161,7 @@ def serve(**raw: Any) -> None:
     except errors.BootRefused as exc:
         _refuse(str(exc), exc.exit_code)
     try:
-        asyncio.run(_serve(opts, staged))
+        loops.run(_serve(opts, staged))
     except errors.BootRefused as exc:
         _refuse(str(exc), exc.exit_code)
     except OSError as exc:  # address in use, permission denied
@@ -197,6 +198,10 @@ async def _serve(opts: options.ServeOptions, staged: StagedCatalog) -> None:
         await server.stop()
         raise
     click.echo(f"{server.banner()} (ready in {time.perf_counter() - started:.2f}s)", err=True)
+    # everything built so far (catalog, modules, the app) lives as long as the process: moved out of
+    # the collector's sight, a collection under load scans only what requests create
+    gc.collect()
+    gc.freeze()
     await stop.wait()
     click.echo("dap serve: shutting down (finishing in-flight requests)", err=True)
     await server.stop()

@@ -190,3 +190,27 @@ def test_cached_tokens_keep_every_check() -> None:
     time.sleep(1.1)
     with pytest.raises(errors.Unauthorized):
         verifier.verify(short, workspace="w")
+
+
+def test_a_token_without_workspace_is_bound_to_the_urls_and_expires_with_it() -> None:
+    verifier = auth.JwtVerifier(issuer=ISSUER, secret=SECRET)
+    plain = token(ttl=1)
+    first = verifier.verify(plain, workspace="acme", bind=True)
+    assert first.workspace == "acme"
+    assert verifier.verify(plain, workspace="acme", bind=True) is first  # kept, not rebuilt
+    assert verifier.verify(plain, workspace="beta", bind=True).workspace == "beta"
+    assert verifier.verify(plain, workspace="acme").workspace is None  # unbound unless asked
+    time.sleep(1.1)
+    with pytest.raises(errors.Unauthorized):  # the bound principal never outlives the token
+        verifier.verify(plain, workspace="acme", bind=True)
+
+
+def test_a_rotated_key_is_a_new_verifier_that_trusts_nothing_cached() -> None:
+    old = auth.JwtVerifier(issuer=ISSUER, secret=SECRET)
+    signed = token()
+    old.verify(signed, workspace="w", bind=True)
+    rotated = auth.JwtVerifier(
+        issuer=ISSUER, secret="another-secret-another-secret-another-secret-0123456789abcdef"
+    )
+    with pytest.raises(errors.Unauthorized):
+        rotated.verify(signed, workspace="w", bind=True)

@@ -187,7 +187,7 @@ def _key(table: str = "t", tenant: uuid.UUID | None = None) -> caching.Key:
 
 
 def _put(
-    cache: caching.FindCache, key: caching.Key, epoch: int, body: str = "b", catalog: Any = None
+    cache: caching.FindCache, key: caching.Key, epoch: int, body: bytes = b"b", catalog: Any = None
 ) -> None:
     cache.put(key, epoch=epoch, ttl=10, catalog=catalog, body=body, etag='"1"')
 

@@ -10,6 +10,7 @@ pyjwt error becomes :class:`~dap.server.errors.Unauthorized`.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +45,7 @@ class JwtVerifier:
         self.issuer = issuer
         self._secret = secret
         self._cache: dict[str, tuple[float, Principal]] = {}
+        self._bound: dict[tuple[str, str], Principal] = {}  # verified principals with the URL's workspace
         self._key: Any
         if secret is not None:
             self.algorithm = "HS256"
@@ -67,11 +69,15 @@ class JwtVerifier:
         """Whether this server holds the HS256 secret and may issue tokens (``/_ui/login``)."""
         return self._secret is not None
 
-    def verify(self, token: str, *, workspace: str) -> Principal:
+    def verify(self, token: str, *, workspace: str, bind: bool = False) -> Principal:
         """Decode ``token`` and check it for the workspace ``workspace``; raise ``Unauthorized``.
 
         A verified token is remembered until its ``exp`` (signature checks dominate the cost of a
-        find-by-id); the cache is bounded and only ever holds tokens that passed every check.
+        find-by-id); the cache is bounded (emptied when full) and only ever holds tokens that
+        passed every check with this verifier's one key. A key is fixed for the verifier's life:
+        a rotated key is a new verifier (a restart, or the pod's new server), with an empty cache,
+        so no token verified under an old key is ever taken from it. ``bind`` gives a token that
+        names no workspace the URL's one (row scope and session values see it), also kept.
         """
         hit = self._cache.get(token)
         if hit is not None and hit[0] > time.time():
@@ -80,11 +86,19 @@ class JwtVerifier:
             principal, expires = self._decode(token)
             if len(self._cache) >= CACHE_SIZE:
                 self._cache.clear()
+                self._bound.clear()
             self._cache[token] = (expires, principal)
         if principal.workspace is not None and principal.workspace != workspace:
             raise errors.Unauthorized(
                 "the token was issued for another workspace", code="SVC.AUTH.WRONG_WORKSPACE"
             )
+        if bind and principal.workspace is None:  # only reached while the token's entry is valid
+            bound = self._bound.get((token, workspace))
+            if bound is None:
+                if len(self._bound) >= CACHE_SIZE:
+                    self._bound.clear()
+                bound = self._bound[(token, workspace)] = dataclasses.replace(principal, workspace=workspace)
+            return bound
         return principal
 
     def _decode(self, token: str) -> tuple[Principal, float]:

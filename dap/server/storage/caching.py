@@ -117,7 +117,7 @@ def parse(payload: str) -> tuple[str, uuid.UUID, uuid.UUID | None] | None:
 class Entry:
     expires: float
     catalog: Any  # the Catalog the body was rendered from (compared by identity)
-    body: str
+    body: bytes  # the encoded JSON, sent as it is
     etag: str
 
 
@@ -167,7 +167,7 @@ class FindCache:
         self.hits += entry is not None
         return entry
 
-    def put(self, key: Key, *, epoch: int, ttl: float, catalog: Any, body: str, etag: str) -> None:
+    def put(self, key: Key, *, epoch: int, ttl: float, catalog: Any, body: bytes, etag: str) -> None:
         """Store an answer read after ``epoch`` unless something it covers was invalidated since."""
         if not self._live or epoch < self._floor or self._records.get(key, 0) > epoch:
             return

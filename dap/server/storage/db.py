@@ -66,25 +66,55 @@ async def _init_connection(conn: asyncpg.Connection[asyncpg.Record]) -> None:
         await conn.set_type_codec(kind, encoder=_encode, decoder=json.loads, schema="pg_catalog")
 
 
+async def keep_session(conn: asyncpg.Connection[asyncpg.Record]) -> None:
+    """The pool's reset of a released connection: nothing beyond what asyncpg always does.
+
+    asyncpg always rolls back a transaction left open and drops listener callbacks; its default
+    reset then sends one more statement per release (``pg_advisory_unlock_all(); CLOSE ALL;
+    UNLISTEN *; RESET ALL``), a round trip to Postgres on every request (about 7% of a
+    find-by-id's time in the server, and Postgres's own work besides: docs/performance.md). The
+    server never leaves session state on a pooled connection -- advisory locks are
+    ``pg_advisory_xact_lock``, settings ``SET LOCAL``, ``LISTEN`` runs on the find cache's own
+    connection, cursors live in transactions -- so there is nothing for that statement to undo
+    (``tests/server/test_pool.py`` keeps the code to that rule).
+    """
+
+
 async def open_pool(dsn: str, size: int) -> asyncpg.Pool[asyncpg.Record]:
     """The process's one pool; an unreachable or refusing Postgres refuses the boot."""
     try:
-        pool = await asyncpg.create_pool(dsn, min_size=min(2, size), max_size=size, init=_init_connection)
+        pool = await asyncpg.create_pool(
+            dsn, min_size=min(2, size), max_size=size, init=_init_connection, reset=keep_session
+        )
     except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         raise errors.BootRefused(f"cannot connect to Postgres: {exc.__class__.__name__}: {exc}") from exc
     assert pool is not None
     return pool
 
 
-@contextlib.asynccontextmanager
-async def connection(pool: asyncpg.Pool[asyncpg.Record]) -> AsyncIterator[Connection]:
-    """A connection of the pool, given back without ever failing the request that used it."""
-    conn = await pool.acquire()
-    try:
-        yield conn
-    finally:
+class connection:  # noqa: N801 -- used as a function: ``async with db.connection(pool) as conn``
+    """A connection of the pool, given back without ever failing the request that used it.
+
+    A class rather than an ``asynccontextmanager`` generator: every request enters one, and the
+    generator's machinery costs more than the acquire itself.
+    """
+
+    __slots__ = ("_conn", "_pool")
+
+    def __init__(self, pool: asyncpg.Pool[asyncpg.Record]) -> None:
+        self._pool = pool
+        self._conn: PoolConnectionProxy[asyncpg.Record] | None = None
+
+    async def __aenter__(self) -> Connection:
+        self._conn = await self._pool.acquire()
+        return self._conn
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
         try:
-            await pool.release(conn)
+            await self._pool.release(conn)
         except Exception as exc:  # asyncpg terminated it: the pool opens a new one when needed
             log.warning("dropped a connection that broke after its request: %s", exc.__class__.__name__)
 

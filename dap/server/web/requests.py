@@ -7,13 +7,13 @@ that workspace (401) and reads the catalog reference once, in that order (:func:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import uuid
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from dap.server import errors, state
@@ -38,9 +38,10 @@ async def resolve(
     header = request.headers.get("Authorization")
     if header is None and guards.open_to_anonymous(catalog, request.match_info, action):
         return workspace, guards.anonymous(workspace.slug), catalog
-    principal = request.app[state.VERIFIER].verify(auth.bearer_token(header), workspace=workspace.slug)
-    if principal.workspace is None:  # row scope and session values see the URL's workspace
-        principal = dataclasses.replace(principal, workspace=workspace.slug)
+    # bind: a token naming no workspace gets the URL's, which row scope and session values see
+    principal = request.app[state.VERIFIER].verify(
+        auth.bearer_token(header), workspace=workspace.slug, bind=True
+    )
     return workspace, principal, catalog
 
 
@@ -52,13 +53,28 @@ def parse_record_id(request: web.Request) -> uuid.UUID:
         raise errors.NotFound("no such record", code="SVC.RECORD.NOT_FOUND") from exc
 
 
+def encode(data: Any) -> bytes:
+    """The JSON of an answer, as the bytes sent: orjson where it can, the standard encoder where not.
+
+    orjson encodes a record several times faster than ``json`` and writes the same JSON for what
+    records hold (strings, numbers, booleans, lists, objects; ``Decimal`` through
+    ``db.json_default`` as exact strings). What it refuses -- integers past 64 bits from a jsonb
+    value, keys that are not strings -- goes to ``json.dumps``, which writes them as before.
+    """
+    try:
+        return orjson.dumps(data, default=db.json_default)
+    except TypeError:  # orjson.JSONEncodeError: see above
+        return json.dumps(data, default=db.json_default, separators=(",", ":")).encode()
+
+
 def dumps(data: Any) -> str:
-    return json.dumps(data, default=db.json_default, separators=(",", ":"))
+    """:func:`encode` as text (for answers stored as text, such as an ``Idempotency-Key``'s)."""
+    return encode(data).decode()
 
 
 def reply(data: Any, *, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
     return web.Response(
-        text=dumps(data), status=status, content_type="application/json", headers=dict(headers or {})
+        body=encode(data), status=status, content_type="application/json", headers=dict(headers or {})
     )
 
 

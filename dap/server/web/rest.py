@@ -105,7 +105,7 @@ async def find_record(request: web.Request) -> web.Response:
     epoch = cache.epoch
     ttl = None if access.narrowed else resource.cache_ttl  # a narrowed view is neither served nor kept
     if ttl is not None and (hit := await cache.lookup(key, catalog)) is not None:
-        return web.Response(text=hit.body, content_type="application/json", headers={"ETag": hit.etag})
+        return web.Response(body=hit.body, content_type="application/json", headers={"ETag": hit.etag})
     async with db.connection(request.app[state.POOL]) as conn:
         row = await guards.select_record(conn, resource, workspace.tenant_id, record_id, principal=principal)
         kids = (
@@ -114,12 +114,12 @@ async def find_record(request: web.Request) -> web.Response:
             else {}
         )
     body, etag = (
-        requests.dumps({"data": access.view(reading.present(resource, row, kids.get(record_id)))}),
+        requests.encode({"data": access.view(reading.present(resource, row, kids.get(record_id)))}),
         f'"{row["version"]}"',
     )
     if ttl is not None:
         cache.put(key, epoch=epoch, ttl=ttl, catalog=catalog, body=body, etag=etag)
-    return web.Response(text=body, content_type="application/json", headers={"ETag": etag})
+    return web.Response(body=body, content_type="application/json", headers={"ETag": etag})
 
 
 async def create_record(request: web.Request) -> web.Response:

@@ -1,0 +1,303 @@
+"""HTTP load the way peers measure it: an external load generator (``wrk``), interleaved rounds.
+
+    .venv/bin/python bench/loadgen.py --quick     # self-check: drives a tiny local server
+
+Other benchmarks import this module (``bench/rest.py``, ``bench/peers.py``); it is not called
+``http.py``, which would shadow the standard library's ``http`` for every script run from
+``bench/``. A Python client in the same process budget as the servers compresses every ratio (it
+spends a core of its own on HTTP parsing), so figures come from ``wrk`` (Debian's package;
+``make bench`` installs it when missing). Where ``wrk`` cannot be had, an in-process aiohttp
+client takes its place and every figure says so.
+
+:func:`load` runs one measurement: ``wrk`` picks a path at random from a list for every request
+(a Lua script), sends the given headers, and prints its summary (requests, errors, non-2xx,
+bytes, p50 and p99 from its latency histogram) as one JSON line that is parsed here.
+:func:`interleave` runs several targets round by round, rotating who goes first, so a drift of
+the shared machine (autovacuum, other processes) weighs on every target alike; :func:`Figure`
+gives the median and the spread (min-max) of the rounds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+THREADS = 1  # wrk threads: one core for the generator, the rest for servers and Postgres
+CONNECTIONS = 32
+
+_SCRIPT = r"""
+local paths = {}
+for line in io.lines("%(paths)s") do paths[#paths + 1] = line end
+local bodies = {}
+for line in io.lines("%(bodies)s") do bodies[#bodies + 1] = line end
+%(headers)s
+math.randomseed(%(seed)d)
+request = function()
+  if #bodies > 0 then
+    return wrk.format("POST", paths[1], nil, bodies[math.random(#bodies)])
+  end
+  return wrk.format("GET", paths[math.random(#paths)])
+end
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    'DAPJSON {"requests":%%d,"duration_us":%%d,"errors":%%d,"non2xx":%%d,"bytes":%%d,' ..
+    '"p50_us":%%d,"p99_us":%%d}\n',
+    summary.requests, summary.duration, e.connect + e.read + e.write + e.timeout, e.status,
+    summary.bytes, latency:percentile(50), latency:percentile(99)))
+end
+"""
+
+
+@dataclass(frozen=True)
+class Load:
+    """One measured run against one target."""
+
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    errors: int  # transport errors and answers other than 2xx
+    bytes_per_response: float
+    generator: str  # "wrk" or "python (fallback)"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """The rounds of one target: median throughput and latencies, and the throughput spread."""
+
+    runs: tuple[Load, ...]
+
+    @property
+    def rps(self) -> float:
+        return statistics.median(r.rps for r in self.runs)
+
+    @property
+    def spread(self) -> tuple[float, float]:
+        return min(r.rps for r in self.runs), max(r.rps for r in self.runs)
+
+    @property
+    def p50_ms(self) -> float:
+        return statistics.median(r.p50_ms for r in self.runs)
+
+    @property
+    def p99_ms(self) -> float:
+        return statistics.median(r.p99_ms for r in self.runs)
+
+    @property
+    def errors(self) -> int:
+        return sum(r.errors for r in self.runs)
+
+    @property
+    def bytes_per_response(self) -> float:
+        return statistics.median(r.bytes_per_response for r in self.runs)
+
+    def line(self, name: str) -> str:
+        low, high = self.spread
+        return (
+            f"{name:<22} {self.rps:>8.0f} req/s ({low:.0f}-{high:.0f})  p50 {self.p50_ms:>6.2f} ms"
+            f"  p99 {self.p99_ms:>6.2f} ms  {self.bytes_per_response:>6.0f} B/resp  errors {self.errors}"
+        )
+
+
+def ratio(a: Figure, b: Figure) -> str:
+    """``a``/``b`` as the median ratio and the range over paired rounds (same round, same machine)."""
+    pairs = [x.rps / y.rps for x, y in zip(a.runs, b.runs, strict=True)]
+    return f"{a.rps / b.rps:.2f}x (rounds {min(pairs):.2f}-{max(pairs):.2f})"
+
+
+def wrk_path() -> str | None:
+    return shutil.which("wrk")
+
+
+def generator() -> str:
+    return "wrk" if wrk_path() else "python (fallback: wrk not installed, ratios are compressed)"
+
+
+def load(
+    base: str,
+    paths: Sequence[str],
+    *,
+    seconds: float,
+    headers: dict[str, str] | None = None,
+    connections: int = CONNECTIONS,
+    warm: float = 1.0,
+    bodies: Sequence[str] = (),
+) -> Load:
+    """Drive ``base`` + a random one of ``paths`` for ``seconds`` (after ``warm`` seconds unmeasured).
+
+    With ``bodies`` (one-line JSON documents), every request is a POST to ``paths[0]`` with a
+    random one of them (a GraphQL peer).
+    """
+    if wrk_path() is None:
+        return asyncio.run(_python_load(base, paths, seconds, headers or {}, connections, warm, bodies))
+    with tempfile.TemporaryDirectory(prefix="dap-wrk-") as tmp:
+        paths_file = Path(tmp) / "paths.txt"
+        paths_file.write_text("\n".join(paths) + "\n")
+        bodies_file = Path(tmp) / "bodies.txt"
+        bodies_file.write_text("".join(f"{b}\n" for b in bodies))
+        header_lines = "\n".join(
+            f"wrk.headers[{json.dumps(k)}] = {json.dumps(v)}" for k, v in (headers or {}).items()
+        )
+        script = Path(tmp) / "load.lua"
+        seed = random.randrange(1 << 30)
+        script.write_text(
+            _SCRIPT % {"paths": paths_file, "bodies": bodies_file, "headers": header_lines, "seed": seed}
+        )
+        if warm > 0:
+            _wrk(base, script, max(1, round(warm)), connections)
+        return _wrk(base, script, max(1, round(seconds)), connections)
+
+
+def _wrk(base: str, script: Path, seconds: int, connections: int) -> Load:
+    command = [
+        str(wrk_path()),
+        f"-t{THREADS}",
+        f"-c{connections}",
+        f"-d{seconds}s",
+        "--timeout",
+        "10s",
+        "-s",
+        str(script),
+        base,
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 60, check=False)
+    line = next((x for x in done.stdout.splitlines() if x.startswith("DAPJSON ")), None)
+    if line is None:
+        raise RuntimeError(f"wrk printed no summary: {done.stdout[-500:]} {done.stderr[-500:]}")
+    got = json.loads(line.removeprefix("DAPJSON "))
+    requests = max(got["requests"], 1)
+    return Load(
+        rps=got["requests"] / (got["duration_us"] / 1e6),
+        p50_ms=got["p50_us"] / 1000,
+        p99_ms=got["p99_us"] / 1000,
+        errors=got["errors"] + got["non2xx"],
+        bytes_per_response=got["bytes"] / requests,
+        generator="wrk",
+    )
+
+
+async def _python_load(
+    base: str,
+    paths: Sequence[str],
+    seconds: float,
+    headers: dict[str, str],
+    connections: int,
+    warm: float,
+    bodies: Sequence[str] = (),
+) -> Load:
+    import aiohttp
+
+    latencies: list[float] = []
+    errors = 0
+    size = 0
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=connections), headers=headers
+    ) as http:
+
+        async def worker(until: float, record: bool) -> None:
+            nonlocal errors, size
+            while time.perf_counter() < until:
+                started = time.perf_counter()
+                if bodies:
+                    sent = http.post(base + paths[0], data=random.choice(bodies))
+                else:
+                    sent = http.get(base + random.choice(paths))
+                async with sent as resp:
+                    body = await resp.read()
+                if record:
+                    latencies.append(time.perf_counter() - started)
+                    size += len(body)
+                    errors += resp.status >= 300
+
+        await asyncio.gather(*(worker(time.perf_counter() + warm, False) for _ in range(connections)))
+        began = time.perf_counter()
+        await asyncio.gather(*(worker(began + seconds, True) for _ in range(connections)))
+        elapsed = time.perf_counter() - began
+    latencies.sort()
+    n = max(len(latencies), 1)
+    return Load(
+        rps=len(latencies) / elapsed,
+        p50_ms=latencies[len(latencies) // 2] * 1000 if latencies else float("nan"),
+        p99_ms=latencies[int(len(latencies) * 0.99)] * 1000 if latencies else float("nan"),
+        errors=errors,
+        bytes_per_response=size / n,
+        generator="python (fallback)",
+    )
+
+
+def interleave(targets: dict[str, Callable[[], Load]], rounds: int, *, say: bool = True) -> dict[str, Figure]:
+    """Run every target once per round, rotating the order each round; a :class:`Figure` per target."""
+    names = list(targets)
+    runs: dict[str, list[Load]] = {name: [] for name in names}
+    for i in range(rounds):
+        order = names[i % len(names) :] + names[: i % len(names)]
+        for name in order:
+            if say:
+                print(f"  round {i + 1}/{rounds}: {name} ...", flush=True)
+            runs[name].append(targets[name]())
+    return {name: Figure(tuple(r)) for name, r in runs.items()}
+
+
+# --- self-check: a tiny aiohttp server driven by load() ------------------------------------------
+
+
+def _tiny_server(port: int) -> None:
+    from aiohttp import web
+
+    async def hello(request: web.Request) -> web.Response:
+        return web.json_response({"id": request.match_info["id"]})
+
+    app = web.Application()
+    app.router.add_get("/x/{id}", hello)
+    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
+
+
+def main() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    proc = subprocess.Popen([sys.executable, __file__, "--serve", str(port)])
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        quick = "--quick" in sys.argv
+        seconds = 1.0 if quick else 5.0
+        figures = interleave(
+            {
+                "tiny": lambda: load(
+                    f"http://127.0.0.1:{port}", ["/x/1", "/x/2"], seconds=seconds, warm=0 if quick else 1
+                )
+            },
+            1 if quick else 3,
+        )
+        print(f"load generator: {generator()}")
+        print(figures["tiny"].line("tiny aiohttp server"))
+        return 1 if figures["tiny"].errors else 0
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "--serve":
+        _tiny_server(int(sys.argv[2]))
+        sys.exit(0)
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())

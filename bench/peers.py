@@ -1,0 +1,279 @@
+"""The read path against its peer: the same table served by ``dap serve``, the floor and PostGraphile 5.
+
+    .venv/bin/python bench/peers.py [--rows 100000] [--seconds 5] [--rounds 3]
+
+Run by ``make bench``, never by ``make test``: it installs npm packages (``--quick`` only says
+that it is skipped). Everything it installs lives under ``.dap/bench-peers``: PostGraphile 5,
+its connection-filter plugin (for ``price > 50``) and, because PostGraphile 5 needs Node >= 22,
+npm's ``node`` package, whose binary is put first on the peer's ``PATH``; nothing global.
+
+The peer's configuration (``graphile.config.mjs`` written here) is its fast one: the ``amber``
+preset in production mode (``GRAPHILE_ENV=production``, ``NODE_ENV=production``: no GraphiQL, no
+explain, no dev checks), no watch mode, a pg pool of the same size as dap's (10), and no auth (it
+has none configured, where dap verifies a token on every request). Before timing, answers are
+checked equal: the fields of several records found by id, and the prices of the filtered page.
+Prints req/s (median of interleaved rounds and spread), p50/p99, bytes per response and RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import jwt
+import loadgen
+import rest
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = ROOT / ".dap" / "bench-peers"
+PACKAGES = ["node@22", "postgraphile@5.1.5", "postgraphile-plugin-connection-filter@4.0.1"]
+FIELDS = ("code", "title", "price", "qty", "category", "launched")
+CONFIG = """import { PostGraphileAmberPreset } from "postgraphile/presets/amber";
+import { PostGraphileConnectionFilterPreset } from "postgraphile-plugin-connection-filter";
+import { makePgService } from "postgraphile/adaptors/pg";
+export default {
+  extends: [PostGraphileAmberPreset, PostGraphileConnectionFilterPreset],
+  // price is not indexed: let it be filtered and sorted on, as dap lets it (same SQL plan)
+  disablePlugins: ["PgIndexBehaviorsPlugin"],
+  pgServices: [makePgService({ connectionString: process.env.PEER_DSN, schemas: ["public"],
+                               poolConfig: { max: 10 } })],
+  grafserv: { port: Number(process.env.PEER_PORT), host: "127.0.0.1", graphiql: false },
+  grafast: { explain: false },
+};
+"""
+
+
+def install() -> Path:
+    """PostGraphile and Node 22 under the bench's cache; the ``node_modules/.bin`` to put on PATH."""
+    bin_dir = CACHE / "node_modules" / ".bin"
+    if not (bin_dir / "postgraphile").exists() or not (bin_dir / "node").exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        if not (CACHE / "package.json").exists():
+            (CACHE / "package.json").write_text('{"private": true}\n')
+        print(f"installing {' '.join(PACKAGES)} under {CACHE} ...", flush=True)
+        subprocess.run(
+            ["npm", "install", "--no-audit", "--no-fund", "--loglevel=error", *PACKAGES],
+            cwd=CACHE,
+            check=True,
+            timeout=600,
+        )
+    (CACHE / "graphile.config.mjs").write_text(CONFIG)
+    return bin_dir
+
+
+def spawn_peer(bin_dir: Path, dsn: str, port: int, log: Path) -> subprocess.Popen[bytes]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "PATH": f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
+            "PEER_DSN": dsn,
+            "PEER_PORT": str(port),
+            "GRAPHILE_ENV": "production",
+            "NODE_ENV": "production",
+        }
+    )
+    return subprocess.Popen(
+        [str(bin_dir / "postgraphile"), "-C", str(CACHE / "graphile.config.mjs")],
+        cwd=CACHE,
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+
+
+async def graphql(url: str, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(url, json={"query": query, "variables": variables or {}}) as resp,
+    ):
+        answer: dict[str, Any] = await resp.json()
+    if answer.get("errors"):
+        raise RuntimeError(f"PostGraphile answered errors: {answer['errors']}")
+    return answer["data"]  # type: ignore[no-any-return]
+
+
+def _tail(log: Path) -> str:
+    return log.read_text()[-2000:]
+
+
+async def wait_graphql(url: str, proc: subprocess.Popen[bytes], log: Path, limit: float = 120) -> None:
+    started = time.perf_counter()
+    while time.perf_counter() - started < limit:
+        if proc.poll() is not None:
+            raise RuntimeError(f"PostGraphile exited: {_tail(log)}")
+        try:
+            await graphql(url, "{__typename}")
+            return
+        except (aiohttp.ClientError, RuntimeError, ValueError):
+            await asyncio.sleep(0.2)
+    raise RuntimeError(f"PostGraphile did not answer within {limit}s: {_tail(log)}")
+
+
+async def queries(url: str) -> tuple[str, str]:
+    """The peer's find-by-id and filtered-page queries, named as its inflection names them."""
+    data = await graphql(url, "{__schema{queryType{fields{name}}}}")
+    names = [f["name"] for f in data["__schema"]["queryType"]["fields"]]
+    # PostGraphile 5 calls an ``id`` column ``rowId`` (``id`` is its global Node id)
+    by_id = next((n for n in names if n.endswith("ByTenantIdAndRowId") and "item" in n.lower()), None)
+    many = next((n for n in names if n.startswith("all") and "item" in n.lower()), None)
+    if by_id is None or many is None:
+        raise RuntimeError(f"PostGraphile exposes no find and list of bench__item: {names}")
+    selection = "{ rowId " + " ".join(FIELDS) + " }"
+    find = f"query($t: UUID!, $id: UUID!) {{ {by_id}(tenantId: $t, rowId: $id) {selection} }}"
+    page = (
+        f'query {{ {many}(condition: {{category: "red"}}, filter: {{price: {{greaterThan: "50"}}}}, '
+        f"orderBy: PRICE_DESC, first: 50) {{ nodes {selection} }} }}"
+    )
+    return find, page
+
+
+def same(dap: dict[str, Any], peer: dict[str, Any]) -> bool:
+    def norm(v: Any) -> Any:
+        return None if v is None else str(v) if not isinstance(v, str) else v
+
+    return all(norm(dap.get(f)) == norm(peer.get(f)) for f in FIELDS)
+
+
+async def check_equal(
+    api: str, gql: str, find: str, page: str, tenant: str, ids: list[str], auth: dict[str, str]
+) -> None:
+    """Answers of dap and the peer agree before anything is timed (records by id, the page's prices)."""
+    async with aiohttp.ClientSession(headers=auth) as http:
+        for rid in ids[:20]:
+            async with http.get(f"{api}/default/api/bench/item/{rid}") as resp:
+                mine = (await resp.json())["data"]
+            theirs = next(iter((await graphql(gql, find, {"t": tenant, "id": rid})).values()))
+            if not same(mine, theirs):
+                raise RuntimeError(f"answers differ for {rid}: dap {mine} / PostGraphile {theirs}")
+        async with http.get(f"{api}/default/api/bench/item?{rest.LIST_QUERY}") as resp:
+            mine_page = (await resp.json())["data"]
+    theirs_page = next(iter((await graphql(gql, page)).values()))["nodes"]
+    if [r["price"] for r in mine_page] != [r["price"] for r in theirs_page]:
+        raise RuntimeError("the filtered pages differ (prices in order)")
+
+
+async def main(args: argparse.Namespace) -> int:
+    bin_dir = install()
+    tmp = Path(tempfile.mkdtemp(prefix="dap-peers-"))
+    server_dsn, server = rest.start_postgres(tmp)
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        dsn = await rest.new_database(server_dsn)
+        spec = tmp / "spec"
+        spec.mkdir()
+        (spec / "bench.yaml").write_text(rest.SPEC)
+        api_port, floor_port, peer_port = rest.port(), rest.port(), rest.port()
+        loop_env = {"DAP_EVENT_LOOP": args.event_loop} if args.event_loop else {}
+        os.environ.update(loop_env)  # the floor inherits it; dap serve is given it
+        serve = rest.spawn_serve(spec, dsn, api_port, extra_env=loop_env)
+        procs.append(serve)
+        await rest.wait_http(f"http://127.0.0.1:{api_port}/default/_ui/_meta/apps")
+        print(f"loading {args.rows} rows ...", flush=True)
+        tenant, ids = await rest.load_rows(dsn, args.rows)
+        floor = rest.spawn_baseline(floor_port, dsn, tenant)
+        procs.append(floor)
+        await rest.wait_http(f"http://127.0.0.1:{floor_port}/default/api/bench/item/{ids[0]}", limit=60)
+        log = tmp / "postgraphile.log"
+        peer = spawn_peer(bin_dir, dsn, peer_port, log)
+        procs.append(peer)
+        gql_url = f"http://127.0.0.1:{peer_port}/graphql"
+        await wait_graphql(gql_url, peer, log)
+        find, page = await queries(gql_url)
+        now = int(time.time())
+        token = jwt.encode(
+            {"sub": "u", "username": "alice", "iss": "svc", "iat": now, "exp": now + 7200},
+            rest.SECRET,
+            algorithm="HS256",
+        )
+        auth = {"Authorization": f"Bearer {token}"}
+        api = f"http://127.0.0.1:{api_port}"
+        await check_equal(api, gql_url, find, page, tenant, ids, auth)
+        print("answers checked equal (20 records by id, the filtered page's prices)", flush=True)
+
+        item = "/default/api/bench/item"
+        json_headers = {"Content-Type": "application/json"}
+        find_bodies = [json.dumps({"query": find, "variables": {"t": tenant, "id": i}}) for i in ids]
+        page_body = [json.dumps({"query": page})]
+        scenarios = {
+            "find": {
+                "dap": lambda: loadgen.load(
+                    api, [f"{item}/{i}" for i in ids], seconds=args.seconds, headers=auth
+                ),
+                "floor": lambda: loadgen.load(
+                    f"http://127.0.0.1:{floor_port}", [f"{item}/{i}" for i in ids], seconds=args.seconds
+                ),
+                "postgraphile": lambda: loadgen.load(
+                    f"http://127.0.0.1:{peer_port}",
+                    ["/graphql"],
+                    seconds=args.seconds,
+                    headers=json_headers,
+                    bodies=find_bodies,
+                ),
+            },
+            "page": {
+                "dap": lambda: loadgen.load(
+                    api, [f"{item}?{rest.LIST_QUERY}"], seconds=args.seconds, headers=auth
+                ),
+                "floor": lambda: loadgen.load(
+                    f"http://127.0.0.1:{floor_port}", [f"{item}?{rest.LIST_QUERY}"], seconds=args.seconds
+                ),
+                "postgraphile": lambda: loadgen.load(
+                    f"http://127.0.0.1:{peer_port}",
+                    ["/graphql"],
+                    seconds=args.seconds,
+                    headers=json_headers,
+                    bodies=page_body,
+                ),
+            },
+        }
+        results = {}
+        for name, targets in scenarios.items():
+            print(f"running {name}: {args.rounds} rounds of {args.seconds}s per target ...", flush=True)
+            results[name] = loadgen.interleave(targets, args.rounds)  # type: ignore[arg-type]
+        rss = {n: rest.rss_mib(p.pid) for n, p in (("dap", serve), ("floor", floor), ("postgraphile", peer))}
+        print()
+        print(
+            f"peers: {args.rows} rows, {loadgen.generator()} with {loadgen.CONNECTIONS} connections, "
+            f"{args.rounds} interleaved rounds of {args.seconds}s (median, spread), auth on for dap only, "
+            f"event loop of dap and the floor: {args.event_loop or 'default (uvloop where installed)'}"
+        )
+        for name, by_target in results.items():
+            for target, figure in by_target.items():
+                print(figure.line(f"{name} {target}"))
+            print(
+                f"  {name}: dap/postgraphile {loadgen.ratio(by_target['dap'], by_target['postgraphile'])}, "
+                f"dap/floor {loadgen.ratio(by_target['dap'], by_target['floor'])}, "
+                f"p99 dap/postgraphile {by_target['dap'].p99_ms / by_target['postgraphile'].p99_ms:.2f}x"
+            )
+        print("RSS after the runs: " + ", ".join(f"{n} {v:.0f} MiB" for n, v in rss.items()))
+        failed = any(f.errors for by in results.values() for f in by.values())
+        return 1 if failed else 0
+    finally:
+        rest.clean_up(procs, server)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--event-loop", choices=["asyncio"], help="run dap serve and the floor on asyncio's loop, not uvloop"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="skipped: installs npm packages (make bench only)"
+    )
+    parsed = parser.parse_args()
+    if parsed.quick:
+        print("bench/peers.py: skipped with --quick (it installs npm packages; make bench runs it)")
+        sys.exit(0)
+    sys.exit(asyncio.run(main(parsed)))

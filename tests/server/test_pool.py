@@ -1,0 +1,58 @@
+"""The pool's light reset (``db.keep_session``) and the rule that makes it safe.
+
+A released connection gets asyncpg's own clean-up (an open transaction rolled back) but not the
+``RESET ALL; UNLISTEN *; ...`` statement: the server never leaves session state on a pooled
+connection. The first test reads the code for the ways state could be left; the others show
+on a real pool what a released connection still guarantees.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import dap
+from dap.server.storage import db
+
+ROOT = Path(dap.__file__).parent
+# session-scoped state a statement could leave behind on a connection
+SESSION_STATE = re.compile(
+    r"pg_(try_)?advisory_lock(_shared)?\s*\("  # session advisory locks (the _xact_ ones end with it)
+    r"|[\"']\s*SET\s+(SESSION\s+)?(?!LOCAL\b)[a-z_.]+\s*(=|TO\b)"  # a session setting
+    r"|set_config\([^)]*,\s*false\s*\)",
+    re.IGNORECASE,
+)
+STATEMENTS = re.compile(r"[\"']\s*(LISTEN|DECLARE)\s")  # LISTEN, a cursor (SQL in capitals here)
+OWN_CONNECTION = {"server/storage/caching.py"}  # the find cache's LISTEN runs on its own connection
+
+
+def test_no_code_leaves_session_state_on_a_pooled_connection() -> None:
+    found = []
+    for path in sorted((ROOT / "server").rglob("*.py")) + sorted((ROOT / "resource_pod").rglob("*.py")):
+        if str(path.relative_to(ROOT)) in OWN_CONNECTION:
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if SESSION_STATE.search(line) or STATEMENTS.search(line) or "add_listener(" in line:
+                found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not found, "session state on a pooled connection (db.keep_session would keep it):\n" + "\n".join(
+        found
+    )
+
+
+async def test_a_released_connection_is_clean(pg_dsn: str) -> None:
+    pool = await db.open_pool(pg_dsn, 1)  # one connection: the second acquire gets the same one
+    try:
+        async with db.connection(pool) as conn, conn.transaction():
+            await conn.execute("SET LOCAL statement_timeout = 1234")
+            await conn.execute("SELECT pg_advisory_xact_lock(42)")
+        conn = await pool.acquire()
+        await conn.transaction().start()
+        await conn.execute("CREATE TEMP TABLE t_pool (x int) ON COMMIT DROP")
+        await pool.release(conn)  # released with the transaction open: asyncpg rolls it back
+        async with db.connection(pool) as conn:
+            assert not conn.is_in_transaction()
+            assert await conn.fetchval("SHOW statement_timeout") == "0"
+            assert await conn.fetchval("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'") == 0
+            assert await conn.fetchval("SELECT to_regclass('t_pool')") is None
+    finally:
+        await pool.close()
