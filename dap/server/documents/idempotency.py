@@ -75,7 +75,7 @@ def fingerprint(caller: str, path: str, body: Mapping[str, Any]) -> bytes:
     return hashlib.sha256("\n".join((caller, path, canonical)).encode()).digest()
 
 
-async def claim(conn: db.Connection, tenant: uuid.UUID, key: str, print_: bytes) -> Answer | None:
+async def claim(conn: db.Connection, tenant: uuid.UUID, key: str, digest: bytes) -> Answer | None:
     """In the write's transaction: hold ``key``, and give the answer stored under it, if any."""
     if not await conn.fetchval(
         "SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))", f"{tenant}:{key}"
@@ -93,7 +93,7 @@ async def claim(conn: db.Connection, tenant: uuid.UUID, key: str, print_: bytes)
     )
     if row is None:
         return None
-    if bytes(row["fingerprint"]) != print_:
+    if bytes(row["fingerprint"]) != digest:
         raise errors.ValidationFailed(
             f"this {HEADER} was used for another request; send a new key with a new request",
             code="SVC.IDEMPOTENCY.KEY_REUSED",
@@ -102,7 +102,7 @@ async def claim(conn: db.Connection, tenant: uuid.UUID, key: str, print_: bytes)
     return Answer(row["status"], row["body"], {**row["headers"], REPLAYED: "true"})
 
 
-async def store(conn: db.Connection, tenant: uuid.UUID, key: str, print_: bytes, answer: Answer) -> None:
+async def store(conn: db.Connection, tenant: uuid.UUID, key: str, digest: bytes, answer: Answer) -> None:
     """In the write's transaction: remember ``answer`` under ``key`` (an expired use is replaced)."""
     await conn.execute(
         """INSERT INTO dap.idempotency_keys (tenant_id, key, fingerprint, status, body, headers)
@@ -112,7 +112,7 @@ async def store(conn: db.Connection, tenant: uuid.UUID, key: str, print_: bytes,
                    headers = EXCLUDED.headers, created_at = now()""",
         tenant,
         key,
-        print_,
+        digest,
         answer.status,
         answer.body,
         dict(answer.headers),

@@ -127,7 +127,7 @@ async def create_record(request: web.Request) -> web.Response:
     resource = _resource(catalog, request, "create", siblings=_COLLECTION)
     key = idempotency.key_of(request.headers)
     body = await requests.read_body(request)
-    print_ = idempotency.fingerprint(principal.sub, request.path_qs, body) if key is not None else b""
+    digest = idempotency.fingerprint(principal.sub, request.path_qs, body) if key is not None else b""
     submit = lifecycle.create_submits(resource, request.query, body)  # ?submit=true
     access = guards.check(principal, resource, "create", *(["submit"] if submit else []))
     body = guards.writable(access, body, create=True)  # row-scope fields filled from the caller
@@ -137,7 +137,7 @@ async def create_record(request: web.Request) -> web.Response:
     async with db.connection(request.app[state.POOL]) as conn:
         try:
             async with db.committed(conn):
-                stored = await idempotency.claim(conn, tenant, key, print_) if key is not None else None
+                stored = await idempotency.claim(conn, tenant, key, digest) if key is not None else None
                 if stored is not None:
                     return web.Response(
                         status=stored.status,
@@ -167,7 +167,7 @@ async def create_record(request: web.Request) -> web.Response:
                     },
                 )
                 if key is not None:
-                    await idempotency.store(conn, tenant, key, print_, answer)
+                    await idempotency.store(conn, tenant, key, digest, answer)
         except asyncpg.PostgresError as exc:
             raise writing.translate(resource, exc) from exc
     return web.Response(
