@@ -14,8 +14,6 @@ at the end, being cluster-scoped.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
 import subprocess
 import uuid
@@ -30,6 +28,7 @@ from dap.operator import running
 from tests.kube import binaries, controlplane, installing
 from tests.kube.audit import Audit
 from tests.kube.client import Api, wait_for
+from tests.operators import OperatorTasks
 
 ROOT = installing.ROOT
 OVERLAY = installing.OVERLAY
@@ -93,7 +92,7 @@ async def ns(api: Api) -> AsyncIterator[str]:
     await api.delete("namespaces", None, name, missing_ok=True)
 
 
-class Operators:
+class Operators(OperatorTasks):
     """Starts the real kopf operator, logged in as its ServiceAccount; stops them at teardown.
 
     The operator runs in the test's event loop (so a test can read its metrics and caches) and
@@ -105,7 +104,7 @@ class Operators:
         self.cluster = cluster
         self.namespace = namespace
         monkeypatch.setenv("KUBECONFIG", str(cluster.operator_kubeconfig))
-        self.tasks: list[asyncio.Task[running.Runtime]] = []
+        super().__init__()
 
     async def __call__(self, **overrides: Any) -> running.Runtime:
         settings: dict[str, Any] = {
@@ -115,9 +114,7 @@ class Operators:
             "resource_image": IMAGE,
             **overrides,
         }
-        runtime = running.Runtime(operator_options.Options(**settings))
-        task = asyncio.create_task(running.run(runtime.options, runtime=runtime))
-        self.tasks.append(task)
+        runtime, task = self.start(operator_options.Options(**settings))
 
         async def ready() -> bool:
             return runtime.ready() or task.done()
@@ -126,14 +123,6 @@ class Operators:
         if task.done():
             task.result()  # raise what stopped it
         return runtime
-
-    async def stop_all(self) -> None:
-        for task in self.tasks:
-            task.cancel()
-        for task in self.tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait_for(task, timeout=10)
-        self.tasks.clear()
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ real API server in ``tests/kube``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +20,7 @@ from aiohttp import web
 from dap.operator import options as operator_options
 from dap.operator import running
 from tests.operator.emulator import WRITE_METHODS, Emulator, declare
+from tests.operators import OperatorTasks
 
 GROUP = "/apis/dap.io/v1alpha1"
 PATHS = {
@@ -176,7 +176,7 @@ async def control() -> AsyncIterator[Control]:
     await runner.cleanup()
 
 
-class Operators:
+class Operators(OperatorTasks):
     """Starts the real kopf operator against the emulator (call it); stops them all at teardown.
 
     Operators are cancelled rather than stopped by the flag: a graceful stop waits 5 s for
@@ -186,7 +186,7 @@ class Operators:
 
     def __init__(self, api: Api) -> None:
         self.api = api
-        self.tasks: list[asyncio.Task[running.Runtime]] = []
+        super().__init__()
 
     async def __call__(self, **overrides: Any) -> running.Runtime:
         options = operator_options.Options(
@@ -196,21 +196,11 @@ class Operators:
             resource_image="example.test/dap:1.0",
             **overrides,
         )
-        runtime = running.Runtime(options)
-        task = asyncio.create_task(running.run(options, runtime=runtime))
-        self.tasks.append(task)
+        runtime, task = self.start(options)
         await wait_for(lambda: runtime.ready() or task.done(), within=15, what="operator ready")
         if task.done():
             task.result()  # raise what stopped it
         return runtime
-
-    async def stop_all(self) -> None:
-        for task in self.tasks:
-            task.cancel()
-        for task in self.tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait_for(task, timeout=10)
-        self.tasks.clear()
 
 
 StartOperator = Operators

@@ -290,14 +290,20 @@ async def test_an_idempotent_action_has_one_effect_per_key(srv: Running, pg_dsn:
     assert first[1] == second[1] and second[2].get("idempotent-replayed") == "true"
     other = await act(srv, t, "bump", {"x": 1}, **key)
     assert other[0] == 422, other[1]  # a param it does not declare, or the key reused: both refuse
+    assert await outbox_rows(pg_dsn, t["id"], "bump") == 1
+
+
+async def outbox_rows(pg_dsn: str, record_id: str, action: str) -> int:
     conn = await asyncpg.connect(pg_dsn)
     try:
-        n = await conn.fetchval(
-            "SELECT count(*) FROM dap.outbox WHERE record_id = $1 AND action = 'bump'", uuid.UUID(t["id"])
+        n: int = await conn.fetchval(
+            "SELECT count(*) FROM dap.outbox WHERE record_id = $1 AND action = $2",
+            uuid.UUID(record_id),
+            action,
         )
+        return n
     finally:
         await conn.close()
-    assert n == 1
 
 
 async def test_concurrent_duplicates_of_an_idempotent_action_have_one_effect(
@@ -308,14 +314,7 @@ async def test_concurrent_duplicates_of_an_idempotent_action_have_one_effect(
     results = await asyncio.gather(*(act(srv, t, "bump", None, **key) for _ in range(6)))
     statuses = [r[0] for r in results]
     assert set(statuses) <= {200, 409} and 200 in statuses, [r[1] for r in results]
-    conn = await asyncpg.connect(pg_dsn)
-    try:
-        n = await conn.fetchval(
-            "SELECT count(*) FROM dap.outbox WHERE record_id = $1 AND action = 'bump'", uuid.UUID(t["id"])
-        )
-    finally:
-        await conn.close()
-    assert n == 1
+    assert await outbox_rows(pg_dsn, t["id"], "bump") == 1
 
 
 async def test_two_concurrent_transitions_of_one_record_exactly_one_wins(srv: Running) -> None:
