@@ -56,14 +56,15 @@ class Answer:
     headers: Mapping[str, str]
 
 
-def key_of(headers: Mapping[str, str]) -> str | None:
-    """The request's ``Idempotency-Key``, ``None`` without one, 400 when it is not a usable key."""
-    key = headers.get(HEADER)
+def key_of(headers: Mapping[str, str], header: str = HEADER) -> str | None:
+    """The request's idempotency key (``header``, an action may name its own), ``None`` without one,
+    400 when it is not a usable key."""
+    key = headers.get(header)
     if key is None:
         return None
     if not _KEY.fullmatch(key):
         raise errors.BadRequest(
-            f"{HEADER} must be 1 to 255 visible ASCII characters (a UUID is a good key)",
+            f"{header} must be 1 to 255 visible ASCII characters (a UUID is a good key)",
             code="SVC.IDEMPOTENCY.KEY_INVALID",
         )
     return key

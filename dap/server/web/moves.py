@@ -81,8 +81,7 @@ async def _custom(
     keyed = None
     if declared is not None and declared.idempotent:
         header = declared.idempotency_key.header if declared.idempotency_key else idempotency.HEADER
-        raw = request.headers.get(header)
-        key = idempotency.key_of({idempotency.HEADER: raw}) if raw is not None else None
+        key = idempotency.key_of(request.headers, header)
         if key is not None:
             keyed = (key, idempotency.fingerprint(principal.sub, request.path_qs, body))
     tenant = workspace.tenant_id
@@ -114,9 +113,7 @@ async def _custom(
         )
         answer = await actions.run(conn, call, handler, render)
     request.app[state.CACHE].invalidate((resource.table.name, tenant, record_id))
-    return web.Response(
-        status=answer.status, text=answer.body, content_type="application/json", headers=answer.headers
-    )
+    return requests.respond(answer)
 
 
 def add_routes(app: web.Application) -> None:

@@ -19,7 +19,7 @@ from aiohttp import web
 from dap.server import errors, state
 from dap.server.access import auth, guards
 from dap.server.catalog import Catalog, Resource
-from dap.server.documents import auditing
+from dap.server.documents import auditing, idempotency
 from dap.server.storage import db
 from dap.server.storage.workspaces import Workspace
 
@@ -70,6 +70,13 @@ def encode(data: Any) -> bytes:
 def dumps(data: Any) -> str:
     """:func:`encode` as text (for answers stored as text, such as an ``Idempotency-Key``'s)."""
     return encode(data).decode()
+
+
+def respond(answer: idempotency.Answer) -> web.Response:
+    """An answer kept as text (one an ``Idempotency-Key`` may replay) as the response."""
+    return web.Response(
+        status=answer.status, text=answer.body, content_type="application/json", headers=answer.headers
+    )
 
 
 def reply(data: Any, *, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:

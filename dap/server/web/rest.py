@@ -139,12 +139,7 @@ async def create_record(request: web.Request) -> web.Response:
             async with db.committed(conn):
                 stored = await idempotency.claim(conn, tenant, key, digest) if key is not None else None
                 if stored is not None:
-                    return web.Response(
-                        status=stored.status,
-                        text=stored.body,
-                        content_type="application/json",
-                        headers=stored.headers,
-                    )
+                    return requests.respond(stored)
                 await writing.check_relations(conn, resource, tenant, values)
                 values = await filling.prepare_create(  # derived values, natural keys, guards
                     conn, resource, tenant, principal, body, values, submitting=submit
@@ -170,9 +165,7 @@ async def create_record(request: web.Request) -> web.Response:
                     await idempotency.store(conn, tenant, key, digest, answer)
         except asyncpg.PostgresError as exc:
             raise writing.translate(resource, exc) from exc
-    return web.Response(
-        status=answer.status, text=answer.body, content_type="application/json", headers=answer.headers
-    )
+    return requests.respond(answer)
 
 
 async def _children(
