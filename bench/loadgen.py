@@ -20,6 +20,7 @@ gives the median and the spread (min-max) of the rounds.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import random
@@ -70,6 +71,8 @@ class Load:
     errors: int  # transport errors and answers other than 2xx
     bytes_per_response: float
     generator: str  # "wrk" or "python (fallback)"
+    seconds: float  # measured
+    cpu_us: float = float("nan")  # the server processes' CPU time per request (user + system)
 
 
 @dataclass(frozen=True)
@@ -102,12 +105,39 @@ class Figure:
     def bytes_per_response(self) -> float:
         return statistics.median(r.bytes_per_response for r in self.runs)
 
+    @property
+    def cpu_us(self) -> float:
+        return statistics.median(r.cpu_us for r in self.runs)
+
     def line(self, name: str) -> str:
         low, high = self.spread
         return (
             f"{name:<22} {self.rps:>8.0f} req/s ({low:.0f}-{high:.0f})  p50 {self.p50_ms:>6.2f} ms"
-            f"  p99 {self.p99_ms:>6.2f} ms  {self.bytes_per_response:>6.0f} B/resp  errors {self.errors}"
+            f"  p99 {self.p99_ms:>6.2f} ms  {self.bytes_per_response:>6.0f} B/resp"
+            f"  cpu {self.cpu_us:>5.0f} µs/req  errors {self.errors}"
         )
+
+
+def cpu_ratio(a: Figure, b: Figure) -> str:
+    """Server CPU per request of ``a`` over ``b``: unlike throughput, it hardly moves when other
+    processes take the cores, so it is the figure to steer by on a shared machine."""
+    pairs = [x.cpu_us / y.cpu_us for x, y in zip(a.runs, b.runs, strict=True)]
+    return f"{a.cpu_us / b.cpu_us:.2f}x (rounds {min(pairs):.2f}-{max(pairs):.2f})"
+
+
+def cpu_seconds(pids: Sequence[int]) -> float:
+    """User + system CPU seconds of ``pids`` so far (Linux ``/proc``; NaN elsewhere)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return float("nan")
+        total += (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime (fields 14, 15)
+    return total
+
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def ratio(a: Figure, b: Figure) -> str:
@@ -133,21 +163,40 @@ def load(
     connections: int = CONNECTIONS,
     warm: float = 1.0,
     bodies: Sequence[str] = (),
+    pids: Sequence[int] = (),
 ) -> Load:
     """Drive ``base`` + a random one of ``paths`` for ``seconds`` (after ``warm`` seconds unmeasured).
 
     With ``bodies`` (one-line JSON documents), every request is a POST to ``paths[0]`` with a
-    random one of them (a GraphQL peer).
+    random one of them (a GraphQL peer). With ``pids`` (the server's processes), the answer
+    carries their CPU time per request over the measured seconds.
     """
+    return _measure(base, paths, seconds, headers or {}, connections, warm, bodies, pids)
+
+
+def _measure(
+    base: str,
+    paths: Sequence[str],
+    seconds: float,
+    headers: dict[str, str],
+    connections: int,
+    warm: float,
+    bodies: Sequence[str],
+    pids: Sequence[int],
+) -> Load:
     if wrk_path() is None:
-        return asyncio.run(_python_load(base, paths, seconds, headers or {}, connections, warm, bodies))
+        if warm > 0:
+            asyncio.run(_python_load(base, paths, warm, headers, connections, 0, bodies))
+        before = cpu_seconds(pids)
+        got = asyncio.run(_python_load(base, paths, seconds, headers, connections, 0, bodies))
+        return _with_cpu(got, before, pids)
     with tempfile.TemporaryDirectory(prefix="dap-wrk-") as tmp:
         paths_file = Path(tmp) / "paths.txt"
         paths_file.write_text("\n".join(paths) + "\n")
         bodies_file = Path(tmp) / "bodies.txt"
         bodies_file.write_text("".join(f"{b}\n" for b in bodies))
         header_lines = "\n".join(
-            f"wrk.headers[{json.dumps(k)}] = {json.dumps(v)}" for k, v in (headers or {}).items()
+            f"wrk.headers[{json.dumps(k)}] = {json.dumps(v)}" for k, v in headers.items()
         )
         script = Path(tmp) / "load.lua"
         seed = random.randrange(1 << 30)
@@ -156,7 +205,16 @@ def load(
         )
         if warm > 0:
             _wrk(base, script, max(1, round(warm)), connections)
-        return _wrk(base, script, max(1, round(seconds)), connections)
+        before = cpu_seconds(pids)
+        return _with_cpu(_wrk(base, script, max(1, round(seconds)), connections), before, pids)
+
+
+def _with_cpu(got: Load, before: float, pids: Sequence[int]) -> Load:
+    if not pids:
+        return got
+    served = got.rps * got.seconds
+    used = cpu_seconds(pids) - before
+    return dataclasses.replace(got, cpu_us=used / served * 1e6 if served else float("nan"))
 
 
 def _wrk(base: str, script: Path, seconds: int, connections: int) -> Load:
@@ -184,6 +242,7 @@ def _wrk(base: str, script: Path, seconds: int, connections: int) -> Load:
         errors=got["errors"] + got["non2xx"],
         bytes_per_response=got["bytes"] / requests,
         generator="wrk",
+        seconds=got["duration_us"] / 1e6,
     )
 
 
@@ -233,6 +292,7 @@ async def _python_load(
         errors=errors,
         bytes_per_response=size / n,
         generator="python (fallback)",
+        seconds=elapsed,
     )
 
 

@@ -677,7 +677,12 @@ async def main(args: argparse.Namespace) -> int:
             results[scenario] = loadgen.interleave(
                 {
                     "floor": lambda p=paths: loadgen.load(  # type: ignore[misc]
-                        base_url, p, seconds=args.seconds, connections=args.workers, warm=WARM_SECONDS
+                        base_url,
+                        p,
+                        seconds=args.seconds,
+                        connections=args.workers,
+                        warm=WARM_SECONDS,
+                        pids=[baseline.pid],
                     ),
                     "dap": lambda p=paths: loadgen.load(  # type: ignore[misc]
                         api_url,
@@ -686,6 +691,7 @@ async def main(args: argparse.Namespace) -> int:
                         headers=auth,
                         connections=args.workers,
                         warm=WARM_SECONDS,
+                        pids=[serve.pid],
                     ),
                 },
                 args.rounds,
@@ -714,6 +720,8 @@ async def main(args: argparse.Namespace) -> int:
         list_ratio = loadgen.ratio(results["list"]["dap"], results["list"]["floor"])
         print(f"find-by-id throughput dap/floor:  {find_ratio} (target >= 0.90x)")
         print(f"find-by-id p99 dap/floor:         {find_p99:.2f}x")
+        find_cpu = loadgen.cpu_ratio(results["find"]["dap"], results["find"]["floor"])
+        print(f"find-by-id server CPU/request dap/floor: {find_cpu} (the steadiest figure)")
         print(f"filtered sorted page dap/floor:   {list_ratio}  [{LIST_QUERY}]")
         print("\n".join(cache_lines))
         print(
