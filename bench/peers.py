@@ -206,10 +206,13 @@ async def main(args: argparse.Namespace) -> int:
         scenarios = {
             "find": {
                 "dap": lambda: loadgen.load(
-                    api, [f"{item}/{i}" for i in ids], seconds=args.seconds, headers=auth
+                    api, [f"{item}/{i}" for i in ids], seconds=args.seconds, headers=auth, pids=[serve.pid]
                 ),
                 "floor": lambda: loadgen.load(
-                    f"http://127.0.0.1:{floor_port}", [f"{item}/{i}" for i in ids], seconds=args.seconds
+                    f"http://127.0.0.1:{floor_port}",
+                    [f"{item}/{i}" for i in ids],
+                    seconds=args.seconds,
+                    pids=[floor.pid],
                 ),
                 "postgraphile": lambda: loadgen.load(
                     f"http://127.0.0.1:{peer_port}",
@@ -217,14 +220,18 @@ async def main(args: argparse.Namespace) -> int:
                     seconds=args.seconds,
                     headers=json_headers,
                     bodies=find_bodies,
+                    pids=[peer.pid],
                 ),
             },
             "page": {
                 "dap": lambda: loadgen.load(
-                    api, [f"{item}?{rest.LIST_QUERY}"], seconds=args.seconds, headers=auth
+                    api, [f"{item}?{rest.LIST_QUERY}"], seconds=args.seconds, headers=auth, pids=[serve.pid]
                 ),
                 "floor": lambda: loadgen.load(
-                    f"http://127.0.0.1:{floor_port}", [f"{item}?{rest.LIST_QUERY}"], seconds=args.seconds
+                    f"http://127.0.0.1:{floor_port}",
+                    [f"{item}?{rest.LIST_QUERY}"],
+                    seconds=args.seconds,
+                    pids=[floor.pid],
                 ),
                 "postgraphile": lambda: loadgen.load(
                     f"http://127.0.0.1:{peer_port}",
@@ -232,6 +239,7 @@ async def main(args: argparse.Namespace) -> int:
                     seconds=args.seconds,
                     headers=json_headers,
                     bodies=page_body,
+                    pids=[peer.pid],
                 ),
             },
         }
@@ -252,7 +260,9 @@ async def main(args: argparse.Namespace) -> int:
             print(
                 f"  {name}: dap/postgraphile {loadgen.ratio(by_target['dap'], by_target['postgraphile'])}, "
                 f"dap/floor {loadgen.ratio(by_target['dap'], by_target['floor'])}, "
-                f"p99 dap/postgraphile {by_target['dap'].p99_ms / by_target['postgraphile'].p99_ms:.2f}x"
+                f"p99 dap/postgraphile {by_target['dap'].p99_ms / by_target['postgraphile'].p99_ms:.2f}x, "
+                f"server CPU per request dap/postgraphile "
+                f"{loadgen.cpu_ratio(by_target['dap'], by_target['postgraphile'])}"
             )
         print("RSS after the runs: " + ", ".join(f"{n} {v:.0f} MiB" for n, v in rss.items()))
         failed = any(f.errors for by in results.values() for f in by.values())
