@@ -220,3 +220,33 @@ def test_sql_always_carries_the_tenant(shop: Catalog) -> None:
         sql.count(resource.table, query, tenant),
     ):
         assert "$1" in text and args[0] == tenant
+
+
+def test_iso_text_writes_what_isoformat_writes() -> None:
+    """The fast writers of answers must not change a byte of them: dates, times and timestamps
+    with and without microseconds, naive and at several offsets."""
+    import random
+
+    from dap.server.storage import records as recs
+
+    rng = random.Random(11)
+    zones = [
+        None,
+        dt.UTC,
+        dt.timezone(dt.timedelta(hours=2)),
+        dt.timezone(dt.timedelta(hours=-9, minutes=-30)),
+    ]
+    for _ in range(2000):
+        stamp = dt.datetime(
+            rng.randint(1, 9999),
+            rng.randint(1, 12),
+            rng.randint(1, 28),
+            rng.randint(0, 23),
+            rng.randint(0, 59),
+            rng.randint(0, 59),
+            rng.choice([0, rng.randint(0, 999_999)]),
+            tzinfo=rng.choice(zones),
+        )
+        for value in (stamp, stamp.date()):
+            assert recs.iso_text(value) == value.isoformat()
+        assert recs._iso(stamp.time()) == stamp.time().isoformat()

@@ -18,10 +18,11 @@ reads a request, so access, documents and web all name ``Catalog`` and ``Resourc
 from __future__ import annotations
 
 from dap.server.catalog import checking, grants, machines, plans
-from dap.server.catalog.resources import Catalog, Referrer, RelationSlot, Resource, Slot
+from dap.server.catalog.resources import Catalog, Presented, Referrer, RelationSlot, Resource, Slot
 
 __all__ = [
     "Catalog",
+    "Presented",
     "Referrer",
     "RelationSlot",
     "Resource",

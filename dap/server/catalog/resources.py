@@ -38,6 +38,9 @@ class Slot:
     exclude: frozenset[str]
 
 
+Presented = tuple[str, str | None, Callable[[Any], Any] | None]  # a slot's name, column, convert
+
+
 @dataclass(frozen=True)
 class Referrer:
     """A column that holds ids of another entity's records, and what deleting one of those does."""
@@ -84,6 +87,11 @@ class Resource:
     derivation: plans.Plan = plans.NOTHING  # computed, auto_fill, *_when, rules, keys, guards
     grants: Grants = field(default_factory=Grants)  # the catalog's, for guards
     workflow: Mapping[str, machines.ActionPlan] = field(default_factory=dict)  # custom actions, moves
+    # surface -> (name, column, convert) of the slots it shows; filled on first use by
+    # documents.reading, so a row is answered without testing every slot against the surface
+    presenting: dict[str, tuple[Presented, ...]] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
 
     @property
     def lifecycle(self) -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 
 import asyncpg
 
-from dap.server.catalog import Catalog, Resource
+from dap.server.catalog import Catalog, Presented, Resource
 from dap.server.storage import db, records, sql, tables
 
 
@@ -26,24 +26,61 @@ def present(
     only: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """The JSON of one stored row: REST-visible fields plus the system fields."""
+    if only is not None:
+        return _present_only(resource, row, children, surface, only)
     out: dict[str, Any] = {}
-    for slot in resource.slots:
-        if (only is not None and slot.name not in only) or surface in slot.exclude:
+    for name, column, convert in _shown(resource, surface):
+        if column is None:
+            out[name] = children.get(name, []) if children else []
             continue
-        if slot.column is None:
-            out[slot.name] = (children or {}).get(slot.name, [])
+        value = row[column]
+        out[name] = value if convert is None or value is None else convert(value)
+    out["id"] = str(row["id"])
+    out["version"] = row["version"]
+    if resource.lifecycle:
+        out["docstatus"] = tables.DOCSTATUS[row["docstatus"]]
+    out["created_at"] = records.iso_text(row["created_at"])
+    out["updated_at"] = records.iso_text(row["updated_at"])
+    out["owner"] = row["owner"]
+    return out
+
+
+def _shown(resource: Resource, surface: str) -> tuple[Presented, ...]:
+    """The slots ``surface`` shows, as plain tuples: a list page answers this per row."""
+    shown = resource.presenting.get(surface)
+    if shown is None:
+        shown = resource.presenting[surface] = tuple(
+            (slot.name, slot.column, slot.convert) for slot in resource.slots if surface not in slot.exclude
+        )
+    return shown
+
+
+def _present_only(
+    resource: Resource,
+    row: Mapping[str, Any] | asyncpg.Record,
+    children: Mapping[str, list[dict[str, Any]]] | None,
+    surface: str,
+    only: Sequence[str],
+) -> dict[str, Any]:
+    """:func:`present` with ``fields=``: the named fields, and the id always."""
+    out: dict[str, Any] = {}
+    for name, column, convert in _shown(resource, surface):
+        if name not in only:
             continue
-        value = row[slot.column]
-        out[slot.name] = value if slot.convert is None or value is None else slot.convert(value)
+        if column is None:
+            out[name] = (children or {}).get(name, [])
+            continue
+        value = row[column]
+        out[name] = value if convert is None or value is None else convert(value)
     out["id"] = str(row["id"])  # always, even with ``fields=``
-    if only is None or "version" in only:
+    if "version" in only:
         out["version"] = row["version"]
-    if resource.lifecycle and (only is None or "docstatus" in only):
+    if resource.lifecycle and "docstatus" in only:
         out["docstatus"] = tables.DOCSTATUS[row["docstatus"]]
     for name in ("created_at", "updated_at"):
-        if only is None or name in only:
-            out[name] = row[name].isoformat()
-    if only is None or "owner" in only:
+        if name in only:
+            out[name] = records.iso_text(row[name])
+    if "owner" in only:
         out["owner"] = row["owner"]
     return out
 
