@@ -69,6 +69,10 @@ DONE = (
     "UPDATE dap.outbox SET delivered_at = now(), seq = nextval('dap.outbox_feed_seq') "
     "WHERE id = ANY($1::bigint[]) RETURNING seq"
 )
+DUE = (
+    "SELECT greatest(0, extract(epoch FROM min(next_at) - now()))::float8 FROM dap.outbox "
+    "WHERE delivered_at IS NULL AND attempts > 0"
+)
 PRUNE = (
     "DELETE FROM dap.outbox WHERE id IN (SELECT id FROM dap.outbox WHERE delivered_at IS NOT NULL "
     "AND delivered_at < now() - make_interval(secs => $1) AND NOT EXISTS (SELECT 1 FROM dap.dead_letter d "
@@ -138,19 +142,23 @@ class Dispatcher:
         while True:
             await self._listen()
             self._wake.clear()
+            wait = self.settings.poll
             try:
                 while await self.drain_once():
                     pass
                 rounds += 1
-                if rounds % 60 == 1:
-                    async with db.connection(self.pool) as conn:
+                async with db.connection(self.pool) as conn:
+                    if rounds % 60 == 1:
                         await conn.execute(PRUNE, self.settings.keep)
+                    due = await conn.fetchval(DUE)  # the next retry, when sooner than the poll
+                if due is not None:
+                    wait = min(wait, max(0.05, due))  # retrying rows only: new ones NOTIFY
             except asyncio.CancelledError:
                 raise
             except Exception:  # Postgres away, a bug: log, wait, go on -- never die silently
                 log.exception("events dispatcher round failed")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.settings.poll)
+                await asyncio.wait_for(self._wake.wait(), wait)
 
     async def drain_once(self) -> int:
         """Claim and settle one batch in one transaction; how many rows were claimed."""
