@@ -94,7 +94,9 @@ class Receiver:
         path = request.path
         signed = "webhook-signature" in request.headers
         data = (
-            standardwebhooks.Webhook(SECRET).verify(body, dict(request.headers)) if signed else json.loads(body)
+            standardwebhooks.Webhook(SECRET).verify(body, dict(request.headers))
+            if signed
+            else json.loads(body)
         )
         self.seen.append({"path": path, "id": request.headers["webhook-id"], "signed": signed, "data": data})
         self.counter += 1
@@ -192,12 +194,19 @@ async def test_the_standard_actions_emit_their_built_in_events_in_the_same_trans
     assert (await call(srv, "POST", "note", {"n": 1}))[0] == 422
     found = await rows(
         pg_dsn,
-        "SELECT event, action, version, payload FROM dap.outbox WHERE record_id = ANY($1::uuid[]) ORDER BY id",
+        "SELECT event, action, version, payload FROM dap.outbox "
+        "WHERE record_id = ANY($1::uuid[]) ORDER BY id",
         [uuid.UUID(rid), uuid.UUID(other["data"]["id"])],
     )
     mine = [(r["event"], r["action"]) for r in found]
-    assert mine == [("created", "create"), ("updated", "update"), ("submitted", "submit"),
-                    ("cancelled", "cancel"), ("created", "create"), ("deleted", "delete")]
+    assert mine == [
+        ("created", "create"),
+        ("updated", "update"),
+        ("submitted", "submit"),
+        ("cancelled", "cancel"),
+        ("created", "create"),
+        ("deleted", "delete"),
+    ]
     versions = [r["version"] for r in found[:4]]  # the reliable_event's transition moves it too
     assert versions[0] == 1 and versions == sorted(set(versions))
     updated = json.loads(next(r for r in found if r["event"] == "updated")["payload"])
@@ -212,12 +221,16 @@ async def test_created_is_delivered_on_every_channel(
 ) -> None:
     rec, _ = receiver
     rec.fail["deliver me"] = 2  # two failures, then success: three tries, one webhook-id
-    status, created = await call(srv, "POST", "note", {"title": "deliver me", "reader": "carol"})
+    _, created = await call(srv, "POST", "note", {"title": "deliver me", "reader": "carol"})
     rid = created["data"]["id"]
 
     async def delivered() -> Any:
-        got = await rows(pg_dsn, "SELECT delivered_at, attempts, public_id FROM dap.outbox "
-                         "WHERE record_id = $1 AND event = 'created'", uuid.UUID(rid))
+        got = await rows(
+            pg_dsn,
+            "SELECT delivered_at, attempts, public_id FROM dap.outbox "
+            "WHERE record_id = $1 AND event = 'created'",
+            uuid.UUID(rid),
+        )
         return got[0] if got[0]["delivered_at"] is not None else None
 
     row = await until(delivered)
@@ -229,21 +242,26 @@ async def test_created_is_delivered_on_every_channel(
     audit = await rows(pg_dsn, "SELECT action FROM dap.audit_log WHERE record_id = $1", uuid.UUID(rid))
     assert [a["action"] for a in audit] == ["event:created"]
     # reliable_event ran the transition once, as dap-events
-    status, found = await call(srv, "GET", f"note/{rid}")
+    _status, found = await call(srv, "GET", f"note/{rid}")
     assert found["data"]["state"] == "marked" and found["data"]["version"] == 2
-    settled = await rows(pg_dsn, "SELECT consumer, outcome FROM dap.event_deliveries WHERE event_id = $1",
-                         row["public_id"])
+    settled = await rows(
+        pg_dsn, "SELECT consumer, outcome FROM dap.event_deliveries WHERE event_id = $1", row["public_id"]
+    )
     assert len(settled) == 5 and {s["outcome"] for s in settled} == {"delivered"}
     # in-app notifications for the field's user and the named one, readable over REST
     for user in ("carol", "boss"):
-        async with srv.http.get(f"{srv.api}/default/api/_notifications",
-                                headers=srv.auth(username=user, sub=user)) as resp:
+        async with srv.http.get(
+            f"{srv.api}/default/api/_notifications", headers=srv.auth(username=user, sub=user)
+        ) as resp:
             assert resp.status == 200
             data = (await resp.json())["data"]
         mine = [n for n in data if n["record_id"] == rid]
         assert [n["body"] for n in mine] == ["New note deliver me by alice"]
-    async with srv.http.post(f"{srv.api}/default/api/_notifications/read", json={"ids": [mine[0]["id"]]},
-                             headers=srv.auth(username="boss", sub="boss")) as resp:
+    async with srv.http.post(
+        f"{srv.api}/default/api/_notifications/read",
+        json={"ids": [mine[0]["id"]]},
+        headers=srv.auth(username="boss", sub="boss"),
+    ) as resp:
         assert (await resp.json()) == {"read": 1}
 
 
@@ -252,7 +270,7 @@ async def test_pubsub_notifies_listeners_after_commit(srv: Running, pg_dsn: str)
     conn = await asyncpg.connect(pg_dsn)
     try:
         await conn.add_listener("dap_events", lambda *a: got.put_nowait(a[3]))
-        status, created = await call(srv, "POST", "note", {"title": "pub"})
+        _status, created = await call(srv, "POST", "note", {"title": "pub"})
         rid = created["data"]["id"]
         while True:
             note = json.loads(await asyncio.wait_for(got.get(), 10))
@@ -274,8 +292,9 @@ async def test_a_delivery_past_its_retries_is_dead_lettered_and_replayed_from_th
     assert status == 200, answer
 
     async def dead() -> Any:
-        return await rows(pg_dsn, "SELECT * FROM dap.dead_letter WHERE event_id = $1",
-                          uuid.UUID(answer["event"]))
+        return await rows(
+            pg_dsn, "SELECT * FROM dap.dead_letter WHERE event_id = $1", uuid.UUID(answer["event"])
+        )
 
     letters = await until(dead)
     assert len(letters) == 1 and letters[0]["attempts"] == 2 and "500" in letters[0]["last_error"]
@@ -290,8 +309,9 @@ async def test_a_delivery_past_its_retries_is_dead_lettered_and_replayed_from_th
         assert resp.status == 409
 
     async def replayed() -> Any:
-        got = await rows(pg_dsn, "SELECT outcome FROM dap.event_deliveries WHERE event_id = $1",
-                         uuid.UUID(answer["event"]))
+        got = await rows(
+            pg_dsn, "SELECT outcome FROM dap.event_deliveries WHERE event_id = $1", uuid.UUID(answer["event"])
+        )
         return got if got and got[0]["outcome"] == "delivered" else None
 
     assert await until(replayed)
@@ -308,7 +328,7 @@ async def test_order_per_record_holds_under_injected_failures(
     rec, _ = receiver
     ids = []
     for i in range(4):
-        status, created = await call(srv, "POST", "note", {"title": f"o{i}"})
+        _status, created = await call(srv, "POST", "note", {"title": f"o{i}"})
         ids.append(created["data"]["id"])
 
     async def bump(rid: str) -> None:
@@ -319,8 +339,11 @@ async def test_order_per_record_holds_under_injected_failures(
     await asyncio.gather(*(bump(r) for r in ids))
 
     async def drained() -> bool:
-        got = await rows(pg_dsn, "SELECT count(*) AS c FROM dap.outbox WHERE delivered_at IS NULL "
-                         "AND record_id = ANY($1::uuid[])", [uuid.UUID(r) for r in ids])
+        got = await rows(
+            pg_dsn,
+            "SELECT count(*) AS c FROM dap.outbox WHERE delivered_at IS NULL AND record_id = ANY($1::uuid[])",
+            [uuid.UUID(r) for r in ids],
+        )
         return got[0]["c"] == 0
 
     assert await until(drained, 60)
@@ -355,5 +378,7 @@ async def test_metrics_add_up_once_drained(srv: Running, pg_dsn: str) -> None:
             values[(name, channel)] = float(rest.rsplit(" ", 1)[1])
     for channel in ("webhook", "audit_log", "notification", "reliable_event", "pubsub"):
         emitted = values.get(("dap_events_emitted_total", channel), 0)
-        done = values.get(("dap_events_delivered_total", channel), 0) + values.get(("dap_events_dead_total", channel), 0)
+        done = values.get(("dap_events_delivered_total", channel), 0) + values.get(
+            ("dap_events_dead_total", channel), 0
+        )
         assert emitted > 0 and done == emitted, (channel, values)

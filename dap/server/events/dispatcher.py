@@ -9,11 +9,11 @@ One per server process; several processes share the work safely:
   record's later events back until it is delivered or dead).
 - **Wake**: a dedicated connection ``LISTEN``s on ``dap_outbox`` (one NOTIFY per emitting
   transaction, its id only); a poll every ``poll`` seconds picks up retries that fell due.
-- **Deliver**: one transaction per batch. Each delivery runs in a savepoint and, when it
-  succeeds, inserts its ``(consumer, event_id)`` row in ``dap.event_deliveries`` in that same
-  transaction; a delivery already settled is skipped. What a delivery writes (a reliable_event's
-  effect above all) therefore commits exactly once with its row; a process killed mid-batch
-  leaves nothing committed, and the next claim repeats the whole batch.
+- **Deliver**: one transaction per batch. Each delivery that writes runs in a savepoint and,
+  when it succeeds, its ``(consumer, event_id)`` row goes into ``dap.event_deliveries`` in that
+  same transaction (one insert for the batch); a delivery already settled is skipped. What a
+  delivery writes (a reliable_event's effect above all) therefore commits exactly once with its
+  row; a process killed mid-batch leaves nothing committed, and the next claim repeats the batch.
 - **Retry**: a failed delivery leaves the row undelivered with ``attempts + 1``, ``last_error``
   and ``next_at`` after the declared ``RetryDecl``'s backoff; once it has failed more than
   ``max_attempts`` times it is written to ``dap.dead_letter`` and settled as ``dead``.
@@ -29,12 +29,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import asyncpg
 
 from dap.config.entities import EntitySpec
+from dap.config.enums import EventChannel
 from dap.server.events import channels, measures, outbox, plans
 from dap.server.storage import db
 
@@ -52,11 +54,13 @@ ORDER BY o.id
 LIMIT $1
 FOR UPDATE OF o SKIP LOCKED
 """
-SETTLED = "SELECT consumer FROM dap.event_deliveries WHERE event_id = $1"
+SETTLED = "SELECT event_id, consumer FROM dap.event_deliveries WHERE event_id = ANY($1::uuid[])"
 SETTLE = (
-    "INSERT INTO dap.event_deliveries (consumer, event_id, outcome) VALUES ($1, $2, $3) "
-    "ON CONFLICT DO NOTHING"
+    "INSERT INTO dap.event_deliveries (consumer, event_id, outcome) "
+    "SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[]) ON CONFLICT DO NOTHING"
 )
+# channels that write nothing to Postgres need no savepoint around them
+_NO_WRITES = frozenset({EventChannel.WEBHOOK, EventChannel.WEBSOCKET})
 DEAD = (
     "INSERT INTO dap.dead_letter (outbox_id, event_id, tenant_id, entity, event, consumer, channel, "
     "attempts, last_error) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
@@ -164,10 +168,18 @@ class Dispatcher:
         """Claim and settle one batch in one transaction; how many rows were claimed."""
         async with db.connection(self.pool) as conn, db.committed(conn):
             rows = await conn.fetch(CLAIM, self.settings.batch)
+            settled: dict[object, set[str]] = {}
+            if rows:
+                for found in await conn.fetch(SETTLED, [r["public_id"] for r in rows]):
+                    settled.setdefault(found["event_id"], set()).add(found["consumer"])
             done: list[int] = []
+            outcomes: list[tuple[str, uuid.UUID, str]] = []
             for row in rows:
-                if await self._one(conn, channels.Event.of(row)):
+                event = channels.Event.of(row)
+                if await self._one(conn, event, settled.get(row["public_id"], set()), outcomes):
                     done.append(row["id"])
+            if outcomes:  # in this transaction: with the effects they settle, or not at all
+                await conn.execute(SETTLE, *(list(column) for column in zip(*outcomes, strict=True)))
             if done:
                 await conn.execute("SELECT pg_advisory_xact_lock($1)", FEED_LOCK)
                 seqs = await conn.fetch(DONE, done)
@@ -175,10 +187,16 @@ class Dispatcher:
                 await conn.execute("SELECT pg_notify($1, $2)", outbox.FEED, str(top))
         return len(rows)
 
-    async def _one(self, conn: db.Connection, event: channels.Event) -> bool:
-        """Every pending delivery of ``event``; whether it is settled (else it waits for a retry)."""
+    async def _one(
+        self,
+        conn: db.Connection,
+        event: channels.Event,
+        settled: set[str],
+        outcomes: list[tuple[str, uuid.UUID, str]],
+    ) -> bool:
+        """Every pending delivery of ``event`` (``settled``: its consumers already done; each one
+        settled now is added to ``outcomes``); whether it is settled (else it waits for a retry)."""
         spec = self.entities().get(event.entity)
-        settled = {r["consumer"] for r in await conn.fetch(SETTLED, event.public_id)}
         failed: list[tuple[plans.Delivery, str]] = []
         attempts = event.attempts + 1
         for delivery in plans.deliveries(spec, event.entity, event.event, event.consumers):
@@ -188,9 +206,12 @@ class Dispatcher:
             if event.attempts == 0:
                 self.counters.emitted.labels(channel).inc()
             try:
-                async with conn.transaction():  # a savepoint: a failed delivery leaves nothing
+                if delivery.channel in _NO_WRITES:
                     await self.channels.deliver(conn, event, delivery)
-                    await conn.execute(SETTLE, delivery.consumer, event.public_id, "delivered")
+                else:
+                    async with conn.transaction():  # a savepoint: a failed delivery leaves nothing
+                        await self.channels.deliver(conn, event, delivery)
+                outcomes.append((delivery.consumer, event.public_id, "delivered"))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -208,7 +229,7 @@ class Dispatcher:
                         attempts,
                         error,
                     )
-                    await conn.execute(SETTLE, delivery.consumer, event.public_id, "dead")
+                    outcomes.append((delivery.consumer, event.public_id, "dead"))
                     self.counters.dead.labels(channel).inc()
                     log.warning("event delivery dead", extra={"ctx": {"consumer": delivery.consumer}})
                 else:
