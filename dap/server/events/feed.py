@@ -133,7 +133,9 @@ class Feed:
         while True:
             async with db.connection(self.pool) as conn:
                 page = await since(conn, self.position)
-            for seq, event in page:
+            for n, (seq, event) in enumerate(page, 1):
+                if n % 64 == 0:
+                    await asyncio.sleep(0)  # let the sockets' writers drain between slices of a page
                 self.position = seq
                 for subscriber in list(self.subscribers):
                     subscriber.offer(seq, event)
