@@ -73,6 +73,17 @@ class EventDeliveryDecl(Record):
     dead_letter: DeliveryTarget | None = None
     idempotency_key: str | None = None
 
+    @pydantic.model_validator(mode="after")
+    def _queue_not_delivered(self) -> EventDeliveryDecl:
+        if self.channel is EventChannel.QUEUE:
+            warnings.warn(
+                "channel queue is declared but not delivered by this server (no queue runner yet); "
+                "deliver through reliable_event or webhook, or keep it as documentation",
+                UserWarning,
+                stacklevel=2,
+            )
+        return self
+
 
 class EventDecl(Record):
     name: str = pydantic.Field(pattern=r"^[a-z][a-z0-9_.]*$")

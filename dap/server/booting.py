@@ -1,4 +1,5 @@
-"""The database half of a boot: the pool, the platform tables, the entity schema, ``default``.
+"""The database half of a boot: the pool, the platform tables, the entity schema, ``default``;
+and the ``reliable_event`` runner the events dispatcher is given (events never import workflows).
 
 Kept free of the web stack so that ``dap serve`` reaches Postgres having imported only what the
 migration needs; the HTTP modules load while Postgres creates the tables (see ``cli.serve``).
@@ -7,16 +8,23 @@ migration needs; the HTTP modules load while Postgres creates the tables (see ``
 from __future__ import annotations
 
 import ssl
+import uuid
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
 from dap.server import errors, options
-from dap.server.access import accounts, throttling
+from dap.server.access import accounts, auth, throttling
 from dap.server.catalog import Catalog
 from dap.server.documents import auditing, idempotency
+from dap.server.events import outbox
 from dap.server.storage import db, migrations, numbering, schema_sync, workspaces
-from dap.server.workflows import outbox
+
+if TYPE_CHECKING:
+    from dap.config.events import DeliveryTarget
+    from dap.server.events import channels
+    from dap.server.workflows import actions
 
 
 def tls_context(opts: options.ServeOptions) -> ssl.SSLContext | None:
@@ -80,3 +88,67 @@ async def prepare_database(
         )
         await workspaces.seed_default(conn)
     return plan
+
+
+SYSTEM = auth.Principal(sub="dap:events", username="dap-events", roles=("admin",))
+
+
+def reliable_runner(current: Callable[[], Catalog]) -> channels.Runner:
+    """The ``reliable_event`` runner: the target action (``module.entity`` + action) run on the
+    dispatcher's connection, inside its transaction, as the system principal ``dap-events``.
+
+    The record is the event's own when the target is the same entity; otherwise the record the
+    event's record refers to through its first relation field to the target entity. The action's
+    params are the event's ``params`` (those the target declares). Workflows load here, on the
+    first call, not at boot (reaching Postgres imports no more than the migration needs).
+    """
+
+    async def run(conn: db.Connection, event: channels.Event, target: DeliveryTarget) -> None:
+        from dap.server.access import guards  # loaded on the first delivery
+        from dap.server.workflows import actions
+
+        catalog = current()
+        assert target.resource is not None  # validation requires both
+        assert target.action is not None
+        module, _, name = target.resource.rpartition(".")
+        resource = catalog.resource(module or event.entity.split("/")[0], name)
+        if resource is None:
+            raise RuntimeError(f"reliable_event target {target.resource} is not an entity served here")
+        plan = resource.workflow.get(target.action)
+        if plan is None:
+            raise RuntimeError(f"{resource.key} has no custom action or transition {target.action!r}")
+        record_id = _target_record(catalog, resource, event)
+        given = event.payload.get("params") or {}
+        params = actions.parse_params(plan, {k: v for k, v in given.items() if k in plan.params})
+        call = actions.Call(
+            write=auditing.Write(
+                catalog, resource, event.tenant, SYSTEM.sub, SYSTEM.username, event.request_id
+            ),
+            principal=SYSTEM,
+            access=guards.check(SYSTEM, resource, target.action),
+            plan=plan,
+            record_id=record_id,
+            params=params,
+            expected=None,
+            idempotency=None,
+        )
+        await actions.run(conn, call, actions.runner(resource.key, plan), _silent)
+
+    return run
+
+
+def _silent(_outcome: actions.Outcome) -> idempotency.Answer:  # the answer nobody reads
+    return idempotency.Answer(200, "", {})
+
+
+def _target_record(catalog: Catalog, resource: Any, event: channels.Event) -> uuid.UUID:
+    if resource.key == event.entity and event.record_id is not None:
+        return event.record_id
+    record = event.payload.get("record") or {}
+    source = catalog.entities.get(event.entity)
+    for f in source.fields if source is not None else ():
+        relation = getattr(f, "relation", None)
+        target = getattr(relation, "entity", None)
+        if target is not None and target.replace(".", "/").endswith(resource.key) and record.get(f.name):
+            return uuid.UUID(str(record[f.name]))
+    raise RuntimeError(f"event {event.event} of {event.entity} names no {resource.key} record")

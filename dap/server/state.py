@@ -18,6 +18,7 @@ from aiohttp import web
 if TYPE_CHECKING:
     from dap.server import catalog, metrics, options
     from dap.server.access import auth
+    from dap.server.events import dispatcher, feed
     from dap.server.storage import caching, workspaces
 
 
@@ -40,6 +41,18 @@ METRICS: web.AppKey[metrics.Metrics] = web.AppKey("metrics")
 VERIFIER: web.AppKey[auth.JwtVerifier] = web.AppKey("verifier")
 OPTIONS: web.AppKey[options.ServeOptions] = web.AppKey("options")
 CACHE: web.AppKey[caching.FindCache] = web.AppKey("find_cache")
+
+
+@dataclass
+class Events:
+    """The process's events machinery: the dispatcher (started with the app unless turned off)
+    and the feed of delivered events the websocket serves."""
+
+    dispatcher: dispatcher.Dispatcher
+    feed: feed.Feed
+
+
+EVENTS: web.AppKey[Events] = web.AppKey("events")
 # extra checks of the admin /health: each returns a reason when unhealthy, None when fine. The list
 # is created with the app; a host (the resource pod) may append to it before or after start.
 HealthCheck = Callable[[], Awaitable[str | None]]

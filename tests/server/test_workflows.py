@@ -185,14 +185,14 @@ async def test_a_transition_moves_bumps_audits_and_emits(srv: Running, pg_dsn: s
         ]
         events = await conn.fetch(
             "SELECT public_id, event, entity, action, payload::text, delivered_at FROM dap.outbox "
-            "WHERE record_id = $1",
+            "WHERE record_id = $1 AND action = 'start'",  # the create's built-in event aside
             uuid.UUID(t["id"]),
         )
     finally:
         await conn.close()
     assert len(events) == 1 and str(events[0]["public_id"]) == answer["event"]
     assert (events[0]["event"], events[0]["entity"], events[0]["action"]) == ("started", "wf/ticket", "start")
-    assert '"to": "open"' in events[0]["payload"] and events[0]["delivered_at"] is None
+    assert '"to": "open"' in events[0]["payload"]  # delivered (or not yet) by the events dispatcher
     status, found, _ = await call(srv, "GET", f"ticket/{t['id']}")
     assert found["data"]["state"] == "open"  # the cached answer was dropped
 

@@ -32,6 +32,7 @@ from typing import Any
 import asyncpg
 
 from dap.config.entities import EntitySpec
+from dap.config.enums import FilterOp
 from dap.server import errors
 from dap.server.access import auth, permissions, scoping, txdates
 from dap.server.catalog import Catalog, Resource
@@ -154,6 +155,15 @@ class Access:
 
     def allows(self, permission: str) -> bool:
         return self.resource.grants.allows(self.principal.roles, permission)
+
+    def sees(self, record: Mapping[str, Any]) -> bool:
+        """Whether a record as the REST API shows it (ids, decimals as text) is in this caller's
+        row scope; a field the scope needs and the record lacks fails (used for pushed events)."""
+        return all(
+            scoping.admits(b, record.get(b.field))
+            or (b.op is FilterOp.IN and any(str(v) == str(record.get(b.field)) for v in b.values))
+            for b in self.scope
+        )
 
     def view(self, data: dict[str, Any]) -> dict[str, Any]:
         """``data`` without the fields this caller may not read."""

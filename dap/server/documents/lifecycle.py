@@ -25,7 +25,7 @@ one document are serialised, and the second sees the first's result (:func:`move
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import asyncpg
@@ -35,6 +35,9 @@ from dap.server.access import auth, guards
 from dap.server.catalog import Resource
 from dap.server.documents import auditing, filling, reading, references
 from dap.server.storage import caching, db, tables
+
+# what runs last in a move's transaction: (connection, row after, its child rows)
+Moved = Callable[[db.Connection, asyncpg.Record, dict[str, list[dict[str, Any]]] | None], Awaitable[None]]
 
 DRAFT, SUBMITTED, CANCELLED = 0, 1, 2
 SUBMIT, CANCEL = "submit", "cancel"
@@ -139,11 +142,14 @@ async def move(
     record_id: uuid.UUID,
     *,
     expected: int | None,
+    after: Moved | None = None,
 ) -> tuple[asyncpg.Record, dict[str, list[dict[str, Any]]] | None]:
     """Submit or cancel one document: one transaction on its row locked ``FOR UPDATE``; the row after
     and its child rows (read before the commit).
 
-    ``expected`` is the version the caller read (``If-Match``), checked under the lock.
+    ``expected`` is the version the caller read (``If-Match``), checked under the lock; ``after``
+    runs last in the transaction with the row after and its child rows (the events part records
+    the move's built-in event there).
     """
     required, reached, wrong = MOVES[action]
     catalog, resource, tenant = write.catalog, write.resource, write.tenant
@@ -177,6 +183,8 @@ async def move(
                 if resource.children
                 else {}
             )
+            if after is not None:
+                await after(conn, row, kids.get(record_id))
     except asyncpg.DeadlockDetectedError as exc:
         raise errors.Conflict(
             "another move on related documents ran at the same time; try again",

@@ -1,4 +1,5 @@
-"""The admin listener: ``/metrics``, ``/health`` and, with an admin secret, ``/workspaces``.
+"""The admin listener: ``/metrics``, ``/health`` and, with an admin secret, ``/workspaces`` and
+``/dead-letters`` (listing, ``POST /dead-letters/{id}/replay``).
 
 It binds to loopback by default (``--metrics-addr``, empty = off) and is a separate aiohttp
 application so that nothing of the tenant-facing API is reachable here and vice versa. Without
@@ -23,6 +24,7 @@ from aiohttp.typedefs import Handler, Middleware
 
 from dap.server import errors, metrics, state
 from dap.server.access import accounts
+from dap.server.events import deadletter
 from dap.server.storage import db, workspaces
 from dap.server.web import requests
 
@@ -148,6 +150,31 @@ async def _unregister(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
+async def _dead_letters(request: web.Request) -> web.Response:
+    """``GET /dead-letters``: the latest dead event deliveries (``?limit=``, at most 500)."""
+    _check_bearer(request)
+    limit = (
+        min(500, max(1, int(request.query.get("limit", "100"))))
+        if request.query.get("limit", "100").isdigit()
+        else 100
+    )
+    async with db.connection(request.app[state.POOL]) as conn:
+        found = await deadletter.listing(conn, limit)
+    return web.json_response({"data": found})
+
+
+async def _replay(request: web.Request) -> web.Response:
+    """``POST /dead-letters/{id}/replay``: deliver a dead delivery again (see ``events.deadletter``)."""
+    _check_bearer(request)
+    try:
+        dead_id = uuid.UUID(request.match_info["id"])
+    except ValueError as exc:
+        raise errors.NotFound("no such dead letter", code="SVC.EVENT.DEAD_LETTER_NOT_FOUND") from exc
+    async with db.connection(request.app[state.POOL]) as conn:
+        found = await deadletter.replay(conn, dead_id)
+    return web.json_response(found, status=202)
+
+
 def build(main: web.Application) -> web.Application:
     """The admin application, sharing the main application's pool, registry and metrics."""
     app = web.Application(middlewares=[_problem_middleware()])
@@ -164,4 +191,6 @@ def build(main: web.Application) -> web.Application:
         app.router.add_post("/workspaces", _register)
         app.router.add_delete("/workspaces/{slug}", _unregister)
         app.router.add_post("/workspaces/{slug}/setup-code", _new_setup_code)
+        app.router.add_get("/dead-letters", _dead_letters)
+        app.router.add_post("/dead-letters/{id}/replay", _replay)
     return app

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiohttp
 import asyncpg
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
@@ -29,8 +30,20 @@ from aiohttp.typedefs import Handler, Middleware
 from dap.server import booting, errors, metrics, options, state
 from dap.server.access import auth
 from dap.server.catalog import Catalog
+from dap.server.events import channels, dispatcher, feed, measures
 from dap.server.storage import caching, db, workspaces
-from dap.server.web import admin, moves, openapi, protocol, rest, trails, ui_meta, users
+from dap.server.web import (
+    admin,
+    moves,
+    notifications,
+    openapi,
+    protocol,
+    rest,
+    sockets,
+    trails,
+    ui_meta,
+    users,
+)
 
 log = logging.getLogger(__name__)
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -161,6 +174,43 @@ async def _stop_find_cache(app: web.Application) -> None:
         await listener.stop()
 
 
+def _events(app: web.Application, opts: options.ServeOptions, pool: asyncpg.Pool) -> state.Events:
+    """The dispatcher and the feed of this process (started with the app: see ``_start_events``).
+
+    ``DAP_WEBHOOK_SECRET`` (``whsec_…``) signs webhooks declared ``sign: true``; a webhook's
+    ``url_from_config: KEY`` reads ``DAP_CONFIG_KEY``.
+    """
+    config = {
+        k.removeprefix("DAP_CONFIG_").lower(): v for k, v in os.environ.items() if k.startswith("DAP_CONFIG_")
+    }
+    deliveries = channels.Channels(
+        webhook_secret=os.environ.get("DAP_WEBHOOK_SECRET") or None,
+        config=config,
+        runner=booting.reliable_runner(lambda: app[state.SPEC].current),
+    )
+    counters = measures.Counters(app[state.METRICS].registry)
+    entities = lambda: dict(app[state.SPEC].current.entities)  # noqa: E731 -- read per batch
+    return state.Events(
+        dispatcher.Dispatcher(pool, opts.dsn, entities, deliveries, counters), feed.Feed(pool, opts.dsn)
+    )
+
+
+async def _start_events(app: web.Application) -> None:
+    events = app[state.EVENTS]
+    events.dispatcher.channels.http = aiohttp.ClientSession()
+    if os.environ.get("DAP_EVENTS_DISPATCH", "1") != "0":  # 0: this process delivers nothing
+        events.dispatcher.start()
+    events.feed.start()
+
+
+async def _stop_events(app: web.Application) -> None:
+    events = app[state.EVENTS]
+    await events.dispatcher.stop()
+    await events.feed.stop()
+    if events.dispatcher.channels.http is not None:
+        await events.dispatcher.channels.http.close()
+
+
 def build_app(
     *,
     opts: options.ServeOptions,
@@ -183,6 +233,13 @@ def build_app(
     app[state.CACHE] = caching.FindCache(opts.dsn)  # its listener connection opens on start
     app.on_startup.append(_start_find_cache)
     app.on_cleanup.append(_stop_find_cache)
+    app[state.EVENTS] = _events(app, opts, pool)
+    app.on_startup.append(_start_events)
+    app.on_cleanup.append(_stop_events)
+    notifications.add_routes(app)  # before the entity routes, whose patterns would match its paths
+    app[sockets.SOCKETS] = set()
+    app.on_shutdown.append(sockets.close_all)
+    app.router.add_get("/{ws}/_ws", sockets.handler)
     # entity routes first: the router tries dynamic routes in order, and these carry the load
     rest.add_routes(app)
     trails.add_routes(app)  # before moves: /{id}/_audit is not an action

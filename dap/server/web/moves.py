@@ -11,12 +11,15 @@ transition, ``"transition": {"from", "to"}`` and, when it emitted one, ``"event"
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from dap.server import errors, state
 from dap.server.access import auth, guards
 from dap.server.catalog import Catalog, Resource, machines
 from dap.server.documents import idempotency, lifecycle, reading
+from dap.server.events import builtin
 from dap.server.storage import db
 from dap.server.storage.workspaces import Workspace
 from dap.server.web import requests
@@ -50,8 +53,14 @@ async def record_action(request: web.Request) -> web.Response:
     expected = requests.if_match(request)
     tenant = workspace.tenant_id
     write = requests.write_of(request, principal, catalog, resource, tenant)
+
+    async def emit(conn: db.Connection, row: Any, kids: dict[str, list[dict[str, Any]]] | None) -> None:
+        await builtin.record(conn, write, action, row, kids)
+
     async with db.connection(request.app[state.POOL]) as conn:
-        row, kids = await lifecycle.move(conn, write, principal, action, record_id, expected=expected)
+        row, kids = await lifecycle.move(
+            conn, write, principal, action, record_id, expected=expected, after=emit
+        )
     request.app[state.CACHE].invalidate((resource.table.name, tenant, record_id))
     return requests.reply(
         {"data": access.view(reading.present(resource, row, kids))},

@@ -23,6 +23,7 @@ from dap.server import errors, state
 from dap.server.access import guards
 from dap.server.catalog import Catalog, Resource
 from dap.server.documents import auditing, filling, idempotency, lifecycle, reading, writing
+from dap.server.events import builtin
 from dap.server.storage import caching, db, sql
 from dap.server.web import filters, requests
 
@@ -153,6 +154,7 @@ async def create_record(request: web.Request) -> web.Response:
                 await writing.write_children(conn, resource, tenant, row["id"], children)
                 await lifecycle.created(conn, write, row, submitted=submit)
                 kids = await _children(conn, resource, tenant, row["id"], catalog)
+                await builtin.record(conn, write, "create", row, kids)
                 answer = idempotency.Answer(
                     201,
                     requests.dumps({"data": access.view(reading.present(resource, row, kids))}),
@@ -213,6 +215,7 @@ async def update_record(request: web.Request) -> web.Response:
                 await writing.write_children(conn, resource, tenant, record_id, children)
                 await trail.finish(conn, row)
                 kids = await _children(conn, resource, tenant, record_id, catalog)
+                await builtin.record(conn, write, "update", row, kids, changed=values.keys())
         except asyncpg.PostgresError as exc:
             raise writing.translate(resource, exc) from exc
     request.app[state.CACHE].invalidate((resource.table.name, tenant, record_id))
@@ -244,6 +247,7 @@ async def delete_record(request: web.Request) -> web.Response:
                 result = await conn.execute(*sql.flat(sql.delete(resource.table, tenant, record_id)))
                 await caching.announce(conn, resource, tenant, record_id)
                 await trail.finish(conn, None)
+                await builtin.record(conn, write, "delete", current)
         except asyncpg.PostgresError as exc:
             raise writing.translate(resource, exc) from exc
     request.app[state.CACHE].invalidate((resource.table.name, tenant, record_id))

@@ -8,10 +8,10 @@ web (which turns ``POST …/{id}/{action}`` into :func:`actions.run`). The compi
     actions    one custom action or transition on one record, in one transaction
     machines   whether a transition can run from the current state (pure)
     handlers   native handlers, registered by entry point (group ``dap.actions``)
-    outbox     ``dap.outbox``: the events an action emits, written in its transaction
 
 Approval gates and tracked jobs are not here yet (see docs/workflows.md). Modules load on first
-import (none is imported here): the boot path needs ``outbox`` only.
+import (none is imported here). The events an action emits are written by
+``dap.server.events.outbox``.
 """
 
-__all__ = ["actions", "handlers", "machines", "outbox"]
+__all__ = ["actions", "handlers", "machines"]

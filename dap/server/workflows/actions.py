@@ -37,8 +37,9 @@ from dap.server import errors
 from dap.server.access import auth, guards, throttling
 from dap.server.catalog import machines as compiled
 from dap.server.documents import auditing, filling, idempotency, reading
+from dap.server.events import outbox
 from dap.server.storage import caching, db, records, tables
-from dap.server.workflows import handlers, machines, outbox
+from dap.server.workflows import handlers, machines
 
 NOT_IMPLEMENTED = "SVC.ACTION.NOT_IMPLEMENTED"
 SIDECAR = "SVC.ACTION.SIDECAR_NOT_CONFIGURED"

@@ -1,0 +1,180 @@
+"""Benchmark of event delivery (``make bench``; ``--quick`` for a few seconds).
+
+1. Baseline, measured in this run: a bare ``INSERT`` + ``NOTIFY`` in one transaction, received by a
+   ``LISTEN``ing connection -- the floor of any commit-to-handler latency on this machine.
+2. Latency: events emitted one per transaction (``outbox.emit``) at a steady rate; the time from
+   the start of the emitting transaction (as for the baseline) to the ``reliable_event`` handler
+   (the dispatcher's runner, in this process), p50/p99.
+3. Throughput: a backlog of events spread over records, drained by one dispatcher: events/s.
+4. Websocket fan-out (full run only when asked with ``--subscribers``): skipped in ``--quick``.
+
+Embedded Postgres in a temporary directory unless ``DAP_BENCH_DSN`` is set. Targets (issue 12):
+>= 1,000 events/s sustained, commit-to-handler p99 <= 100 ms; ``--quick`` prints without holding
+them (a loaded machine would make it flaky).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import asyncpg
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dap import config, embedded
+from dap.config.events import DeliveryTarget
+from dap.server import booting
+from dap.server.catalog import Catalog
+from dap.server.events import channels, dispatcher, measures, outbox
+from dap.server.storage import db
+from tests.server.events_worker import FILES
+
+TENANT = uuid.uuid4()
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))] * 1000
+
+
+async def baseline(dsn: str, count: int) -> list[float]:
+    listener = await asyncpg.connect(dsn)
+    writer = await asyncpg.connect(dsn)
+    await writer.execute("CREATE TABLE IF NOT EXISTS bench_base (id bigserial PRIMARY KEY, v int)")
+    got: asyncio.Queue[float] = asyncio.Queue()
+    await listener.add_listener("bench_base", lambda *_: got.put_nowait(time.perf_counter()))
+    out = []
+    try:
+        for i in range(count):
+            started = time.perf_counter()
+            async with writer.transaction():
+                await writer.execute("INSERT INTO bench_base (v) VALUES ($1)", i)
+                await writer.execute("SELECT pg_notify('bench_base', $1)", str(i))
+            out.append(await got.get() - started)
+    finally:
+        await listener.close()
+        await writer.close()
+    return out
+
+
+async def main(args: argparse.Namespace) -> int:
+    with tempfile.TemporaryDirectory(prefix="dap-bench-") as tmp:
+        dsn = os.environ.get("DAP_BENCH_DSN")
+        handle = None
+        if not dsn:
+            dsn, handle = embedded.start(Path(tmp) / "pg")
+        try:
+            return await run(dsn, args)
+        finally:
+            if handle is not None:
+                embedded.stop(handle, Path(tmp) / "pg")
+
+
+async def run(dsn: str, args: argparse.Namespace) -> int:
+    catalog = Catalog.from_spec(config.load_files(FILES))
+    pool = await db.open_pool(dsn, 6)
+    await booting.prepare_database(pool, catalog)
+    base = await baseline(dsn, args.baseline)
+    print(f"baseline INSERT+NOTIFY->LISTEN: p50 {pct(base, 50):.2f} ms, p99 {pct(base, 99):.2f} ms")
+
+    handled: dict[uuid.UUID, float] = {}
+
+    async def handler(_conn: db.Connection, event: channels.Event, _t: DeliveryTarget) -> None:
+        handled[event.public_id] = time.perf_counter()
+
+    specs = {e.key: e.spec for e in config.load_files(FILES).entities.values()}
+    work = dispatcher.Dispatcher(
+        pool,
+        dsn,
+        lambda: specs,
+        channels.Channels(runner=handler),
+        measures.Counters(),
+        dispatcher.Settings(batch=200),
+    )
+    work.start()
+    records = [uuid.uuid4() for _ in range(200)]
+    try:
+        # 2. latency: one event per transaction at a steady rate
+        sent: dict[uuid.UUID, float] = {}
+        interval = 1.0 / args.rate
+        async with pool.acquire() as conn:
+            for i in range(args.latency):
+                began = time.perf_counter()
+                async with conn.transaction():
+                    public = await outbox.emit(
+                        conn,
+                        tenant=TENANT,
+                        entity="kx/item",
+                        record_id=records[i % len(records)],
+                        action="poke",
+                        event="ping",
+                        payload={"i": i},
+                        actor_sub="b",
+                        actor_username="b",
+                        request_id=None,
+                        version=i,
+                    )
+                sent[public] = began  # from before the transaction, like the baseline
+                await asyncio.sleep(interval)
+        deadline = time.perf_counter() + 30
+        while len([k for k in sent if k in handled]) < len(sent) and time.perf_counter() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+        lat = [max(0.0, handled[k] - t) for k, t in sent.items() if k in handled]
+        print(
+            f"emit-to-handler ({len(lat)} events at {args.rate}/s): p50 {pct(lat, 50):.2f} ms, "
+            f"p99 {pct(lat, 99):.2f} ms (target p99 <= 100 ms)"
+        )
+        # 3. throughput: a backlog drained
+        handled.clear()
+        await work.stop()
+        async with pool.acquire() as conn:
+            await conn.execute(
+                "INSERT INTO dap.outbox (tenant_id, entity, record_id, action, event, payload, version) "
+                "SELECT $1, 'kx/item', ($2::uuid[])[1 + (i % 200)], 'poke', 'ping', '{}'::jsonb, i "
+                "FROM generate_series(1, $3) AS i",
+                TENANT,
+                records,
+                args.backlog,
+            )
+        started = time.perf_counter()
+        work.start()
+        while len(handled) < args.backlog and time.perf_counter() - started < 120:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+        seconds = time.perf_counter() - started
+        rate = len(handled) / seconds
+        print(
+            f"throughput: {len(handled)} events in {seconds:.2f} s = {rate:.0f} events/s (target >= 1,000/s)"
+        )
+        async with pool.acquire() as conn:
+            dead = await conn.fetchval(
+                "SELECT n_dead_tup FROM pg_stat_user_tables WHERE schemaname = 'dap' AND relname = 'outbox'"
+            )
+        print(f"outbox dead tuples after the run: {dead} (autovacuum and the dispatcher's prune bound them)")
+        ok = len(lat) == len(sent) and len(handled) == args.backlog
+        if not args.quick:
+            ok = ok and rate >= 1000 and pct(lat, 99) <= 100
+        return 0 if ok else 1
+    finally:
+        await work.stop()
+        await pool.close()
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    args.baseline, args.latency, args.rate, args.backlog = (
+        (100, 200, 200, 2000) if args.quick else (1000, 2000, 200, 20000)
+    )
+    return args
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(parse(sys.argv[1:]))))

@@ -1,0 +1,244 @@
+"""The dispatcher: claims undelivered outbox rows, delivers them, retries, dead-letters.
+
+One per server process; several processes share the work safely:
+
+- **Claim** (:data:`CLAIM`): undelivered rows due now (``next_at``) with no older undelivered row
+  of the same record, ``FOR UPDATE SKIP LOCKED`` -- only the oldest pending event of a record is
+  ever claimable, and a claimed one is invisible to other dispatchers, so two deliveries of one
+  record never run out of order, across processes and under retries (a failing event holds the
+  record's later events back until it is delivered or dead).
+- **Wake**: a dedicated connection ``LISTEN``s on ``dap_outbox`` (one NOTIFY per emitting
+  transaction, its id only); a poll every ``poll`` seconds picks up retries that fell due.
+- **Deliver**: one transaction per batch. Each delivery that writes runs in a savepoint and,
+  when it succeeds, its ``(consumer, event_id)`` row goes into ``dap.event_deliveries`` in that
+  same transaction (one insert for the batch); a delivery already settled is skipped. What a
+  delivery writes (a reliable_event's effect above all) therefore commits exactly once with its
+  row; a process killed mid-batch leaves nothing committed, and the next claim repeats the batch.
+- **Retry**: a failed delivery leaves the row undelivered with ``attempts + 1``, ``last_error``
+  and ``next_at`` after the declared ``RetryDecl``'s backoff; once it has failed more than
+  ``max_attempts`` times it is written to ``dap.dead_letter`` and settled as ``dead``.
+- **Feed**: a row whose deliveries are all settled gets ``delivered_at`` and its ``seq`` from
+  ``dap.outbox_feed_seq`` under a transaction-level advisory lock held to the commit, so ``seq``
+  order is commit order; the transaction NOTIFYs ``dap_feed`` (see ``feed``).
+- **Prune**: delivered rows older than ``keep`` seconds are deleted (websocket resume reaches that
+  far back), so the table's dead tuples stay bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import asyncpg
+
+from dap.config.entities import EntitySpec
+from dap.config.enums import EventChannel
+from dap.server.events import channels, measures, outbox, plans
+from dap.server.storage import db
+
+log = logging.getLogger(__name__)
+FEED_LOCK = 0x64617066  # 'dapf': serialises giving out feed positions (held to the commit)
+
+CLAIM = """
+SELECT o.* FROM dap.outbox o
+WHERE o.delivered_at IS NULL AND o.next_at <= now()
+  AND NOT EXISTS (
+    SELECT 1 FROM dap.outbox p
+    WHERE p.delivered_at IS NULL AND p.tenant_id = o.tenant_id AND p.record_id = o.record_id AND p.id < o.id
+  )
+ORDER BY o.id
+LIMIT $1
+FOR UPDATE OF o SKIP LOCKED
+"""
+SETTLED = "SELECT event_id, consumer FROM dap.event_deliveries WHERE event_id = ANY($1::uuid[])"
+SETTLE = (
+    "INSERT INTO dap.event_deliveries (consumer, event_id, outcome) "
+    "SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[]) ON CONFLICT DO NOTHING"
+)
+# channels that write nothing to Postgres need no savepoint around them
+_NO_WRITES = frozenset({EventChannel.WEBHOOK, EventChannel.WEBSOCKET})
+DEAD = (
+    "INSERT INTO dap.dead_letter (outbox_id, event_id, tenant_id, entity, event, consumer, channel, "
+    "attempts, last_error) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+)
+RETRY = (
+    "UPDATE dap.outbox SET attempts = attempts + 1, last_error = $2, "
+    "next_at = now() + make_interval(secs => $3) WHERE id = $1"
+)
+DONE = (
+    "UPDATE dap.outbox SET delivered_at = now(), seq = nextval('dap.outbox_feed_seq') "
+    "WHERE id = ANY($1::bigint[]) RETURNING seq"
+)
+DUE = (
+    "SELECT greatest(0, extract(epoch FROM min(next_at) - now()))::float8 FROM dap.outbox "
+    "WHERE delivered_at IS NULL AND attempts > 0"
+)
+PRUNE = (
+    "DELETE FROM dap.outbox WHERE id IN (SELECT id FROM dap.outbox WHERE delivered_at IS NOT NULL "
+    "AND delivered_at < now() - make_interval(secs => $1) AND NOT EXISTS (SELECT 1 FROM dap.dead_letter d "
+    "WHERE d.outbox_id = dap.outbox.id AND d.replayed_at IS NULL) ORDER BY id LIMIT 5000)"
+)
+
+
+@dataclass
+class Settings:
+    batch: int = 100
+    poll: float = 1.0  # seconds between polls for retries that fell due
+    keep: float = 3600.0  # seconds delivered rows are kept (websocket resume)
+
+
+class Dispatcher:
+    """The process's dispatcher; ``start`` then ``stop``."""
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        dsn: str,
+        entities: Callable[[], dict[str, EntitySpec]],
+        deliveries: channels.Channels,
+        counters: measures.Counters,
+        settings: Settings | None = None,
+    ) -> None:
+        self.pool, self.dsn, self.entities = pool, dsn, entities
+        self.channels, self.counters = deliveries, counters
+        self.settings = settings or Settings()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._listener: asyncpg.Connection[asyncpg.Record] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="dap-events-dispatcher")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self._unlisten()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def _listen(self) -> None:
+        if self._listener is not None and not self._listener.is_closed():
+            return
+        try:
+            self._listener = await asyncpg.connect(self.dsn)
+            await self._listener.add_listener(outbox.CHANNEL, lambda *_: self._wake.set())
+        except (OSError, asyncpg.PostgresError) as exc:
+            self._listener = None
+            log.warning("events dispatcher cannot LISTEN (polling only): %r", exc)
+
+    async def _unlisten(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            with contextlib.suppress(Exception):
+                await listener.close(timeout=2)
+
+    async def _run(self) -> None:
+        rounds = 0
+        while True:
+            await self._listen()
+            self._wake.clear()
+            wait = self.settings.poll
+            try:
+                while await self.drain_once():
+                    pass
+                rounds += 1
+                async with db.connection(self.pool) as conn:
+                    if rounds % 60 == 1:
+                        await conn.execute(PRUNE, self.settings.keep)
+                    due = await conn.fetchval(DUE)  # the next retry, when sooner than the poll
+                if due is not None:
+                    wait = min(wait, max(0.05, due))  # retrying rows only: new ones NOTIFY
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # Postgres away, a bug: log, wait, go on -- never die silently
+                log.exception("events dispatcher round failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), wait)
+
+    async def drain_once(self) -> int:
+        """Claim and settle one batch in one transaction; how many rows were claimed."""
+        async with db.connection(self.pool) as conn, db.committed(conn):
+            rows = await conn.fetch(CLAIM, self.settings.batch)
+            settled: dict[object, set[str]] = {}
+            if rows:
+                for found in await conn.fetch(SETTLED, [r["public_id"] for r in rows]):
+                    settled.setdefault(found["event_id"], set()).add(found["consumer"])
+            done: list[int] = []
+            outcomes: list[tuple[str, uuid.UUID, str]] = []
+            for row in rows:
+                event = channels.Event.of(row)
+                if await self._one(conn, event, settled.get(row["public_id"], set()), outcomes):
+                    done.append(row["id"])
+            if outcomes:  # in this transaction: with the effects they settle, or not at all
+                await conn.execute(SETTLE, *(list(column) for column in zip(*outcomes, strict=True)))
+            if done:
+                await conn.execute("SELECT pg_advisory_xact_lock($1)", FEED_LOCK)
+                seqs = await conn.fetch(DONE, done)
+                top = max(r["seq"] for r in seqs)
+                await conn.execute("SELECT pg_notify($1, $2)", outbox.FEED, str(top))
+        return len(rows)
+
+    async def _one(
+        self,
+        conn: db.Connection,
+        event: channels.Event,
+        settled: set[str],
+        outcomes: list[tuple[str, uuid.UUID, str]],
+    ) -> bool:
+        """Every pending delivery of ``event`` (``settled``: its consumers already done; each one
+        settled now is added to ``outcomes``); whether it is settled (else it waits for a retry)."""
+        spec = self.entities().get(event.entity)
+        failed: list[tuple[plans.Delivery, str]] = []
+        attempts = event.attempts + 1
+        for delivery in plans.deliveries(spec, event.entity, event.event, event.consumers):
+            if delivery.consumer in settled:
+                continue
+            channel = str(delivery.channel)
+            if event.attempts == 0:
+                self.counters.emitted.labels(channel).inc()
+            try:
+                if delivery.channel in _NO_WRITES:
+                    await self.channels.deliver(conn, event, delivery)
+                else:
+                    async with conn.transaction():  # a savepoint: a failed delivery leaves nothing
+                        await self.channels.deliver(conn, event, delivery)
+                outcomes.append((delivery.consumer, event.public_id, "delivered"))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"[:2000]
+                if plans.exhausted(delivery.retry, attempts):
+                    await conn.execute(
+                        DEAD,
+                        event.id,
+                        event.public_id,
+                        event.tenant,
+                        event.entity,
+                        event.event,
+                        delivery.consumer,
+                        channel,
+                        attempts,
+                        error,
+                    )
+                    outcomes.append((delivery.consumer, event.public_id, "dead"))
+                    self.counters.dead.labels(channel).inc()
+                    log.warning("event delivery dead", extra={"ctx": {"consumer": delivery.consumer}})
+                else:
+                    failed.append((delivery, error))
+                    self.counters.retried.labels(channel).inc()
+                continue
+            self.counters.delivered.labels(channel).inc()
+        if failed:
+            wait = min(plans.backoff(d.retry, attempts) for d, _ in failed)
+            await conn.execute(RETRY, event.id, failed[0][1], wait)
+            return False
+        return True

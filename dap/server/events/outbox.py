@@ -1,0 +1,149 @@
+"""``dap.outbox``: every event, written in the transaction of the change that caused it.
+
+A write that emits an event inserts one row here before its transaction commits, so the event
+exists exactly when the change does (the transactional outbox pattern), and queues one
+``NOTIFY dap_outbox`` whose payload is the transaction id: Postgres folds identical notifications
+of one transaction, so a transaction that emits many events wakes the dispatchers once, and the
+payload carries no data (dispatchers read the rows). Columns:
+
+``id`` (bigserial: per record, the order of the record's changes), ``public_id`` (uuid, the
+event's id for consumers and the ``webhook-id``), ``tenant_id``, ``entity`` (``module/name``),
+``record_id`` (null for a service action), ``action``, ``event``, ``payload`` (jsonb: ``record``
+after the change, ``params``, ``from``/``to`` for a transition), ``version`` (the record's version
+after the change), ``actor_sub``, ``actor_username``, ``request_id``, ``created_at``,
+``delivered_at`` (null until every delivery is settled), ``attempts`` (failed rounds),
+``next_at`` (not claimed before), ``last_error``, ``seq`` (the feed position, given at delivery in
+commit order: see ``dispatcher``) and ``consumers`` (null: every delivery; a replay names one).
+
+Companions: ``dap.event_deliveries`` (one row per settled delivery, unique ``(consumer,
+event_id)``: a delivery already settled is never repeated, and a ``reliable_event``'s effect
+commits together with its row), ``dap.dead_letter`` and ``dap.notifications``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from dap.server.storage import db
+
+CHANNEL = "dap_outbox"  # NOTIFY: new rows (payload: the emitting transaction's id)
+FEED = "dap_feed"  # NOTIFY: rows delivered (payload: the highest seq of the transaction)
+
+DDL = """
+CREATE SCHEMA IF NOT EXISTS dap;
+CREATE TABLE IF NOT EXISTS dap.outbox (
+    id bigserial PRIMARY KEY,
+    public_id uuid NOT NULL DEFAULT gen_random_uuid(),
+    tenant_id uuid NOT NULL,
+    entity text NOT NULL,
+    record_id uuid,
+    action text NOT NULL,
+    event text NOT NULL,
+    payload jsonb NOT NULL,
+    actor_sub text,
+    actor_username text,
+    request_id text,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    delivered_at timestamptz,
+    attempts integer NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS outbox_undelivered ON dap.outbox (id) WHERE delivered_at IS NULL;
+ALTER TABLE dap.outbox ADD COLUMN IF NOT EXISTS version bigint;
+ALTER TABLE dap.outbox ADD COLUMN IF NOT EXISTS next_at timestamptz NOT NULL DEFAULT now();
+ALTER TABLE dap.outbox ADD COLUMN IF NOT EXISTS last_error text;
+ALTER TABLE dap.outbox ADD COLUMN IF NOT EXISTS seq bigint;
+ALTER TABLE dap.outbox ADD COLUMN IF NOT EXISTS consumers text[];
+CREATE INDEX IF NOT EXISTS outbox_record_undelivered ON dap.outbox (tenant_id, record_id, id)
+    WHERE delivered_at IS NULL;
+CREATE UNIQUE INDEX IF NOT EXISTS outbox_seq ON dap.outbox (seq) WHERE seq IS NOT NULL;
+CREATE SEQUENCE IF NOT EXISTS dap.outbox_feed_seq;
+CREATE TABLE IF NOT EXISTS dap.event_deliveries (
+    consumer text NOT NULL,
+    event_id uuid NOT NULL,
+    outcome text NOT NULL,
+    at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (consumer, event_id)
+);
+CREATE TABLE IF NOT EXISTS dap.dead_letter (
+    id bigserial PRIMARY KEY,
+    public_id uuid NOT NULL DEFAULT gen_random_uuid() UNIQUE,
+    outbox_id bigint NOT NULL,
+    event_id uuid NOT NULL,
+    tenant_id uuid NOT NULL,
+    entity text NOT NULL,
+    event text NOT NULL,
+    consumer text NOT NULL,
+    channel text NOT NULL,
+    attempts integer NOT NULL,
+    last_error text NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    replayed_at timestamptz
+);
+CREATE TABLE IF NOT EXISTS dap.notifications (
+    id bigserial PRIMARY KEY,
+    public_id uuid NOT NULL DEFAULT gen_random_uuid() UNIQUE,
+    tenant_id uuid NOT NULL,
+    username text NOT NULL,
+    event_id uuid NOT NULL,
+    entity text NOT NULL,
+    record_id uuid,
+    event text NOT NULL,
+    subject text,
+    body text NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    read_at timestamptz,
+    UNIQUE (tenant_id, username, event_id, body)
+);
+CREATE INDEX IF NOT EXISTS notifications_user ON dap.notifications (tenant_id, username, id DESC);
+"""
+_INSERT = (
+    "WITH added AS (INSERT INTO dap.outbox (tenant_id, entity, record_id, action, event, payload, "
+    "actor_sub, actor_username, request_id, version) "
+    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING public_id) "
+    f"SELECT public_id, pg_notify('{CHANNEL}', txid_current()::text) FROM added"
+)
+
+
+def _version(payload: Mapping[str, Any]) -> int | None:
+    record = payload.get("record")
+    found = record.get("version") if isinstance(record, Mapping) else None
+    return found if isinstance(found, int) else None
+
+
+async def emit(
+    conn: db.Connection,
+    *,
+    tenant: uuid.UUID,
+    entity: str,
+    record_id: uuid.UUID | None,
+    action: str,
+    event: str,
+    payload: Mapping[str, Any],
+    actor_sub: str,
+    actor_username: str,
+    request_id: str | None,
+    version: int | None = None,
+) -> uuid.UUID:
+    """Insert one event in the caller's transaction (and queue its NOTIFY); its public id."""
+    found = await conn.fetchrow(
+        _INSERT,
+        tenant,
+        entity,
+        record_id,
+        action,
+        event,
+        dict(payload),
+        actor_sub,
+        actor_username,
+        request_id,
+        version if version is not None else _version(payload),
+    )
+    assert found is not None
+    assert isinstance(found["public_id"], uuid.UUID)
+    return found["public_id"]
+
+
+async def ensure_schema(conn: db.Connection) -> None:
+    await conn.execute(DDL)

@@ -1,0 +1,214 @@
+"""``GET /{ws}/_ws``: the websocket of delivered events (docs/events.md has the framing).
+
+The token comes as ``Authorization: Bearer …`` or ``?access_token=`` (browsers cannot set
+headers on a websocket). Text frames of JSON, client to server::
+
+    {"type": "subscribe", "id": "s1", "entity": "shop/order",
+     "record": "<uuid>"?, "scope": "workspace"|"user"?, "after": 41?}
+    {"type": "unsubscribe", "id": "s1"}
+    {"type": "ping"}
+
+server to client: ``welcome`` (``position``: the feed's last ``seq``), ``subscribed``,
+``unsubscribed``, ``pong``, ``error`` (``code``, ``detail``) and ``event`` (``seq``,
+``subscription``, ``event``). Each event passes the caller's find permission on the entity, its
+row scope (judged on the event's record) and field permissions (hidden fields removed) before it
+is sent; ``scope: user`` narrows to records the caller owns. ``after`` resumes: every matching
+event with a larger ``seq`` is sent first, then live ones, with no gap and no repeat. Pings every
+``HEARTBEAT`` seconds keep the connection alive; a client whose queue of unsent events passes
+``LIMIT`` is closed with code 4008 (it reconnects and resumes), never buffered without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+from dap.server import errors, state
+from dap.server.access import auth, guards
+from dap.server.catalog import Resource
+from dap.server.events import channels, feed
+from dap.server.storage import db
+
+HEARTBEAT = 20.0
+LIMIT = 256  # events queued for one client before it is dropped
+BACKLOG = 10_000  # events a resume may ask for
+SLOW = 4008
+SOCKETS: web.AppKey[set[web.WebSocketResponse]] = web.AppKey("sockets", set)
+
+
+@dataclass
+class Subscription:
+    id: str
+    resource: Resource
+    access: guards.Access
+    record: str | None
+    mine: bool  # scope: user
+    cursor: int = 0
+
+    def shows(self, event: channels.Event) -> dict[str, Any] | None:
+        """The event as this subscription may see it, or ``None`` (pure)."""
+        if event.entity != self.resource.key:
+            return None
+        if self.record is not None and str(event.record_id) != self.record:
+            return None
+        record = event.payload.get("record")
+        record = record if isinstance(record, dict) else {}
+        if self.mine and record.get("owner") != self.access.principal.username:
+            return None
+        if not self.access.sees(record):
+            return None
+        message = event.message()
+        message["payload"] = {**message["payload"], "record": self.access.view(record)}
+        return message
+
+
+def _principal(request: web.Request, slug: str) -> auth.Principal:
+    header = request.headers.get("Authorization")
+    token = auth.bearer_token(header) if header else request.query.get("access_token", "")
+    if not token:
+        raise errors.Unauthorized("the websocket needs a token: 'Authorization: Bearer …' or ?access_token=")
+    return request.app[state.VERIFIER].verify(token, workspace=slug, bind=True)
+
+
+async def handler(request: web.Request) -> web.WebSocketResponse:
+    workspace = await request.app[state.REGISTRY].resolve(request.match_info["ws"])
+    request[state.WORKSPACE] = workspace.slug
+    principal = _principal(request, workspace.slug)  # 401 before the upgrade
+    ws = web.WebSocketResponse(heartbeat=HEARTBEAT)
+    await ws.prepare(request)
+    hub: feed.Feed = request.app[state.EVENTS].feed
+    subscriptions: dict[str, Subscription] = {}
+    lock = asyncio.Lock()
+
+    def wants(event: channels.Event) -> bool:
+        return event.tenant == workspace.tenant_id and any(
+            s.resource.key == event.entity for s in subscriptions.values()
+        )
+
+    subscriber = hub.subscribe(feed.Subscriber(wants, limit=LIMIT))
+    request.app[SOCKETS].add(ws)
+    writer = asyncio.create_task(_write(ws, subscriber, subscriptions, lock))
+    await ws.send_json({"type": "welcome", "position": hub.position})
+    try:
+        async for msg in ws:
+            if msg.type is not WSMsgType.TEXT:
+                continue
+            try:
+                frame = json.loads(msg.data)
+                assert isinstance(frame, dict)
+            except (ValueError, AssertionError):
+                await ws.send_json({"type": "error", "code": "SVC.WS.FRAME", "detail": "send JSON objects"})
+                continue
+            async with lock:
+                await _frame(request, ws, frame, principal, workspace.tenant_id, subscriptions)
+    finally:
+        writer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await writer
+        hub.unsubscribe(subscriber)
+        request.app[SOCKETS].discard(ws)
+    return ws
+
+
+async def _write(
+    ws: web.WebSocketResponse,
+    subscriber: feed.Subscriber,
+    subscriptions: dict[str, Subscription],
+    lock: asyncio.Lock,
+) -> None:
+    while not ws.closed:
+        if subscriber.dropped:
+            await ws.close(code=SLOW, message=b"too slow: reconnect and resume with after")
+            return
+        try:
+            seq, event = await asyncio.wait_for(subscriber.queue.get(), 1.0)
+        except TimeoutError:
+            continue
+        async with lock:
+            for s in list(subscriptions.values()):
+                await _send(ws, s, seq, event)
+
+
+async def _send(ws: web.WebSocketResponse, s: Subscription, seq: int, event: channels.Event) -> None:
+    if seq <= s.cursor:
+        return
+    shown = s.shows(event)
+    s.cursor = seq
+    if shown is not None:
+        await ws.send_json({"type": "event", "seq": seq, "subscription": s.id, "event": shown}, dumps=_dumps)
+
+
+def _dumps(data: Any) -> str:
+    return json.dumps(data, default=db.json_default)
+
+
+async def _frame(
+    request: web.Request,
+    ws: web.WebSocketResponse,
+    frame: dict[str, Any],
+    principal: auth.Principal,
+    tenant: uuid.UUID,
+    subscriptions: dict[str, Subscription],
+) -> None:
+    kind, sid = frame.get("type"), str(frame.get("id", ""))
+    if kind == "ping":
+        await ws.send_json({"type": "pong"})
+        return
+    if kind == "unsubscribe":
+        subscriptions.pop(sid, None)
+        await ws.send_json({"type": "unsubscribed", "id": sid})
+        return
+    if kind != "subscribe" or not sid:
+        await ws.send_json({"type": "error", "id": sid, "code": "SVC.WS.FRAME", "detail": "unknown frame"})
+        return
+    catalog = request.app[state.SPEC].current
+    module, _, name = str(frame.get("entity", "")).partition("/")
+    resource = catalog.resource(module, name)
+    try:
+        if resource is None:
+            raise errors.NotFound("no such entity is exposed over REST", code="SVC.ENTITY.NOT_FOUND")
+        access = guards.check(principal, resource, "find")
+        record = frame.get("record")
+        if record is not None:
+            record = str(uuid.UUID(str(record)))
+        after = frame.get("after")
+        if after is not None and (not isinstance(after, int) or after < 0):
+            raise errors.ValidationFailed("after is the seq of the last event received (an integer)")
+    except errors.ApiError as exc:
+        await ws.send_json({"type": "error", "id": sid, "code": exc.code, "detail": exc.detail})
+        return
+    except ValueError:
+        await ws.send_json({"type": "error", "id": sid, "code": "SVC.WS.FRAME", "detail": "record is a uuid"})
+        return
+    hub: feed.Feed = request.app[state.EVENTS].feed
+    s = Subscription(sid, resource, access, record, frame.get("scope") == "user", cursor=hub.position)
+    subscriptions[sid] = s
+    await ws.send_json({"type": "subscribed", "id": sid, "position": hub.position})
+    if after is None:
+        return
+    s.cursor = after  # resume: what the client missed, then the live events (held back by the lock)
+    sent = 0
+    async with db.connection(request.app[state.POOL]) as conn:
+        while sent < BACKLOG:
+            page = await feed.since(conn, s.cursor)
+            for seq, event in page:
+                if event.tenant == tenant:
+                    await _send(ws, s, seq, event)
+                s.cursor = max(s.cursor, seq)
+            sent += len(page)
+            if len(page) < feed.PAGE:
+                break
+
+
+async def close_all(app: web.Application) -> None:
+    """Close the open websockets (at shutdown, before in-flight handlers are awaited)."""
+    open_now: set[web.WebSocketResponse] = app[SOCKETS]
+    for ws in tuple(open_now):
+        with contextlib.suppress(Exception):
+            await ws.close()
