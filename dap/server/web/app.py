@@ -30,7 +30,7 @@ from dap.server import booting, errors, metrics, options, state
 from dap.server.access import auth
 from dap.server.catalog import Catalog
 from dap.server.storage import caching, db, workspaces
-from dap.server.web import admin, moves, openapi, protocol, rest, trails, ui_meta, users
+from dap.server.web import admin, approvals, moves, openapi, protocol, rest, trails, ui_meta, users
 
 log = logging.getLogger(__name__)
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -183,7 +183,8 @@ def build_app(
     app[state.CACHE] = caching.FindCache(opts.dsn)  # its listener connection opens on start
     app.on_startup.append(_start_find_cache)
     app.on_cleanup.append(_stop_find_cache)
-    # entity routes first: the router tries dynamic routes in order, and these carry the load
+    approvals.add_routes(app)  # /{ws}/api/_approvals…: before the entity routes it would match
+    # entity routes next: the router tries dynamic routes in order, and these carry the load
     rest.add_routes(app)
     trails.add_routes(app)  # before moves: /{id}/_audit is not an action
     moves.add_routes(app)

@@ -1,0 +1,158 @@
+"""The approval endpoints: the inbox, one approval, and the votes (``workflows.approvals``).
+
+- ``GET /{ws}/api/_approvals`` — the caller's pending approvals across entities, oldest first
+  (``?inbox=module/name`` narrows them to an ``ApprovalInbox``'s entities, ``?entity=module/name``
+  to one entity; ``limit``, ``offset``): ``{"data": [approval + "display"], "limit", "offset"}``.
+- ``GET /{ws}/api/_approvals/{id}`` — one approval with its votes (any authenticated caller of the
+  workspace who may find the record).
+- ``POST /{ws}/api/_approvals/{id}/approve`` ``{"comment"?}`` and ``…/reject`` ``{"comment"}`` —
+  a vote; the answer is ``{"approval": …}`` plus ``"data"`` (the record) when it moved.
+
+The names start with ``_`` like ``_audit`` and ``_ui``: no module can be called that, so the
+routes are added before the entity routes without shadowing any of them. The escalation loop
+(``workflows.escalations``) starts and stops with the application here.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from aiohttp import web
+
+from dap.server import errors, state
+from dap.server.access import guards
+from dap.server.storage import db
+from dap.server.web import filters, requests
+from dap.server.workflows import approvals, approvals_flow, escalations, inbox
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 500
+LOOP: web.AppKey[escalations.Loop] = web.AppKey("escalations", escalations.Loop)
+
+
+def _approval_id(request: web.Request) -> uuid.UUID:
+    try:
+        return uuid.UUID(request.match_info["id"])
+    except ValueError as exc:
+        raise errors.NotFound("no such approval", code=approvals.NOT_FOUND) from exc
+
+
+async def list_mine(request: web.Request) -> web.Response:
+    workspace, principal, catalog = await requests.resolve(request)
+    if guards.is_anonymous(principal):
+        raise errors.Unauthorized("the approval inbox needs 'Authorization: Bearer <token>'")
+    query = request.query
+    entities: list[str] | None = None
+    if "inbox" in query:
+        module, _, name = query["inbox"].partition("/")
+        found = catalog.inboxes.get(f"{module}/{name}") if name else None
+        if found is None:
+            raise errors.NotFound(
+                f"no ApprovalInbox {query['inbox']!r}; name one as module/name",
+                code="SVC.APPROVAL.INBOX_NOT_FOUND",
+            )
+        entities = list(found.entities) or None
+    if "entity" in query:
+        entities = [e for e in (entities or [query["entity"]]) if e == query["entity"]]
+    limit = filters.integer("limit", query.get("limit", str(DEFAULT_LIMIT)), low=1, high=MAX_LIMIT)
+    offset = filters.integer("offset", query.get("offset", "0"), low=0, high=filters.MAX_OFFSET)
+    async with db.connection(request.app[state.POOL]) as conn:
+        data = await inbox.mine(
+            conn, catalog, workspace.tenant_id, principal, entities=entities, limit=limit, offset=offset
+        )
+    return requests.reply({"data": data, "limit": limit, "offset": offset})
+
+
+async def find_one(request: web.Request) -> web.Response:
+    workspace, principal, catalog = await requests.resolve(request)
+    approval_id = _approval_id(request)
+    tenant = workspace.tenant_id
+    async with db.connection(request.app[state.POOL]) as conn:
+        row = await conn.fetchrow(
+            f"SELECT {approvals.COLUMNS} FROM dap.approvals WHERE tenant_id = $1 AND id = $2",
+            tenant,
+            approval_id,
+        )
+        if row is None:
+            raise errors.NotFound(f"no approval {approval_id} in this workspace", code=approvals.NOT_FOUND)
+        resource = catalog.resources.get(row["entity"])
+        if resource is not None:  # who may read the record may read its approval
+            guards.check(principal, resource, "find")
+            await guards.select_record(conn, resource, tenant, row["record_id"], principal=principal)
+        votes = await conn.fetch(
+            "SELECT step, step_name, username, decision, comment, record_version, at, voided_at "
+            "FROM dap.approval_votes WHERE tenant_id = $1 AND approval_id = $2 ORDER BY id",
+            tenant,
+            approval_id,
+        )
+    data = approvals.view(row)
+    data["votes"] = [
+        {
+            "step": v["step_name"],
+            "by": v["username"],
+            "decision": v["decision"],
+            "comment": v["comment"],
+            "record_version": v["record_version"],
+            "at": v["at"].isoformat(),
+            "void": v["voided_at"] is not None,
+        }
+        for v in votes
+    ]
+    return requests.reply({"data": data})
+
+
+async def _vote(request: web.Request, *, approve: bool) -> web.Response:
+    workspace, principal, catalog = await requests.resolve(request)
+    approval_id = _approval_id(request)
+    body = await requests.read_body(request) if request.body_exists else {}
+    comment = approvals_flow.comment_of(body, required=not approve)
+    vote = approvals_flow.Vote(
+        catalog=catalog,
+        tenant=workspace.tenant_id,
+        approval_id=approval_id,
+        principal=principal,
+        approve=approve,
+        comment=comment,
+        request_id=request.get(state.REQUEST_ID),
+    )
+    async with db.connection(request.app[state.POOL]) as conn:
+        decided = await approvals_flow.decide(conn, vote)
+    if decided.cancelled is not None:
+        raise errors.Conflict(
+            f"approval {approval_id} was cancelled and your vote not counted: {decided.cancelled}",
+            code=approvals.STALE,
+        )
+    answer: dict[str, object] = {"approval": decided.approval}
+    if decided.record is not None and decided.resource is not None:
+        request.app[state.CACHE].invalidate(
+            (decided.resource.table.name, workspace.tenant_id, uuid.UUID(decided.approval["record_id"]))
+        )
+        answer["data"] = guards.check(principal, decided.resource, "find").view(decided.record)
+    return requests.reply(answer)
+
+
+async def approve(request: web.Request) -> web.Response:
+    return await _vote(request, approve=True)
+
+
+async def reject(request: web.Request) -> web.Response:
+    return await _vote(request, approve=False)
+
+
+async def _start_loop(app: web.Application) -> None:
+    app[LOOP].start()
+
+
+async def _stop_loop(app: web.Application) -> None:
+    await app[LOOP].stop()
+
+
+def add_routes(app: web.Application) -> None:
+    """The routes (before the entity routes) and the escalation loop's start and stop."""
+    app.router.add_get("/{ws}/api/_approvals", list_mine, allow_head=False)
+    app.router.add_get("/{ws}/api/_approvals/{id}", find_one, allow_head=False)
+    app.router.add_post("/{ws}/api/_approvals/{id}/approve", approve)
+    app.router.add_post("/{ws}/api/_approvals/{id}/reject", reject)
+    app[LOOP] = escalations.Loop(app[state.POOL])
+    app.on_startup.append(_start_loop)
+    app.on_cleanup.insert(0, _stop_loop)  # before the pool closes
