@@ -87,6 +87,12 @@ spec:
         approval:
           steps:
             - {name: big, roles: [manager], when: "amount > 100"}
+      - name: race
+        from: draft
+        to: published
+        approval:
+          steps:
+            - {name: trio, approvers: 3, roles: [committee]}
       - {name: archive, from: [draft, published, rejected], to: archived}
   expose: [{type: rest}]
 """,
@@ -418,3 +424,28 @@ async def test_unknown_approval_is_404(srv: Running) -> None:
     assert status == 404 and answer["code"] == "SVC.APPROVAL.NOT_FOUND"
     status, answer = await call(srv, "GET", "_approvals/not-a-uuid")
     assert status == 404
+
+
+async def test_openapi_and_ui_metadata_describe_approvals(srv: Running) -> None:
+    async with srv.http.get(f"{srv.api}/default/api/openapi.json") as resp:
+        doc = await resp.json()
+    assert {"/api/_approvals", "/api/_approvals/{id}", "/api/_approvals/{id}/approve"} <= set(doc["paths"])
+    assert (
+        "comment"
+        in doc["paths"]["/api/_approvals/{id}/reject"]["post"]["requestBody"]["content"]["application/json"][
+            "schema"
+        ]["required"]
+    )
+    assert "202" in doc["paths"]["/api/ap/doc/{id}/publish"]["post"]["responses"]
+    assert "Approval" in doc["components"]["schemas"]
+    async with srv.http.get(f"{srv.api}/default/_ui/_meta/entities/ap/doc", headers=REQUESTER) as resp:
+        meta = (await resp.json())["data"]
+    publish = next(t for t in meta["state_machine"]["transitions"] if t["name"] == "publish")
+    steps = publish["approval"]["steps"]
+    assert [(s["name"], s["approvers"], s["display_fields"]) for s in steps] == [
+        ("committee", 2, ["title", "amount"]),
+        ("manager", 1, []),
+    ]
+    assert publish["approval"]["on_reject"] == "rejected"
+    archive = next(t for t in meta["state_machine"]["transitions"] if t["name"] == "archive")
+    assert archive["approval"] is None

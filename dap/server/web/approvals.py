@@ -16,6 +16,8 @@ routes are added before the entity routes without shadowing any of them. The esc
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -156,3 +158,120 @@ def add_routes(app: web.Application) -> None:
     app[LOOP] = escalations.Loop(app[state.POOL])
     app.on_startup.append(_start_loop)
     app.on_cleanup.insert(0, _stop_loop)  # before the pool closes
+
+
+APPROVAL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string", "format": "uuid"},
+        "entity": {"type": "string", "description": "module/name"},
+        "record_id": {"type": "string", "format": "uuid"},
+        "action": {"type": "string"},
+        "transition": {"type": "string"},
+        "to": {"type": "string", "description": "the state the record moves to once approved"},
+        "status": {"type": "string", "enum": ["pending", "approved", "rejected", "cancelled"]},
+        "step": {
+            "type": ["object", "null"],
+            "description": "the current step (null once decided)",
+            "properties": {
+                "index": {"type": "integer"},
+                "name": {"type": "string"},
+                "title": {"type": "string"},
+                "approvers": {"type": "integer", "description": "quorum"},
+                "votes": {"type": "integer"},
+                "roles": {"type": "array", "items": {"type": "string"}},
+                "permission": {"type": ["string", "null"]},
+                "escalate_at": {"type": ["string", "null"], "format": "date-time"},
+                "escalated": {"type": "boolean"},
+            },
+        },
+        "requested_by": {"type": "string"},
+        "created_at": {"type": "string", "format": "date-time"},
+        "decided_at": {"type": ["string", "null"], "format": "date-time"},
+        "history": {"type": "array", "items": {"type": "object"}},
+        "display": {"type": "object", "description": "inbox only: the step's display fields"},
+        "votes": {"type": "array", "items": {"type": "object"}, "description": "GET one only"},
+    },
+}
+
+
+def openapi_paths(responses: Callable[..., dict[str, Any]]) -> dict[str, Any]:
+    """The OpenAPI paths of the approval endpoints (``responses`` adds the problem answers)."""
+    ref = {"$ref": "#/components/schemas/Approval"}
+    one = {"application/json": {"schema": {"type": "object", "properties": {"data": ref}}}}
+    page = {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "properties": {
+                    "data": {"type": "array", "items": ref},
+                    "limit": {"type": "integer"},
+                    "offset": {"type": "integer"},
+                },
+            }
+        }
+    }
+    voted = {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "properties": {"approval": ref, "data": {"description": "the record, when it moved"}},
+            }
+        }
+    }
+    approval_id = {
+        "name": "id",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string", "format": "uuid"},
+    }
+    query = [
+        {
+            "name": "inbox",
+            "in": "query",
+            "schema": {"type": "string"},
+            "description": "ApprovalInbox module/name",
+        },
+        {"name": "entity", "in": "query", "schema": {"type": "string"}, "description": "module/name"},
+        {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}},
+        {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+    ]
+    tag = ["Approvals"]
+
+    def vote(verb: str, required: bool) -> dict[str, Any]:
+        body = {"type": "object", "properties": {"comment": {"type": "string"}}}
+        if required:
+            body["required"] = ["comment"]
+        return {
+            "parameters": [approval_id],
+            "post": {
+                "operationId": f"{verb}_approval",
+                "tags": tag,
+                "summary": f"{verb.capitalize()} the current step of an approval",
+                "requestBody": {"required": required, "content": {"application/json": {"schema": body}}},
+                "responses": responses({"200": {"description": "counted", "content": voted}}, 403, 409, 422),
+            },
+        }
+
+    return {
+        "/api/_approvals": {
+            "get": {
+                "operationId": "my_pending_approvals",
+                "tags": tag,
+                "summary": "My pending approvals across entities (the approval inbox), oldest first",
+                "parameters": query,
+                "responses": responses({"200": {"description": "a page", "content": page}}, 400),
+            }
+        },
+        "/api/_approvals/{id}": {
+            "parameters": [approval_id],
+            "get": {
+                "operationId": "find_approval",
+                "tags": tag,
+                "summary": "One approval with its votes",
+                "responses": responses({"200": {"description": "the approval", "content": one}}, 403),
+            },
+        },
+        "/api/_approvals/{id}/approve": vote("approve", False),
+        "/api/_approvals/{id}/reject": vote("reject", True),
+    }
