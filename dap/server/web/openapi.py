@@ -128,7 +128,7 @@ def _actions(
         except errors.NotImplementedHere:
             continue
         params = schemas.object_schema(tuple(plan.params.values()), r.module, catalog, for_input=True)
-        answer = {
+        answer: dict[str, Any] = {
             "type": "object",
             "properties": {
                 "data": {"$ref": f"#/components/schemas/{name}"},
