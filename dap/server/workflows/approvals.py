@@ -15,7 +15,8 @@ Tables (schema ``dap``):
 ``step`` (index), ``step_name``, ``step_title``, ``approvers`` (quorum), ``votes`` (approvals of
 the step counted so far), ``roles`` (who may cast the next vote, empty: anyone), ``permission``,
 ``self_approval``, ``basis`` (what votes are tied to: see ``gates.basis``), ``escalate_at`` (the
-durable due time of the step's escalation), ``escalated_at``, ``escalate_to``, ``requester_sub``,
+durable due time of the step's escalation), ``escalated_at``, ``escalate_to``,
+``escalate_notify``, ``requester_sub``,
 ``requester_username``, ``history`` (jsonb list of what happened), ``created_at``,
 ``updated_at``, ``decided_at``. At most one pending approval per record (unique partial index).
 
@@ -76,6 +77,7 @@ CREATE TABLE IF NOT EXISTS dap.approvals (
     escalate_at timestamptz,
     escalated_at timestamptz,
     escalate_to text[] NOT NULL DEFAULT '{}',
+    escalate_notify boolean NOT NULL DEFAULT true,
     requester_sub text NOT NULL,
     requester_username text NOT NULL,
     history jsonb NOT NULL DEFAULT '[]',
@@ -180,20 +182,21 @@ class Start:
             self.basis,
             s.escalate_after,
             list(s.escalate_to),
+            s.notify,
         ]
 
 
-# $n .. $n+8 of Start.params(): the step's columns, escalate_at from the delay in seconds
+# $n .. $n+9 of Start.params(): the step's columns, escalate_at from the delay in seconds
 STEP_SET = (
     "step = ${0}, step_name = ${1}, step_title = ${2}, approvers = ${3}, votes = 0, roles = ${4}, "
     "permission = ${5}, basis = ${6}, escalated_at = NULL, "
     "escalate_at = CASE WHEN ${7}::float8 IS NULL THEN NULL "
-    "ELSE now() + make_interval(secs => ${7}::float8) END, escalate_to = ${8}"
+    "ELSE now() + make_interval(secs => ${7}::float8) END, escalate_to = ${8}, escalate_notify = ${9}"
 )
 
 
 def step_set(first: int) -> str:
-    return STEP_SET.format(*range(first, first + 9))
+    return STEP_SET.format(*range(first, first + 10))
 
 
 def starting(
@@ -247,10 +250,10 @@ async def request(
     row = await conn.fetchrow(
         "INSERT INTO dap.approvals (tenant_id, entity, record_id, action, transition, to_state, "
         "reject_to, self_approval, requester_sub, requester_username, history, step, step_name, "
-        "step_title, approvers, roles, permission, basis, escalate_at, escalate_to) "
+        "step_title, approvers, roles, permission, basis, escalate_at, escalate_to, escalate_notify) "
         "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, "
         "CASE WHEN $19::float8 IS NULL THEN NULL ELSE now() + make_interval(secs => $19::float8) END, "
-        f"$20) RETURNING {COLUMNS}",
+        f"$20, $21) RETURNING {COLUMNS}",
         write.tenant,
         resource.key,
         current["id"],
@@ -275,8 +278,8 @@ async def request(
     return row
 
 
-def view(row: Mapping[str, Any] | asyncpg.Record) -> dict[str, Any]:
-    """An approval as the API shows it."""
+def view(row: Mapping[str, Any] | asyncpg.Record, *, history: bool = True) -> dict[str, Any]:
+    """An approval as the API shows it (``history`` left out of inbox items)."""
     pending = row["status"] == "pending"
     return {
         "id": str(row["id"]),
@@ -302,5 +305,5 @@ def view(row: Mapping[str, Any] | asyncpg.Record) -> dict[str, Any]:
         "requested_by": row["requester_username"],
         "created_at": row["created_at"].isoformat(),
         "decided_at": row["decided_at"].isoformat() if row["decided_at"] else None,
-        "history": row["history"],
+        **({"history": row["history"]} if history else {}),
     }

@@ -306,7 +306,7 @@ async def _advance(
     if start is not None:
         history.append(A.event("started", start.step.name))
         found = await conn.fetchrow(
-            f"UPDATE dap.approvals SET {A.step_set(3)}, updated_at = now(), history = history || $12::jsonb "
+            f"UPDATE dap.approvals SET {A.step_set(3)}, updated_at = now(), history = history || $13::jsonb "
             f"WHERE tenant_id = $1 AND id = $2 RETURNING {A.COLUMNS}",
             tenant,
             row["id"],

@@ -3,9 +3,10 @@
 A step that declares ``escalation`` gets ``dap.approvals.escalate_at`` when it starts (in the
 transaction that starts it). :func:`fire_due` claims the due rows with ``FOR UPDATE SKIP
 LOCKED`` — so two servers never fire one row, and a row another transaction holds is left for
-the next pass — and, in the same transaction, sets ``escalated_at`` (from then on the step's
-``escalation.to_roles`` may vote too), appends to the approval's history, writes the audit row
-``approval.escalated`` and, with ``notify``, the event ``approval.escalated`` in ``dap.outbox``.
+the next pass — and, in the same statement (one transaction), sets ``escalated_at`` (from then on
+the step's ``escalation.to_roles`` may vote too), appends to the approval's history, writes the
+audit row ``approval.escalated`` and, with ``notify``, the event ``approval.escalated`` in
+``dap.outbox``.
 A server killed before that commit leaves the row due: the next pass of any server fires it; one
 killed after it never fires it again. So an escalation fires exactly once.
 
@@ -22,63 +23,54 @@ import logging
 import asyncpg
 
 from dap.server.storage import db
-from dap.server.workflows import approvals, gates, outbox
+from dap.server.workflows import gates
 
 log = logging.getLogger(__name__)
-INTERVAL = 0.25  # seconds between passes: an escalation fires at most this late (plus its pass)
-BATCH = 200
+INTERVAL = 0.2  # seconds between passes: an escalation fires at most this late (plus its pass)
+BATCH = 1000
 
-_CLAIM = (
-    "SELECT tenant_id, id, entity, record_id, step_name, escalate_at, escalate_to "
-    "FROM dap.approvals WHERE status = 'pending' AND escalated_at IS NULL AND escalate_at <= now() "
-    "ORDER BY escalate_at LIMIT $1 FOR UPDATE SKIP LOCKED"
+# One statement per pass: claim the due rows (SKIP LOCKED), mark them fired, append the history
+# entry, write one audit row each and, where the step's escalation notifies, the outbox event
+# ``approval.escalated`` (the columns ``outbox.emit`` writes, set-based: a pass after a restart
+# may find thousands due at once).
+_FIRE = """
+WITH due AS (
+    SELECT tenant_id, id FROM dap.approvals
+    WHERE status = 'pending' AND escalated_at IS NULL AND escalate_at <= now()
+    ORDER BY escalate_at LIMIT $1 FOR UPDATE SKIP LOCKED
+), fired AS (
+    UPDATE dap.approvals a SET escalated_at = clock_timestamp(), updated_at = now(),
+        history = a.history || jsonb_build_array(jsonb_build_object(
+            'event', 'escalated', 'at', clock_timestamp(), 'step', a.step_name,
+            'to_roles', to_jsonb(a.escalate_to)))
+    FROM due WHERE a.tenant_id = due.tenant_id AND a.id = due.id
+    RETURNING a.tenant_id, a.entity, a.record_id, a.escalate_notify, jsonb_build_object(
+        'id', a.id::text, 'step', a.step_name, 'to_roles', to_jsonb(a.escalate_to),
+        'due', a.escalate_at) AS detail
+), audited AS (
+    INSERT INTO dap.audit_log (tenant_id, entity, record_id, action, actor_sub, actor_username,
+        version, changes)
+    SELECT tenant_id, entity, record_id, 'approval.escalated', $2, $3, NULL,
+        jsonb_build_object('approval', detail)
+    FROM fired
+    RETURNING 1
+), notified AS (
+    INSERT INTO dap.outbox (tenant_id, entity, record_id, action, event, payload, actor_sub,
+        actor_username)
+    SELECT tenant_id, entity, record_id, 'approval', 'approval.escalated', detail, $2, $3
+    FROM fired WHERE escalate_notify
+    RETURNING 1
 )
-_FIRE = (
-    "UPDATE dap.approvals SET escalated_at = clock_timestamp(), updated_at = now(), "
-    "history = history || $3::jsonb WHERE tenant_id = $1 AND id = $2"
-)
-_AUDIT = (
-    "INSERT INTO dap.audit_log (tenant_id, entity, record_id, action, actor_sub, actor_username, "
-    "version, changes, request_id) VALUES ($1, $2, $3, 'approval.escalated', $4, $5, NULL, $6, NULL)"
-)
+SELECT (SELECT count(*) FROM fired) AS fired, (SELECT count(*) FROM audited) AS audited,
+    (SELECT count(*) FROM notified) AS notified
+"""
 
 
-async def fire_due(conn: db.Connection, *, batch: int = BATCH, notify: bool = True) -> int:
-    """Fire the escalations that are due (at most ``batch``), in one transaction; how many fired."""
-    async with conn.transaction():
-        due = await conn.fetch(_CLAIM, batch)
-        for row in due:
-            detail = {
-                "id": str(row["id"]),
-                "step": row["step_name"],
-                "to_roles": list(row["escalate_to"]),
-                "due": row["escalate_at"].isoformat(),
-            }
-            entry = approvals.event("escalated", row["step_name"], to_roles=list(row["escalate_to"]))
-            await conn.execute(_FIRE, row["tenant_id"], row["id"], [entry])
-            await conn.execute(
-                _AUDIT,
-                row["tenant_id"],
-                row["entity"],
-                row["record_id"],
-                gates.SYSTEM_SUB,
-                gates.SYSTEM_USERNAME,
-                {"approval": detail},
-            )
-            if notify:
-                await outbox.emit(
-                    conn,
-                    tenant=row["tenant_id"],
-                    entity=row["entity"],
-                    record_id=row["record_id"],
-                    action="approval",
-                    event="approval.escalated",
-                    payload=detail,
-                    actor_sub=gates.SYSTEM_SUB,
-                    actor_username=gates.SYSTEM_USERNAME,
-                    request_id=None,
-                )
-    return len(due)
+async def fire_due(conn: db.Connection, *, batch: int = BATCH) -> int:
+    """Fire the escalations that are due (at most ``batch``), in one statement; how many fired."""
+    found = await conn.fetchrow(_FIRE, batch, gates.SYSTEM_SUB, gates.SYSTEM_USERNAME)
+    assert found is not None
+    return int(found["fired"])
 
 
 class Loop:

@@ -23,7 +23,7 @@ from dap.server.storage import db, tables
 from dap.server.workflows import approvals
 
 _MINE = f"""
-SELECT {", ".join("a." + c.strip() for c in approvals.COLUMNS.split(","))}
+SELECT {", ".join("a." + c.strip() for c in approvals.COLUMNS.split(",") if c.strip() != "history")}
 FROM dap.approvals a
 WHERE a.tenant_id = $1 AND a.status = 'pending'
   AND ($2::text[] IS NULL OR a.entity = ANY($2))
@@ -76,7 +76,7 @@ async def mine(
     shown = await _display(conn, catalog, tenant, rows)
     out = []
     for row in rows:
-        item = approvals.view(row)
+        item = approvals.view(row, history=False)
         item["display"] = shown.get((row["entity"], row["record_id"]), {})
         out.append(item)
     return out
