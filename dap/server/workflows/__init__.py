@@ -9,9 +9,24 @@ web (which turns ``POST …/{id}/{action}`` into :func:`actions.run`). The compi
     machines   whether a transition can run from the current state (pure)
     handlers   native handlers, registered by entry point (group ``dap.actions``)
     outbox     ``dap.outbox``: the events an action emits, written in its transaction
+    approvals  approval gates: ``dap.approvals`` and its votes; opening one on a gated transition
+    approvals_flow  a vote (approve or reject) in one transaction: quorum, steps, the transition
+    gates      who may vote, what a vote is tied to, which step runs next (pure)
+    inbox      the pending approvals a principal may vote on, across entities
+    escalations  ``escalation.after``: the due escalations fired once, by a loop in each server
 
-Approval gates and tracked jobs are not here yet (see docs/workflows.md). Modules load on first
-import (none is imported here): the boot path needs ``outbox`` only.
+Tracked jobs are not here yet (see docs/workflows.md). Modules load on first import (none is
+imported here): the boot path needs ``outbox`` and ``approvals`` (their tables) only.
 """
 
-__all__ = ["actions", "handlers", "machines", "outbox"]
+__all__ = [
+    "actions",
+    "approvals",
+    "approvals_flow",
+    "escalations",
+    "gates",
+    "handlers",
+    "inbox",
+    "machines",
+    "outbox",
+]

@@ -40,7 +40,7 @@ import asyncpg
 from dap.server import errors
 from dap.server.access import auth
 from dap.server.catalog import Resource, machines
-from dap.server.documents import auditing, deriving, filling
+from dap.server.documents import auditing, filling
 from dap.server.storage import db, tables
 from dap.server.workflows import gates
 
@@ -203,7 +203,9 @@ def starting(
     gate: machines.Gate, start: int, values: Mapping[str, Any], principal: auth.Principal
 ) -> tuple[Start | None, tuple[str, ...]]:
     """The step that starts at or after ``start`` on the record ``values``, and the skipped ones."""
-    ctx = deriving.context(values, filling.session_of(principal))
+    # as expressions see a record (documents.deriving): uuids as strings, ``session`` beside
+    ctx: dict[str, Any] = {k: str(v) if isinstance(v, uuid.UUID) else v for k, v in values.items()}
+    ctx["session"] = filling.session_of(principal)
     found = gates.next_step(gate.steps, start, ctx, dt.datetime.now(dt.UTC))
     if found.index is None:
         return None, found.skipped
