@@ -9,20 +9,21 @@ web (which turns ``POST …/{id}/{action}`` into :func:`actions.run`). The compi
     machines   whether a transition can run from the current state (pure)
     handlers   native handlers, registered by entry point (group ``dap.actions``)
     outbox     ``dap.outbox``: the events an action emits, written in its transaction
-    approvals  approval gates: ``dap.approvals`` and its votes; opening one on a gated transition
+    approvals  approval gates: opening one on a gated transition; ``approvals_schema``: their tables
     approvals_flow  a vote (approve or reject) in one transaction: quorum, steps, the transition
     gates      who may vote, what a vote is tied to, which step runs next (pure)
     inbox      the pending approvals a principal may vote on, across entities
     escalations  ``escalation.after``: the due escalations fired once, by a loop in each server
 
 Tracked jobs are not here yet (see docs/workflows.md). Modules load on first import (none is
-imported here): the boot path needs ``outbox`` and ``approvals`` (their tables) only.
+imported here): the boot path needs ``outbox`` and ``approvals_schema`` (their tables) only.
 """
 
 __all__ = [
     "actions",
     "approvals",
     "approvals_flow",
+    "approvals_schema",
     "escalations",
     "gates",
     "handlers",

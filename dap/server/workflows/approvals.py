@@ -8,7 +8,7 @@ runs at once. A vote (:func:`decide`, ``approvals_flow``) locks the record, then
 serialised across every process and exactly one vote reaches a step's quorum. A step that reaches
 its quorum starts the next; the last one runs the transition in the deciding vote's transaction.
 
-Tables (schema ``dap``):
+Tables (schema ``dap``, created by ``approvals_schema``):
 
 ``approvals`` — ``tenant_id``, ``id``, ``entity``, ``record_id``, ``action``, ``transition``,
 ``to_state``, ``reject_to``, ``status`` (``pending``, ``approved``, ``rejected``, ``cancelled``),
@@ -53,75 +53,12 @@ ALREADY_VOTED = "SVC.APPROVAL.ALREADY_VOTED"
 STALE = "SVC.APPROVAL.STALE"
 COMMENT_REQUIRED = "SVC.APPROVAL.COMMENT_REQUIRED"
 
-DDL = """
-CREATE SCHEMA IF NOT EXISTS dap;
-CREATE TABLE IF NOT EXISTS dap.approvals (
-    tenant_id uuid NOT NULL,
-    id uuid NOT NULL DEFAULT gen_random_uuid(),
-    entity text NOT NULL,
-    record_id uuid NOT NULL,
-    action text NOT NULL,
-    transition text NOT NULL,
-    to_state text NOT NULL,
-    reject_to text,
-    status text NOT NULL DEFAULT 'pending',
-    step integer NOT NULL,
-    step_name text NOT NULL,
-    step_title text NOT NULL,
-    approvers integer NOT NULL,
-    votes integer NOT NULL DEFAULT 0,
-    roles text[] NOT NULL DEFAULT '{}',
-    permission text,
-    self_approval boolean NOT NULL DEFAULT false,
-    basis text NOT NULL,
-    escalate_at timestamptz,
-    escalated_at timestamptz,
-    escalate_to text[] NOT NULL DEFAULT '{}',
-    escalate_notify boolean NOT NULL DEFAULT true,
-    requester_sub text NOT NULL,
-    requester_username text NOT NULL,
-    history jsonb NOT NULL DEFAULT '[]',
-    created_at timestamptz NOT NULL DEFAULT now(),
-    updated_at timestamptz NOT NULL DEFAULT now(),
-    decided_at timestamptz,
-    PRIMARY KEY (tenant_id, id)
-);
-CREATE UNIQUE INDEX IF NOT EXISTS approvals_one_open
-    ON dap.approvals (tenant_id, entity, record_id) WHERE status = 'pending';
-CREATE INDEX IF NOT EXISTS approvals_inbox
-    ON dap.approvals (tenant_id, created_at, id) WHERE status = 'pending';
-CREATE INDEX IF NOT EXISTS approvals_due
-    ON dap.approvals (escalate_at) WHERE status = 'pending' AND escalated_at IS NULL;
-CREATE TABLE IF NOT EXISTS dap.approval_votes (
-    tenant_id uuid NOT NULL,
-    id bigserial NOT NULL,
-    approval_id uuid NOT NULL,
-    step integer NOT NULL,
-    step_name text NOT NULL,
-    principal_sub text NOT NULL,
-    username text NOT NULL,
-    decision text NOT NULL,
-    comment text,
-    record_version bigint NOT NULL,
-    basis text NOT NULL,
-    at timestamptz NOT NULL DEFAULT now(),
-    voided_at timestamptz,
-    PRIMARY KEY (tenant_id, id)
-);
-CREATE UNIQUE INDEX IF NOT EXISTS approval_votes_one
-    ON dap.approval_votes (tenant_id, approval_id, step, principal_sub) WHERE voided_at IS NULL;
-"""
-
 COLUMNS = (
     "id, entity, record_id, action, transition, to_state, reject_to, status, step, step_name, "
     "step_title, approvers, votes, roles, permission, self_approval, basis, escalate_at, "
     "escalated_at, escalate_to, requester_sub, requester_username, history, created_at, "
     "updated_at, decided_at"
 )
-
-
-async def ensure_schema(conn: db.Connection) -> None:
-    await conn.execute(DDL)
 
 
 def values_of(resource: Resource, row: Mapping[str, Any] | asyncpg.Record) -> dict[str, Any]:
