@@ -5,8 +5,9 @@ sequential steps, ``when`` skips, ``display_fields`` voiding votes, self-approva
 from __future__ import annotations
 
 import asyncio
+import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import asyncpg
@@ -52,6 +53,7 @@ spec:
     - {name: note, type: text}
   actions:
     - {name: publish, audit: true, emits: published}
+    - {name: stamp, impl: {type: native, handler: ap-test-stamp}}
     - name: guarded
       conditions:
         - {script: "amount < 1000", message: Too much to ask for.}
@@ -93,6 +95,19 @@ spec:
         approval:
           steps:
             - {name: trio, approvers: 3, roles: [committee]}
+      - name: stamp
+        from: draft
+        to: published
+        action: stamp
+        approval:
+          steps:
+            - {name: one, roles: [manager]}
+      - name: quiet
+        from: draft
+        to: published
+        approval:
+          steps:
+            - {name: slow, roles: [manager], escalation: {after: 1h, to_roles: [boss], notify: false}}
       - {name: archive, from: [draft, published, rejected], to: archived}
   expose: [{type: rest}]
 """,
@@ -107,8 +122,32 @@ spec:
 }
 
 
+STAMP = """
+import uuid
+
+async def stamp(ctx):
+    await ctx.conn.execute("CREATE TABLE IF NOT EXISTS ap_stamps (id uuid, by text)")
+    record, by = uuid.UUID(ctx.record["id"]), ctx.principal_username
+    await ctx.conn.execute("INSERT INTO ap_stamps VALUES ($1, $2)", record, by)
+"""
+
+
+@pytest.fixture(scope="module")
+def stamp_handler(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A native handler registered by entry point (group ``dap.actions``), run when approved."""
+    root = tmp_path_factory.mktemp("stamp")
+    (root / "ap_test_stamp.py").write_text(STAMP)
+    info = root / "ap_test_stamp-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ap-test-stamp\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[dap.actions]\nap-test-stamp = ap_test_stamp:stamp\n")
+    sys.path.insert(0, str(root))
+    yield
+    sys.path.remove(str(root))
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def srv(pg_dsn: str) -> AsyncIterator[Running]:
+async def srv(pg_dsn: str, stamp_handler: None) -> AsyncIterator[Running]:
     async with running(pg_dsn, load(AP), pool_size=8) as r:
         yield r
 
@@ -449,3 +488,55 @@ async def test_openapi_and_ui_metadata_describe_approvals(srv: Running) -> None:
     assert publish["approval"]["on_reject"] == "rejected"
     archive = next(t for t in meta["state_machine"]["transitions"] if t["name"] == "archive")
     assert archive["approval"] is None
+
+
+async def test_an_escalation_without_notify_writes_no_event(srv: Running, pg_dsn: str) -> None:
+    d = await doc(srv)
+    status, answer = await call(srv, "POST", f"ap/doc/{d['id']}/quiet")
+    assert status == 202, answer
+    assert answer["approval"]["step"]["escalate_at"] is not None
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        await conn.execute(
+            "UPDATE dap.approvals SET escalate_at = now() - interval '1 second' WHERE id = $1",
+            uuid.UUID(answer["approval"]["id"]),
+        )
+        await escalations.fire_due(conn)  # this test's pass, or the server's loop: either fires it
+        record = uuid.UUID(d["id"])
+        fired = await conn.fetchval(
+            "SELECT count(*) FROM dap.audit_log WHERE record_id = $1 AND action = 'approval.escalated'",
+            record,
+        )
+        events = await conn.fetchval("SELECT count(*) FROM dap.outbox WHERE record_id = $1", record)
+    finally:
+        await conn.close()
+    assert (fired, events) == (1, 0)
+
+
+async def test_if_match_is_checked_before_an_approval_opens(srv: Running) -> None:
+    d = await doc(srv)
+    status, answer = await call(srv, "POST", f"ap/doc/{d['id']}/publish")
+    assert status == 202
+    # an If-Match of another version is refused before any approval opens
+    d2 = await doc(srv)
+    hdrs = {**REQUESTER, "If-Match": '"999"'}
+    status, answer = await call(srv, "POST", f"ap/doc/{d2['id']}/publish", None, hdrs)
+    assert status == 412, answer
+    status, answer = await call(srv, "GET", "_approvals", None, who("ann", "committee"))
+    assert d2["id"] not in [a["record_id"] for a in answer["data"]]
+
+
+async def test_a_native_handler_runs_when_the_approval_completes(srv: Running, pg_dsn: str) -> None:
+    d = await doc(srv)
+    status, answer = await call(srv, "POST", f"ap/doc/{d['id']}/stamp")
+    assert status == 202, answer
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        await conn.execute("CREATE TABLE IF NOT EXISTS ap_stamps (id uuid, by text)")
+        assert await conn.fetch("SELECT * FROM ap_stamps WHERE id = $1", uuid.UUID(d["id"])) == []
+        status, answer = await vote(srv, answer["approval"], who("max", "manager"))
+        assert status == 200 and answer["data"]["state"] == "published", answer
+        stamped = await conn.fetch("SELECT by FROM ap_stamps WHERE id = $1", uuid.UUID(d["id"]))
+    finally:
+        await conn.close()
+    assert [r["by"] for r in stamped] == ["max"]  # once, as the deciding approver

@@ -3,8 +3,8 @@
 - ``GET /{ws}/api/_approvals`` — the caller's pending approvals across entities, oldest first
   (``?inbox=module/name`` narrows them to an ``ApprovalInbox``'s entities, ``?entity=module/name``
   to one entity; ``limit``, ``offset``): ``{"data": [approval + "display"], "limit", "offset"}``.
-- ``GET /{ws}/api/_approvals/{id}`` — one approval with its votes (any authenticated caller of the
-  workspace who may find the record).
+- ``GET /{ws}/api/_approvals/{id}`` — one approval with its votes: for its requester, its voters,
+  whoever may vote on its step now, and whoever may find the record (find's permission, row scope).
 - ``POST /{ws}/api/_approvals/{id}/approve`` ``{"comment"?}`` and ``…/reject`` ``{"comment"}`` —
   a vote; the answer is ``{"approval": …}`` plus ``"data"`` (the record) when it moved.
 
@@ -19,13 +19,15 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import asyncpg
 from aiohttp import web
 
 from dap.server import errors, state
-from dap.server.access import guards
+from dap.server.access import auth, guards
+from dap.server.catalog import Resource
 from dap.server.storage import db
 from dap.server.web import filters, requests
-from dap.server.workflows import approvals, approvals_flow, escalations, inbox
+from dap.server.workflows import approvals, approvals_flow, escalations, gates, inbox
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
@@ -77,16 +79,20 @@ async def find_one(request: web.Request) -> web.Response:
         )
         if row is None:
             raise errors.NotFound(f"no approval {approval_id} in this workspace", code=approvals.NOT_FOUND)
-        resource = catalog.resources.get(row["entity"])
-        if resource is not None:  # who may read the record may read its approval
-            guards.check(principal, resource, "find")
-            await guards.select_record(conn, resource, tenant, row["record_id"], principal=principal)
         votes = await conn.fetch(
-            "SELECT step, step_name, username, decision, comment, record_version, at, voided_at "
-            "FROM dap.approval_votes WHERE tenant_id = $1 AND approval_id = $2 ORDER BY id",
+            "SELECT step, step_name, principal_sub, username, decision, comment, record_version, at, "
+            "voided_at FROM dap.approval_votes WHERE tenant_id = $1 AND approval_id = $2 ORDER BY id",
             tenant,
             approval_id,
         )
+        involved = principal.sub == row["requester_sub"] or any(
+            v["principal_sub"] == principal.sub for v in votes
+        )
+        resource = catalog.resources.get(row["entity"])
+        if resource is not None and not involved and not _may_vote(resource, row, principal):
+            # anyone else reads it as they may read the record: find's permission and row scope
+            guards.check(principal, resource, "find")
+            await guards.select_record(conn, resource, tenant, row["record_id"], principal=principal)
     data = approvals.view(row)
     data["votes"] = [
         {
@@ -101,6 +107,24 @@ async def find_one(request: web.Request) -> web.Response:
         for v in votes
     ]
     return requests.reply({"data": data})
+
+
+def _may_vote(resource: Resource, row: asyncpg.Record, principal: auth.Principal) -> bool:
+    """Whether ``principal`` is eligible for the pending step of the approval ``row``."""
+    plan = resource.workflow.get(row["action"])
+    gate = plan.move.gate if plan is not None and plan.move is not None else None
+    if row["status"] != "pending" or gate is None or row["step"] >= len(gate.steps):
+        return False
+    refused = gates.refusal(
+        gate.steps[row["step"]],
+        gates.Voter(principal.sub, principal.roles),
+        votes=row["votes"],
+        escalated=row["escalated_at"] is not None,
+        requester="",  # reading: the requester rule is about voting
+        self_approval=True,
+        allows=resource.grants.allows,
+    )
+    return refused is None
 
 
 async def _vote(request: web.Request, *, approve: bool) -> web.Response:
