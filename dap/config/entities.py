@@ -117,6 +117,8 @@ class ApprovalReject(Record):
 class ApprovalSpec(Record):
     steps: tuple[ApprovalStep, ...] = pydantic.Field(min_length=1)
     on_reject: ApprovalReject | None = None
+    # the requester of a gated transition may vote on it only when this is true (issue 11)
+    allow_self_approval: bool = False
 
 
 class Transition(Record):

@@ -368,7 +368,7 @@ async def test_openapi_and_ui_metadata_describe_the_state_and_actions(srv: Runni
         "action": "reopen",
         "from": ["closed"],
         "to": "open",
-        "approval": False,
+        "approval": None,  # no gate (a gate is described: web.ui_meta._gate)
         "params": [],
     }
     state = next(f for f in meta["fields"] if f["name"] == "state")

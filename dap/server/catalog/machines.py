@@ -12,6 +12,9 @@ standard ones, an :class:`ActionPlan`: the declaration (if any), the transition 
 transition without ``action`` is requested through an action named like the transition), its
 params as fields and its conditions compiled like the standard actions' guards
 (``plans.Condition``), so a request pays dictionary lookups. ``dap.server.workflows`` runs them.
+
+A transition that declares ``approval`` carries its :class:`Gate`: the steps with ``when``
+compiled, the escalation delay in seconds and ``on_reject.to`` (``workflows.approvals`` runs it).
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from dap.config import durations
 from dap.config.actions import Action
-from dap.config.entities import EntitySpec, StateMachine
+from dap.config.entities import ApprovalSpec, EntitySpec, StateMachine
 from dap.config.enums import FieldType
 from dap.config.fields import Field
 from dap.server.catalog import checking, plans
@@ -55,6 +59,50 @@ def with_state(spec: EntitySpec) -> EntitySpec:
 
 
 @dataclass(frozen=True)
+class Step:
+    """One step of an approval gate, as the votes on it see it."""
+
+    name: str
+    title: str
+    sequential: bool  # mode sequential: the k-th vote needs roles[min(k, len - 1)]
+    approvers: int  # quorum of distinct eligible principals
+    roles: tuple[str, ...]
+    permission: str | None
+    display_fields: tuple[str, ...]
+    when: checking.Compiled | None
+    escalate_after: float | None  # seconds after the step starts
+    escalate_to: tuple[str, ...]
+    notify: bool
+
+
+@dataclass(frozen=True)
+class Gate:
+    steps: tuple[Step, ...]
+    reject_to: str | None
+    self_approval: bool
+
+
+def compile_gate(spec: ApprovalSpec) -> Gate:
+    steps = tuple(
+        Step(
+            name=s.name,
+            title=s.title or s.name,
+            sequential=s.mode.value == "sequential",
+            approvers=s.approvers,
+            roles=s.roles,
+            permission=s.permission,
+            display_fields=s.display_fields,
+            when=checking.compile_expression(s.when) if s.when else None,
+            escalate_after=durations.parse(s.escalation.after).total_seconds() if s.escalation else None,
+            escalate_to=s.escalation.to_roles if s.escalation else (),
+            notify=s.escalation.notify if s.escalation else False,
+        )
+        for s in spec.steps
+    )
+    return Gate(steps, spec.on_reject.to if spec.on_reject else None, spec.allow_self_approval)
+
+
+@dataclass(frozen=True)
 class Move:
     """One transition as a request sees it."""
 
@@ -62,7 +110,11 @@ class Move:
     origins: tuple[str, ...]
     to: str
     initial: str  # the state a record without one (created before the machine) counts as
-    gated: bool  # declares an approval gate (not run yet: answered 501)
+    gate: Gate | None = None  # its approval gate: requesting it opens an approval, it does not move
+
+    @property
+    def gated(self) -> bool:
+        return self.gate is not None
 
 
 @dataclass(frozen=True)
@@ -98,9 +150,8 @@ def compile_actions(spec: EntitySpec) -> Mapping[str, ActionPlan]:
     if machine is not None:
         initial = initial_of(machine)
         for t in machine.transitions:
-            moves.setdefault(
-                t.action or t.name, Move(t.name, t.origins, t.to, initial, t.approval is not None)
-            )
+            gate = compile_gate(t.approval) if t.approval is not None else None
+            moves.setdefault(t.action or t.name, Move(t.name, t.origins, t.to, initial, gate))
     out: dict[str, ActionPlan] = {}
     for a in spec.actions:
         if a.name in _STANDARD:

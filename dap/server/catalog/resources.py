@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from dap.config import Spec
-from dap.config.apps import AppSpec, FormSpec, PageSpec, TableSpec
+from dap.config.apps import ApprovalInboxSpec, AppSpec, FormSpec, PageSpec, TableSpec
 from dap.config.entities import EntitySpec
 from dap.config.enums import REST_ACTIONS, FieldType
 from dap.config.fields import Field
@@ -228,6 +228,7 @@ class Catalog:
     views: Mapping[str, TableSpec] = field(default_factory=dict)  # Table manifests
     referrers: Mapping[str, tuple[Referrer, ...]] = field(default_factory=dict)  # by target table
     grants: Grants = field(default_factory=Grants)  # resolved Role manifests
+    inboxes: Mapping[str, ApprovalInboxSpec] = field(default_factory=dict)  # ApprovalInbox manifests
 
     def resource(self, module: str, name: str) -> Resource | None:
         return self.resources.get(f"{module}/{name}")
@@ -243,6 +244,7 @@ class Catalog:
         forms: Mapping[str, FormSpec] | None = None,
         views: Mapping[str, TableSpec] | None = None,
         roles: Mapping[str, RoleSpec] | None = None,
+        inboxes: Mapping[str, ApprovalInboxSpec] | None = None,
     ) -> Catalog:
         """Derive tables and REST resources from entity specs keyed ``module/name``.
 
@@ -322,6 +324,7 @@ class Catalog:
             views=MappingProxyType(dict(views or {})),
             referrers=MappingProxyType(_referrers(entities, by_entity)),
             grants=grants,
+            inboxes=MappingProxyType(dict(inboxes or {})),
         )
 
     @classmethod
@@ -334,4 +337,5 @@ class Catalog:
             forms={k: m.spec for k, m in spec.forms.items()},
             views={k: m.spec for k, m in spec.tables.items()},
             roles={k: m.spec for k, m in spec.roles.items()},
+            inboxes={k: m.spec for k, m in spec.approval_inboxes.items()},
         )

@@ -34,6 +34,7 @@ from dap.server.events import channels, dispatcher, feed, measures
 from dap.server.storage import caching, db, workspaces
 from dap.server.web import (
     admin,
+    approvals,
     moves,
     notifications,
     openapi,
@@ -240,7 +241,8 @@ def build_app(
     app[sockets.SOCKETS] = set()
     app.on_shutdown.append(sockets.close_all)
     app.router.add_get("/{ws}/_ws", sockets.handler)
-    # entity routes first: the router tries dynamic routes in order, and these carry the load
+    approvals.add_routes(app)  # /{ws}/api/_approvals…: before the entity routes it would match
+    # entity routes next: the router tries dynamic routes in order, and these carry the load
     rest.add_routes(app)
     trails.add_routes(app)  # before moves: /{id}/_audit is not an action
     moves.add_routes(app)

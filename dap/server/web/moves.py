@@ -7,6 +7,8 @@ write of the record). Custom actions and state-machine transitions are ``workflo
 (:func:`_custom`): the JSON body is the action's params, ``If-Match`` and ``Idempotency-Key`` (for
 ``idempotent`` actions) apply, and the answer is ``{"data": record, "result": …}`` plus, for a
 transition, ``"transition": {"from", "to"}`` and, when it emitted one, ``"event"`` (the outbox id).
+A transition gated by an approval answers 202 with ``"approval"`` (``workflows.approvals``): the
+record does not move until the approval's last step reaches its quorum.
 """
 
 from __future__ import annotations
@@ -114,7 +116,10 @@ async def _custom(
             data["transition"] = {"from": outcome.moved[0], "to": outcome.moved[1]}
         if outcome.event is not None:
             data["event"] = str(outcome.event)
-        return idempotency.Answer(200, requests.dumps(data), {"ETag": f'"{outcome.row["version"]}"'})
+        if outcome.approval is not None:  # a gated transition: accepted, waiting for its votes
+            data["approval"] = outcome.approval
+        status = 202 if outcome.approval is not None else 200
+        return idempotency.Answer(status, requests.dumps(data), {"ETag": f'"{outcome.row["version"]}"'})
 
     async with db.connection(request.app[state.POOL]) as conn:
         await actions.limit(

@@ -18,7 +18,7 @@ from dap.server import errors, state
 from dap.server.catalog import Catalog, Resource
 from dap.server.documents import lifecycle
 from dap.server.storage import tables
-from dap.server.web import filters, schemas
+from dap.server.web import approvals, filters, schemas
 from dap.server.workflows import actions
 
 PROBLEM = {
@@ -114,8 +114,8 @@ def _actions(
     r: Resource, catalog: Catalog, tag: list[str], id_param: dict[str, Any], name: str
 ) -> dict[str, Any]:
     """``POST …/{id}/{action}`` of every custom action and transition (``web.moves``) that can run
-    here, with its params; one that would answer 501 (sidecar, script, an unregistered handler, an
-    approval gate, nothing to run) is left out, as the server does not serve it."""
+    here, with its params; one that would answer 501 (sidecar, script, an unregistered handler,
+    nothing to run) is left out, as the server does not serve it."""
     out: dict[str, Any] = {}
     for action, plan in sorted(r.workflow.items()):
         declared = plan.declared
@@ -128,7 +128,7 @@ def _actions(
         except errors.NotImplementedHere:
             continue
         params = schemas.object_schema(tuple(plan.params.values()), r.module, catalog, for_input=True)
-        answer = {
+        answer: dict[str, Any] = {
             "type": "object",
             "properties": {
                 "data": {"$ref": f"#/components/schemas/{name}"},
@@ -150,6 +150,16 @@ def _actions(
         if declared is not None and declared.idempotent:
             header = declared.idempotency_key.header if declared.idempotency_key else "Idempotency-Key"
             parameters.append({"name": header, "in": "header", "schema": {"type": "string"}})
+        ok = {"200": {"description": "done", "content": {"application/json": {"schema": answer}}}}
+        if plan.move is not None and plan.move.gate is not None:  # opens an approval (web.approvals)
+            summary = (
+                f"{summary or action} — approval gated: answers 202 with the approval, moves once approved"
+            )
+            answer["properties"]["approval"] = {"$ref": "#/components/schemas/Approval"}
+            ok["202"] = {
+                "description": "approval opened",
+                "content": {"application/json": {"schema": answer}},
+            }
         out[f"/api/{r.module}/{r.name}/{{id}}/{action}"] = {
             "parameters": [id_param],
             "post": {
@@ -159,7 +169,7 @@ def _actions(
                 "parameters": parameters,
                 "requestBody": {"required": False, "content": {"application/json": {"schema": params}}},
                 "responses": _responses(
-                    {"200": {"description": "done", "content": {"application/json": {"schema": answer}}}},
+                    ok,
                     400,
                     403,
                     409,
@@ -307,6 +317,13 @@ def document(catalog: Catalog, slug: str) -> dict[str, Any]:
             paths[f"/api/{r.module}/{r.name}"] = collection
         if item:
             paths[f"/api/{r.module}/{r.name}/{{id}}"] = {"parameters": [id_param], **item}
+    if any(
+        p.move is not None and p.move.gate is not None
+        for r in catalog.resources.values()
+        for p in r.workflow.values()
+    ):
+        paths.update(approvals.openapi_paths(_responses))
+        components["Approval"] = approvals.APPROVAL_SCHEMA
     return {
         "openapi": "3.1.0",
         "info": {"title": f"dap workspace {slug}", "version": __version__},

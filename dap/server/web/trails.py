@@ -50,7 +50,7 @@ async def trail_handler(request: web.Request) -> web.Response:
         rows = await conn.fetch(auditing.SELECT, workspace.tenant_id, resource.key, record_id, limit, offset)
     # only what the record shows this caller today: a field since hidden from REST, or one the
     # caller lacks the permission to read, stays out of the trail
-    shown = {slot.name for slot in resource.slots} | {auditing.DOCSTATUS}
+    shown = {slot.name for slot in resource.slots} | {auditing.DOCSTATUS, "approval"}  # approval rows
     data = [
         {
             "id": str(r["public_id"]),

@@ -19,7 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
-from dap.config.entities import EntitySpec
+from dap.config.entities import ApprovalSpec, EntitySpec
 from dap.config.enums import NaturalKeyEntry
 from dap.config.fields import Field
 from dap.server import errors, state
@@ -173,7 +173,7 @@ def _machine(spec: EntitySpec, resource: Resource | None) -> dict[str, Any] | No
                 "action": t.action or t.name,
                 "from": list(t.origins),
                 "to": t.to,
-                "approval": t.approval is not None,
+                "approval": _gate(t.approval),
                 "params": [p.name for p in workflow[t.action or t.name].params.values()]
                 if (t.action or t.name) in workflow
                 else [],
@@ -181,6 +181,51 @@ def _machine(spec: EntitySpec, resource: Resource | None) -> dict[str, Any] | No
             for t in m.transitions
         ],
     }
+
+
+def _gate(spec: ApprovalSpec | None) -> dict[str, Any] | None:
+    """An approval gate for a UI: its steps (who, how many, what to show) and ``on_reject``."""
+    if spec is None:
+        return None
+    return {
+        "steps": [
+            {
+                "name": s.name,
+                "title": s.title or s.name,
+                "mode": s.mode.value,
+                "approvers": s.approvers,
+                "roles": list(s.roles),
+                "permission": s.permission,
+                "display_fields": list(s.display_fields),
+                "when": s.when,
+                "escalation": {"after": s.escalation.after, "to_roles": list(s.escalation.to_roles)}
+                if s.escalation
+                else None,
+            }
+            for s in spec.steps
+        ],
+        "on_reject": spec.on_reject.to if spec.on_reject else None,
+        "allow_self_approval": spec.allow_self_approval,
+        "endpoints": {
+            "inbox": "/api/_approvals",
+            "approve": "/api/_approvals/{id}/approve",
+            "reject": "/api/_approvals/{id}/reject",
+        },
+    }
+
+
+def _inboxes(module: str, catalog: Catalog) -> list[dict[str, Any]]:
+    """The module's ``ApprovalInbox`` views: title, entities and the list that serves each."""
+    return [
+        {
+            "name": key,
+            "title": inbox.title or key,
+            "entities": list(inbox.entities),
+            "endpoint": f"/api/_approvals?inbox={key}",
+        }
+        for key, inbox in sorted(catalog.inboxes.items())
+        if key.split("/", 1)[0] == module
+    ]
 
 
 def _app_summary(key: str, catalog: Catalog) -> dict[str, Any]:
@@ -211,6 +256,7 @@ def _app_detail(key: str, catalog: Catalog) -> dict[str, Any]:
     return {
         **summary,
         "pages": pages,
+        "approval_inboxes": _inboxes(key.split("/", 1)[0], catalog),
         **{k: dump[k] for k in ("auth", "chrome", "confirm", "renderer") if k in dump},
     }
 

@@ -8,10 +8,25 @@ web (which turns ``POST …/{id}/{action}`` into :func:`actions.run`). The compi
     actions    one custom action or transition on one record, in one transaction
     machines   whether a transition can run from the current state (pure)
     handlers   native handlers, registered by entry point (group ``dap.actions``)
+    approvals  approval gates: opening one on a gated transition; ``approvals_schema``: their tables
+    approvals_flow  a vote (approve or reject) in one transaction: quorum, steps, the transition
+    gates      who may vote, what a vote is tied to, which step runs next (pure)
+    inbox      the pending approvals a principal may vote on, across entities
+    escalations  ``escalation.after``: the due escalations fired once, by a loop in each server
 
-Approval gates and tracked jobs are not here yet (see docs/workflows.md). Modules load on first
-import (none is imported here). The events an action emits are written by
-``dap.server.events.outbox``.
+Tracked jobs are not here yet (see docs/workflows.md). Modules load on first import (none is
+imported here): the boot path needs ``approvals_schema`` (their tables) only. The events an action emits
+are written by ``dap.server.events.outbox``.
 """
 
-__all__ = ["actions", "handlers", "machines"]
+__all__ = [
+    "actions",
+    "approvals",
+    "approvals_flow",
+    "approvals_schema",
+    "escalations",
+    "gates",
+    "handlers",
+    "inbox",
+    "machines",
+]

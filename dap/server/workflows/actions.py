@@ -6,7 +6,8 @@ The order of a call, each step refusing before anything is written:
    entry point (501 ``SVC.ACTION.HANDLER_NOT_REGISTERED`` when missing), ``sidecar`` (501 naming
    ``--sidecar-endpoint``: the bridge is not hosted yet), ``script`` (501), a transition gated by
    an approval (501 until approvals land: a gate is never skipped), or a plain transition (no
-   ``impl``: it just moves the state). A declared action that is neither is 501 too.
+   ``impl``: it just moves the state). A declared action that is neither is 501 too. A transition
+   gated by an approval is checked the same way (its handler runs when the approval completes).
 2. :func:`parse_params` — the body is the action's params, validated like fields by
    ``records.coerce_row``: 422 with one entry per problem.
 3. :func:`limit` — ``rate_limit`` counted in ``dap.rate_counts`` (``access.throttling``), so every
@@ -17,10 +18,11 @@ The order of a call, each step refusing before anything is written:
    locked ``FOR UPDATE`` through ``guards.select_for_write`` (row scope 403/404, ``If-Match`` 412);
    the transition checked against the current state (409 ``SVC.STATE.TRANSITION_NOT_ALLOWED``
    naming the states it runs from); the conditions on the record and ``params.*`` (422 with the
-   declared messages); the native handler; the state moved with ``version + 1``; the audit row when
-   the action declares ``audit``; the ``emits`` event in ``dap.outbox``; the answer stored under
-   the idempotency key. Two concurrent transitions of one record are serialised by the lock; the
-   second sees the first's state and gets the 409.
+   declared messages); a gated transition opens its approval here (``approvals.request``) and
+   answers 202 without moving, unless every step was skipped; the native handler; the state moved
+   with ``version + 1``; the audit row when the action declares ``audit``; the ``emits`` event in
+   ``dap.outbox``; the answer stored under the idempotency key. Two concurrent transitions of one
+   record are serialised by the lock; the second sees the first's state and gets the 409.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from dap.server.catalog import machines as compiled
 from dap.server.documents import auditing, filling, idempotency, reading
 from dap.server.events import outbox
 from dap.server.storage import caching, db, records, tables
-from dap.server.workflows import handlers, machines
+from dap.server.workflows import approvals, handlers, machines
 
 NOT_IMPLEMENTED = "SVC.ACTION.NOT_IMPLEMENTED"
 SIDECAR = "SVC.ACTION.SIDECAR_NOT_CONFIGURED"
@@ -47,12 +49,6 @@ SIDECAR = "SVC.ACTION.SIDECAR_NOT_CONFIGURED"
 
 def runner(entity: str, plan: compiled.ActionPlan) -> handlers.Handler | None:
     """The native handler that runs ``plan`` (``None``: nothing but the transition); or a 501."""
-    if plan.move is not None and plan.move.gated:
-        raise errors.NotImplementedHere(
-            f"{plan.name} requests the transition {plan.move.name!r}, which declares an approval gate; "
-            "approval gates are not run by this server yet, and a gate is never skipped",
-            code=machines.GATED,
-        )
     impl = plan.declared.impl if plan.declared is not None else None
     if impl is None:
         if plan.move is not None:
@@ -123,6 +119,7 @@ class Outcome:
     result: Any
     moved: tuple[str, str] | None  # (from, to)
     event: uuid.UUID | None
+    approval: dict[str, Any] | None = None  # what a gated transition opened instead of moving
 
 
 Render = Callable[[Outcome], idempotency.Answer]
@@ -165,6 +162,13 @@ async def run(
             values = _values(resource, current)
             values["params"] = call.params
             filling.check_guards(plan.conditions, plan.name, values, call.principal)
+        if plan.move is not None and plan.move.gate is not None:
+            opened = await approvals.request(conn, write, call.principal, plan, current)
+            if opened is not None:  # waits for its votes: nothing moves now
+                answer = render(Outcome(current, None, None, None, None, approvals.view(opened)))
+                if call.idempotency is not None:
+                    await idempotency.store(conn, tenant, *call.idempotency, answer)
+                return answer
         trail = await auditing.begin(conn, write, plan.name, current)
         result = None
         if handler is not None:

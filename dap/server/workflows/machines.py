@@ -13,7 +13,6 @@ from dap.server import errors
 from dap.server.catalog import machines
 
 NOT_ALLOWED = "SVC.STATE.TRANSITION_NOT_ALLOWED"
-GATED = "SVC.STATE.APPROVAL_NOT_AVAILABLE"
 
 
 def current(move: machines.Move, stored: str | None) -> str:
