@@ -16,7 +16,7 @@ from dap.server.access import accounts, throttling
 from dap.server.catalog import Catalog
 from dap.server.documents import auditing, idempotency
 from dap.server.storage import db, migrations, numbering, schema_sync, workspaces
-from dap.server.workflows import outbox
+from dap.server.workflows import jobs, outbox
 
 
 def tls_context(opts: options.ServeOptions) -> ssl.SSLContext | None:
@@ -75,6 +75,7 @@ async def prepare_database(
         await idempotency.ensure_schema(conn)
         await numbering.ensure_schema(conn)
         await outbox.ensure_schema(conn)
+        await jobs.ensure_schema(conn)
         plan = await schema_sync.sync(
             conn, catalog.tables, catalog.entities, allow_destructive=allow_destructive, confirm=confirm
         )

@@ -19,6 +19,7 @@ from dap.config.apps import AppSpec, FormSpec, PageSpec, TableSpec
 from dap.config.entities import EntitySpec
 from dap.config.enums import REST_ACTIONS, FieldType
 from dap.config.fields import Field
+from dap.config.platform import ServiceSpec
 from dap.config.roles import RoleSpec
 from dap.server.catalog import machines, plans
 from dap.server.catalog.grants import Grants
@@ -220,6 +221,7 @@ class Catalog:
     views: Mapping[str, TableSpec] = field(default_factory=dict)  # Table manifests
     referrers: Mapping[str, tuple[Referrer, ...]] = field(default_factory=dict)  # by target table
     grants: Grants = field(default_factory=Grants)  # resolved Role manifests
+    services: Mapping[str, machines.ServicePlan] = field(default_factory=dict)  # exposed over REST
 
     def resource(self, module: str, name: str) -> Resource | None:
         return self.resources.get(f"{module}/{name}")
@@ -235,6 +237,7 @@ class Catalog:
         forms: Mapping[str, FormSpec] | None = None,
         views: Mapping[str, TableSpec] | None = None,
         roles: Mapping[str, RoleSpec] | None = None,
+        services: Mapping[str, ServiceSpec] | None = None,
     ) -> Catalog:
         """Derive tables and REST resources from entity specs keyed ``module/name``.
 
@@ -314,6 +317,13 @@ class Catalog:
             views=MappingProxyType(dict(views or {})),
             referrers=MappingProxyType(_referrers(entities, by_entity)),
             grants=grants,
+            services=MappingProxyType(
+                {
+                    k: p
+                    for k, s in (services or {}).items()
+                    if (p := machines.compile_service(k, s)) is not None
+                }
+            ),
         )
 
     @classmethod
@@ -326,4 +336,5 @@ class Catalog:
             forms={k: m.spec for k, m in spec.forms.items()},
             views={k: m.spec for k, m in spec.tables.items()},
             roles={k: m.spec for k, m in spec.roles.items()},
+            services={k: m.spec for k, m in spec.services.items()},
         )
