@@ -180,3 +180,46 @@ async def test_the_record_routes_beside_services_are_unchanged(srv: Running) -> 
     assert status == 404
     async with srv.http.get(f"{srv.api}/default/api/ops/tools/echo", headers=srv.auth()) as resp:
         assert resp.status == 404  # GET on a service path: no such entity
+
+
+async def test_openapi_describes_service_actions_and_jobs(srv: Running) -> None:
+    async with srv.http.get(f"{srv.api}/default/api/openapi.json", headers=srv.auth()) as resp:
+        doc = await resp.json()
+    paths = doc["paths"]
+    echo = paths["/api/ops/tools/echo"]["post"]
+    body = echo["requestBody"]["content"]["application/json"]["schema"]
+    assert body["required"] == ["text"] and set(body["properties"]) == {"text", "times"}
+    assert "200" in echo["responses"] and "429" in echo["responses"] and echo["summary"] == "Say it back"
+    assert any(p["name"] == "Idempotency-Key" for p in echo["parameters"])
+    assert paths["/api/ops/tools/hello"]["post"]["security"] == [{}, {"bearer": []}]  # public
+    crunch = paths["/api/ops/tools/crunch"]["post"]
+    assert "202" in crunch["responses"] and "200" not in crunch["responses"]
+    assert any(p["name"] == "X-Reply-To" for p in crunch["parameters"])
+    for left_out in ("off", "grpc_only", "bridge", "empty"):  # disabled, not REST, 501s
+        assert f"/api/ops/tools/{left_out}" not in paths
+    assert "/api/ops/tools/_jobs/{job}" in paths and "/api/ops/task/_jobs/{job}" in paths
+    assert "202" in paths["/api/ops/task/{id}/finish"]["post"]["responses"]
+    job = doc["components"]["schemas"]["Job"]
+    assert {"id", "state", "progress"} <= set(job["required"])
+
+
+async def test_ui_metadata_describes_services_and_how_actions_are_called(srv: Running) -> None:
+    async with srv.http.get(f"{srv.api}/default/_ui/_meta/services/ops/tools") as resp:
+        assert resp.status == 200
+        meta = (await resp.json())["data"]
+    assert meta["api"] == "api/ops/tools" and meta["title"] == "Tools"
+    by_name = {a["name"]: a for a in meta["actions"]}
+    assert "off" not in by_name and "grpc_only" not in by_name
+    assert [p["name"] for p in by_name["echo"]["params"]] == ["text", "times"]
+    assert (
+        by_name["hello"]["public"] is True and by_name["secret"]["required_permission"] == "ops.tools.secret"
+    )
+    assert (
+        by_name["crunch"]["call"] == "async" and by_name["crunch"]["track"] and by_name["crunch"]["callback"]
+    )
+    async with srv.http.get(f"{srv.api}/default/_ui/_meta/services/ops/nothing") as resp:
+        assert resp.status == 404
+    async with srv.http.get(f"{srv.api}/default/_ui/_meta/entities/ops/task") as resp:
+        task = (await resp.json())["data"]
+    finish = next(a for a in task["actions"] if a["name"] == "finish")
+    assert finish["call"] == "async" and finish["track"] is True

@@ -18,7 +18,7 @@ from dap.server import errors, state
 from dap.server.catalog import Catalog, Resource
 from dap.server.documents import lifecycle
 from dap.server.storage import tables
-from dap.server.web import filters, schemas
+from dap.server.web import filters, openapi_jobs, schemas
 from dap.server.workflows import actions
 
 PROBLEM = {
@@ -146,7 +146,7 @@ def _actions(
             summary = (
                 f"{summary} ({moves})" if summary else f"{action.replace('_', ' ').capitalize()}: {moves}"
             )
-        parameters: list[dict[str, Any]] = [IF_MATCH]
+        parameters: list[dict[str, Any]] = [IF_MATCH, *openapi_jobs.callback_parameter(declared)]
         if declared is not None and declared.idempotent:
             header = declared.idempotency_key.header if declared.idempotency_key else "Idempotency-Key"
             parameters.append({"name": header, "in": "header", "schema": {"type": "string"}})
@@ -159,7 +159,11 @@ def _actions(
                 "parameters": parameters,
                 "requestBody": {"required": False, "content": {"application/json": {"schema": params}}},
                 "responses": _responses(
-                    {"200": {"description": "done", "content": {"application/json": {"schema": answer}}}},
+                    openapi_jobs.accepted()
+                    if openapi_jobs.is_async(declared)
+                    else {
+                        "200": {"description": "done", "content": {"application/json": {"schema": answer}}}
+                    },
                     400,
                     403,
                     409,
@@ -171,13 +175,15 @@ def _actions(
                 ),
             },
         }
+        if openapi_jobs.is_async(declared):
+            out.update(openapi_jobs.job_path(r.module, r.name, tag))
     return out
 
 
 def document(catalog: Catalog, slug: str) -> dict[str, Any]:
     """The OpenAPI 3.1 document of workspace ``slug``."""
     paths: dict[str, Any] = {}
-    components: dict[str, Any] = {"Problem": PROBLEM}
+    components: dict[str, Any] = {"Problem": PROBLEM, "Job": openapi_jobs.JOB}
     for key in sorted(catalog.resources):
         r = catalog.resources[key]
         name = f"{r.module}.{r.name}"
@@ -307,6 +313,7 @@ def document(catalog: Catalog, slug: str) -> dict[str, Any]:
             paths[f"/api/{r.module}/{r.name}"] = collection
         if item:
             paths[f"/api/{r.module}/{r.name}/{{id}}"] = {"parameters": [id_param], **item}
+    paths.update(openapi_jobs.service_paths(catalog))
     return {
         "openapi": "3.1.0",
         "info": {"title": f"dap workspace {slug}", "version": __version__},
