@@ -145,6 +145,21 @@ def _common(fn: F) -> F:
 @click.option(
     "--pool-size", default=options.DEFAULT_POOL_SIZE, envvar="DAP_POOL_SIZE", type=int, show_default=True
 )
+@click.option(
+    "--callback-allow",
+    "callback_allow",
+    multiple=True,
+    envvar="DAP_CALLBACK_ALLOW",
+    help="CIDR a job callback may reach although internal (loopback, private); repeatable",
+)
+@click.option("--callback-secret", envvar="DAP_CALLBACK_SECRET", help="whsec_… secret signing job callbacks")
+@click.option(
+    "--job-lease",
+    default=options.DEFAULT_JOB_LEASE,
+    envvar="DAP_JOB_LEASE",
+    show_default=True,
+    help="how long a job stays claimed without a heartbeat",
+)
 def serve(**raw: Any) -> None:
     """Run the production server (REST, UI metadata, admin listener)."""
     logs.configure("debug" if raw.get("log_debug") else raw["log_level"])

@@ -9,6 +9,8 @@ happens in the CLI before ``check`` is called.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import ipaddress
 import re
 from dataclasses import dataclass, field
@@ -21,6 +23,7 @@ DEFAULT_METRICS_ADDR = "127.0.0.1:9102"
 DEFAULT_ISSUER = "svc"
 DEFAULT_MAX_BODY = 1024 * 1024
 DEFAULT_POOL_SIZE = 10
+DEFAULT_JOB_LEASE = "30s"
 LOG_LEVELS = ("debug", "info", "warn", "error")
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)?")
@@ -70,6 +73,9 @@ class ServeOptions:
     log_debug: bool = False
     max_body_bytes: int = DEFAULT_MAX_BODY
     pool_size: int = DEFAULT_POOL_SIZE
+    callback_allow: tuple[str, ...] = ()  # CIDRs a job callback may reach despite being internal
+    callback_secret: str | None = None  # Standard Webhooks secret (whsec_...) signing callbacks
+    job_lease: float = 30.0  # seconds a job worker holds a job between heartbeats
 
 
 def parse_address(value: str) -> Address:
@@ -127,6 +133,9 @@ def check(
     log_debug: bool = False,
     max_body_bytes: int = DEFAULT_MAX_BODY,
     pool_size: int = DEFAULT_POOL_SIZE,
+    callback_allow: tuple[str, ...] | list[str] = (),
+    callback_secret: str | None = None,
+    job_lease: str = DEFAULT_JOB_LEASE,
 ) -> ServeOptions:
     """Validate raw option values; raise ``BootRefused`` with a one-line reason on the first rule broken."""
     if mode != "production":
@@ -169,6 +178,21 @@ def check(
         raise errors.BootRefused("--max-body-bytes must be at least 1024")
     if not 1 <= pool_size <= 1000:
         raise errors.BootRefused("--pool-size must be between 1 and 1000")
+    allow = tuple(a.strip() for a in callback_allow if a.strip())
+    for cidr in allow:
+        try:
+            ipaddress.ip_network(cidr, strict=False)
+        except ValueError as exc:
+            raise errors.BootRefused(f"--callback-allow {cidr!r} is not a CIDR (e.g. 10.0.0.0/8)") from exc
+    hook_secret = (callback_secret or "").strip() or None
+    if hook_secret is not None and not _webhook_secret(hook_secret):
+        raise errors.BootRefused(
+            "--callback-secret must be a Standard Webhooks secret: 'whsec_' and base64 of 24 to 64 "
+            "random bytes (e.g. whsec_ and the output of `openssl rand -base64 32`)"
+        )
+    lease = parse_duration(job_lease)
+    if not 1.0 <= lease <= 3600.0:
+        raise errors.BootRefused("--job-lease must be between 1s and 1h")
     return ServeOptions(
         mode=mode,
         spec=Path(spec),
@@ -190,4 +214,18 @@ def check(
         log_debug=log_debug,
         max_body_bytes=max_body_bytes,
         pool_size=pool_size,
+        callback_allow=allow,
+        callback_secret=hook_secret,
+        job_lease=lease,
     )
+
+
+def _webhook_secret(value: str) -> bool:
+    """Whether ``value`` is ``whsec_`` + base64 of 24 to 64 bytes."""
+    if not value.startswith("whsec_"):
+        return False
+    try:
+        raw = base64.b64decode(value[len("whsec_") :], validate=True)
+    except (ValueError, binascii.Error):
+        return False
+    return 24 <= len(raw) <= 64

@@ -23,6 +23,15 @@ def action_and_event_rules(spec: Spec) -> Iterator[Problem]:
         for name in locating.duplicates(e.name for e in es.events):
             yield locating.at(spec, entity, "spec.events", f"event {name!r} is declared twice")
         for i, action in enumerate(es.actions):
+            if action.public:
+                yield locating.at(
+                    spec,
+                    entity,
+                    f"spec.actions[{i}].public",
+                    "public: true is allowed on service actions only (anonymous callers of a Service's "
+                    "action); an entity's actions always need a caller: remove public or move the action "
+                    "to a Service",
+                )
             if action.emits is not None and es.event(action.emits) is None:
                 yield locating.at(
                     spec,
@@ -42,6 +51,20 @@ def action_and_event_rules(spec: Spec) -> Iterator[Problem]:
                         )
                 if delivery.channel is EventChannel.RELIABLE_EVENT:
                     yield from _reliable_target(spec, entity, path, delivery.target)
+
+
+def service_rules(spec: Spec) -> Iterator[Problem]:
+    for service in spec.services.values():
+        for name in locating.duplicates(a.name for a in service.spec.actions):
+            yield locating.at(spec, service, "spec.actions", f"action {name!r} is declared twice")
+        if service.key in spec.entities:
+            yield locating.at(
+                spec,
+                service,
+                "metadata.name",
+                f"{service.key} is also an entity: POST /{{ws}}/api/{service.key}/... could mean either; "
+                "rename the service",
+            )
 
 
 def _reliable_target(

@@ -8,14 +8,22 @@ window still runs, which becomes the 429's ``Retry-After``. Keys name what is li
 many usernames meets the address limit, one hammering a username from many addresses meets the
 username limit.
 
+An action's ``rate_limit`` (:func:`action_limit`) is one more such limit, named after the action
+(``action:<module/name>/<action>``) and keyed by what it declares: the principal (tenant and
+``sub``; an anonymous caller of a public service action by its address instead), the tenant, or
+the client address.
+
 Rows of windows long past are deleted now and then by the requests themselves (no timer).
 """
 
 from __future__ import annotations
 
 import random
+import uuid
 from dataclasses import dataclass
 
+from dap.config import durations
+from dap.config.actions import RateLimitSpec
 from dap.server import errors
 from dap.server.storage import db
 
@@ -68,6 +76,38 @@ async def check(conn: db.Connection, limit: Limit, who: str) -> None:
             f"try again in {left:.0f} s",
             headers={"Retry-After": str(round(left))},
         )
+
+
+def action_limit(
+    target: str, action: str, spec: RateLimitSpec, *, tenant: uuid.UUID, sub: str, ip: str
+) -> tuple[Limit, str]:
+    """The limit and key of one call of ``action`` on ``target`` (module/name) under ``spec``. Pure.
+
+    A fixed window of ``per``; ``burst``, when larger than ``requests``, is the most one window may take.
+    """
+    window = durations.parse(spec.per).total_seconds()
+    if spec.key == "tenant":
+        who = str(tenant)
+    elif spec.key == "ip" or not sub:  # an anonymous caller has no principal to count by
+        who = f"{tenant}:ip:{ip}"
+    else:
+        who = f"{tenant}:{sub}"
+    return Limit(f"action:{target}/{action}", max(spec.requests, spec.burst or 0), window), who
+
+
+async def check_action(
+    conn: db.Connection,
+    target: str,
+    action: str,
+    spec: RateLimitSpec | None,
+    *,
+    tenant: uuid.UUID,
+    sub: str,
+    ip: str,
+) -> None:
+    """Count one call of an action declaring ``rate_limit`` (shared by every process); 429 past it."""
+    if spec is not None:
+        await check(conn, *action_limit(target, action, spec, tenant=tenant, sub=sub, ip=ip))
 
 
 async def ensure_schema(conn: db.Connection) -> None:

@@ -15,10 +15,14 @@ params as fields and its conditions compiled like the standard actions' guards
 
 A transition that declares ``approval`` carries its :class:`Gate`: the steps with ``when``
 compiled, the escalation delay in seconds and ``on_reject.to`` (``workflows.approvals`` runs it).
+
+:func:`compile_service` does the same for a ``Service`` manifest's actions (no record, no
+transition): a :class:`ServicePlan` per service that opts into REST with an ``expose`` entry.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -28,6 +32,7 @@ from dap.config.actions import Action
 from dap.config.entities import ApprovalSpec, EntitySpec, StateMachine
 from dap.config.enums import FieldType
 from dap.config.fields import Field
+from dap.config.platform import ServiceSpec
 from dap.server.catalog import checking, plans
 
 STATE = "state"  # the field (and column) holding the current state
@@ -156,8 +161,7 @@ def compile_actions(spec: EntitySpec) -> Mapping[str, ActionPlan]:
     for a in spec.actions:
         if a.name in _STANDARD:
             continue
-        params = {f.name: f for f in a.params.fields if not f.removed} if a.params else {}
-        out[a.name] = ActionPlan(a.name, a, moves.get(a.name), MappingProxyType(params), _conditions(a))
+        out[a.name] = dataclasses.replace(_plan(a), move=moves.get(a.name))
     for name, move in moves.items():
         if name not in out and name not in _STANDARD:
             out[name] = ActionPlan(name, None, move)
@@ -167,3 +171,35 @@ def compile_actions(spec: EntitySpec) -> Mapping[str, ActionPlan]:
 def allowed_from(plans_: Mapping[str, ActionPlan], state: str) -> list[str]:
     """The actions whose transition can run from ``state`` (for the UI and for error messages)."""
     return sorted(n for n, p in plans_.items() if p.move is not None and state in p.move.origins)
+
+
+@dataclass(frozen=True)
+class ServicePlan:
+    """A service reachable over REST (``POST /{ws}/api/{module}/{service}/{action}``)."""
+
+    key: str  # module/name
+    module: str
+    name: str
+    title: str
+    description: str | None
+    actions: Mapping[str, ActionPlan]  # by name; disabled ones included (answered 404)
+
+
+def _plan(action: Action) -> ActionPlan:
+    params = {f.name: f for f in action.params.fields if not f.removed} if action.params else {}
+    return ActionPlan(action.name, action, None, MappingProxyType(params), _conditions(action))
+
+
+def compile_service(key: str, spec: ServiceSpec) -> ServicePlan | None:
+    """The REST plan of a service; ``None`` when no enabled ``expose`` entry of type rest opens it."""
+    if "/" not in key or not any(e.type == "rest" and e.enabled for e in spec.expose):
+        return None
+    module, name = key.split("/", 1)
+    return ServicePlan(
+        key,
+        module,
+        name,
+        spec.title or name.replace("_", " ").capitalize(),
+        spec.description,
+        MappingProxyType({a.name: _plan(a) for a in spec.actions}),
+    )

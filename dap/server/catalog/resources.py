@@ -19,6 +19,7 @@ from dap.config.apps import ApprovalInboxSpec, AppSpec, FormSpec, PageSpec, Tabl
 from dap.config.entities import EntitySpec
 from dap.config.enums import REST_ACTIONS, FieldType
 from dap.config.fields import Field
+from dap.config.platform import ServiceSpec
 from dap.config.roles import RoleSpec
 from dap.server.catalog import machines, plans
 from dap.server.catalog.grants import Grants
@@ -229,6 +230,7 @@ class Catalog:
     referrers: Mapping[str, tuple[Referrer, ...]] = field(default_factory=dict)  # by target table
     grants: Grants = field(default_factory=Grants)  # resolved Role manifests
     inboxes: Mapping[str, ApprovalInboxSpec] = field(default_factory=dict)  # ApprovalInbox manifests
+    services: Mapping[str, machines.ServicePlan] = field(default_factory=dict)  # exposed over REST
 
     def resource(self, module: str, name: str) -> Resource | None:
         return self.resources.get(f"{module}/{name}")
@@ -245,6 +247,7 @@ class Catalog:
         views: Mapping[str, TableSpec] | None = None,
         roles: Mapping[str, RoleSpec] | None = None,
         inboxes: Mapping[str, ApprovalInboxSpec] | None = None,
+        services: Mapping[str, ServiceSpec] | None = None,
     ) -> Catalog:
         """Derive tables and REST resources from entity specs keyed ``module/name``.
 
@@ -325,6 +328,13 @@ class Catalog:
             referrers=MappingProxyType(_referrers(entities, by_entity)),
             grants=grants,
             inboxes=MappingProxyType(dict(inboxes or {})),
+            services=MappingProxyType(
+                {
+                    k: p
+                    for k, s in (services or {}).items()
+                    if (p := machines.compile_service(k, s)) is not None
+                }
+            ),
         )
 
     @classmethod
@@ -338,4 +348,5 @@ class Catalog:
             views={k: m.spec for k, m in spec.tables.items()},
             roles={k: m.spec for k, m in spec.roles.items()},
             inboxes={k: m.spec for k, m in spec.approval_inboxes.items()},
+            services={k: m.spec for k, m in spec.services.items()},
         )

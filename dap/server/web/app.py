@@ -35,6 +35,7 @@ from dap.server.storage import caching, db, workspaces
 from dap.server.web import (
     admin,
     approvals,
+    jobs,
     moves,
     notifications,
     openapi,
@@ -49,7 +50,7 @@ from dap.server.web import (
 log = logging.getLogger(__name__)
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 PREFLIGHT_MAX_AGE = "600"
-CORS_ALLOW_HEADERS = "Authorization, Content-Type, If-Match, X-Request-Id"
+CORS_ALLOW_HEADERS = "Authorization, Content-Type, If-Match, X-Request-Id, Idempotency-Key, X-Callback-Url"
 CORS_EXPOSE_HEADERS = "ETag, Location, X-Request-Id"
 
 
@@ -245,6 +246,7 @@ def build_app(
     # entity routes next: the router tries dynamic routes in order, and these carry the load
     rest.add_routes(app)
     trails.add_routes(app)  # before moves: /{id}/_audit is not an action
+    jobs.add_routes(app)  # GET …/_jobs/{id}
     moves.add_routes(app)
     app.router.add_get("/{ws}/api/openapi.json", openapi.handler)
     ui_meta.add_routes(app)
@@ -260,6 +262,8 @@ def build_app(
             return web.FileResponse(index)
 
         app.router.add_get("/{ws}/", ui)
+
+    jobs.attach(app, opts)  # the job worker stops before the pool closes
 
     async def close_pool(_app: web.Application) -> None:
         await pool.close()

@@ -17,6 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
+from dap.config.enums import CallMode
 from dap.server import errors, state
 from dap.server.access import auth, guards
 from dap.server.catalog import Catalog, Resource, machines
@@ -24,7 +25,7 @@ from dap.server.documents import idempotency, lifecycle, reading
 from dap.server.events import builtin
 from dap.server.storage import db
 from dap.server.storage.workspaces import Workspace
-from dap.server.web import requests
+from dap.server.web import jobs, requests
 from dap.server.workflows import actions
 
 _CRUD = frozenset({"list", "find", "create", "update", "delete"})
@@ -96,6 +97,23 @@ async def _custom(
         if key is not None:
             keyed = (key, idempotency.fingerprint(principal.sub, request.path_qs, body))
     tenant = workspace.tenant_id
+    if declared is not None and declared.call is CallMode.ASYNC:  # a tracked job (web.jobs)
+        async with db.connection(request.app[state.POOL]) as conn:
+            await actions.limit(
+                conn, resource.key, plan, tenant=tenant, sub=principal.sub, ip=request.remote or ""
+            )
+            await guards.select_record(conn, resource, tenant, record_id, principal=principal)  # 403/404 now
+        return await jobs.start(
+            request,
+            slug=workspace.slug,
+            tenant=tenant,
+            target=resource.key,
+            kind="entity",
+            declared=declared,
+            record_id=record_id,
+            principal=principal,
+            keyed=keyed,
+        )
     call = actions.Call(
         write=requests.write_of(request, principal, catalog, resource, tenant),
         principal=principal,

@@ -18,7 +18,7 @@ from dap.server import errors, state
 from dap.server.catalog import Catalog, Resource
 from dap.server.documents import lifecycle
 from dap.server.storage import tables
-from dap.server.web import approvals, filters, schemas
+from dap.server.web import approvals, filters, openapi_jobs, schemas
 from dap.server.workflows import actions
 
 PROBLEM = {
@@ -146,7 +146,7 @@ def _actions(
             summary = (
                 f"{summary} ({moves})" if summary else f"{action.replace('_', ' ').capitalize()}: {moves}"
             )
-        parameters: list[dict[str, Any]] = [IF_MATCH]
+        parameters: list[dict[str, Any]] = [IF_MATCH, *openapi_jobs.callback_parameter(declared)]
         if declared is not None and declared.idempotent:
             header = declared.idempotency_key.header if declared.idempotency_key else "Idempotency-Key"
             parameters.append({"name": header, "in": "header", "schema": {"type": "string"}})
@@ -169,7 +169,7 @@ def _actions(
                 "parameters": parameters,
                 "requestBody": {"required": False, "content": {"application/json": {"schema": params}}},
                 "responses": _responses(
-                    ok,
+                    openapi_jobs.accepted() if openapi_jobs.is_async(declared) else ok,
                     400,
                     403,
                     409,
@@ -181,13 +181,15 @@ def _actions(
                 ),
             },
         }
+        if openapi_jobs.is_async(declared):
+            out.update(openapi_jobs.job_path(r.module, r.name, tag))
     return out
 
 
 def document(catalog: Catalog, slug: str) -> dict[str, Any]:
     """The OpenAPI 3.1 document of workspace ``slug``."""
     paths: dict[str, Any] = {}
-    components: dict[str, Any] = {"Problem": PROBLEM}
+    components: dict[str, Any] = {"Problem": PROBLEM, "Job": openapi_jobs.JOB}
     for key in sorted(catalog.resources):
         r = catalog.resources[key]
         name = f"{r.module}.{r.name}"
@@ -324,6 +326,7 @@ def document(catalog: Catalog, slug: str) -> dict[str, Any]:
     ):
         paths.update(approvals.openapi_paths(_responses))
         components["Approval"] = approvals.APPROVAL_SCHEMA
+    paths.update(openapi_jobs.service_paths(catalog))
     return {
         "openapi": "3.1.0",
         "info": {"title": f"dap workspace {slug}", "version": __version__},

@@ -25,7 +25,7 @@ from dap.server.catalog import Catalog, Resource
 from dap.server.documents import auditing, filling, idempotency, lifecycle, reading, writing
 from dap.server.events import builtin
 from dap.server.storage import caching, db, sql
-from dap.server.web import filters, requests
+from dap.server.web import filters, requests, services
 
 log = logging.getLogger(__name__)
 
@@ -268,6 +268,15 @@ async def _other_method(request: web.Request) -> web.Response:
     raise errors.MethodNotAllowed(f"{request.method} is not a method of this path", allow=exposed)
 
 
+async def _post_item(request: web.Request) -> web.Response:
+    """POST on a record's path: a service action where the catalog declares that service
+    (``web.services``), else the 405 of any other method."""
+    catalog = request.app[state.SPEC].current
+    if services.target(catalog, request.match_info["module"], request.match_info["entity"]) == "service":
+        return await services.service_action(request)
+    return await _other_method(request)
+
+
 def add_routes(app: web.Application) -> None:
     app.router.add_get("/{ws}/api/{module}/{entity}", list_records, allow_head=False)
     app.router.add_post("/{ws}/api/{module}/{entity}", create_record)
@@ -275,4 +284,5 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/{ws}/api/{module}/{entity}/{id}", find_record, allow_head=False)
     app.router.add_patch("/{ws}/api/{module}/{entity}/{id}", update_record)
     app.router.add_delete("/{ws}/api/{module}/{entity}/{id}", delete_record)
+    app.router.add_post("/{ws}/api/{module}/{entity}/{id}", _post_item)
     app.router.add_route("*", "/{ws}/api/{module}/{entity}/{id}", _other_method)

@@ -6,7 +6,10 @@ and documented in docs/server.md:
 * ``GET /{ws}/_ui/_meta/apps`` → ``{"data": [AppSummary]}``
 * ``GET /{ws}/_ui/_meta/apps/{module}/{app}`` → ``{"data": AppDetail}`` (pages resolved)
 * ``GET /{ws}/_ui/_meta/entities/{module}/{entity}`` → ``{"data": EntityMeta}`` (fields with
-  captions, help, types, options)
+  captions, help, types, options; each action says how it is called: ``call``, ``track``, ``callback``)
+* ``GET /{ws}/_ui/_meta/services/{module}/{service}`` → ``{"data": ServiceMeta}`` (a service
+  exposed over REST: its runnable actions with params as fields, ``public``, ``call``, and the
+  ``api`` and ``jobs`` paths)
 
 Metadata describes the spec, never tenant data, and the UI needs it before anyone has logged in
 (to draw the login and setup pages), so these endpoints need a registered workspace but no
@@ -19,6 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
+from dap.config.actions import Action
 from dap.config.entities import ApprovalSpec, EntitySpec
 from dap.config.enums import NaturalKeyEntry
 from dap.config.fields import Field
@@ -148,11 +152,45 @@ def entity_meta(catalog: Catalog, key: str) -> dict[str, Any]:
                 "description": a.description,
                 "ui": a.ui.model_dump(mode="json", exclude_none=True) if a.ui else None,
                 "conditions": [c.model_dump(mode="json", exclude_none=True) for c in a.conditions],
+                **_calling(a),
             }
             for a in spec.actions
             if not a.disabled
         ],
         "state_machine": _machine(spec, resource),
+    }
+
+
+def _calling(a: Action) -> dict[str, Any]:
+    """How an action is called: synchronously, or as a (tracked) job, with or without a callback."""
+    return {"call": str(a.call), "track": a.track, "callback": a.callback is not None}
+
+
+def service_meta(catalog: Catalog, key: str) -> dict[str, Any]:
+    """A service exposed over REST and its actions (params as fields), for forms that call them."""
+    service = catalog.services[key]
+    return {
+        "name": key,
+        "module": service.module,
+        "service": service.name,
+        "title": service.title,
+        "description": service.description,
+        "api": f"api/{service.module}/{service.name}",
+        "jobs": f"api/{service.module}/{service.name}/_jobs",
+        "actions": [
+            {
+                "name": name,
+                "description": a.description,
+                "public": a.public,
+                "required_permission": a.required_permission,
+                "ui": a.ui.model_dump(mode="json", exclude_none=True) if a.ui else None,
+                "params": [field_meta(f, service.module, catalog) for f in plan.params.values()],
+                "conditions": [c.model_dump(mode="json", exclude_none=True) for c in a.conditions],
+                **_calling(a),
+            }
+            for name, plan in sorted(service.actions.items())
+            if (a := plan.declared) is not None and not a.disabled and (not a.expose or "rest" in a.expose)
+        ],
     }
 
 
@@ -288,7 +326,16 @@ async def entity(request: web.Request) -> web.Response:
     return web.json_response({"data": entity_meta(catalog, key)})
 
 
+async def service(request: web.Request) -> web.Response:
+    catalog = await _workspace(request)
+    key = f"{request.match_info['module']}/{request.match_info['service']}"
+    if key not in catalog.services:
+        raise errors.NotFound(f"no service {key} is exposed over REST", code="SVC.SERVICE.NOT_FOUND")
+    return web.json_response({"data": service_meta(catalog, key)})
+
+
 def add_routes(application: web.Application) -> None:
     application.router.add_get("/{ws}/_ui/_meta/apps", apps)
     application.router.add_get("/{ws}/_ui/_meta/apps/{module}/{app}", app)
     application.router.add_get("/{ws}/_ui/_meta/entities/{module}/{entity}", entity)
+    application.router.add_get("/{ws}/_ui/_meta/services/{module}/{service}", service)

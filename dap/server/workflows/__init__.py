@@ -1,11 +1,14 @@
-"""dap.server.workflows — what an action does beyond a plain write: custom actions, state machines.
+"""dap.server.workflows — what an action does beyond a plain write: custom actions, state machines,
+service actions and tracked async jobs.
 
 Above documents (a transition is a write of the record, audited and cached like one) and below
-web (which turns ``POST …/{id}/{action}`` into :func:`actions.run`). The compiled, per-spec facts
-(which transition an action requests, its params and conditions) live in
-``dap.server.catalog.machines``; this package applies them to a request::
+web (which turns ``POST …/{id}/{action}`` into :func:`actions.run` and ``POST …/{service}/{action}``
+into :func:`services.run`). The compiled, per-spec facts (which transition an action requests,
+its params and conditions, the exposed services) live in ``dap.server.catalog.machines``; this
+package applies them to a request::
 
     actions    one custom action or transition on one record, in one transaction
+    services   one service action (no record), in one transaction; who may call it
     machines   whether a transition can run from the current state (pure)
     handlers   native handlers, registered by entry point (group ``dap.actions``)
     approvals  approval gates: opening one on a gated transition; ``approvals_schema``: their tables
@@ -13,9 +16,12 @@ web (which turns ``POST …/{id}/{action}`` into :func:`actions.run`). The compi
     gates      who may vote, what a vote is tied to, which step runs next (pure)
     inbox      the pending approvals a principal may vote on, across entities
     escalations  ``escalation.after``: the due escalations fired once, by a loop in each server
+    jobs       ``dap.jobs``: ``call: async`` actions queued, claimed, leased, finished
+    worker     the job worker loop of one process (runs jobs, delivers callbacks)
+    callbacks  where a job's callback may go, its Standard Webhooks signature, its retries
 
-Tracked jobs are not here yet (see docs/workflows.md). Modules load on first import (none is
-imported here): the boot path needs ``approvals_schema`` (their tables) only. The events an action emits
+Modules load on first import (none is
+imported here): the boot path needs ``approvals_schema`` and ``jobs`` (their tables) only. The events an action emits
 are written by ``dap.server.events.outbox``.
 """
 
@@ -24,9 +30,13 @@ __all__ = [
     "approvals",
     "approvals_flow",
     "approvals_schema",
+    "callbacks",
     "escalations",
     "gates",
     "handlers",
     "inbox",
+    "jobs",
     "machines",
+    "services",
+    "worker",
 ]

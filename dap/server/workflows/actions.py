@@ -34,7 +34,6 @@ from typing import Any
 
 import asyncpg
 
-from dap.config import durations
 from dap.server import errors
 from dap.server.access import auth, guards, throttling
 from dap.server.catalog import machines as compiled
@@ -89,13 +88,7 @@ async def limit(
 ) -> None:
     """Count one call against the action's ``rate_limit`` (shared by every process); 429 past it."""
     spec = plan.declared.rate_limit if plan.declared is not None else None
-    if spec is None:
-        return
-    window = durations.parse(spec.per).total_seconds()
-    who = {"principal": f"{tenant}:{sub}", "tenant": str(tenant), "ip": ip}[spec.key]
-    # a fixed window: ``burst`` (when larger) is the most one window may take
-    budget = max(spec.requests, spec.burst or 0)
-    await throttling.check(conn, throttling.Limit(f"action:{entity}/{plan.name}", budget, window), who)
+    await throttling.check_action(conn, entity, plan.name, spec, tenant=tenant, sub=sub, ip=ip)
 
 
 @dataclass(frozen=True)
@@ -110,6 +103,7 @@ class Call:
     params: dict[str, Any]  # validated
     expected: int | None  # If-Match
     idempotency: tuple[str, bytes] | None  # key, fingerprint
+    report: handlers.Report | None = None  # a job's progress (``workflows.jobs``)
 
 
 @dataclass(frozen=True)
@@ -182,6 +176,7 @@ async def run(
                     params=call.params,
                     principal_sub=call.principal.sub,
                     principal_username=call.principal.username,
+                    report=call.report,
                 )
             )
         row = current

@@ -5,8 +5,10 @@ distribution registers under ``NAME`` (``[project.entry-points."dap.actions"] NA
 "pkg.module:function"``); without ``handler`` the name is ``module/entity/action``. The handler is
 ``async def handler(ctx: Context) -> Any``: it runs inside the action's transaction on the locked
 record (``ctx.conn`` joins it), and what it returns (JSON) is the answer's ``result``. An exception
-rolls the action back. A name no distribution registers is a 501 naming the entry point to add,
-checked before anything runs, as the spec says a native action without its handler fails.
+rolls the action back. A handler run as a tracked job (``call: async``) reports how far it got with
+``await ctx.progress(percent)`` (0 to 100; a lower value than the last is ignored: progress only
+goes up); elsewhere that call does nothing. A name no distribution registers is a 501 naming the
+entry point to add, checked before anything runs, as the spec says a native action without its handler fails.
 
 Found handlers are kept per process; a missing one is looked up again on the next request, so a
 distribution installed later is picked up without a restart only on a new process (entry points
@@ -40,8 +42,15 @@ class Context:
     params: Mapping[str, Any]  # validated params, as column values
     principal_sub: str
     principal_username: str
+    report: Report | None = None  # set when the action runs as a job
+
+    async def progress(self, percent: float) -> None:
+        """Report the job's progress (0 to 100); nothing when the action is not running as a job."""
+        if self.report is not None:
+            await self.report(max(0.0, min(100.0, float(percent))))
 
 
+Report = Callable[[float], Awaitable[None]]
 Handler = Callable[[Context], Awaitable[Any]]
 _found: dict[str, Handler] = {}
 
