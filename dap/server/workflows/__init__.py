@@ -9,9 +9,10 @@ web (which turns ``POST …/{id}/{action}`` into :func:`actions.run`). The compi
     machines   whether a transition can run from the current state (pure)
     handlers   native handlers, registered by entry point (group ``dap.actions``)
     outbox     ``dap.outbox``: the events an action emits, written in its transaction
+    sidecars   actions run by the app process: the ``Invoker`` the bridge provides, its reply applied
 
 Approval gates and tracked jobs are not here yet (see docs/workflows.md). Modules load on first
 import (none is imported here): the boot path needs ``outbox`` only.
 """
 
-__all__ = ["actions", "handlers", "machines", "outbox"]
+__all__ = ["actions", "handlers", "machines", "outbox", "sidecars"]
