@@ -78,7 +78,7 @@ async def _db_query(c: Context, s: scopes.Scope, conn: db.Connection, body: Mapp
 async def _slug(c: Context, s: scopes.Scope, conn: db.Connection) -> str:
     slug = c.slugs.get(s.tenant)
     if slug is None:
-        found = await conn.fetchval("SELECT slug FROM dap.workspaces WHERE tenant_id = $1", s.tenant)
+        found = await conn.fetchval("SELECT slug FROM dap.workspaces WHERE id = $1", s.tenant)
         slug = c.slugs[s.tenant] = str(found or "")
     return slug
 
