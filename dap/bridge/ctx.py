@@ -2,9 +2,10 @@
 
 Served by the bridge's own listener (loopback TCP or a unix socket, never the public address):
 the scope and invoke ids are the only credentials, and they live as long as one invoke. A call
-that echoes ``X-Svc-Scope-Id`` runs on the invoke's transaction, inside a savepoint so that a
-refused statement (a decrement below zero) leaves the rest of the scope usable; a call that echoes
-only ``X-Svc-Invoke-Id`` runs in a transaction of its own, committed at once. Cache and lock
+that echoes ``X-Svc-Scope-Id`` runs on the invoke's transaction, a write inside a savepoint so
+that a refused statement (a decrement below zero) leaves the rest of the scope usable (reads take
+none: they are parameterised selects, and one failing aborts the invoke, which then rolls back);
+a call that echoes only ``X-Svc-Invoke-Id`` runs in a transaction of its own, committed at once. Cache and lock
 calls act on their datastore at once in both cases: they are not part of the Postgres transaction.
 
 Answers: 200 with the operation's JSON; errors are problem documents (400 bad body, 401 no scope,
@@ -171,7 +172,10 @@ async def handle(request: web.Request) -> web.Response:
             async with scope.lock:
                 if not scope.live():
                     raise errors.Forbidden("scope refused: its invoke ended meanwhile", code=scopes.REFUSED)
-                async with scope.conn.transaction():  # a savepoint inside the invoke's transaction
+                if primitive == "entity" and name != "get":
+                    async with scope.conn.transaction():  # a savepoint: a refused write keeps the scope
+                        result = await op(c, scope, scope.conn, body)
+                else:  # reads and datastore calls: no savepoint (two round trips saved)
                     result = await op(c, scope, scope.conn, body)
         else:
             async with db.connection(c.server[state.POOL]) as conn, db.committed(conn):

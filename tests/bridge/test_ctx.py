@@ -46,7 +46,7 @@ async def test_entity_get_set_update(srv: Bridged) -> None:
     assert got[3][0] == 422 and got[3][1]["errors"][0]["path"] == "stock"
     assert got[4][0] == 422 and got[4][1]["errors"][0]["path"] == "sku"  # required in a whole set
     assert got[5][0] == 404
-    status, answer = await srv.call("GET", f"item/{key}")
+    _status, answer = await srv.call("GET", f"item/{key}")
     assert answer["data"]["sku"] == "new-sku"
 
 
