@@ -6,7 +6,7 @@ that echoes ``X-Svc-Scope-Id`` runs on the invoke's transaction, a write inside 
 that a refused statement (a decrement below zero) leaves the rest of the scope usable (reads take
 none: they are parameterised selects, and one failing aborts the invoke, which then rolls back);
 a call that echoes only ``X-Svc-Invoke-Id`` runs in a transaction of its own, committed at once.
-Cache and lock calls act on their datastore at once in both cases: they are not part of the Postgres transaction.
+Cache and lock calls act on their datastore at once in both cases: not part of the transaction.
 
 Answers: 200 with the operation's JSON; errors are problem documents (400 bad body, 401 no scope,
 403 refused scope or datastore permission, 404 unknown entity, record or datastore, 409
