@@ -31,8 +31,9 @@ JSON = {"Content-Type": "application/json"}
 class AppProcess:
     """``tests/bridge/app.py`` as a child process listening on a unix socket."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, command: list[str] | None = None) -> None:
         self.socket = directory / "app.sock"
+        self.command = command or [sys.executable, str(HERE / "app.py")]
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -41,7 +42,7 @@ class AppProcess:
 
     def start(self) -> None:
         self.socket.unlink(missing_ok=True)
-        self.proc = subprocess.Popen([sys.executable, str(HERE / "app.py"), self.endpoint])
+        self.proc = subprocess.Popen([*self.command, self.endpoint])
         for _ in range(200):
             if self.socket.exists():
                 return
@@ -100,14 +101,16 @@ class Bridged(Running):
             return answer
 
 
-def catalog() -> Catalog:
-    return Catalog.from_spec(config.load_spec(SPEC))
+def catalog(spec: Path = SPEC) -> Catalog:
+    return Catalog.from_spec(config.load_spec(spec))
 
 
 @contextlib.asynccontextmanager
-async def bridged(dsn: str, process: AppProcess, **overrides: Any) -> AsyncIterator[Bridged]:
-    opts = serve_options(dsn, spec=str(SPEC), sidecar_endpoint=process.endpoint, **overrides)
-    server = await app.create_server(opts, catalog())
+async def bridged(
+    dsn: str, process: AppProcess, spec: Path = SPEC, **overrides: Any
+) -> AsyncIterator[Bridged]:
+    opts = serve_options(dsn, spec=str(spec), sidecar_endpoint=process.endpoint, **overrides)
+    server = await app.create_server(opts, catalog(spec))
     with tempfile.TemporaryDirectory(prefix="dap-ds-") as state_dir:
         bridge = hosting.attach(server.app, opts, state_dir=Path(state_dir), ping_interval=0.2)
         assert bridge is not None
