@@ -68,7 +68,9 @@ def parse_reply(body: Any) -> sidecars.Reply:
         new_state = None
     if new_state is not None and not isinstance(new_state, str):
         raise BadReplyError("new_state must be a string")
-    raw_events = body.get("events") or []
+    raw_events = body.get("events")
+    if raw_events is None:
+        raw_events = []
     if not isinstance(raw_events, list):
         raise BadReplyError("events must be a list")
     events = []
