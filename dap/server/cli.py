@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
@@ -26,8 +26,16 @@ from dap.server import booting, errors, loops, options
 from dap.server.catalog import Catalog
 from dap.server.storage import db, schema_sync
 
+if TYPE_CHECKING:
+    from aiohttp import web
+
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger(__name__)
+# What the process entry point hosts beside the server (``dap.bridge.cli`` adds the app-process
+# bridge): each is called with the server's application and options before it starts. The server
+# never imports those parts itself.
+Attach = Callable[["web.Application", options.ServeOptions], object]
+ATTACH: list[Attach] = []
 
 
 def _refuse(message: str, code: int = 1) -> NoReturn:
@@ -127,6 +135,13 @@ def _common(fn: F) -> F:
 @click.option("--sidecar-endpoint", envvar="DAP_SIDECAR_ENDPOINT")
 @click.option("--invoke-timeout", default="30s", envvar="DAP_INVOKE_TIMEOUT", show_default=True)
 @click.option(
+    "--ctx-listen",
+    default=options.DEFAULT_CTX_LISTEN,
+    envvar="DAP_CTX_LISTEN",
+    show_default=True,
+    help="the bridge's /ctx listener for the app process: loopback host:port or unix:///path",
+)
+@click.option(
     "--metrics-addr",
     default=options.DEFAULT_METRICS_ADDR,
     envvar="DAP_METRICS_ADDR",
@@ -203,6 +218,8 @@ async def _serve(opts: options.ServeOptions, staged: StagedCatalog) -> None:
         issuer=opts.jwt_issuer, secret=opts.jwt_secret, public_key_pem=opts.jwt_public_key
     )
     server = app.assemble(opts, pool, staged.catalog, verifier)
+    for attach in ATTACH:
+        attach(server.app, opts)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

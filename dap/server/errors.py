@@ -23,6 +23,7 @@ rest of the package, and the HTTP layer in particular, only ever sees this tree:
           ├── NotImplementedHere     501  e.g. login without an HS256 secret
           ├── InternalError          500  carries a request id, never internals
           ├── ServiceUnavailable     503  Postgres unreachable; with Retry-After
+          ├── GatewayTimeout         504  the app process gave no answer in the invoke timeout
           └── OtherHttpError         any other status aiohttp raised itself, kept as it was
 
 The problem document is fixed by ARCHITECTURE.md: ``type`` ``urn:dap:error:<code>``, ``title``,
@@ -195,6 +196,12 @@ class ServiceUnavailable(ApiError):  # noqa: N818 -- named for the HTTP status, 
 
     def __init__(self, detail: str, *, retry_after: int, code: str | None = None) -> None:
         super().__init__(detail, code=code, headers={"Retry-After": str(retry_after)})
+
+
+class GatewayTimeout(ApiError):  # noqa: N818 -- named for the HTTP status, as aiohttp's are
+    status = 504
+    default_code = "SVC.SIDECAR.TIMEOUT"
+    title = "Gateway timeout"
 
 
 class OtherHttpError(ApiError):

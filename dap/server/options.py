@@ -24,6 +24,7 @@ DEFAULT_ISSUER = "svc"
 DEFAULT_MAX_BODY = 1024 * 1024
 DEFAULT_POOL_SIZE = 10
 DEFAULT_JOB_LEASE = "30s"
+DEFAULT_CTX_LISTEN = "127.0.0.1:0"  # the bridge's /ctx listener for the app process
 LOG_LEVELS = ("debug", "info", "warn", "error")
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)?")
@@ -67,6 +68,7 @@ class ServeOptions:
     web_dir: Path | None = None
     sidecar_endpoint: str | None = None
     invoke_timeout: float = 30.0
+    ctx_listen: str = DEFAULT_CTX_LISTEN
     metrics_addr: Address | None = field(default_factory=lambda: parse_address(DEFAULT_METRICS_ADDR))
     admin_secret: str | None = None
     log_level: str = "info"
@@ -127,6 +129,7 @@ def check(
     web_dir: str | Path | None = None,
     sidecar_endpoint: str | None = None,
     invoke_timeout: str = "30s",
+    ctx_listen: str = DEFAULT_CTX_LISTEN,
     metrics_addr: str = DEFAULT_METRICS_ADDR,
     admin_secret: str | None = None,
     log_level: str = "info",
@@ -174,6 +177,20 @@ def check(
             "serves the workspace registry over plain HTTP: bind it to 127.0.0.1 (or drop --admin-secret "
             "to serve only /metrics and /health there)"
         )
+    sidecar = (sidecar_endpoint or "").strip() or None
+    if sidecar is not None and not re.fullmatch(r"unix:/+\S+|http://[^/\s]+/?", sidecar):
+        raise errors.BootRefused(
+            f"--sidecar-endpoint {sidecar!r} must be unix:///path/app.sock or http://127.0.0.1:PORT"
+        )
+    timeout = parse_duration(invoke_timeout)
+    if not 0 < timeout <= 3600:
+        raise errors.BootRefused("--invoke-timeout must be above 0 and at most 1h")
+    ctx = ctx_listen.strip() or DEFAULT_CTX_LISTEN
+    if not ctx.startswith("unix:") and not parse_address(ctx).loopback:
+        raise errors.BootRefused(
+            f"--ctx-listen {ctx} is reachable from other hosts: the app process's /ctx calls carry "
+            "only their scope id, so bind it to 127.0.0.1 or a unix:///socket"
+        )
     if max_body_bytes < 1024:
         raise errors.BootRefused("--max-body-bytes must be at least 1024")
     if not 1 <= pool_size <= 1000:
@@ -206,8 +223,9 @@ def check(
         tls_key=Path(tls_key) if tls_key is not None else None,
         cors_origins=origins,
         web_dir=Path(web_dir) if web_dir else None,
-        sidecar_endpoint=sidecar_endpoint or None,
-        invoke_timeout=parse_duration(invoke_timeout),
+        sidecar_endpoint=sidecar,
+        invoke_timeout=timeout,
+        ctx_listen=ctx,
         metrics_addr=metrics,
         admin_secret=admin,
         log_level=log_level,

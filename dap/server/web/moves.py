@@ -26,7 +26,7 @@ from dap.server.events import builtin
 from dap.server.storage import db
 from dap.server.storage.workspaces import Workspace
 from dap.server.web import jobs, requests
-from dap.server.workflows import actions
+from dap.server.workflows import actions, sidecars
 
 _CRUD = frozenset({"list", "find", "create", "update", "delete"})
 
@@ -85,7 +85,8 @@ async def _custom(
         raise errors.NotFound(
             f"{resource.key} does not expose {plan.name!r} over REST", code="SVC.ACTION.NOT_FOUND"
         )
-    handler = actions.runner(resource.key, plan)  # 501s before anything is read or counted
+    # 501s before anything is read or counted
+    handler = actions.runner(resource.key, plan, request.app.get(sidecars.INVOKER))
     record_id = requests.parse_record_id(request)
     expected = requests.if_match(request)
     body = await requests.read_body(request) if request.body_exists else {}

@@ -19,6 +19,7 @@ package applies them to a request::
     jobs       ``dap.jobs``: ``call: async`` actions queued, claimed, leased, finished
     worker     the job worker loop of one process (runs jobs, delivers callbacks)
     callbacks  where a job's callback may go, its Standard Webhooks signature, its retries
+    sidecars   actions run by the app process: the ``Invoker`` the bridge provides, its reply applied
 
 Modules load on first import (none is
 imported here): the boot path needs ``approvals_schema`` and ``jobs`` (their tables) only. The events an action emits
@@ -38,5 +39,6 @@ __all__ = [
     "jobs",
     "machines",
     "services",
+    "sidecars",
     "worker",
 ]

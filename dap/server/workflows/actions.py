@@ -3,10 +3,9 @@
 The order of a call, each step refusing before anything is written:
 
 1. :func:`runner` — what runs it, decided before any I/O: a ``native`` handler registered by
-   entry point (501 ``SVC.ACTION.HANDLER_NOT_REGISTERED`` when missing), ``sidecar`` (501 naming
-   ``--sidecar-endpoint``: the bridge is not hosted yet), ``script`` (501), a transition gated by
-   an approval (501 until approvals land: a gate is never skipped), or a plain transition (no
-   ``impl``: it just moves the state). A declared action that is neither is 501 too. A transition
+   entry point (501 ``SVC.ACTION.HANDLER_NOT_REGISTERED`` when missing), ``sidecar`` (the app
+   process through the process's ``sidecars.Invoker``; 501 naming ``--sidecar-endpoint`` without
+   one), ``script`` (501), or a plain transition (no ``impl``: it just moves the state). A declared action that is neither is 501 too. A transition
    gated by an approval is checked the same way (its handler runs when the approval completes).
 2. :func:`parse_params` — the body is the action's params, validated like fields by
    ``records.coerce_row``: 422 with one entry per problem.
@@ -40,14 +39,18 @@ from dap.server.catalog import machines as compiled
 from dap.server.documents import auditing, filling, idempotency, reading
 from dap.server.events import outbox
 from dap.server.storage import caching, db, records, tables
-from dap.server.workflows import approvals, handlers, machines
+from dap.server.workflows import approvals, handlers, machines, sidecars
 
 NOT_IMPLEMENTED = "SVC.ACTION.NOT_IMPLEMENTED"
-SIDECAR = "SVC.ACTION.SIDECAR_NOT_CONFIGURED"
+SIDECAR = sidecars.NOT_CONFIGURED
 
 
-def runner(entity: str, plan: compiled.ActionPlan) -> handlers.Handler | None:
-    """The native handler that runs ``plan`` (``None``: nothing but the transition); or a 501."""
+Runner = handlers.Handler | sidecars.Bound
+
+
+def runner(entity: str, plan: compiled.ActionPlan, invoker: sidecars.Invoker | None = None) -> Runner | None:
+    """What runs ``plan``: a native handler or the app process (``None``: nothing but the
+    transition); or a 501."""
     impl = plan.declared.impl if plan.declared is not None else None
     if impl is None:
         if plan.move is not None:
@@ -58,11 +61,10 @@ def runner(entity: str, plan: compiled.ActionPlan) -> handlers.Handler | None:
             code=NOT_IMPLEMENTED,
         )
     if impl.type == "sidecar":
-        raise errors.NotImplementedHere(
-            f"action {plan.name!r} of {entity} is implemented by the app process (impl.type sidecar); "
-            "this server runs no sidecar bridge yet: no --sidecar-endpoint is connected",
-            code=SIDECAR,
-        )
+        if invoker is None:
+            raise sidecars.not_configured(entity, plan.name)
+        timeout = durations.parse(impl.timeout).total_seconds() if impl.timeout else None
+        return sidecars.Bound(invoker, timeout)
     if impl.type == "script":
         raise errors.NotImplementedHere(
             f"action {plan.name!r} of {entity} is a script action; scripts are not run yet",
@@ -131,9 +133,7 @@ def _values(resource: Any, row: asyncpg.Record) -> dict[str, Any]:
     return out
 
 
-async def run(
-    conn: db.Connection, call: Call, handler: handlers.Handler | None, render: Render
-) -> idempotency.Answer:
+async def run(conn: db.Connection, call: Call, handler: Runner | None, render: Render) -> idempotency.Answer:
     """Run ``call`` in one transaction (see the module's docstring); the answer ``render`` made."""
     write, plan = call.write, call.plan
     resource, tenant = write.resource, write.tenant
@@ -165,7 +165,26 @@ async def run(
                 return answer
         trail = await auditing.begin(conn, write, plan.name, current)
         result = None
-        if handler is not None:
+        reply: sidecars.Reply | None = None
+        if isinstance(handler, sidecars.Bound):
+            reply = await handler.invoker.invoke(
+                sidecars.Invocation(
+                    conn=conn,
+                    tenant=tenant,
+                    principal=call.principal.sub,
+                    username=call.principal.username,
+                    entity=resource.key,
+                    action=plan.name,
+                    record_id=call.record_id,
+                    resource=reading.present(resource, current),
+                    params={k: records.to_json(plan.params[k], v) for k, v in call.params.items()},
+                    timeout=handler.timeout,
+                )
+            )
+            result = reply.data
+            asked = sidecars.target(reply, plan, resource, current[state_column] if state_column else None)
+            moved = moved or asked
+        elif handler is not None:
             result = await handler(
                 handlers.Context(
                     conn=conn,
@@ -219,6 +238,19 @@ async def run(
                 actor_username=write.username,
                 request_id=write.request_id,
             )
+        if reply is not None and reply.events:
+            sent = await sidecars.record_events(
+                conn,
+                reply,
+                tenant=tenant,
+                entity=resource.key,
+                record_id=call.record_id,
+                action=plan.name,
+                actor_sub=write.sub,
+                actor_username=write.username,
+                request_id=write.request_id,
+            )
+            event = event or sent[0]
         answer = render(Outcome(row, kids.get(call.record_id), result, moved, event))
         if call.idempotency is not None:
             await idempotency.store(conn, tenant, *call.idempotency, answer)

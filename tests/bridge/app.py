@@ -1,0 +1,79 @@
+"""The app process of the bridge tests: a real aiohttp app built with examples' Python helper.
+
+``store/order/reserve`` is the example's handler (decrement the item's stock inside the scope).
+``store/order/run`` is driven by its params: ``steps`` are /ctx calls made in order (each
+``{primitive, op, body, joined}``; a failed call is recorded, not raised, unless ``strict``), then
+``fail`` picks an ending: ``error`` (500), ``sleep`` (past the timeout), ``kill`` (the process
+dies), ``bad`` (a malformed 200); otherwise 200 with ``new_state`` and ``events`` from the params.
+``GET /ids`` answers the ids of the invokes seen so far (for the replay and foreign-scope tests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "bridge" / "python"))
+import svc_app
+
+SEEN: list[dict[str, str]] = []
+
+
+async def reserve(ctx: svc_app.Ctx, request: dict[str, Any]) -> dict[str, Any]:
+    order = request["resource"]
+    left = await ctx.entity("decrement", "store/item", order["item"], field="stock", amount=order["qty"])
+    return {"data": {"stock": left["value"]}, "new_state": "reserved", "events": [{"name": "order.reserved"}]}
+
+
+async def run(ctx: svc_app.Ctx, request: dict[str, Any]) -> dict[str, Any]:
+    SEEN.append(dict(ctx._headers))
+    params = request["params"]
+    results = []
+    for step in params.get("steps") or []:
+        try:
+            answer = await ctx.call(step["primitive"], step["op"], step.get("joined", True), **step["body"])
+            results.append({"status": 200, "answer": answer})
+        except svc_app.CtxError as exc:
+            if step.get("strict"):
+                raise
+            results.append({"status": exc.status, "answer": exc.problem})
+    fail = params.get("fail")
+    if fail == "error":
+        raise RuntimeError("the handler failed after its writes")
+    if fail == "sleep":
+        await asyncio.sleep(float(params.get("sleep") or 5))
+    if fail == "kill":
+        os._exit(3)
+    if fail == "bad":
+        return {"events": "not a list"}
+    return {
+        "data": {"results": results, "resource_id": request["resource_id"]},
+        "new_state": params.get("new_state"),
+        "events": params.get("events") or [],
+    }
+
+
+async def ship(ctx: svc_app.Ctx, request: dict[str, Any]) -> dict[str, Any]:
+    return {"data": "shipped", "new_state": request["params"].get("new_state")}
+
+
+def main() -> None:
+    application = svc_app.app(
+        {"store/order/reserve": reserve, "store/order/run": run, "store/order/ship": ship}
+    )
+
+    async def ids(_request: web.Request) -> web.Response:
+        return web.json_response(SEEN)
+
+    application.router.add_get("/ids", ids)
+    listen = sys.argv[1]
+    web.run_app(application, path="/" + listen[5:].lstrip("/"), print=None)
+
+
+if __name__ == "__main__":
+    main()
