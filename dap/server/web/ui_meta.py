@@ -25,6 +25,7 @@ from dap.config.fields import Field
 from dap.server import errors, state
 from dap.server.catalog import Catalog, Resource, machines
 from dap.server.storage import numbering, records, tables
+from dap.server.web import requests
 
 UI_SURFACE = "ui"
 
@@ -146,6 +147,7 @@ def entity_meta(catalog: Catalog, key: str) -> dict[str, Any]:
             {
                 "name": a.name,
                 "description": a.description,
+                "required_permission": a.required_permission,
                 "ui": a.ui.model_dump(mode="json", exclude_none=True) if a.ui else None,
                 "conditions": [c.model_dump(mode="json", exclude_none=True) for c in a.conditions],
             }
@@ -211,8 +213,56 @@ def _app_detail(key: str, catalog: Catalog) -> dict[str, Any]:
     return {
         **summary,
         "pages": pages,
+        "components": _components(pages, module, catalog),
         **{k: dump[k] for k in ("auth", "chrome", "confirm", "renderer") if k in dump},
     }
+
+
+def _components(pages: list[dict[str, Any]], module: str, catalog: Catalog) -> dict[str, Any]:
+    """The Table and Form manifests the pages' blocks name (and the forms those tables open),
+    keyed ``module/name``, each with its ``kind``: a UI renders a page from this one answer."""
+    out: dict[str, Any] = {}
+    refs = [b["ref"] for p in pages for b in p.get("blocks", ()) if b.get("ref")]
+    while refs:
+        key = _ref(refs.pop(), module)
+        if key in out:
+            continue
+        if key in catalog.views:
+            view = catalog.views[key].model_dump(mode="json", by_alias=True, exclude_none=True)
+            view["entity"] = _ref(view["entity"], key.split("/", 1)[0])
+            out[key] = {"kind": "table", **view}
+            if view.get("form"):
+                refs.append(_ref(view["form"], key.split("/", 1)[0]))
+        elif key in catalog.forms:
+            form = catalog.forms[key].model_dump(mode="json", by_alias=True, exclude_none=True)
+            form["entity"] = _ref(form["entity"], key.split("/", 1)[0])
+            out[key] = {"kind": "form", **form}
+    return out
+
+
+def _permissions(catalog: Catalog) -> list[str]:
+    """Every permission the spec names on actions and fields, and each entity's ``all_rows``."""
+    named: set[str] = set()
+    for key, spec in catalog.entities.items():
+        named.add(key.replace("/", ".") + ".all_rows")
+        named.update(a.required_permission for a in spec.actions if a.required_permission)
+        named.update(f.required_permission for f in spec.fields if f.required_permission)
+    return sorted(named)
+
+
+async def me(request: web.Request) -> web.Response:
+    """The caller and which of the spec's permissions it holds (needs a token): the UI shows a
+    button only when the API would allow its action (the server still decides)."""
+    _, principal, catalog = await requests.resolve(request)
+    return web.json_response(
+        {
+            "data": {
+                "username": principal.username,
+                "roles": list(principal.roles),
+                "permissions": {p: catalog.grants.allows(principal.roles, p) for p in _permissions(catalog)},
+            }
+        }
+    )
 
 
 async def _workspace(request: web.Request) -> Catalog:
@@ -246,3 +296,4 @@ def add_routes(application: web.Application) -> None:
     application.router.add_get("/{ws}/_ui/_meta/apps", apps)
     application.router.add_get("/{ws}/_ui/_meta/apps/{module}/{app}", app)
     application.router.add_get("/{ws}/_ui/_meta/entities/{module}/{entity}", entity)
+    application.router.add_get("/{ws}/_ui/_meta/me", me)
