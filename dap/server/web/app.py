@@ -45,8 +45,9 @@ tls_context = booting.tls_context
 
 
 def find_web_dir(given: Path | None) -> Path | None:
-    """The UI bundle: ``--web-dir``, else a bundle installed beside the package; ``None`` = API only."""
-    candidates = [given] if given is not None else [Path(__file__).parent / "web"]
+    """The UI bundle: ``--web-dir``, else the bundle built into the package (``make ui`` writes
+    ``dap/server/web/bundle``); ``None`` = API only."""
+    candidates = [given] if given is not None else [Path(__file__).parent / "bundle"]
     for candidate in candidates:
         if candidate is not None and (candidate / "index.html").is_file():
             return candidate

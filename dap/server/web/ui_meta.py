@@ -26,6 +26,7 @@ from dap.server import errors, state
 from dap.server.catalog import Catalog, Resource, machines
 from dap.server.storage import numbering, records, tables
 from dap.server.web import requests
+from dap.server.workflows import actions
 
 UI_SURFACE = "ui"
 
@@ -155,7 +156,20 @@ def entity_meta(catalog: Catalog, key: str) -> dict[str, Any]:
             if not a.disabled
         ],
         "state_machine": _machine(spec, resource),
+        "runnable": _runnable(key, resource),
     }
+
+
+def _runnable(key: str, resource: Resource | None) -> list[str]:
+    """The custom actions and transitions this server runs (the rest answer 501: a UI hides them)."""
+    out = []
+    for name, plan in (resource.workflow.items() if resource is not None else ()):
+        try:
+            actions.runner(key, plan)
+        except errors.NotImplementedHere:
+            continue
+        out.append(name)
+    return sorted(out)
 
 
 def _machine(spec: EntitySpec, resource: Resource | None) -> dict[str, Any] | None:
@@ -213,7 +227,7 @@ def _app_detail(key: str, catalog: Catalog) -> dict[str, Any]:
     return {
         **summary,
         "pages": pages,
-        "components": _components(pages, module, catalog),
+        "components": _components(pages, summary["module"], catalog),
         **{k: dump[k] for k in ("auth", "chrome", "confirm", "renderer") if k in dump},
     }
 
