@@ -78,10 +78,19 @@ class UiServer:
 
     def token(self, username: str, roles: list[str]) -> str:
         now = int(time.time())
-        claims = {"sub": f"u-{username}", "username": username, "roles": roles, "iss": "svc", "iat": now, "exp": now + 3600}
+        claims = {
+            "sub": f"u-{username}",
+            "username": username,
+            "roles": roles,
+            "iss": "svc",
+            "iat": now,
+            "exp": now + 3600,
+        }
         return jwt.encode(claims, SECRET, algorithm="HS256")
 
-    def call(self, method: str, path: str, token: str, body: Any = None, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    def call(
+        self, method: str, path: str, token: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, Any]:
         data = None if body is None else json.dumps(body).encode()
         h = {"Authorization": f"Bearer {token}", **(headers or {})}
         if data is not None:

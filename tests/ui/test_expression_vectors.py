@@ -43,7 +43,9 @@ def encode(value: Any) -> Any:
     return value
 
 
-@pytest.mark.parametrize("vector", VECTORS["vectors"], ids=[v["expr"] or "<empty>" for v in VECTORS["vectors"]])
+@pytest.mark.parametrize(
+    "vector", VECTORS["vectors"], ids=[v["expr"] or "<empty>" for v in VECTORS["vectors"]]
+)
 def test_vector(vector: dict[str, Any]) -> None:
     context = decode(VECTORS["context"])
     try:

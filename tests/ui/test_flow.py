@@ -44,9 +44,13 @@ def test_procurement_flow(ui_server: UiServer, browser: Any) -> None:
 
     # a supplier (the Suppliers page has no form page: created over the API the UI also uses)
     token = page.evaluate("() => sessionStorage.getItem('dap.token.default')")
-    status, supplier = ui_server.call("POST", "api/buying/supplier", token, {"name": "ACME Bolts", "region": "north"})
+    status, supplier = ui_server.call(
+        "POST", "api/buying/supplier", token, {"name": "ACME Bolts", "region": "north"}
+    )
     assert status == 201, supplier
-    status, item = ui_server.call("POST", "api/stock/item", token, {"code": "B-1", "title": "Bolt", "unit_price": "2.50"})
+    status, item = ui_server.call(
+        "POST", "api/stock/item", token, {"code": "B-1", "title": "Bolt", "unit_price": "2.50"}
+    )
     assert status == 201, item
     page.get_by_role("navigation", name="Pages").get_by_role("link", name="Suppliers").click()
     expect(page.get_by_role("cell", name="ACME Bolts")).to_be_visible()
@@ -88,7 +92,7 @@ def test_procurement_flow(ui_server: UiServer, browser: Any) -> None:
     # the list shows it; the split page's detail follows the selection (binds)
     page.get_by_role("navigation", name="Pages").get_by_role("link", name="Purchase orders").click()
     page.get_by_role("button", name=re.compile(r"PO-\d{4}-00001")).click()
-    detail = page.get_by_role("region", name="Purchase order")
+    detail = page.get_by_role("region", name="Purchase order", exact=True)
     expect(detail.locator("[data-field=total]")).to_have_text("€15.00")
     shot(page, "orders-split")
     assert errors == []

@@ -147,7 +147,7 @@ function ChildTable(p: InputProps) {
   };
   const renumber = (list: Row[]) => (seq ? list.map((r, i) => ({ ...r, [seq]: i + 1 })) : list);
   const blank = () => Object.fromEntries(columns.filter((f) => f.default !== null && f.default !== undefined).map((f) => [f.name, f.default]));
-  return html`<div class="scroll"><table class="child-table">
+  return html`<div class="scroll" tabindex="0" role="group" aria-label=${`${p.label} rows`}><table class="child-table">
     <thead><tr><th scope="col">#</th>${columns.map((f) => html`<th scope="col">${f.caption ?? f.name}</th>`)}${!readonly && html`<th scope="col"><span class="sr-only">Row actions</span></th>`}</tr></thead>
     <tbody>
       ${rows.map((row, i) => html`<tr>

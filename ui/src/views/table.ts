@@ -112,7 +112,7 @@ function Rows({ table, me, selected, onSelect, openHref, meta }: Props & { meta:
       </fieldset>
     </details>
     ${page.error && html`<p class="error" role="alert">${page.error.message}</p>`}
-    <div class="scroll">
+    <div class="scroll" tabindex="0" role="group" aria-label=${`${title} rows`}>
     <table aria-labelledby=${`${id}-title`} aria-busy=${page.loading}>
       <thead><tr>
         ${columns.map((c) => {
@@ -141,7 +141,7 @@ function Rows({ table, me, selected, onSelect, openHref, meta }: Props & { meta:
       </tbody>
     </table>
     </div>
-    ${page.value && html`<nav class="pager" aria-label=${`Pages of ${title}`}>
+    ${page.value && html`<nav class="pager" aria-label=${`Paging of ${title}`}>
       <button disabled=${offset === 0} onClick=${() => setOffset(Math.max(0, offset - limit))}>Previous</button>
       <span aria-live="polite">${page.value.total === 0 ? "0" : `${offset + 1}–${offset + page.value.rows.length}`} of ${page.value.total}</span>
       <button disabled=${offset + limit >= page.value.total} onClick=${() => setOffset(offset + limit)}>Next</button>
