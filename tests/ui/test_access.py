@@ -49,9 +49,8 @@ def violations(page: Any) -> list[str]:
 def signed_in(browser: Any, ui_server: UiServer, viewport: dict[str, int], theme: str = "light") -> Any:
     context = browser.new_context(viewport=viewport)
     token = ui_server.token("root", ["admin"])
-    context.add_init_script(
-        f"sessionStorage.setItem('dap.token.default', {token!r}); localStorage.setItem('dap.theme', {theme!r})"
-    )
+    context.add_init_script(f"sessionStorage.setItem('dap.token.default', {token!r})")
+    context.add_init_script(f"localStorage.setItem('dap.theme', {theme!r})")
     page = context.new_page()
     page.set_default_timeout(10_000)
     return page

@@ -18,7 +18,7 @@ export function workspaceOf(pathname: string): string {
   return pathname.split("/").filter(Boolean)[0] ?? "default";
 }
 
-export const workspace = workspaceOf(location.pathname);
+export const workspace = typeof location === "undefined" ? "default" : workspaceOf(location.pathname);
 const TOKEN_KEY = `dap.token.${workspace}`;
 
 export const session = {

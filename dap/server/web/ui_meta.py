@@ -163,7 +163,7 @@ def entity_meta(catalog: Catalog, key: str) -> dict[str, Any]:
 def _runnable(key: str, resource: Resource | None) -> list[str]:
     """The custom actions and transitions this server runs (the rest answer 501: a UI hides them)."""
     out = []
-    for name, plan in (resource.workflow.items() if resource is not None else ()):
+    for name, plan in resource.workflow.items() if resource is not None else ():
         try:
             actions.runner(key, plan)
         except errors.NotImplementedHere:
@@ -255,12 +255,14 @@ def _components(pages: list[dict[str, Any]], module: str, catalog: Catalog) -> d
 
 
 def _permissions(catalog: Catalog) -> list[str]:
-    """Every permission the spec names on actions and fields, and each entity's ``all_rows``."""
+    """Every permission the spec names (actions, fields, backdating) and each entity's ``all_rows``."""
     named: set[str] = set()
     for key, spec in catalog.entities.items():
         named.add(key.replace("/", ".") + ".all_rows")
         named.update(a.required_permission for a in spec.actions if a.required_permission)
         named.update(f.required_permission for f in spec.fields if f.required_permission)
+        if spec.backdate is not None and spec.backdate.override_permission:
+            named.add(spec.backdate.override_permission)
     return sorted(named)
 
 
