@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install dev test lint unit bench bench-quick crds e2e clean k8s
+.PHONY: install dev test lint unit bench bench-quick crds e2e clean k8s ui ui-test chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,13 +22,45 @@ ARGS ?=
 
 # The whole local pipeline: embedded Postgres, standalone control, registration, one resource pod.
 # ARGS passes options on: make dev SPEC=my-spec ARGS="--watch --reset"
-dev: $(STAMP)
+dev: $(STAMP) ui
 	$(BIN)/dap dev --spec $(SPEC) $(ARGS)
 
-test: $(STAMP) k8s
+test: $(STAMP) k8s ui chromium
 	$(MAKE) lint
+	$(MAKE) ui-test
 	$(BIN)/python -m pytest
 	$(MAKE) bench-quick
+
+# The UI bundle (ui/, TypeScript + Vite) is built into dap/server/web/bundle, which the package
+# ships and `dap serve` serves; rebuilt only when its sources change. Without npm make goes on:
+# the server then answers the API only and the browser tests skip saying why.
+NPM := $(shell command -v npm 2>/dev/null)
+UI_BUNDLE := dap/server/web/bundle/.built
+UI_SOURCES := $(shell find ui/src ui/index.html ui/vite.config.ts ui/tsconfig.json -type f 2>/dev/null)
+
+ifneq ($(NPM),)
+ui: $(UI_BUNDLE)
+
+ui/node_modules/.installed: ui/package.json ui/package-lock.json
+	cd ui && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+$(UI_BUNDLE): ui/node_modules/.installed $(UI_SOURCES)
+	cd ui && npm run --silent build
+	touch $@
+
+# vitest: the expression evaluator against the vectors the server's tests also run, view logic
+ui-test: ui/node_modules/.installed
+	cd ui && npm test --silent
+else
+ui ui-test:
+	@echo "npm not found: the UI is not built or unit-tested (dap serve answers the API only)"
+endif
+
+# Debian's Chromium for the browser tests (tests/ui) and bench/ui.py; never a browser download.
+chromium:
+	@command -v chromium >/dev/null || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+		apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } || echo "chromium not installed: the browser tests skip"
 
 # The test control plane (etcd, kube-apiserver, kube-controller-manager, kubectl), built by
 # `go build` from the Go module proxy into ~/.cache/dap/k8s/ when missing, reused after. Where no
@@ -49,13 +81,13 @@ lint: $(STAMP)
 
 # wrk (Debian's package) drives the HTTP benchmarks; without it they fall back to a Python client
 # and say so (bench/loadgen.py).
-bench: $(STAMP) k8s
+bench: $(STAMP) k8s ui chromium
 	@command -v wrk >/dev/null || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
 		apt-get update -qq && apt-get install -y -qq wrk >/dev/null; } || echo "wrk not installed: HTTP figures from a Python client"
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 # Every benchmark once, small and short, so that none can stop running unnoticed (make test).
-bench-quick: $(STAMP) k8s
+bench-quick: $(STAMP) k8s ui chromium
 	@for b in bench/*.py; do echo "== $$b --quick"; $(BIN)/python $$b --quick || exit 1; done
 
 crds: $(STAMP)

@@ -78,7 +78,7 @@ async def test_unreadable_tls_material_refuses_boot(pg_dsn: str, tmp_path: Path)
             pass
 
 
-async def test_ui_bundle_is_served(pg_dsn: str, tmp_path: Path) -> None:
+async def test_ui_bundle_is_served(pg_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "index.html").write_text("<html>dap ui</html>")
     (tmp_path / "assets").mkdir()
     (tmp_path / "assets" / "app.js").write_text("console.log(1)")
@@ -90,5 +90,6 @@ async def test_ui_bundle_is_served(pg_dsn: str, tmp_path: Path) -> None:
             assert resp.status == 200
         async with srv.http.get(f"{srv.api}/nowhere/") as resp:
             assert resp.status == 404
+    monkeypatch.setattr(app, "BUNDLE", tmp_path / "not-built")  # as where `make ui` never ran
     async with running(pg_dsn) as srv:
         assert "API only" in srv.server.banner()

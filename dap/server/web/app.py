@@ -59,9 +59,12 @@ prepare_database = booting.prepare_database
 tls_context = booting.tls_context
 
 
+BUNDLE = Path(__file__).parent / "bundle"  # ``make ui`` builds ui/ here; the package ships it
+
+
 def find_web_dir(given: Path | None) -> Path | None:
-    """The UI bundle: ``--web-dir``, else a bundle installed beside the package; ``None`` = API only."""
-    candidates = [given] if given is not None else [Path(__file__).parent / "web"]
+    """The UI bundle: ``--web-dir``, else the bundle built into the package; ``None`` = API only."""
+    candidates = [given] if given is not None else [BUNDLE]
     for candidate in candidates:
         if candidate is not None and (candidate / "index.html").is_file():
             return candidate

@@ -29,6 +29,8 @@ from dap.config.fields import Field
 from dap.server import errors, state
 from dap.server.catalog import Catalog, Resource, machines
 from dap.server.storage import numbering, records, tables
+from dap.server.web import requests
+from dap.server.workflows import actions
 
 UI_SURFACE = "ui"
 
@@ -150,6 +152,7 @@ def entity_meta(catalog: Catalog, key: str) -> dict[str, Any]:
             {
                 "name": a.name,
                 "description": a.description,
+                "required_permission": a.required_permission,
                 "ui": a.ui.model_dump(mode="json", exclude_none=True) if a.ui else None,
                 "conditions": [c.model_dump(mode="json", exclude_none=True) for c in a.conditions],
                 **_calling(a),
@@ -158,6 +161,7 @@ def entity_meta(catalog: Catalog, key: str) -> dict[str, Any]:
             if not a.disabled
         ],
         "state_machine": _machine(spec, resource),
+        "runnable": _runnable(key, resource),
     }
 
 
@@ -192,6 +196,18 @@ def service_meta(catalog: Catalog, key: str) -> dict[str, Any]:
             if (a := plan.declared) is not None and not a.disabled and (not a.expose or "rest" in a.expose)
         ],
     }
+
+
+def _runnable(key: str, resource: Resource | None) -> list[str]:
+    """The custom actions and transitions this server runs (the rest answer 501: a UI hides them)."""
+    out = []
+    for name, plan in resource.workflow.items() if resource is not None else ():
+        try:
+            actions.runner(key, plan)
+        except errors.NotImplementedHere:
+            continue
+        out.append(name)
+    return sorted(out)
 
 
 def _machine(spec: EntitySpec, resource: Resource | None) -> dict[str, Any] | None:
@@ -295,8 +311,58 @@ def _app_detail(key: str, catalog: Catalog) -> dict[str, Any]:
         **summary,
         "pages": pages,
         "approval_inboxes": _inboxes(key.split("/", 1)[0], catalog),
+        "components": _components(pages, summary["module"], catalog),
         **{k: dump[k] for k in ("auth", "chrome", "confirm", "renderer") if k in dump},
     }
+
+
+def _components(pages: list[dict[str, Any]], module: str, catalog: Catalog) -> dict[str, Any]:
+    """The Table and Form manifests the pages' blocks name (and the forms those tables open),
+    keyed ``module/name``, each with its ``kind``: a UI renders a page from this one answer."""
+    out: dict[str, Any] = {}
+    refs = [b["ref"] for p in pages for b in p.get("blocks", ()) if b.get("ref")]
+    while refs:
+        key = _ref(refs.pop(), module)
+        if key in out:
+            continue
+        if key in catalog.views:
+            view = catalog.views[key].model_dump(mode="json", by_alias=True, exclude_none=True)
+            view["entity"] = _ref(view["entity"], key.split("/", 1)[0])
+            out[key] = {"kind": "table", **view}
+            if view.get("form"):
+                refs.append(_ref(view["form"], key.split("/", 1)[0]))
+        elif key in catalog.forms:
+            form = catalog.forms[key].model_dump(mode="json", by_alias=True, exclude_none=True)
+            form["entity"] = _ref(form["entity"], key.split("/", 1)[0])
+            out[key] = {"kind": "form", **form}
+    return out
+
+
+def _permissions(catalog: Catalog) -> list[str]:
+    """Every permission the spec names (actions, fields, backdating) and each entity's ``all_rows``."""
+    named: set[str] = set()
+    for key, spec in catalog.entities.items():
+        named.add(key.replace("/", ".") + ".all_rows")
+        named.update(a.required_permission for a in spec.actions if a.required_permission)
+        named.update(f.required_permission for f in spec.fields if f.required_permission)
+        if spec.backdate is not None and spec.backdate.override_permission:
+            named.add(spec.backdate.override_permission)
+    return sorted(named)
+
+
+async def me(request: web.Request) -> web.Response:
+    """The caller and which of the spec's permissions it holds (needs a token): the UI shows a
+    button only when the API would allow its action (the server still decides)."""
+    _, principal, catalog = await requests.resolve(request)
+    return web.json_response(
+        {
+            "data": {
+                "username": principal.username,
+                "roles": list(principal.roles),
+                "permissions": {p: catalog.grants.allows(principal.roles, p) for p in _permissions(catalog)},
+            }
+        }
+    )
 
 
 async def _workspace(request: web.Request) -> Catalog:
@@ -339,3 +405,4 @@ def add_routes(application: web.Application) -> None:
     application.router.add_get("/{ws}/_ui/_meta/apps/{module}/{app}", app)
     application.router.add_get("/{ws}/_ui/_meta/entities/{module}/{entity}", entity)
     application.router.add_get("/{ws}/_ui/_meta/services/{module}/{service}", service)
+    application.router.add_get("/{ws}/_ui/_meta/me", me)

@@ -1,0 +1,48 @@
+"""The metadata the UI needs beyond the entity meta: page components, each action's permission,
+the actions this server runs, and ``GET /{ws}/_ui/_meta/me`` (the caller's permissions)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dap import config
+from dap.server.catalog import Catalog
+from tests.server.conftest import Running, running
+
+PROCUREMENT = Path(__file__).resolve().parents[2] / "examples" / "procurement"
+
+
+async def _get(srv: Running, path: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    async with srv.http.get(srv.api + path, headers=headers or {}) as resp:
+        return resp.status, await resp.json(content_type=None)
+
+
+async def test_ui_facts(pg_dsn: str) -> None:
+    catalog = Catalog.from_spec(config.load_spec(PROCUREMENT))
+    async with running(pg_dsn, catalog) as srv:
+        status, body = await _get(srv, "/default/_ui/_meta/apps/buying/purchasing")
+        assert status == 200
+        components = body["data"]["components"]
+        assert components["buying/purchase_orders"]["kind"] == "table"
+        assert components["buying/purchase_orders"]["entity"] == "buying/purchase_order"
+        assert components["buying/purchase_order_form"]["kind"] == "form"  # named by a block and a table
+        assert components["buying/suppliers"]["columns"][0] == {"field": "code", "sortable": True}
+
+        status, body = await _get(srv, "/default/_ui/_meta/entities/buying/purchase_order")
+        meta = body["data"]
+        permissions = {a["name"]: a["required_permission"] for a in meta["actions"]}
+        assert permissions["approve"] == "buying.purchase_order.approve" and permissions["submit"] is None
+        # approve is gated (501 until approvals run) and reject has nothing to run: neither is offered
+        assert meta["runnable"] == ["reopen", "request_approval"]
+
+        assert (await _get(srv, "/default/_ui/_meta/me"))[0] == 401
+        status, body = await _get(srv, "/default/_ui/_meta/me", srv.auth(username="fin", roles=["finance"]))
+        assert status == 200
+        me = body["data"]
+        assert me["username"] == "fin" and me["roles"] == ["finance"]
+        assert me["permissions"]["buying.purchase_order.approve"] is True
+        assert me["permissions"]["buying.purchase_order.all_rows"] is True
+        assert me["permissions"]["buying.purchase_order.backdate"] is False
+        status, body = await _get(srv, "/default/_ui/_meta/me", srv.auth(username="bob", roles=["buyer"]))
+        assert body["data"]["permissions"]["buying.purchase_order.approve"] is False

@@ -1,0 +1,80 @@
+// The server, as the UI sees it: the workspace from the URL, the token, JSON calls and problem
+// documents (RFC 9457) turned into errors that carry their field paths.
+
+export type FieldProblem = { path: string; message: string };
+export class Problem extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    readonly detail: string,
+    readonly errors: FieldProblem[] = [],
+  ) {
+    super(detail || code || `HTTP ${status}`);
+  }
+}
+
+/** The workspace slug: the first path segment (``/acme/`` → ``acme``). */
+export function workspaceOf(pathname: string): string {
+  return pathname.split("/").filter(Boolean)[0] ?? "default";
+}
+
+export const workspace = typeof location === "undefined" ? "default" : workspaceOf(location.pathname);
+const TOKEN_KEY = `dap.token.${workspace}`;
+
+export const session = {
+  get token(): string | null {
+    return sessionStorage.getItem(TOKEN_KEY);
+  },
+  set token(value: string | null) {
+    if (value === null) sessionStorage.removeItem(TOKEN_KEY);
+    else sessionStorage.setItem(TOKEN_KEY, value);
+  },
+  /** The username of the token (its claims are read, never trusted: the server checks them). */
+  get username(): string | null {
+    const token = this.token;
+    if (!token) return null;
+    try {
+      const body = token.split(".")[1].replace(/-/g, "+").replace(/_/g, "/");
+      return (JSON.parse(atob(body)) as { username?: string }).username ?? null;
+    } catch {
+      return null;
+    }
+  },
+};
+
+export type Answer<T> = { data: T; total?: number; headers: Headers };
+
+export async function call<T>(
+  method: string,
+  path: string,
+  body?: unknown,
+  headers: Record<string, string> = {},
+): Promise<Answer<T>> {
+  const h: Record<string, string> = { Accept: "application/json", ...headers };
+  if (session.token) h.Authorization = `Bearer ${session.token}`;
+  if (body !== undefined) h["Content-Type"] = "application/json";
+  const response = await fetch(`/${workspace}/${path}`, {
+    method,
+    headers: h,
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  if (response.status === 204) return { data: undefined as T, headers: response.headers };
+  const text = await response.text();
+  const json = text ? (JSON.parse(text) as Record<string, unknown>) : {};
+  if (!response.ok) {
+    if (response.status === 401 && session.token && !path.startsWith("_ui/")) {
+      session.token = null;
+      location.hash = "#/login";
+    }
+    throw new Problem(
+      response.status,
+      String(json.code ?? ""),
+      String(json.detail ?? json.title ?? response.statusText),
+      (json.errors as FieldProblem[] | undefined) ?? [],
+    );
+  }
+  const data = ("data" in json ? json.data : json) as T;
+  return { data, total: json.total as number | undefined, headers: response.headers };
+}
+
+export const get = <T>(path: string) => call<T>("GET", path);

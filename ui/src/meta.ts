@@ -1,0 +1,105 @@
+// The shapes of the UI metadata (GET /{ws}/_ui/_meta/…; docs/server.md "UI metadata").
+
+export type Option = { value: string | number | boolean; label: string };
+export type FieldMeta = {
+  name: string;
+  caption: string | null;
+  help: string | null;
+  type: string;
+  required: boolean;
+  read_only: boolean;
+  immutable: boolean;
+  masked: boolean;
+  multiple: boolean;
+  default: unknown;
+  options?: Option[];
+  scale?: number | null;
+  currency?: string;
+  relation?: { entity: string; display_field: string | null };
+  child?: {
+    storage: string;
+    fields: FieldMeta[];
+    sequence_field: string | null;
+    picker?: { entity: string; map: Record<string, string>; multiple: boolean };
+  };
+  visible_when?: string;
+  readonly_when?: string;
+  required_when?: string;
+  computed?: { formula: string };
+  auto_fill?: { from: string; field: string };
+  /** UI only: the related fields a picker fetches for auto_fill. */
+  fill?: string[];
+  natural_key?: { entry: string };
+};
+export type FilterSpec = {
+  field: string;
+  label?: string;
+  type?: "text" | "select" | "date" | "date_range";
+  op?: string;
+  value?: unknown;
+  default?: unknown;
+  from?: string;
+  attr?: string;
+  all_label?: string;
+  show_all?: boolean;
+};
+export type ActionMeta = {
+  name: string;
+  description: string | null;
+  required_permission: string | null;
+  ui: { button_label?: string; confirm?: string; style?: string; show_when?: string } | null;
+  conditions: { script?: string; message?: string; expression?: string }[];
+};
+export type Transition = { name: string; action: string; from: string[]; to: string; approval: boolean };
+export type EntityMeta = {
+  name: string;
+  title: string;
+  lifecycle: boolean;
+  rest: string[];
+  api: string | null;
+  fields: FieldMeta[];
+  filters: FilterSpec[];
+  actions: ActionMeta[];
+  state_machine: { field: string; states: string[]; initial: string; transitions: Transition[] } | null;
+  runnable: string[];
+};
+export type TableComp = {
+  kind: "table";
+  entity: string;
+  title?: string;
+  columns: { field: string; label?: string; sortable?: boolean }[];
+  filters: FilterSpec[];
+  fixed_filters: FilterSpec[];
+  sort?: string;
+  page_size: number;
+  form?: string;
+};
+export type FormComp = {
+  kind: "form";
+  entity: string;
+  title?: string;
+  fields: { field: string; label?: string; help?: string; readonly?: boolean; hidden?: boolean; default_from?: string }[];
+  actions: { action: string; label?: string; confirm?: string; style?: string }[];
+  confirm?: { create?: string; update?: string; delete?: string };
+};
+export type Block = {
+  id?: string;
+  ref?: string;
+  mode?: "view" | "edit";
+  binds?: { source: string; param: string };
+  props?: Record<string, unknown>;
+};
+export type PageMeta = { name: string; title?: string; route?: string; layout: string; blocks: Block[] };
+export type Chrome = {
+  nav?: string; brand?: string; breadcrumbs?: string; footer?: string; theme_switcher?: string;
+  regions?: Record<string, string>;
+};
+export type AppSummary = { name: string; title: string; home: string | null; pages: string[]; icon: string | null };
+export type AppDetail = Omit<AppSummary, "pages"> & {
+  pages: PageMeta[];
+  components: Record<string, TableComp | FormComp>;
+  chrome?: Chrome;
+  confirm?: { create?: string; update?: string; delete?: string };
+};
+export type Me = { username: string; roles: string[]; permissions: Record<string, boolean> };
+export type Row = Record<string, unknown>;

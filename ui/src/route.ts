@@ -1,0 +1,26 @@
+// Hash routes inside one workspace's page: the server serves the bundle at /{ws}/ only.
+//   #/setup  #/login  #/                      (the first app's home)
+//   #/a/{module}/{app}/{page}[/{id}]          (a page; {id} fills its route's :id)
+
+export type Route =
+  | { kind: "setup" }
+  | { kind: "login" }
+  | { kind: "home" }
+  | { kind: "page"; app: string; page: string; id: string | null; query: URLSearchParams };
+
+export function parseRoute(hash: string): Route {
+  const [path, search = ""] = hash.replace(/^#/, "").split("?");
+  const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
+  const query = new URLSearchParams(search);
+  if (parts[0] === "setup") return { kind: "setup" };
+  if (parts[0] === "login") return { kind: "login" };
+  if (parts[0] === "a" && parts.length >= 4)
+    return { kind: "page", app: `${parts[1]}/${parts[2]}`, page: parts[3], id: parts[4] ?? null, query };
+  return { kind: "home" };
+}
+
+export function pageHref(app: string, page: string, id?: string | null, query?: URLSearchParams): string {
+  const base = `#/a/${app}/${page.split("/").pop()}${id ? `/${encodeURIComponent(id)}` : ""}`;
+  const q = query?.toString();
+  return q ? `${base}?${q}` : base;
+}

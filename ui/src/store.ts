@@ -1,0 +1,40 @@
+// Metadata cache: one answer per app and entity for the life of the page.
+import { get } from "./api";
+import type { AppDetail, AppSummary, EntityMeta, Me } from "./meta";
+
+const entities = new Map<string, Promise<EntityMeta>>();
+const apps = new Map<string, Promise<AppDetail>>();
+let appList: Promise<AppSummary[]> | null = null;
+let me: Promise<Me> | null = null;
+
+export function entityMeta(name: string): Promise<EntityMeta> {
+  let hit = entities.get(name);
+  if (!hit) {
+    hit = get<EntityMeta>(`_ui/_meta/entities/${name}`).then((a) => a.data);
+    entities.set(name, hit);
+  }
+  return hit;
+}
+
+export function appDetail(name: string): Promise<AppDetail> {
+  let hit = apps.get(name);
+  if (!hit) {
+    hit = get<AppDetail>(`_ui/_meta/apps/${name}`).then((a) => a.data);
+    apps.set(name, hit);
+  }
+  return hit;
+}
+
+export function listApps(): Promise<AppSummary[]> {
+  appList ??= get<AppSummary[]>("_ui/_meta/apps").then((a) => a.data);
+  return appList;
+}
+
+export function whoAmI(): Promise<Me> {
+  me ??= get<Me>("_ui/_meta/me").then((a) => a.data);
+  return me;
+}
+
+export function forgetSession(): void {
+  me = null;
+}

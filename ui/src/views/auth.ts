@@ -1,0 +1,90 @@
+// First-admin setup (with the workspace's one-time code) and password login.
+import { useState } from "preact/hooks";
+import { Problem, call, session } from "../api";
+import { html } from "../html";
+import { problemsByPath } from "../logic";
+import { forgetSession } from "../store";
+
+type Props = { title: string; onDone: () => void };
+
+function Field(props: { id: string; label: string; type?: string; value: string; error?: string; onInput: (v: string) => void; autocomplete?: string; optional?: boolean }) {
+  const errorId = `${props.id}-error`;
+  return html`<div class="field">
+    <label for=${props.id}>${props.label}</label>
+    <input id=${props.id} name=${props.id} type=${props.type ?? "text"} value=${props.value} required=${!props.optional}
+      autocomplete=${props.autocomplete} aria-invalid=${props.error ? "true" : undefined}
+      aria-describedby=${props.error ? errorId : undefined}
+      onInput=${(e: Event) => props.onInput((e.target as HTMLInputElement).value)} />
+    ${props.error && html`<p class="error" id=${errorId}>${props.error}</p>`}
+  </div>`;
+}
+
+function useForm(initial: Record<string, string>) {
+  const [values, setValues] = useState(initial);
+  const [problem, setProblem] = useState<Problem | null>(null);
+  const [busy, setBusy] = useState(false);
+  const set = (k: string) => (v: string) => setValues((old) => ({ ...old, [k]: v }));
+  return { values, set, problem, setProblem, busy, setBusy };
+}
+
+export function Login({ title, onDone }: Props) {
+  const f = useForm({ username: "", password: "" });
+  const errors = problemsByPath(f.problem?.errors ?? []);
+  const submit = async (e: Event) => {
+    e.preventDefault();
+    f.setBusy(true);
+    try {
+      const answer = await call<{ token: string }>("POST", "_ui/login", f.values);
+      session.token = answer.data.token;
+      forgetSession();
+      onDone();
+    } catch (err) {
+      f.setProblem(err instanceof Problem ? err : new Problem(0, "", String(err)));
+    } finally {
+      f.setBusy(false);
+    }
+  };
+  return html`<main class="auth" id="main">
+    <form class="card" onSubmit=${submit} aria-labelledby="login-title">
+      <h1 id="login-title">Sign in to ${title}</h1>
+      ${f.problem && !errors.size && html`<p class="error" role="alert">${f.problem.detail}</p>`}
+      <${Field} id="username" label="Username" value=${f.values.username} onInput=${f.set("username")} error=${errors.get("username")} autocomplete="username" />
+      <${Field} id="password" label="Password" type="password" value=${f.values.password} onInput=${f.set("password")} error=${errors.get("password")} autocomplete="current-password" />
+      <button class="primary" type="submit" disabled=${f.busy}>Sign in</button>
+      <p class="muted">First time here? <a href="#/setup">Set up the first admin</a></p>
+    </form>
+  </main>`;
+}
+
+export function Setup({ title, onDone }: Props) {
+  const f = useForm({ setup_code: "", username: "", email: "", password: "" });
+  const errors = problemsByPath(f.problem?.errors ?? []);
+  const submit = async (e: Event) => {
+    e.preventDefault();
+    f.setBusy(true);
+    try {
+      const body = { ...f.values, email: f.values.email || undefined };
+      const answer = await call<{ token?: string }>("POST", "_ui/setup", body);
+      if (answer.data.token) session.token = answer.data.token;
+      forgetSession();
+      onDone();
+    } catch (err) {
+      f.setProblem(err instanceof Problem ? err : new Problem(0, "", String(err)));
+    } finally {
+      f.setBusy(false);
+    }
+  };
+  return html`<main class="auth" id="main">
+    <form class="card" onSubmit=${submit} aria-labelledby="setup-title">
+      <h1 id="setup-title">Set up ${title}</h1>
+      <p class="muted">Create the first administrator with the workspace's one-time setup code (dap dev prints it).</p>
+      ${f.problem && !errors.size && html`<p class="error" role="alert">${f.problem.detail}</p>`}
+      <${Field} id="setup_code" label="Setup code" value=${f.values.setup_code} onInput=${f.set("setup_code")} error=${errors.get("setup_code")} autocomplete="one-time-code" />
+      <${Field} id="username" label="Username" value=${f.values.username} onInput=${f.set("username")} error=${errors.get("username")} autocomplete="username" />
+      <${Field} id="email" label="E-mail" type="email" value=${f.values.email} onInput=${f.set("email")} error=${errors.get("email")} autocomplete="email" optional />
+      <${Field} id="password" label="Password (8 characters or more)" type="password" value=${f.values.password} onInput=${f.set("password")} error=${errors.get("password")} autocomplete="new-password" />
+      <button class="primary" type="submit" disabled=${f.busy}>Create admin</button>
+      <p class="muted"><a href="#/login">Back to sign in</a></p>
+    </form>
+  </main>`;
+}

@@ -1,0 +1,155 @@
+// A Form manifest over one record: fields from metadata with live visible/readonly/required rules
+// and computed values, server problems on their fields, Save, the actions the API allows (with
+// their confirm texts), and the record's audit trail.
+import { useEffect, useState } from "preact/hooks";
+import { Problem, call, get, session } from "../api";
+import { useLoad } from "../hooks";
+import { html } from "../html";
+import {
+  type Button, buttonsFor, canEdit, computeLive, contextOf, fieldState, formatValue, initialValue,
+  interpolate, payloadOf, problemsByPath,
+} from "../logic";
+import type { AppDetail, EntityMeta, FieldMeta, FormComp, Me, Row } from "../meta";
+import { entityMeta } from "../store";
+import { Confirm } from "./dialog";
+import { FieldInput } from "./fields";
+import { SYSTEM_FIELDS, relationLabels } from "./table";
+
+type Props = {
+  form: FormComp;
+  app: AppDetail;
+  me: Me;
+  id: string | null;
+  mode: "view" | "edit";
+  setCrumb: ((c: string | null) => void) | null;
+  onCreated: (id: string) => void;
+  onDeleted: () => void;
+  editHref: string | null;
+};
+
+type Audit = { id: number; action: string; at: string; actor: { username?: string; sub?: string }; changes: Record<string, [unknown, unknown]> };
+
+export function FormBlock(props: Props) {
+  const loaded = useLoad(async () => {
+    const meta = await entityMeta(props.form.entity);
+    const record = props.id ? (await get<Row>(`${meta.api}/${props.id}`)).data : null;
+    return { meta, record };
+  }, [props.form.entity, props.id]);
+  if (loaded.error) return html`<p class="error" role="alert">${loaded.error.message}</p>`;
+  if (!loaded.value) return html`<p aria-busy="true">Loading…</p>`;
+  return html`<${Editor} ...${props} meta=${loaded.value.meta} record=${loaded.value.record} reload=${loaded.reload} />`;
+}
+
+function formFields(form: FormComp, meta: EntityMeta): { field: FieldMeta; label: string; help: string | null; readonly: boolean; hidden: boolean; default_from?: string }[] {
+  const entries = form.fields.length ? form.fields : meta.fields.map((f) => ({ field: f.name }));
+  return entries.flatMap((entry) => {
+    const field = meta.fields.find((f) => f.name === entry.field);
+    if (!field) return [];
+    const e = entry as FormComp["fields"][number];
+    return [{ field, label: e.label ?? field.caption ?? field.name, help: e.help ?? field.help, readonly: !!e.readonly, hidden: !!e.hidden, default_from: e.default_from }];
+  });
+}
+
+function Editor({ form, app, me, id, mode, setCrumb, onCreated, onDeleted, editHref, meta, record, reload }: Props & { meta: EntityMeta; record: Row | null; reload: () => void }) {
+  const fields = formFields(form, meta);
+  const creating = record === null;
+  const [values, setValues] = useState<Row>(() => record ?? Object.fromEntries(fields.map((f) => [f.field.name, initialValue(f.field, f.default_from, { username: session.username ?? "" })])));
+  const [problem, setProblem] = useState<Problem | null>(null);
+  const [notice, setNotice] = useState<string | null>(null);
+  const [asking, setAsking] = useState<{ text: string; run: () => void } | null>(null);
+  const [busy, setBusy] = useState(false);
+  const editable = mode === "edit" && canEdit(meta, record, me);
+  const live = computeLive(meta.fields, values);
+  const context = contextOf(meta.fields, live);
+  const errors = problemsByPath(problem?.errors ?? []);
+  const title = record ? String(record[meta.fields.find((f) => f.natural_key)?.name ?? "id"] ?? record.id) : `New ${meta.title.toLowerCase()}`;
+  useEffect(() => setCrumb?.(title), [title]);
+  const labels = useLoad(() => (record ? relationLabels(meta, [record], fields.map((f) => f.field.name)) : Promise.resolve(new Map<string, string>())), [record]);
+
+  const ask = (text: string | null | undefined, run: () => void) => (text ? setAsking({ text: interpolate(text, live), run }) : run());
+  const act = async (work: () => Promise<void>, done: string) => {
+    setBusy(true);
+    setProblem(null);
+    setNotice(null);
+    try {
+      await work();
+      setNotice(done);
+    } catch (e) {
+      setProblem(e instanceof Problem ? e : new Problem(0, "", String(e)));
+    } finally {
+      setBusy(false);
+    }
+  };
+  const save = () => act(async () => {
+    const body = payloadOf(meta.fields, values, { creating, original: record ?? undefined });
+    if (creating) {
+      const answer = await call<Row>("POST", meta.api ?? "", body);
+      onCreated(String(answer.data.id));
+    } else {
+      await call<Row>("PATCH", `${meta.api}/${record.id}`, body, { "If-Match": `"${record.version}"` });
+      reload();
+    }
+  }, creating ? "Created." : "Saved.");
+  const confirmFor = (kind: "create" | "update" | "delete") => form.confirm?.[kind] ?? app.confirm?.[kind] ?? null;
+  const run = (b: Button) => {
+    if (!record) return;
+    if (b.kind === "delete")
+      return ask(b.confirm ?? confirmFor("delete"), () => act(async () => {
+        await call("DELETE", `${meta.api}/${record.id}`);
+        onDeleted();
+      }, "Deleted."));
+    ask(b.confirm, () => act(async () => {
+      await call<Row>("POST", `${meta.api}/${record.id}/${b.action}`, b.kind === "custom" ? {} : undefined, { "If-Match": `"${record.version}"` });
+      reload();
+    }, `${b.label}: done.`));
+  };
+  const buttons = record ? buttonsFor(meta, record, me, form) : [];
+  const formId = `form-${meta.name.replace("/", "-")}`;
+  const unplaced = problem ? problem.errors.filter((e) => !fields.some((f) => e.path === f.field.name || e.path.startsWith(`${f.field.name}[`))) : [];
+  return html`<div class="form-block">
+    <div class="table-head">
+      <h2 id=${`${formId}-title`}>${form.title ?? meta.title}: ${title}</h2>
+      ${record && html`<span class="badges">
+        ${meta.lifecycle && html`<span class=${`badge ${record.docstatus}`}>${formatValue(SYSTEM_FIELDS.docstatus, record.docstatus)}</span>`}
+        ${meta.state_machine && html`<span class="badge">${String(record[meta.state_machine.field] ?? "").replace(/_/g, " ")}</span>`}
+      </span>`}
+    </div>
+    <div role="status" aria-live="polite" class="notice">${notice}</div>
+    ${problem && html`<div class="error" role="alert"><p>${problem.detail}</p>
+      ${unplaced.length > 0 && html`<ul>${unplaced.map((e) => html`<li>${e.path}: ${e.message}</li>`)}</ul>`}</div>`}
+    <form id=${formId} aria-labelledby=${`${formId}-title`} novalidate onSubmit=${(e: Event) => { e.preventDefault(); if (editable) ask(confirmFor(creating ? "create" : "update"), save); }}>
+      ${fields.map((f) => {
+        const state = fieldState(f.field, context, { creating, editable, formReadonly: f.readonly, hidden: f.hidden });
+        if (!state.visible) return null;
+        if (mode === "view" || !editable) {
+          if (f.field.type === "child") return html`<${FieldInput} field=${f.field} id=${`${formId}-${f.field.name}`} label=${f.label} value=${live[f.field.name]} state=${{ ...state, readonly: true }} errors=${errors} path=${f.field.name} onChange=${() => undefined} />`;
+          return html`<div class="field readonly"><span class="label" id=${`${formId}-${f.field.name}-l`}>${f.label}</span>
+            <span class="value" aria-labelledby=${`${formId}-${f.field.name}-l`} data-field=${f.field.name}>${formatValue(f.field, live[f.field.name], labels.value ?? undefined) || "—"}</span></div>`;
+        }
+        return html`<${FieldInput} field=${f.field} id=${`${formId}-${f.field.name}`} label=${f.label} help=${f.help}
+          value=${live[f.field.name] ?? null} state=${state} error=${errors.get(f.field.name)} errors=${errors} path=${f.field.name}
+          onChange=${(v: unknown) => setValues((old) => ({ ...old, [f.field.name]: v }))} />`;
+      })}
+      <div class="buttons">
+        ${editable && html`<button class="primary" type="submit" disabled=${busy}>${creating ? "Create" : "Save"}</button>`}
+        ${buttons.map((b) => html`<button type="button" class=${b.style} disabled=${busy} onClick=${() => run(b)}>${b.label}</button>`)}
+        ${editHref && html`<a class="button" href=${editHref}>Open</a>`}
+      </div>
+    </form>
+    ${record && mode === "edit" && meta.rest.includes("find") && html`<${Trail} meta=${meta} id=${String(record.id)} version=${record.version} />`}
+    ${asking && html`<${Confirm} text=${asking.text} onAnswer=${(ok: boolean) => { const a = asking; setAsking(null); if (ok) a.run(); }} />`}
+  </div>`;
+}
+
+function Trail({ meta, id, version }: { meta: EntityMeta; id: string; version: unknown }) {
+  const rows = useLoad(() => get<Audit[]>(`${meta.api}/${id}/_audit?limit=20`).then((a) => a.data), [id, version]);
+  return html`<section class="trail" aria-labelledby="trail-title">
+    <h3 id="trail-title">History</h3>
+    ${rows.error && html`<p class="muted">${rows.error.message}</p>`}
+    ${rows.value && rows.value.length === 0 && html`<p class="muted">No recorded changes yet.</p>`}
+    ${rows.value && rows.value.length > 0 && html`<ol class="audit">
+      ${rows.value.map((r) => html`<li><strong>${r.action}</strong> by ${r.actor.username ?? r.actor.sub} · <time datetime=${r.at}>${new Date(r.at).toLocaleString()}</time>
+        ${Object.keys(r.changes).length > 0 && html`<ul>${Object.entries(r.changes).map(([k, [a, b]]) => html`<li>${k}: ${JSON.stringify(a)} → ${JSON.stringify(b)}</li>`)}</ul>`}</li>`)}
+    </ol>`}
+  </section>`;
+}

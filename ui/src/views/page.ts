@@ -1,0 +1,66 @@
+// A page from its manifest: blocks in a single, split or grid layout; ``binds`` pass a block's
+// selection (a record id) to another block's parameter.
+import { useEffect, useState } from "preact/hooks";
+import { html } from "../html";
+import type { AppDetail, Block, Me, PageMeta } from "../meta";
+import { pageHref } from "../route";
+import { FormBlock } from "./form";
+import { TableBlock } from "./table";
+
+type Props = {
+  app: AppDetail;
+  page: PageMeta;
+  id: string | null;
+  query: URLSearchParams;
+  me: Me;
+  setCrumb: (c: string | null) => void;
+};
+
+/** The page whose route takes an id and which shows ``formRef``: where a table's rows open. */
+export function formPage(app: AppDetail, formRef: string | undefined): string | null {
+  if (!formRef) return null;
+  const page = app.pages.find((p) => (p.route ?? "").includes(":") && p.blocks.some((b) => b.ref && (b.ref === formRef || formRef.endsWith(`/${b.ref}`))));
+  return page?.name ?? null;
+}
+
+export function PageView({ app, page, id, query, me, setCrumb }: Props) {
+  const [selected, setSelected] = useState<Record<string, string | null>>({});
+  useEffect(() => {
+    document.title = `${page.title ?? page.name} · ${app.title}`;
+    setCrumb(null);
+  }, [page.name]);
+  const component = (ref: string | undefined) => {
+    if (!ref) return undefined;
+    const module = app.name.split("/")[0];
+    return app.components[ref.includes("/") ? ref : `${module}/${ref}`];
+  };
+  const render = (block: Block, index: number) => {
+    const c = component(block.ref);
+    const key = block.id ?? `block-${index}`;
+    if (!c) return html`<section class="block"><p class="muted">This block (${block.ref ?? "asset"}) has no renderer here.</p></section>`;
+    if (c.kind === "table") {
+      const target = formPage(app, c.form);
+      const bound = page.blocks.some((b) => b.binds?.source === key);
+      return html`<section class="block" aria-label=${c.title ?? "List"}>
+        <${TableBlock} table=${c} me=${me} query=${query}
+          selected=${selected[key] ?? null}
+          onSelect=${bound ? (rowId: string) => setSelected((s) => ({ ...s, [key]: rowId })) : null}
+          openHref=${target ? (rowId: string) => pageHref(app.name, target, rowId) : null} />
+      </section>`;
+    }
+    const recordId = block.binds ? selected[block.binds.source] ?? null : id;
+    if (block.binds && !recordId) return html`<section class="block detail"><p class="muted">Choose a row to see it here.</p></section>`;
+    const listPage = app.pages.find((p) => p.blocks.some((b) => component(b.ref)?.kind === "table" && (component(b.ref) as { form?: string }).form && c.entity === component(b.ref)?.entity));
+    return html`<section class="block detail" aria-label=${c.title ?? "Form"}>
+      <${FormBlock} key=${recordId ?? "new"} form=${c} app=${app} me=${me} id=${recordId === "new" ? null : recordId}
+        mode=${block.mode ?? "edit"} setCrumb=${block.binds ? null : setCrumb}
+        onCreated=${(newId: string) => { location.hash = pageHref(app.name, page.name, newId); }}
+        onDeleted=${() => { location.hash = pageHref(app.name, listPage?.name ?? page.name); }}
+        editHref=${block.mode === "view" && formPage(app, block.ref) ? pageHref(app.name, formPage(app, block.ref) ?? "", recordId) : null} />
+    </section>`;
+  };
+  return html`<div class=${`page layout-${page.layout}`}>
+    <h1>${page.title ?? page.name}</h1>
+    <div class="blocks">${page.blocks.map(render)}</div>
+  </div>`;
+}

@@ -1,0 +1,69 @@
+// AppChrome: skip link, brand, nav of the app's pages, breadcrumbs, theme switcher, sign-out, footer.
+import type { ComponentChildren } from "preact";
+import { useState } from "preact/hooks";
+import { session, workspace } from "../api";
+import { html } from "../html";
+import type { AppDetail, AppSummary, PageMeta } from "../meta";
+import { pageHref } from "../route";
+
+export type Theme = "light" | "dark";
+const THEME_KEY = "dap.theme";
+
+export function initialTheme(): Theme {
+  const saved = localStorage.getItem(THEME_KEY);
+  if (saved === "light" || saved === "dark") return saved;
+  return matchMedia("(prefers-color-scheme: dark)").matches ? "dark" : "light";
+}
+
+export function applyTheme(theme: Theme): void {
+  document.documentElement.dataset.theme = theme;
+  localStorage.setItem(THEME_KEY, theme);
+}
+
+const shown = (toggle: string | undefined) => toggle !== "hide";
+
+type Props = {
+  apps: AppSummary[];
+  app: AppDetail;
+  page: PageMeta | null;
+  crumb: string | null;
+  children: ComponentChildren;
+  onSignOut: () => void;
+};
+
+export function Shell({ apps, app, page, crumb, children, onSignOut }: Props) {
+  const chrome = app.chrome ?? {};
+  const [theme, setTheme] = useState<Theme>(initialTheme());
+  const [menuOpen, setMenuOpen] = useState(false);
+  const toggleTheme = () => {
+    const next = theme === "dark" ? "light" : "dark";
+    applyTheme(next);
+    setTheme(next);
+  };
+  const navPages = app.pages.filter((p) => !(p.route ?? "").includes(":"));
+  return html`<div class="shell">
+    <a class="skip" href="#main" onClick=${(e: Event) => { e.preventDefault(); document.getElementById("main")?.focus(); }}>Skip to content</a>
+    <header class="topbar">
+      ${shown(chrome.brand) && html`<a class="brand" href=${pageHref(app.name, app.home ?? navPages[0]?.name ?? "")}>${app.title}</a>`}
+      ${chrome.nav !== "none" && html`<button class="menu-toggle" aria-expanded=${menuOpen} aria-controls="nav" onClick=${() => setMenuOpen(!menuOpen)}>Menu</button>
+        <nav id="nav" aria-label="Pages" class=${menuOpen ? "open" : ""}>
+          <ul>
+            ${navPages.map((p) => html`<li><a href=${pageHref(app.name, p.name)} aria-current=${page?.name === p.name ? "page" : undefined}>${p.title ?? p.name}</a></li>`)}
+            ${apps.filter((a) => a.name !== app.name).map((a) => html`<li><a href=${`#/a/${a.name}/${(a.home ?? a.pages[0] ?? "").split("/").pop()}`}>${a.title}</a></li>`)}
+          </ul>
+        </nav>`}
+      <div class="tools">
+        ${shown(chrome.theme_switcher) && html`<button onClick=${toggleTheme} aria-pressed=${theme === "dark"} title="Switch light and dark theme">${theme === "dark" ? "Light theme" : "Dark theme"}</button>`}
+        <span class="user">${session.username}</span>
+        <button onClick=${onSignOut}>Sign out</button>
+      </div>
+    </header>
+    ${shown(chrome.breadcrumbs) && page && html`<nav class="crumbs" aria-label="Breadcrumbs"><ol>
+      <li><a href=${pageHref(app.name, app.home ?? page.name)}>${app.title}</a></li>
+      <li><a href=${pageHref(app.name, page.name)} aria-current=${crumb ? undefined : "page"}>${page.title ?? page.name}</a></li>
+      ${crumb && html`<li aria-current="page">${crumb}</li>`}
+    </ol></nav>`}
+    <main id="main" tabindex="-1">${children}</main>
+    ${shown(chrome.footer) && html`<footer>${workspace} · ${app.title}</footer>`}
+  </div>`;
+}
