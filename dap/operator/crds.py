@@ -126,6 +126,7 @@ KINDS: tuple[Kind, ...] = (
         columns=(
             ("Region", "string", ".metadata.labels.dap\\.io/region"),
             ("Class", "string", ".metadata.labels.dap\\.io/cluster-class"),
+            ("Phase", "string", ".status.phase"),
             ("State", "string", ".spec.state"),
             ("Max", "integer", ".spec.maxWorkspaces"),
             ("Workspaces", "integer", ".status.workspaces"),

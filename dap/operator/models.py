@@ -163,6 +163,10 @@ class ClusterSpec(_Model):
 
 
 class ClusterStatus(_Model):
+    phase: Annotated[
+        Literal["Active", "Draining", "Inactive"] | None,
+        Field(description="What routing makes of the cluster (from spec.state)."),
+    ] = None
     workspaces: Annotated[int | None, Field(ge=0, description="Workspaces placed on the cluster.")] = None
     lastPull: Annotated[
         str | None, Field(description="When the cluster control last pulled its placements.")

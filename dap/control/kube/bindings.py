@@ -142,13 +142,13 @@ async def bindings(pool: store.Pool) -> list[placing.Binding]:
     ]
 
 
-async def cluster_views(pool: store.Pool) -> dict[str, tuple[int, datetime | None]]:
-    """Cluster id -> (workspaces placed on it, last pull of its placements)."""
+async def cluster_views(pool: store.Pool) -> dict[str, tuple[str, int, datetime | None]]:
+    """Cluster id -> (routing status, workspaces placed on it, last pull of its placements)."""
     rows = await pool.fetch(
-        "SELECT c.cluster_id, c.last_pull, (SELECT count(*) FROM dap_control.deployments d"
+        "SELECT c.cluster_id, c.status, c.last_pull, (SELECT count(*) FROM dap_control.deployments d"
         " WHERE d.cluster_id = c.cluster_id) AS hosted FROM dap_control.clusters c"
     )
     return {
-        r["cluster_id"]: (int(r["hosted"]), r["last_pull"].astimezone(UTC) if r["last_pull"] else None)
+        r["cluster_id"]: (r["status"], int(r["hosted"]), r["last_pull"].astimezone(UTC) if r["last_pull"] else None)
         for r in rows
     }

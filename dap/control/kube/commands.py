@@ -37,6 +37,9 @@ async def _until_signal(work: Coroutine[Any, Any, Any]) -> None:
 @click.option("--interval", type=float, default=5.0, show_default=True, envvar="DAP_INTERVAL")
 @click.option("--leader-elect", is_flag=True, envvar="DAP_LEADER_ELECT", help="one active replica (Lease)")
 @click.option("--lease-namespace", default="dap-system", show_default=True, envvar="DAP_LEASE_NAMESPACE")
+@click.option(
+    "--kubeconfig", default="", help="log in with this kubeconfig (default: in-cluster, $KUBECONFIG)"
+)
 @click.option("--log-level", type=click.Choice(sorted(logs.LEVELS)), default="info", envvar="DAP_LOG_LEVEL")
 def region_control(**opts: Any) -> None:
     """Route management Workspaces over Cluster resources (rule 5); write their status."""
@@ -54,6 +57,9 @@ def region_control(**opts: Any) -> None:
 @click.option("--interval", type=float, default=10.0, show_default=True, envvar="DAP_INTERVAL")
 @click.option("--leader-elect", is_flag=True, envvar="DAP_LEADER_ELECT", help="one active replica (Lease)")
 @click.option("--lease-namespace", default="dap-system", show_default=True, envvar="DAP_LEASE_NAMESPACE")
+@click.option(
+    "--kubeconfig", default="", help="log in with this kubeconfig (default: in-cluster, $KUBECONFIG)"
+)
 @click.option("--log-level", type=click.Choice(sorted(logs.LEVELS)), default="info", envvar="DAP_LOG_LEVEL")
 def cluster_control(**opts: Any) -> None:
     """Pull this cluster's placements from the region and keep them as Workspaces."""

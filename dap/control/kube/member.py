@@ -43,6 +43,7 @@ class Options:
     lease_namespace: str = "dap-system"
     lease_name: str = LEASE_NAME
     timeout: float = 5.0
+    kubeconfig: str = ""  # this kubeconfig instead of the in-cluster account or $KUBECONFIG
     server: str = ""  # test hook: API server URL without credentials
 
 
@@ -182,7 +183,7 @@ class Member:
 
 async def run(options: Options) -> None:
     """Log in and run one cluster control until cancelled."""
-    client = kubeapi.Client.connect(kubeapi.login(options.server))
+    client = kubeapi.Client.connect(kubeapi.login(options.server, options.kubeconfig))
     async with aiohttp.ClientSession() as session:
         try:
             await Member(options, client, session).run()

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import threading
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -44,6 +45,7 @@ class Options:
     leader_elect: bool = False
     lease_namespace: str = "dap-system"
     lease_name: str = LEASE_NAME
+    kubeconfig: str = ""  # this kubeconfig instead of the in-cluster account or $KUBECONFIG
     server: str = ""  # test hook: API server URL without credentials
 
 
@@ -160,10 +162,14 @@ class Region:
             except kubeapi.NotFoundError:
                 continue  # deleted meanwhile; its DELETED event drops the binding
             self.workspaces[binding.workspace] = {**previous, **desired}
-        for name, (count, pulled) in (await bindings.cluster_views(pool)).items():
+        for name, (state, count, pulled) in (await bindings.cluster_views(pool)).items():
             if name not in self.clusters:
                 continue
-            wanted = {"workspaces": count, "lastPull": pulled.strftime(STAMP) if pulled else None}
+            wanted = {
+                "phase": state.capitalize(),
+                "workspaces": count,
+                "lastPull": pulled.strftime(STAMP) if pulled else None,
+            }
             previous = self.clusters[name]
             if all(previous.get(k) == v for k, v in wanted.items()):
                 continue
@@ -176,7 +182,7 @@ class Region:
 def register(registry: kopf.OperatorRegistry, region: Region) -> None:
     @kopf.on.login(id="login", registry=registry)
     async def login(**_: Any) -> kopf.ConnectionInfo:
-        info = kubeapi.login(region.options.server)
+        info = kubeapi.login(region.options.server, region.options.kubeconfig)
         await region.connect(info)
         return info
 
@@ -202,7 +208,10 @@ def register(registry: kopf.OperatorRegistry, region: Region) -> None:
 
 
 async def run(
-    options: Options, *, stop_flag: asyncio.Event | None = None, region: Region | None = None
+    options: Options,
+    *,
+    stop_flag: asyncio.Event | threading.Event | None = None,
+    region: Region | None = None,
 ) -> Region:
     """Run one region control until ``stop_flag`` is set (or cancelled)."""
     region = region or Region(options)
