@@ -149,6 +149,10 @@ async def cluster_views(pool: store.Pool) -> dict[str, tuple[str, int, datetime 
         " WHERE d.cluster_id = c.cluster_id) AS hosted FROM dap_control.clusters c"
     )
     return {
-        r["cluster_id"]: (r["status"], int(r["hosted"]), r["last_pull"].astimezone(UTC) if r["last_pull"] else None)
+        r["cluster_id"]: (
+            r["status"],
+            int(r["hosted"]),
+            r["last_pull"].astimezone(UTC) if r["last_pull"] else None,
+        )
         for r in rows
     }
