@@ -91,17 +91,32 @@ async def route(pool: store.Pool) -> bool:
 
     A workspace moves only when its cluster stopped being a candidate (inactive, draining,
     relabelled, gone, or over a lowered maximum): ``routing.choose`` keeps the current one first.
+    Decisions are made in memory (``registry.decide``) and only the bindings that changed are
+    written, in one statement.
     """
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", ROUTE_LOCK)
-        known = {c.cluster_id for c in await registry.clusters(conn)}
-        rows = await kube_bindings(conn)
+        known = {c.cluster_id: c for c in await registry.clusters(conn)}
+        stored = await kube_bindings(conn)
+        before = {r.workspace_id: (r.cluster_id, r.error) for r in stored}
         # A cluster that was deleted is no candidate and no current host either.
         rows = [
             r if r.cluster_id is None or r.cluster_id in known or r.requested_cluster else _unhosted(r)
-            for r in rows
+            for r in stored
         ]
-        return await registry.place(conn, rows, standalone=False)
+        changed = [
+            r for r in registry.decide(known, rows) if before[r.workspace_id] != (r.cluster_id, r.error)
+        ]
+        if changed:
+            await conn.execute(
+                "UPDATE dap_control.deployments d SET cluster_id = u.cluster_id, error = u.error,"
+                " updated_at = now() FROM unnest($1::text[], $2::text[], $3::text[])"
+                " AS u(workspace_id, cluster_id, error) WHERE d.workspace_id = u.workspace_id",
+                [r.workspace_id for r in changed],
+                [r.cluster_id for r in changed],
+                [r.error for r in changed],
+            )
+        return bool(changed)
 
 
 def _unhosted(row: store.DeploymentRow) -> store.DeploymentRow:
