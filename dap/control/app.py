@@ -10,6 +10,7 @@ Routes per mode (spec, Endpoints: Control plane):
 | POST/GET /v1/evidence          | yes    | yes     | yes        |
 | POST /v1/node-health, /v1/workspace-status, GET /v1/workspace-status | yes | yes | yes |
 | PUT  /v1/clusters/{id}, GET /v1/clusters | yes |  |            |
+| GET  /v1/placements?cluster=   | yes    |         | yes        |
 | POST /v1/poll                  |        |         | dev only   |
 | GET  /health                   | yes    | yes     | yes        |
 
@@ -45,6 +46,7 @@ from dap.control import (
     snapshots,
 )
 from dap.control.ids import KeyId
+from dap.control.kube import api as placements_api
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +89,7 @@ def build_app(
     ]
     if config.accepts_artifacts:
         routes.append(web.post("/v1/artifacts", handlers.post_artifact))
+        routes.append(web.get("/v1/placements", placements_api.get_placements))
     if config.mode == "region":
         routes += [
             web.put("/v1/clusters/{cluster_id}", reports.put_cluster),

@@ -24,6 +24,7 @@ from dap import embedded, logs
 from dap.control import app as control_app
 from dap.control import errors, packing, registration, settings, signing, store
 from dap.control.ids import ClusterId
+from dap.control.kube import commands as kube_commands
 
 MIB = 1024 * 1024
 HEX_KEY = re.compile(r"[0-9a-fA-F]{64}")
@@ -148,6 +149,10 @@ async def _serve(
         await control_app.serve(web_app, host=host, port=port)
     finally:
         await pool.close()
+
+
+control.add_command(kube_commands.region_control)
+control.add_command(kube_commands.cluster_control)
 
 
 @control.group()

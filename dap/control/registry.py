@@ -42,29 +42,38 @@ async def clusters(conn: store.Executor) -> list[routing.ClusterInfo]:
     ]
 
 
+def decide(
+    registry: Mapping[ClusterId, routing.ClusterInfo], bindings: Sequence[store.DeploymentRow]
+) -> list[store.DeploymentRow]:
+    """Route every binding in workspace order (pure); counts are kept true as they are placed."""
+    clusters = dict(registry)
+    placed = []
+    for binding in sorted(bindings, key=lambda b: b.workspace_id):
+        placement = routing.Placement(
+            binding.workspace_id, binding.cluster_class, binding.region, binding.requested_cluster
+        )
+        cluster: ClusterId | None
+        try:
+            cluster, error = routing.choose(placement, clusters.values(), binding.cluster_id), None
+        except errors.NoCandidateError as exc:
+            cluster, error = None, exc.detail
+        for cid, delta in ((binding.cluster_id, -1), (cluster, +1)):
+            if cid is not None and cid in clusters and binding.cluster_id != cluster:
+                info = clusters[cid]
+                clusters[cid] = dataclasses.replace(info, workspace_count=info.workspace_count + delta)
+        placed.append(dataclasses.replace(binding, cluster_id=cluster, error=error))
+    return placed
+
+
 async def place(conn: store.Conn, bindings: Sequence[store.DeploymentRow], *, standalone: bool) -> bool:
     """Route and store every binding; return True when any stored binding changed."""
-    registry = {c.cluster_id: c for c in await clusters(conn)}
+    if standalone:
+        rows = [dataclasses.replace(b, cluster_id=STANDALONE_CLUSTER, error=None) for b in bindings]
+    else:
+        rows = decide({c.cluster_id: c for c in await clusters(conn)}, bindings)
     changed = False
     # Rows are touched in workspace order so that concurrent registrations cannot deadlock.
-    for binding in sorted(bindings, key=lambda b: b.workspace_id):
-        cluster: ClusterId | None
-        if standalone:
-            cluster, error = STANDALONE_CLUSTER, None
-        else:
-            placement = routing.Placement(
-                binding.workspace_id, binding.cluster_class, binding.region, binding.requested_cluster
-            )
-            try:
-                cluster, error = routing.choose(placement, registry.values(), binding.cluster_id), None
-            except errors.NoCandidateError as exc:
-                cluster, error = None, exc.detail
-            # Keep the counts true while placing several workspaces in one go.
-            for cid, delta in ((binding.cluster_id, -1), (cluster, +1)):
-                if cid is not None and cid in registry and binding.cluster_id != cluster:
-                    info = registry[cid]
-                    registry[cid] = dataclasses.replace(info, workspace_count=info.workspace_count + delta)
-        row = dataclasses.replace(binding, cluster_id=cluster, error=error)
+    for row in sorted(rows, key=lambda b: b.workspace_id):
         changed = await store.upsert_deployment(conn, row) or changed
     return changed
 
@@ -80,10 +89,10 @@ async def upsert_cluster(
 ) -> None:
     await conn.execute(
         "INSERT INTO dap_control.clusters (cluster_id, labels, status, max_workspaces, load)"
-        " VALUES ($1, $2, $3, $4, coalesce($5, 0))"
+        " VALUES ($1, $2, $3, $4, coalesce($5::double precision, 0))"
         " ON CONFLICT (cluster_id) DO UPDATE SET labels = EXCLUDED.labels, status = EXCLUDED.status,"
         " max_workspaces = EXCLUDED.max_workspaces,"
-        " load = coalesce($5, dap_control.clusters.load), last_seen = now()",
+        " load = coalesce($5::double precision, dap_control.clusters.load), last_seen = now()",
         cluster_id,
         dict(labels),
         status,

@@ -13,8 +13,10 @@ Rules, in order:
    hosting fewer workspaces than the maximum (the workspace itself does not count against the
    cluster that already hosts it).
 3. The cluster already hosting the workspace wins when it is a candidate (moving a workspace
-   costs a redeploy); otherwise the lowest load, ties broken by cluster id so the answer does not
-   depend on the order of the registry.
+   costs a redeploy); otherwise the lowest load, ties broken first by how full the cluster is
+   (hosted / maximum: clusters of equal load fill evenly instead of one after the other, which
+   ``bench/routing.py`` measures) and then by cluster id, so the answer does not depend on the
+   order of the registry.
 """
 
 from __future__ import annotations
@@ -95,4 +97,9 @@ def choose(
     for c in found:
         if c.cluster_id == current:
             return c.cluster_id
-    return min(found, key=lambda c: (c.load, c.cluster_id)).cluster_id
+    return min(found, key=lambda c: (c.load, fill(c), c.cluster_id)).cluster_id
+
+
+def fill(cluster: ClusterInfo) -> float:
+    """How full a cluster is, 0..1 (a candidate always has room, so its maximum is above 0)."""
+    return cluster.workspace_count / cluster.max_workspaces if cluster.max_workspaces else 1.0

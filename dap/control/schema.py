@@ -12,7 +12,8 @@ tables empty and uses ``outbox``, ``region_snapshot`` and ``trusted_keys``):
 - ``artifact_files``: path, sha256 and size of each file (the content is in the envelope).
 - ``snapshot_state``: the single snapshot version counter.
 - ``deployments``: desired binding workspace -> app, artifact, cluster, plus the placement the
-  workspace asked for and the routing error when no cluster fits.
+  workspace asked for and the routing error when no cluster fits; ``workspace_spec`` is set on
+  the bindings of Workspace resources the region control routes (``dap.control.kube``).
 - ``clusters``, ``node_health``, ``workspace_status``: the routing registry and operator reports.
 - ``evidence``: accepted evidence records, keyed by their idempotency id.
 - ``outbox``: evidence a cluster still has to relay to its region (survives restarts).
@@ -128,6 +129,13 @@ MIGRATIONS: tuple[str, ...] = (
         public_key  bytea NOT NULL,
         added_at    timestamptz NOT NULL DEFAULT now()
     );
+    """,
+    # 2: bindings of Workspace resources routed by the region control (dap.control.kube): the
+    # workspace's spec travels with the binding to the cluster control that materialises it.
+    """
+    ALTER TABLE dap_control.deployments ADD COLUMN workspace_spec jsonb;
+    CREATE INDEX deployments_cluster ON dap_control.deployments (cluster_id);
+    ALTER TABLE dap_control.clusters ADD COLUMN last_pull timestamptz;
     """,
 )
 

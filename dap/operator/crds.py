@@ -84,6 +84,7 @@ KINDS: tuple[Kind, ...] = (
             ("Phase", "string", ".status.phase"),
             _condition_column("Ready", "Ready"),
             ("Class", "string", ".spec.clusterClass"),
+            ("Cluster", "string", ".status.cluster"),
             ("Replicas", "integer", ".status.readyReplicas"),
         ),
         spec_required=False,
@@ -114,6 +115,23 @@ KINDS: tuple[Kind, ...] = (
             ("Datastore", "string", ".spec.datastore"),
             ("Workspace", "string", ".spec.workspace"),
         ),
+    ),
+    Kind(
+        kind="Cluster",
+        plural="clusters",
+        short_names=("dcl",),
+        namespaced=False,
+        spec=models.ClusterSpec,
+        status=models.ClusterStatus,
+        columns=(
+            ("Region", "string", ".metadata.labels.dap\\.io/region"),
+            ("Class", "string", ".metadata.labels.dap\\.io/cluster-class"),
+            ("Phase", "string", ".status.phase"),
+            ("State", "string", ".spec.state"),
+            ("Max", "integer", ".spec.maxWorkspaces"),
+            ("Workspaces", "integer", ".status.workspaces"),
+        ),
+        spec_required=False,
     ),
 )
 

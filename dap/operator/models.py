@@ -98,6 +98,9 @@ class Condition(_Model):
 
 class WorkspaceStatus(_Model):
     phase: Literal["Pending", "Progressing", "Ready", "Degraded", "Idle", "Failed"] | None = None
+    cluster: Annotated[
+        str | None, Field(description="Management cluster: the member cluster the region placed it on.")
+    ] = None
     conditions: list[Condition] | None = None
     observedGeneration: int | None = None
     replicas: int | None = None
@@ -138,3 +141,35 @@ class ResourceClaimSpec(_Model):
     signature: Annotated[
         str, Field(pattern=HEX_ED25519_SIGNATURE, description="Hex ed25519 signature by the owner.")
     ]
+
+
+ClusterState = Literal["active", "draining", "inactive"]
+
+
+class ClusterSpec(_Model):
+    """A member (workload) cluster as the region control routes to it (spec "General rules" 5).
+
+    Routing reads the labels ``dap.io/region`` and ``dap.io/cluster-class`` from the object's
+    metadata; the spec holds what is not a label.
+    """
+
+    maxWorkspaces: Annotated[int, Field(ge=0, description="Workspaces this cluster may host.")] = 100
+    state: Annotated[
+        ClusterState, Field(description="Only 'active' clusters receive workspaces; others are drained.")
+    ] = "active"
+    load: Annotated[
+        float | None, Field(ge=0, description="Routing load when no node report gives one (lower wins).")
+    ] = None
+
+
+class ClusterStatus(_Model):
+    phase: Annotated[
+        Literal["Active", "Draining", "Inactive"] | None,
+        Field(description="What routing makes of the cluster (from spec.state)."),
+    ] = None
+    workspaces: Annotated[int | None, Field(ge=0, description="Workspaces placed on the cluster.")] = None
+    lastPull: Annotated[
+        str | None, Field(description="When the cluster control last pulled its placements.")
+    ] = None
+    conditions: list[Condition] | None = None
+    observedGeneration: int | None = None

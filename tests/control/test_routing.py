@@ -65,6 +65,20 @@ WS = routing.Placement(WorkspaceId("acme"), cluster_class="std", region="eu")
             "a",
             id="no-constraints-tie-by-id",
         ),
+        pytest.param(
+            routing.Placement(WorkspaceId("x")),
+            [cluster("a", 0.3, workspace_count=5), cluster("b", 0.3, workspace_count=2)],
+            None,
+            "b",
+            id="equal-load-the-emptier-wins",
+        ),
+        pytest.param(
+            routing.Placement(WorkspaceId("x")),
+            [cluster("a", 0.1, workspace_count=50), cluster("b", 0.3)],
+            None,
+            "a",
+            id="load-before-fill",
+        ),
     ],
 )
 def test_choose(

@@ -20,6 +20,8 @@ GROUP = "/apis/dap.io/v1alpha1"
 PATHS = {
     "namespaces": "/api/v1/namespaces",
     "clusterclasses": f"{GROUP}/clusterclasses",
+    "clusters": f"{GROUP}/clusters",
+    "leases": "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases",
     "customresourcedefinitions": "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
     "clusterroles": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
     "workspaces": GROUP + "/namespaces/{ns}/workspaces",
@@ -36,7 +38,9 @@ PATHS = {
     "horizontalpodautoscalers": "/apis/autoscaling/v2/namespaces/{ns}/horizontalpodautoscalers",
 }
 RETRIES_429 = 10
-CLUSTER_SCOPED = frozenset({"namespaces", "clusterclasses", "customresourcedefinitions", "clusterroles"})
+CLUSTER_SCOPED = frozenset(
+    {"namespaces", "clusterclasses", "clusters", "customresourcedefinitions", "clusterroles"}
+)
 
 
 class ApiError(Exception):

@@ -73,6 +73,7 @@ async def test_each_sample_passes_strict_server_side_validation(
         body["metadata"]["namespace"] = ns
     plural = {
         "ClusterClass": "clusterclasses",
+        "Cluster": "clusters",
         "Workspace": "workspaces",
         "Datastore": "datastores",
         "ResourceClaim": "resourceclaims",

@@ -1,0 +1,12 @@
+"""dap.control.kube — Kubernetes-native control: the region control and the cluster control.
+
+- ``region``: on the management cluster, watches Workspace and Cluster resources (kopf), routes
+  the Workspaces by spec rule 5 into the deployments table, and writes their status back.
+- ``member``: in each workload cluster, pulls its placements from the region over HTTP
+  (``GET /v1/placements``), keeps them as Workspace resources the operator reconciles, deletes
+  the ones that moved away, and reports their status to the region.
+- ``placing`` (pure), ``bindings`` (Postgres), ``api`` (the HTTP endpoint), ``kubeapi`` (the
+  Kubernetes transport and login) and ``leases`` (leader election) are their parts.
+
+The face imports nothing so that ``dap.control.app`` can reach ``api`` without a cycle.
+"""

@@ -1,0 +1,173 @@
+"""Postgres side of Kubernetes-native control: management Workspaces and Clusters as rows.
+
+A management Workspace is a binding in ``dap_control.deployments`` (``workspace_id`` =
+``namespace/name``, ``app`` empty, ``workspace_spec`` its spec); a Cluster resource is a row of
+``dap_control.clusters``. ``route`` places every such binding with ``registry.place`` (rule 5, the
+pure ``routing.choose``) under one advisory lock, so two region controls never route at once.
+Reports of the cluster controls land in ``dap_control.workspace_status`` through the existing
+``POST /v1/workspace-status``; ``bindings`` joins them onto the binding's current cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from dap.control import registry, store
+from dap.control.ids import AppName, ClusterId, WorkspaceId
+from dap.control.kube import placing
+
+ROUTE_LOCK = 0x64617072  # "dapr": held while routing
+KUBE_APP = ""  # bindings of Workspace resources carry no artifact app
+
+
+async def record_workspace(conn: store.Executor, workspace: str, spec: Mapping[str, Any]) -> None:
+    """Insert or refresh a management Workspace's binding; its cluster stays until routed."""
+    await conn.execute(
+        "INSERT INTO dap_control.deployments AS d (workspace_id, app, cluster_class, region,"
+        " requested_cluster, workspace_spec) VALUES ($1, $2, $3, $4, $5, $6)"
+        " ON CONFLICT (workspace_id) DO UPDATE SET cluster_class = EXCLUDED.cluster_class,"
+        " region = EXCLUDED.region, requested_cluster = EXCLUDED.requested_cluster,"
+        " workspace_spec = EXCLUDED.workspace_spec, updated_at = now()"
+        " WHERE (d.cluster_class, d.region, d.requested_cluster, d.workspace_spec) IS DISTINCT FROM"
+        " (EXCLUDED.cluster_class, EXCLUDED.region, EXCLUDED.requested_cluster, EXCLUDED.workspace_spec)",
+        workspace,
+        KUBE_APP,
+        spec.get("clusterClass"),
+        spec.get("region"),
+        spec.get("cluster"),
+        dict(spec),
+    )
+
+
+async def forget_workspace(conn: store.Executor, workspace: str) -> None:
+    await conn.execute(
+        "DELETE FROM dap_control.deployments WHERE workspace_id = $1 AND workspace_spec IS NOT NULL",
+        workspace,
+    )
+    await conn.execute("DELETE FROM dap_control.workspace_status WHERE workspace_id = $1", workspace)
+
+
+async def record_cluster(
+    conn: store.Conn, name: str, labels: Mapping[str, str], spec: Mapping[str, Any]
+) -> None:
+    await registry.upsert_cluster(
+        conn,
+        name,
+        labels=labels,
+        status=str(spec.get("state") or "active"),
+        max_workspaces=int(spec.get("maxWorkspaces", 100)),
+        load=spec.get("load"),
+    )
+
+
+async def forget_cluster(conn: store.Executor, name: str) -> None:
+    await conn.execute("DELETE FROM dap_control.clusters WHERE cluster_id = $1", name)
+
+
+async def kube_bindings(conn: store.Executor) -> list[store.DeploymentRow]:
+    rows = await conn.fetch(
+        "SELECT workspace_id, cluster_id, cluster_class, region, requested_cluster, error"
+        " FROM dap_control.deployments WHERE workspace_spec IS NOT NULL ORDER BY workspace_id"
+    )
+    return [
+        store.DeploymentRow(
+            WorkspaceId(r["workspace_id"]),
+            AppName(KUBE_APP),
+            None,
+            ClusterId(r["cluster_id"]) if r["cluster_id"] else None,
+            r["cluster_class"],
+            r["region"],
+            ClusterId(r["requested_cluster"]) if r["requested_cluster"] else None,
+            r["error"],
+        )
+        for r in rows
+    ]
+
+
+async def route(pool: store.Pool) -> bool:
+    """Route every management Workspace by rule 5; True when any binding changed.
+
+    A workspace moves only when its cluster stopped being a candidate (inactive, draining,
+    relabelled, gone, or over a lowered maximum): ``routing.choose`` keeps the current one first.
+    Decisions are made in memory (``registry.decide``) and only the bindings that changed are
+    written, in one statement.
+    """
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", ROUTE_LOCK)
+        known = {c.cluster_id: c for c in await registry.clusters(conn)}
+        stored = await kube_bindings(conn)
+        before = {r.workspace_id: (r.cluster_id, r.error) for r in stored}
+        # A cluster that was deleted is no candidate and no current host either.
+        rows = [
+            r if r.cluster_id is None or r.cluster_id in known or r.requested_cluster else _unhosted(r)
+            for r in stored
+        ]
+        changed = [
+            r for r in registry.decide(known, rows) if before[r.workspace_id] != (r.cluster_id, r.error)
+        ]
+        if changed:
+            await conn.execute(
+                "UPDATE dap_control.deployments d SET cluster_id = u.cluster_id, error = u.error,"
+                " updated_at = now() FROM unnest($1::text[], $2::text[], $3::text[])"
+                " AS u(workspace_id, cluster_id, error) WHERE d.workspace_id = u.workspace_id",
+                [r.workspace_id for r in changed],
+                [r.cluster_id for r in changed],
+                [r.error for r in changed],
+            )
+        return bool(changed)
+
+
+def _unhosted(row: store.DeploymentRow) -> store.DeploymentRow:
+    return store.DeploymentRow(
+        row.workspace_id, row.app, None, None, row.cluster_class, row.region, row.requested_cluster, None
+    )
+
+
+async def placements(pool: store.Pool, cluster: str) -> list[placing.Placement]:
+    """The workspaces placed on ``cluster``; the pull is also the cluster's heartbeat."""
+    async with pool.acquire() as conn:
+        await conn.execute("UPDATE dap_control.clusters SET last_pull = now() WHERE cluster_id = $1", cluster)
+        rows = await conn.fetch(
+            "SELECT workspace_id, workspace_spec FROM dap_control.deployments"
+            " WHERE cluster_id = $1 AND workspace_spec IS NOT NULL ORDER BY workspace_id",
+            cluster,
+        )
+    return [placing.Placement(r["workspace_id"], r["workspace_spec"]) for r in rows]
+
+
+async def bindings(pool: store.Pool) -> list[placing.Binding]:
+    """Every management Workspace's binding, with the report of the cluster hosting it."""
+    rows = await pool.fetch(
+        "SELECT d.workspace_id, d.cluster_id, d.error, d.requested_cluster, s.phase, s.conditions"
+        " FROM dap_control.deployments d LEFT JOIN dap_control.workspace_status s"
+        " ON s.workspace_id = d.workspace_id AND s.cluster_id = d.cluster_id"
+        " WHERE d.workspace_spec IS NOT NULL ORDER BY d.workspace_id"
+    )
+    return [
+        placing.Binding(
+            workspace=r["workspace_id"],
+            cluster=r["cluster_id"],
+            error=r["error"],
+            requested_cluster=r["requested_cluster"],
+            report=(r["phase"], list(r["conditions"])) if r["phase"] else None,
+        )
+        for r in rows
+    ]
+
+
+async def cluster_views(pool: store.Pool) -> dict[str, tuple[str, int, datetime | None]]:
+    """Cluster id -> (routing status, workspaces placed on it, last pull of its placements)."""
+    rows = await pool.fetch(
+        "SELECT c.cluster_id, c.status, c.last_pull, (SELECT count(*) FROM dap_control.deployments d"
+        " WHERE d.cluster_id = c.cluster_id) AS hosted FROM dap_control.clusters c"
+    )
+    return {
+        r["cluster_id"]: (
+            r["status"],
+            int(r["hosted"]),
+            r["last_pull"].astimezone(UTC) if r["last_pull"] else None,
+        )
+        for r in rows
+    }

@@ -1,0 +1,186 @@
+"""Pure logic of Kubernetes-native control: ids, materialised bodies, plans and status.
+
+Nothing here does I/O. The region control (``region``) and the cluster control (``member``) are
+thin shells around these functions:
+
+- a management Workspace ``ns/name`` is one binding in the deployments table (``workspace_id``);
+- ``materialise`` turns a placement pulled from the region into the Workspace body the cluster
+  control keeps in its own cluster, marked as its own by labels;
+- ``plan`` compares the placements with the Workspaces the cluster control owns: what to create,
+  update (spec drifted) and delete (moved away);
+- ``management_status`` is what the region writes to the management Workspace's status: the
+  cluster, a ``Scheduled`` condition with a reason, and the phase and conditions the cluster
+  reported back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dap.config import names
+
+LABEL_PLACED_BY = f"{names.CRD_GROUP}/placed-by"
+PLACED_BY = "cluster-control"
+LABEL_CLUSTER = f"{names.CRD_GROUP}/cluster"
+ANNOTATION_PLACEMENT = f"{names.CRD_GROUP}/placement"
+SCHEDULED = "Scheduled"
+REASON_PLACED = "Placed"
+REASON_UNSCHEDULABLE = "Unschedulable"
+REASON_DIRECT = "Assigned"
+PENDING = "Pending"
+
+Body = Mapping[str, Any]
+
+
+def workspace_id(namespace: str, name: str) -> str:
+    """The binding id of a management Workspace."""
+    return f"{namespace}/{name}"
+
+
+def split_id(workspace: str) -> tuple[str, str]:
+    namespace, _, name = workspace.partition("/")
+    if not name:
+        raise ValueError(f"workspace id {workspace!r} is not namespace/name")
+    return namespace, name
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One workspace the region placed on a cluster, as the cluster control pulls it."""
+
+    workspace: str  # namespace/name on the management cluster
+    spec: Mapping[str, Any] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        namespace, name = split_id(self.workspace)
+        return {"workspace": self.workspace, "namespace": namespace, "name": name, "spec": dict(self.spec)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Placement:
+        return cls(str(data["workspace"]), dict(data.get("spec") or {}))
+
+
+def target(placement: Placement, namespace: str | None) -> tuple[str, str]:
+    """Where a placement lives in the member cluster: the given namespace, else the management one."""
+    source_namespace, name = split_id(placement.workspace)
+    return namespace or source_namespace, name
+
+
+def materialise(placement: Placement, cluster: str, namespace: str | None) -> dict[str, Any]:
+    """The Workspace the cluster control keeps for ``placement``: same spec, marked as its own."""
+    ns, name = target(placement, namespace)
+    return {
+        "apiVersion": names.CRD_API_VERSION,
+        "kind": "Workspace",
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "labels": {LABEL_PLACED_BY: PLACED_BY, LABEL_CLUSTER: cluster},
+            "annotations": {ANNOTATION_PLACEMENT: placement.workspace},
+        },
+        "spec": dict(placement.spec),
+    }
+
+
+def owned_by(body: Body, cluster: str) -> bool:
+    labels = body.get("metadata", {}).get("labels") or {}
+    return bool(labels.get(LABEL_PLACED_BY) == PLACED_BY and labels.get(LABEL_CLUSTER) == cluster)
+
+
+def placement_of(body: Body) -> str | None:
+    annotations = body.get("metadata", {}).get("annotations") or {}
+    value = annotations.get(ANNOTATION_PLACEMENT)
+    return str(value) if value else None
+
+
+@dataclass(frozen=True)
+class Plan:
+    create: list[dict[str, Any]]
+    update: list[dict[str, Any]]  # desired bodies whose spec differs from the live one
+    delete: list[tuple[str, str]]  # (namespace, name) of Workspaces that moved away
+
+    def empty(self) -> bool:
+        return not (self.create or self.update or self.delete)
+
+
+def plan(placements: Iterable[Placement], owned: Iterable[Body], cluster: str, namespace: str | None) -> Plan:
+    """Compare the pulled placements with the Workspaces this cluster control owns."""
+    desired = {target(p, namespace): materialise(p, cluster, namespace) for p in placements}
+    live = {(b["metadata"]["namespace"], b["metadata"]["name"]): b for b in owned if owned_by(b, cluster)}
+    create = [body for key, body in sorted(desired.items()) if key not in live]
+    update = [
+        body
+        for key, body in sorted(desired.items())
+        if key in live
+        and (
+            (live[key].get("spec") or {}) != body["spec"]
+            or placement_of(live[key]) != body["metadata"]["annotations"][ANNOTATION_PLACEMENT]
+        )
+    ]
+    delete = sorted(key for key in live if key not in desired)
+    return Plan(create, update, delete)
+
+
+def report_of(body: Body) -> tuple[str, list[dict[str, Any]]] | None:
+    """(phase, conditions) of a materialised Workspace, or None before the operator wrote one."""
+    status = body.get("status") or {}
+    phase = status.get("phase")
+    if phase not in names.WORKSPACE_PHASES:
+        return None
+    return str(phase), [dict(c) for c in status.get("conditions") or []]
+
+
+def condition(
+    type_: str, status: str, reason: str, message: str, now: str, previous: Sequence[Body] = ()
+) -> dict[str, Any]:
+    """A condition whose transition time moves only when its status changes."""
+    before = next((c for c in previous if c.get("type") == type_), None)
+    since = before["lastTransitionTime"] if before and before.get("status") == status else now
+    return {
+        "type": type_,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": since,
+    }
+
+
+@dataclass(frozen=True)
+class Binding:
+    """What the region knows of one management Workspace."""
+
+    workspace: str
+    cluster: str | None
+    error: str | None
+    requested_cluster: str | None = None
+    report: tuple[str, list[dict[str, Any]]] | None = None  # from its current cluster
+
+
+def management_status(binding: Binding, previous: Body, now: str) -> dict[str, Any]:
+    """The management Workspace's status: cluster, Scheduled, and what its cluster reported."""
+    before = list(previous.get("conditions") or [])
+    if binding.cluster is None:
+        scheduled = condition(
+            SCHEDULED, "False", REASON_UNSCHEDULABLE, binding.error or "no cluster fits", now, before
+        )
+    else:
+        reason = REASON_DIRECT if binding.requested_cluster else REASON_PLACED
+        how = "assigned by spec.cluster" if binding.requested_cluster else "routed by the region"
+        scheduled = condition(SCHEDULED, "True", reason, f"{how} to cluster {binding.cluster}", now, before)
+    if binding.cluster is not None and binding.report is not None:
+        phase, reported = binding.report
+        conditions = [c for c in reported if c.get("type") != SCHEDULED]
+    else:
+        phase, conditions = PENDING, []
+    return {
+        "cluster": binding.cluster,
+        "phase": phase,
+        "conditions": sorted([scheduled, *conditions], key=lambda c: str(c.get("type"))),
+    }
+
+
+def same_status(desired: Body, live: Body) -> bool:
+    keys = ("cluster", "phase", "conditions")
+    return all(desired.get(k) == live.get(k) for k in keys)

@@ -1,0 +1,230 @@
+"""The region control on the management cluster: Workspaces and Clusters in, routing and status out.
+
+kopf watches two kinds (every replica, ``standalone``: mirroring is idempotent):
+
+- Workspace (not the ones a cluster control materialised, label ``dap.io/placed-by``): its spec
+  becomes its binding in the deployments table; a deleted Workspace's binding is dropped.
+- Cluster (cluster-scoped): labels and spec become its row of the cluster registry.
+
+Both nudge the *pass*, which only the Lease holder runs (``--leader-elect``), at the latest every
+``interval`` seconds: route every binding by rule 5 (``bindings.route``; a workspace moves only
+when its cluster stopped being a candidate), then write each management Workspace's
+``status.cluster``, ``Scheduled`` condition and the phase and conditions its cluster reported,
+and each Cluster's ``status.workspaces`` and ``lastPull``. Writes are skipped when the status
+already says so. The region never calls a cluster: clusters pull (``api``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import threading
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from dap.config import names
+from dap.control import store
+from dap.control.kube import bindings, kubeapi, leases, placing
+
+log = logging.getLogger(__name__)
+G, V = names.CRD_GROUP, names.CRD_VERSION
+LEASE_NAME = "dap-region-control"
+STAMP = "%Y-%m-%dT%H:%M:%SZ"
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    dsn: str
+    namespace: str = ""  # management Workspaces watched here; empty: every namespace
+    interval: float = 5.0
+    leader_elect: bool = False
+    lease_namespace: str = "dap-system"
+    lease_name: str = LEASE_NAME
+    kubeconfig: str = ""  # this kubeconfig instead of the in-cluster account or $KUBECONFIG
+    server: str = ""  # test hook: API server URL without credentials
+
+
+class Region:
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.pool: store.Pool | None = None
+        self.client: kubeapi.Client | None = None
+        self.elector: leases.Elector | None = None
+        self.workspaces: dict[str, dict[str, Any]] = {}  # id -> status last seen or written
+        self.clusters: dict[str, dict[str, Any]] = {}  # name -> status last seen or written
+        self.nudged = asyncio.Event()
+        self.passes = 0
+        self._task: asyncio.Task[None] | None = None
+
+    # -- kopf side ----------------------------------------------------------------------------
+
+    async def connect(self, info: kopf.ConnectionInfo) -> None:
+        old, client = self.client, kubeapi.Client.connect(info)
+        self.client = client
+        if old is not None:
+            await old.close()
+        if self.options.leader_elect:
+            duration = max(15.0, 3 * self.options.interval)
+            self.elector = leases.Elector(
+                client, self.options.lease_namespace, self.options.lease_name, duration
+            )
+
+    async def start(self) -> None:
+        if self._task is None:
+            self.pool = await store.connect(self.options.dsn, max_size=4)
+            self._task = asyncio.create_task(self._loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self.elector is not None:
+            with contextlib.suppress(Exception):
+                await self.elector.release()
+        if self.pool is not None:
+            await self.pool.close()
+            self.pool = None
+        if self.client is not None:
+            await self.client.close()
+            self.client = None
+
+    async def on_workspace(self, event: str | None, body: Mapping[str, Any]) -> None:
+        meta = body.get("metadata", {})
+        workspace = placing.workspace_id(meta.get("namespace", ""), meta.get("name", ""))
+        pool = await self._pool()
+        if event == "DELETED":
+            await bindings.forget_workspace(pool, workspace)
+            self.workspaces.pop(workspace, None)
+        else:
+            await bindings.record_workspace(pool, workspace, dict(body.get("spec") or {}))
+            self.workspaces[workspace] = dict(body.get("status") or {})
+        self.nudged.set()
+
+    async def on_cluster(self, event: str | None, body: Mapping[str, Any]) -> None:
+        meta = body.get("metadata", {})
+        name = str(meta.get("name", ""))
+        pool = await self._pool()
+        if event == "DELETED":
+            await bindings.forget_cluster(pool, name)
+            self.clusters.pop(name, None)
+        else:
+            async with pool.acquire() as conn:
+                await bindings.record_cluster(conn, name, meta.get("labels") or {}, body.get("spec") or {})
+            self.clusters[name] = dict(body.get("status") or {})
+        self.nudged.set()
+
+    async def _pool(self) -> store.Pool:
+        await self.start()
+        assert self.pool is not None
+        return self.pool
+
+    # -- the pass -----------------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.nudged.wait(), timeout=self.options.interval)
+            self.nudged.clear()
+            if self.elector is not None and not await self.elector.try_acquire():
+                continue
+            try:
+                await self.pass_once()
+            except (kubeapi.ApiError, kubeapi.ApiUnavailableError, OSError) as exc:
+                log.warning("region pass failed, retrying: %s", exc)
+            except Exception:  # the loop must outlive any one pass
+                log.exception("region pass failed")
+
+    async def pass_once(self) -> None:
+        pool, client = await self._pool(), self.client
+        if client is None:
+            return
+        await bindings.route(pool)
+        now = datetime.now(UTC).strftime(STAMP)
+        for binding in await bindings.bindings(pool):
+            if binding.workspace not in self.workspaces:
+                continue  # not (yet) seen by this replica's watch
+            previous = self.workspaces[binding.workspace]
+            desired = placing.management_status(binding, previous, now)
+            if placing.same_status(desired, previous):
+                continue
+            namespace, name = placing.split_id(binding.workspace)
+            try:
+                await client.patch(
+                    kubeapi.WORKSPACES, namespace, name, {"status": desired}, subresource="status"
+                )
+            except kubeapi.NotFoundError:
+                continue  # deleted meanwhile; its DELETED event drops the binding
+            self.workspaces[binding.workspace] = {**previous, **desired}
+        for name, (state, count, pulled) in (await bindings.cluster_views(pool)).items():
+            if name not in self.clusters:
+                continue
+            wanted = {
+                "phase": state.capitalize(),
+                "workspaces": count,
+                "lastPull": pulled.strftime(STAMP) if pulled else None,
+            }
+            previous = self.clusters[name]
+            if all(previous.get(k) == v for k, v in wanted.items()):
+                continue
+            with contextlib.suppress(kubeapi.NotFoundError):
+                await client.patch(kubeapi.CLUSTERS, "", name, {"status": wanted}, subresource="status")
+                self.clusters[name] = {**previous, **wanted}
+        self.passes += 1
+
+
+def register(registry: kopf.OperatorRegistry, region: Region) -> None:
+    @kopf.on.login(id="login", registry=registry)
+    async def login(**_: Any) -> kopf.ConnectionInfo:
+        info = kubeapi.login(region.options.server, region.options.kubeconfig)
+        await region.connect(info)
+        return info
+
+    @kopf.on.startup(id="startup", registry=registry)
+    async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.peering.standalone = True  # the pass is elected by Lease; mirroring is idempotent
+        settings.posting.level = logging.WARNING
+        settings.watching.connect_timeout = 10
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage()
+        await region.start()
+
+    @kopf.on.cleanup(id="cleanup", registry=registry)
+    async def cleanup(**_: Any) -> None:
+        await region.stop()
+
+    @kopf.on.event(G, V, "workspaces", labels={placing.LABEL_PLACED_BY: kopf.ABSENT}, registry=registry)
+    async def workspace_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        await region.on_workspace(type, body)
+
+    @kopf.on.event(G, V, "clusters", registry=registry)
+    async def cluster_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        await region.on_cluster(type, body)
+
+
+async def run(
+    options: Options,
+    *,
+    stop_flag: asyncio.Event | threading.Event | None = None,
+    region: Region | None = None,
+) -> Region:
+    """Run one region control until ``stop_flag`` is set (or cancelled)."""
+    region = region or Region(options)
+    registry = kopf.OperatorRegistry()
+    register(registry, region)
+    try:
+        await kopf.operator(
+            registry=registry,
+            stop_flag=stop_flag,
+            standalone=True,
+            clusterwide=not options.namespace,
+            namespaces=[options.namespace] if options.namespace else [],
+        )
+    finally:
+        await region.stop()
+    return region

@@ -1,0 +1,269 @@
+"""Kubernetes-native control end to end on the real API server (issue 16).
+
+A Workspace applied to the management namespace is routed by the region control over Cluster
+resources (spec rule 5), pulled by the chosen cluster's control into its own namespace, run by
+that cluster's operator, and its status comes back to the management Workspace. The fixtures are
+in ``tests/kube/fleet.py``: two namespaces stand for two workload clusters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from dap.control import store
+from dap.control.kube import placing, region
+from tests.conftest import drop_database, new_database
+from tests.kube import fleet as fleet_
+from tests.kube.audit import Audit, summary
+from tests.kube.client import Api, wait_for
+from tests.kube.conftest import Cluster, Operators
+from tests.kube.objects import cluster_class, run_pods
+
+
+@pytest.fixture(scope="session")
+def control_accounts(cluster: Cluster) -> fleet_.Accounts:
+    return fleet_.install_controls(cluster.plane)
+
+
+@pytest.fixture
+async def fleet(
+    cluster: Cluster,
+    api: Api,
+    ns: str,
+    pg_server_dsn: str,
+    control_accounts: fleet_.Accounts,
+    monkeypatch: pytest.MonkeyPatch,
+) -> AsyncIterator[fleet_.Fleet]:
+    db_name, dsn = await new_database(pg_server_dsn)
+    pool = await store.connect(dsn, max_size=4)
+    region_api = fleet_.RegionApi(pool)
+    await region_api.start()
+    options = region.Options(
+        dsn=dsn, namespace=ns, interval=fleet_.INTERVAL, kubeconfig=str(control_accounts.region)
+    )
+    control = region.Region(options)
+    thread = fleet_.RegionThread(control)
+    the_fleet = fleet_.Fleet(api, ns, control_accounts, region_api, control, thread)
+    thread.start()
+    members = [the_fleet.name("a"), the_fleet.name("b")]
+    operators = [Operators(cluster, member, monkeypatch) for member in members]
+    await api.create("clusterclasses", cluster_class("standard"))
+    try:
+        for member in members:
+            await api.create(
+                "namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": member}}
+            )
+        for member, start in zip(members, operators, strict=True):
+            await wait_for(_account(api, member), what="default account")
+            await start()
+        await wait_for(lambda: _running(control), what="the region control logged in")
+        yield the_fleet
+    finally:
+        await the_fleet.close()
+        for start in operators:
+            await start.stop_all()
+        for member in members:
+            await api.delete("namespaces", None, member, missing_ok=True)
+        await pool.close()
+        await drop_database(pg_server_dsn, db_name)
+
+
+def _account(api: Api, namespace: str) -> Callable[[], Awaitable[dict[str, Any] | None]]:
+    return lambda: api.get("serviceaccounts", namespace, "default")
+
+
+async def _running(control: region.Region) -> bool:
+    return control.client is not None and control.pool is not None
+
+
+@pytest.fixture
+def audits(cluster: Cluster) -> tuple[Audit, Audit, int]:
+    region_audit = Audit(cluster.plane.audit_log, fleet_.REGION_USER)
+    member_audit = Audit(cluster.plane.audit_log, fleet_.MEMBER_USER)
+    return region_audit, member_audit, region_audit.mark()
+
+
+def _condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next(c for c in status.get("conditions", []) if c["type"] == type_)
+
+
+async def test_a_workspace_is_routed_pulled_run_and_its_status_flows_back(
+    fleet: fleet_.Fleet, api: Api, audits: tuple[Audit, Audit, int]
+) -> None:
+    a = await fleet.add_cluster("a", load=0.1)
+    b = await fleet.add_cluster("b", load=0.5)
+    await fleet.start_member("a")
+    await fleet.start_member("b")
+    await fleet.workspace("shop")
+
+    status = await fleet.placed_on("shop", a)  # the lower load wins
+    scheduled = _condition(status, "Scheduled")
+    assert scheduled["reason"] == placing.REASON_PLACED, scheduled
+    copy = await fleet.materialised("shop", a)
+    assert copy["metadata"]["labels"] == {
+        placing.LABEL_PLACED_BY: placing.PLACED_BY,
+        placing.LABEL_CLUSTER: a,
+    }
+    assert copy["metadata"]["annotations"][placing.ANNOTATION_PLACEMENT] == f"{fleet.management}/shop"
+    assert copy["spec"] == {"region": "eu", "clusterClass": "standard"}
+    assert await api.get("workspaces", b, "shop") is None
+
+    # The operator of cluster a runs it; playing the kubelet makes it Ready there ...
+    await wait_for(lambda: api.get("deployments", a, "dap-shop"), what="the operator's Deployment in a")
+    await wait_for(lambda: run_pods(api, a, "shop"), what="pods of shop in a")
+
+    async def ready_in_management() -> dict[str, Any] | None:
+        status = await fleet.status("shop")
+        return status if status.get("phase") == "Ready" else None
+
+    # ... and the management Workspace says so: phase and Ready come from cluster a.
+    status = await wait_for(ready_in_management, within=60, what="Ready reported back to the region")
+    assert _condition(status, "Ready")["status"] == "True"
+    assert status["cluster"] == a
+
+    cluster_status = await wait_for(
+        lambda: _cluster_status(api, a, lambda s: s.get("workspaces") == 1 and s.get("lastPull")),
+        what="Cluster a's status",
+    )
+    assert cluster_status["workspaces"] == 1
+    # Management Workspaces are routed, not run.
+    assert await api.get("deployments", fleet.management, "dap-shop") is None
+
+    # Pull-based, least privilege: no control ever touched a pod or a Deployment; the region
+    # wrote only the status of management objects; each cluster control only its namespace.
+    region_audit, member_audit, mark = audits
+    region_calls, member_calls = region_audit.calls(mark), member_audit.calls(mark)
+    assert region_calls and member_calls
+    assert not region_audit.forbidden(mark), summary(region_audit.forbidden(mark))
+    assert not member_audit.forbidden(mark), summary(member_audit.forbidden(mark))
+    for call in region_audit.writes(mark):
+        assert call.uri.split("?")[0].endswith("/status") or "/leases" in call.uri or "/events" in call.uri, (
+            call
+        )
+        assert f"/namespaces/{a}/" not in call.uri and f"/namespaces/{b}/" not in call.uri, call
+    for call in member_calls:
+        assert "/pods" not in call.uri and "/deployments" not in call.uri, call
+        assert "/workspaces" in call.uri or "/leases" in call.uri, call
+    for call in member_audit.writes(mark):
+        assert f"/namespaces/{a}/" in call.uri or f"/namespaces/{b}/" in call.uri, call
+
+
+async def _cluster_status(api: Api, name: str, ok: Any) -> dict[str, Any] | None:
+    body = await api.get("clusters", None, name) or {}
+    status: dict[str, Any] = body.get("status") or {}
+    return status if ok(status) else None
+
+
+async def test_a_full_cluster_refuses_and_an_unschedulable_workspace_says_why(
+    fleet: fleet_.Fleet, api: Api
+) -> None:
+    a = await fleet.add_cluster("a", max_workspaces=1, load=0.1)
+    b = await fleet.add_cluster("b", max_workspaces=1, load=0.5)
+    await fleet.start_member("a")
+    await fleet.start_member("b")
+    await fleet.workspace("one")
+    await fleet.placed_on("one", a)
+    await fleet.workspace("two")
+    await fleet.placed_on("two", b)  # a is full, although its load is lower
+    await fleet.workspace("three")
+
+    status = await fleet.placed_on("three", None)
+    scheduled = _condition(status, "Scheduled")
+    assert scheduled["reason"] == placing.REASON_UNSCHEDULABLE
+    assert f"{a}: full (1/1)" in scheduled["message"] and f"{b}: full (1/1)" in scheduled["message"]
+    assert status["phase"] == "Pending"
+    await asyncio.sleep(5 * fleet_.INTERVAL)
+    assert await api.get("workspaces", a, "three") is None and await api.get("workspaces", b, "three") is None
+
+    # Room made on b: the waiting workspace is placed there; the placed ones stay where they are.
+    await api.patch("clusters", None, b, {"spec": {"maxWorkspaces": 2}})
+    await fleet.placed_on("three", b)
+    await fleet.materialised("three", b)
+    assert (await fleet.status("one"))["cluster"] == a
+
+
+async def test_an_inactive_cluster_is_drained_into_the_other(fleet: fleet_.Fleet, api: Api) -> None:
+    a = await fleet.add_cluster("a", load=0.1)
+    b = await fleet.add_cluster("b", load=0.5)
+    await fleet.start_member("a")
+    await fleet.start_member("b")
+    for name in ("one", "two"):
+        await fleet.workspace(name)
+        await fleet.placed_on(name, a)
+        await fleet.materialised(name, a)
+
+    await api.patch("clusters", None, a, {"spec": {"state": "inactive"}})
+    for name in ("one", "two"):
+        await fleet.placed_on(name, b)
+        await fleet.materialised(name, b)
+        await fleet.gone(name, a)  # removed by a's own control once it pulled
+    await wait_for(
+        lambda: _cluster_status(api, a, lambda s: s.get("workspaces") == 0), what="a counted empty"
+    )
+
+
+async def test_a_region_outage_leaves_clusters_serving_and_they_converge_after(
+    fleet: fleet_.Fleet, api: Api
+) -> None:
+    a = await fleet.add_cluster("a", load=0.1)
+    await fleet.add_cluster("b", load=0.5, max_workspaces=0)
+    control = await fleet.start_member("a")
+    await fleet.workspace("shop")
+    await fleet.placed_on("shop", a)
+    await fleet.materialised("shop", a)
+
+    await fleet.region_api.stop()
+    rounds = control.state["rounds"]
+    await wait_for(
+        lambda: _later(control, rounds + 3), what="cluster control rounds while the region is down"
+    )
+    assert "unreachable" in control.state["pull_error"]
+    # Still serving what it had: the Workspace and the operator's Deployment are untouched.
+    assert await api.get("workspaces", a, "shop") is not None
+    assert await api.get("deployments", a, "dap-shop") is not None
+
+    # Meanwhile the region control still routes (Postgres and the API server are up) ...
+    await fleet.workspace("late")
+    await fleet.placed_on("late", a)
+    await asyncio.sleep(5 * fleet_.INTERVAL)
+    assert await api.get("workspaces", a, "late") is None  # ... but nothing reaches a cluster
+
+    await fleet.region_api.start()
+    await fleet.materialised("late", a)
+    await wait_for(lambda: run_pods(api, a, "late"), within=30, what="pods of late")
+
+    async def ready() -> bool:
+        return (await fleet.status("late")).get("phase") == "Ready"
+
+    await wait_for(ready, within=60, what="late's status after the region came back")
+    assert control.state["pull_error"] is None
+
+
+async def _later(control: Any, rounds: int) -> bool:
+    return bool(control.state["rounds"] >= rounds)
+
+
+async def test_a_deleted_management_workspace_is_removed_from_its_cluster(
+    fleet: fleet_.Fleet, api: Api
+) -> None:
+    a = await fleet.add_cluster("a")
+    await fleet.start_member("a")
+    await fleet.workspace("shop")
+    await fleet.materialised("shop", a)
+    # A Workspace of the cluster that is not the control's own is never touched.
+    await api.create(
+        "workspaces",
+        {
+            "apiVersion": "dap.io/v1alpha1",
+            "kind": "Workspace",
+            "metadata": {"name": "local", "namespace": a},
+            "spec": {},
+        },
+    )
+    await api.delete("workspaces", fleet.management, "shop")
+    await fleet.gone("shop", a)
+    assert await api.get("workspaces", a, "local") is not None
