@@ -15,10 +15,10 @@ Sections:
   after target (rotated rounds), and all targets at once (``workers/4`` clients each in the same
   seconds, so the shared machine's drift weighs on every target alike; read this ratio first).
 
-The approval inbox and escalation lateness are measured by ``bench/workflows.py``. ``--quick`` runs every section small and short, to prove it runs. Uses
-``DAP_BENCH_DSN`` when set, else an embedded Postgres. The client is Python (aiohttp) in the same
-machine budget, which compresses absolute figures alike for every target; the ratios are the
-figures to read.
+The approval inbox and escalation lateness are measured by ``bench/workflows.py``. ``--quick``
+runs every section small and short, to prove it runs. Uses ``DAP_BENCH_DSN`` when set, else an
+embedded Postgres. The client is Python (aiohttp) in the same machine budget, which compresses
+absolute figures alike for every target; the ratios are the figures to read.
 """
 
 from __future__ import annotations

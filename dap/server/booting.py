@@ -135,7 +135,7 @@ def reliable_runner(current: Callable[[], Catalog]) -> channels.Runner:
             expected=None,
             idempotency=None,
         )
-        await actions.run(conn, call, actions.runner(resource.key, plan), _silent)
+        await actions.run(conn, call, actions.local_runner(resource.key, plan), _silent)
 
     return run
 

@@ -66,7 +66,7 @@ async def service_action(request: web.Request) -> web.Response:
             auth.bearer_token(header), workspace=workspace.slug, bind=True
         )
     services.permit(catalog, principal, service, plan)
-    handler = actions.runner(service.key, plan)  # 501s before anything is read or counted
+    handler = actions.local_runner(service.key, plan)  # 501s before anything is read or counted
     body = await requests.read_body(request) if request.body_exists else {}
     params = actions.parse_params(plan, body)
     keyed = None

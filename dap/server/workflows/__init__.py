@@ -21,9 +21,9 @@ package applies them to a request::
     callbacks  where a job's callback may go, its Standard Webhooks signature, its retries
     sidecars   actions run by the app process: the ``Invoker`` the bridge provides, its reply applied
 
-Modules load on first import (none is
-imported here): the boot path needs ``approvals_schema`` and ``jobs`` (their tables) only. The events an action emits
-are written by ``dap.server.events.outbox``.
+Modules load on first import (none is imported here): the boot path needs ``approvals_schema``
+and ``jobs`` (their tables) only. The events an action emits are written by
+``dap.server.events.outbox``.
 """
 
 __all__ = [

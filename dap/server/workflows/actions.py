@@ -5,8 +5,9 @@ The order of a call, each step refusing before anything is written:
 1. :func:`runner` — what runs it, decided before any I/O: a ``native`` handler registered by
    entry point (501 ``SVC.ACTION.HANDLER_NOT_REGISTERED`` when missing), ``sidecar`` (the app
    process through the process's ``sidecars.Invoker``; 501 naming ``--sidecar-endpoint`` without
-   one), ``script`` (501), or a plain transition (no ``impl``: it just moves the state). A declared action that is neither is 501 too. A transition
-   gated by an approval is checked the same way (its handler runs when the approval completes).
+   one), ``script`` (501), or a plain transition (no ``impl``: it just moves the state). A
+   declared action that is neither is 501 too. A transition gated by an approval is checked the
+   same way (its handler runs when the approval completes).
 2. :func:`parse_params` — the body is the action's params, validated like fields by
    ``records.coerce_row``: 422 with one entry per problem.
 3. :func:`limit` — ``rate_limit`` counted in ``dap.rate_counts`` (``access.throttling``), so every
@@ -33,6 +34,7 @@ from typing import Any
 
 import asyncpg
 
+from dap.config import durations
 from dap.server import errors
 from dap.server.access import auth, guards, throttling
 from dap.server.catalog import machines as compiled
@@ -71,6 +73,22 @@ def runner(entity: str, plan: compiled.ActionPlan, invoker: sidecars.Invoker | N
             code=NOT_IMPLEMENTED,
         )
     return handlers.lookup(handlers.name_of(entity, plan.name, impl.handler))
+
+
+def local_runner(entity: str, plan: compiled.ActionPlan) -> handlers.Handler | None:
+    """:func:`runner` for the paths that run inside this process only (service actions, jobs,
+    reliable events): an action the app process implements is a 501 there, not a silent no-op."""
+    impl = plan.declared.impl if plan.declared is not None else None
+    if impl is not None and impl.type == "sidecar":
+        raise errors.NotImplementedHere(
+            f"action {plan.name!r} of {entity} is implemented by the app process (impl.type sidecar); "
+            "service actions, async jobs and reliable events do not call the app process yet: "
+            "run it as a record action, or implement it natively",
+            code=NOT_IMPLEMENTED,
+        )
+    found = runner(entity, plan)
+    assert not isinstance(found, sidecars.Bound)  # no invoker given: runner never binds one
+    return found
 
 
 def parse_params(plan: compiled.ActionPlan, body: Mapping[str, Any]) -> dict[str, Any]:

@@ -23,8 +23,8 @@ from dap.server import errors
 from dap.server.access import auth
 from dap.server.catalog import Catalog, Resource, machines
 from dap.server.documents import auditing, reading
-from dap.server.storage import caching, db, tables
 from dap.server.events import outbox
+from dap.server.storage import caching, db, tables
 from dap.server.workflows import approvals, gates, handlers
 from dap.server.workflows import machines as states
 

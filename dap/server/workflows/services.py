@@ -22,8 +22,8 @@ from dap.server.access import auth
 from dap.server.catalog import Catalog
 from dap.server.catalog import machines as compiled
 from dap.server.documents import auditing, filling, idempotency
-from dap.server.storage import db, records
 from dap.server.events import outbox
+from dap.server.storage import db, records
 from dap.server.workflows import handlers
 
 

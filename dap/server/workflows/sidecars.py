@@ -24,8 +24,8 @@ from aiohttp import web
 from dap.server import errors
 from dap.server.catalog import Resource
 from dap.server.catalog import machines as compiled
-from dap.server.storage import db
 from dap.server.events import outbox
+from dap.server.storage import db
 from dap.server.workflows import machines
 
 NOT_CONFIGURED = "SVC.ACTION.SIDECAR_NOT_CONFIGURED"

@@ -97,7 +97,7 @@ async def execute(conn: db.Connection, catalog: Catalog, job: jobs.Job, report: 
         if resource is None or plan is None:
             raise _gone(job)
         access = guards.check(principal, resource, plan.name)
-        handler = actions.runner(resource.key, plan)
+        handler = actions.local_runner(resource.key, plan)
         call = actions.Call(
             write=auditing.Write(
                 catalog, resource, tenant, principal.sub, principal.username, row["request_id"]
@@ -118,7 +118,7 @@ async def execute(conn: db.Connection, catalog: Catalog, job: jobs.Job, report: 
         if service is None or splan is None:
             raise _gone(job)
         services.permit(catalog, principal, service, splan)
-        handler = actions.runner(service.key, splan)
+        handler = actions.local_runner(service.key, splan)
         scall = services.Call(
             service=service,
             plan=splan,
