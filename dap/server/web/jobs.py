@@ -111,10 +111,9 @@ async def find_job(request: web.Request) -> web.Response:
 
 def attach(app: web.Application, opts: options.ServeOptions) -> None:
     """The process's job worker: started with the app, stopped before its pool closes."""
-    pool = app[state.POOL]
     holder = app[state.SPEC]
     app[WORKER] = worker.Worker(
-        pool,
+        opts.dsn,
         lambda: holder.current,
         lease=opts.job_lease,
         allow=callbacks.parse_networks(opts.callback_allow),

@@ -4,8 +4,10 @@
 often (``jobs.expire``), then claims one job (``FOR UPDATE SKIP LOCKED``, so processes never take
 the same row) and runs it (:meth:`Worker.run`); with no job due it delivers one due callback;
 with nothing to do it sleeps ``poll`` seconds or until this process enqueues a job
-(:meth:`Worker.wake`). While a job runs a heartbeat extends its lease every third of it on
-another connection; the action and ``jobs.succeed`` commit in one transaction (see ``jobs``).
+(:meth:`Worker.wake`). The worker has a pool of its own (three connections per slot and one to
+claim with), so jobs and requests never wait for each other's connections. While a job runs a
+heartbeat extends its lease every third of it on another connection; the action and
+``jobs.succeed`` commit in one transaction (see ``jobs``).
 
 :func:`execute` runs one job's action the way the synchronous call would have, with the caller
 kept in the row: the permission is checked again (roles are the caller's at request time), and a
@@ -142,7 +144,7 @@ class Worker:
 
     def __init__(
         self,
-        pool: asyncpg.Pool,
+        dsn: str,
         current: Callable[[], Catalog],
         *,
         lease: float,
@@ -151,14 +153,23 @@ class Worker:
         slots: int = SLOTS,
         poll: float = POLL,
     ) -> None:
-        self.pool, self.current, self.lease = pool, current, lease
+        self.dsn, self.current, self.lease = dsn, current, lease
+        self._pool: asyncpg.Pool | None = None
         self.allow, self.secret, self.slots, self.poll = tuple(allow), secret, slots, poll
         self.name = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._session: aiohttp.ClientSession | None = None
 
+    @property
+    def pool(self) -> asyncpg.Pool:
+        assert self._pool is not None, "the worker is not started"
+        return self._pool
+
     async def start(self) -> None:
+        # a pool of its own: a running job holds a connection for its whole transaction and needs
+        # two more (progress, heartbeat), which must never wait behind requests, nor starve them
+        self._pool = await db.open_pool(self.dsn, 3 * self.slots + 1)
         self._session = aiohttp.ClientSession()
         self._tasks = [asyncio.create_task(self._loop(), name=f"job-worker-{i}") for i in range(self.slots)]
 
@@ -171,6 +182,9 @@ class Worker:
         self._tasks.clear()
         if self._session is not None:
             await self._session.close()
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
 
     def wake(self) -> None:
         self._wake.set()
