@@ -318,3 +318,25 @@ async def test_a_job_interrupted_by_a_stop_is_resumed_by_the_next_server(
         job = await until(second, location, finished)
     assert job["state"] == "succeeded" and job["runs"] == 2 and job["progress"] == 100
     assert await effects(pg_dsn, tag) == 1
+
+
+async def test_two_servers_share_the_queue_and_run_each_job_once(
+    pg_dsn: str, registered: None, srv: Running
+) -> None:
+    tags = [uuid.uuid4().hex for _ in range(20)]
+    async with running(pg_dsn, load(SPEC), job_lease="2s") as other:
+        locations = []
+        for i, tag in enumerate(tags):
+            status, _, headers = await post(other if i % 2 else srv, "ops/tools/crunch", {"tag": tag})
+            assert status == 202
+            locations.append(headers["location"])
+        done = [await until(srv, location, finished) for location in locations]
+    assert all(j["state"] == "succeeded" and j["runs"] == 1 for j in done), done
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        counts = await conn.fetch(
+            "SELECT tag, count(*) AS n FROM public.job_effects WHERE tag = ANY($1) GROUP BY tag", tags
+        )
+    finally:
+        await conn.close()
+    assert sorted(r["tag"] for r in counts) == sorted(tags) and {r["n"] for r in counts} == {1}
