@@ -340,3 +340,14 @@ async def test_two_servers_share_the_queue_and_run_each_job_once(
     finally:
         await conn.close()
     assert sorted(r["tag"] for r in counts) == sorted(tags) and {r["n"] for r in counts} == {1}
+
+
+async def test_a_delivery_goes_only_to_the_addresses_it_checked(receiver: Receiver) -> None:
+    from dap.server.workflows import callbacks
+
+    path = f"/pinned/{uuid.uuid4().hex}"
+    allow = callbacks.parse_networks(["127.0.0.0/8"])
+    assert await callbacks.send(receiver.url + path, "{}", {}, allow) is None
+    refused = await callbacks.send(receiver.url + path, "{}", {}, ())
+    assert refused is not None and "loopback" in refused
+    assert len(receiver.at(path)) == 1  # the refused one never left

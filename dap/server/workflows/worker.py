@@ -27,7 +27,6 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import aiohttp
 import asyncpg
 
 from dap.config.actions import RetryDecl
@@ -159,7 +158,6 @@ class Worker:
         self.name = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._session: aiohttp.ClientSession | None = None
 
     @property
     def pool(self) -> asyncpg.Pool:
@@ -170,7 +168,6 @@ class Worker:
         # a pool of its own: a running job holds a connection for its whole transaction and needs
         # two more (progress, heartbeat), which must never wait behind requests, nor starve them
         self._pool = await db.open_pool(self.dsn, 3 * self.slots + 1)
-        self._session = aiohttp.ClientSession()
         self._tasks = [asyncio.create_task(self._loop(), name=f"job-worker-{i}") for i in range(self.slots)]
 
     async def stop(self) -> None:
@@ -180,8 +177,6 @@ class Worker:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
-        if self._session is not None:
-            await self._session.close()
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
@@ -268,8 +263,7 @@ class Worker:
         else:
             secret = self.secret or ""
             headers = callbacks.signed(secret, str(job.id), now, body) if row["callback_sign"] else {}
-            assert self._session is not None
-            error = await callbacks.send(self._session, row["callback_url"], body, headers, self.allow)
+            error = await callbacks.send(row["callback_url"], body, headers, self.allow)
         retry_in = None if error is None else callbacks.backoff(retry, row["callback_attempts"] + 1)
         if error is not None:
             log.info("job %s: callback not delivered (%s)", job.id, error)
