@@ -311,13 +311,24 @@ async def test_a_job_interrupted_by_a_stop_is_resumed_by_the_next_server(
         assert status == 202
         location = headers["location"]
         await until(first, location, lambda j: j["state"] == "running" and j["progress"] == 10)
-    # the first server stopped mid-run: nothing of the run was committed, the row says running
+    # the first server stopped mid-run: nothing of the run was committed, the job is queued again
     assert await effects(pg_dsn, tag) == 0
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        job_id = uuid.UUID(location.rsplit("/", 1)[-1])
+        assert await conn.fetchval("SELECT state FROM dap.jobs WHERE id = $1", job_id) == "queued"
+    finally:
+        await conn.close()
     hold.unlink()
     async with running(pg_dsn, load(SPEC), job_lease="1s") as second:
         job = await until(second, location, finished)
     assert job["state"] == "succeeded" and job["runs"] == 2 and job["progress"] == 100
     assert await effects(pg_dsn, tag) == 1
+    conn = await asyncpg.connect(pg_dsn)
+    try:  # handed back at the stop: not a lost lease
+        assert await conn.fetchval("SELECT lost FROM dap.jobs WHERE id = $1", uuid.UUID(job["id"])) == 0
+    finally:
+        await conn.close()
 
 
 async def test_two_servers_share_the_queue_and_run_each_job_once(

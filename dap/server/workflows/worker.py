@@ -178,6 +178,11 @@ class Worker:
                 await task
         self._tasks.clear()
         if self._pool is not None:
+            try:  # the runs just cancelled were rolled back: hand their jobs to the next process
+                async with db.connection(self._pool) as conn:
+                    await jobs.release(conn, self.name)
+            except Exception as exc:  # Postgres away: the leases run out instead
+                log.warning("could not hand back running jobs: %s", exc.__class__.__name__)
             await self._pool.close()
             self._pool = None
 
