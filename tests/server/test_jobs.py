@@ -303,6 +303,9 @@ async def test_loopback_is_refused_without_the_allow_list(
 async def test_a_job_interrupted_by_a_stop_is_resumed_by_the_next_server(
     pg_dsn: str, registered: None, tmp_path: Path
 ) -> None:
+    conn = await asyncpg.connect(pg_dsn)
+    await conn.execute(EFFECTS)
+    await conn.close()
     hold = tmp_path / "hold"
     hold.touch()
     tag = uuid.uuid4().hex
