@@ -222,9 +222,12 @@ class Worker:
     async def _beat(self, job_id: uuid.UUID) -> None:
         while True:
             await asyncio.sleep(self.lease / 3)
-            async with db.connection(self.pool) as conn:
-                if not await jobs.heartbeat(conn, job_id, self.name, self.lease):
-                    return
+            try:
+                async with db.connection(self.pool) as conn:
+                    if not await jobs.heartbeat(conn, job_id, self.name, self.lease):
+                        return  # another worker holds it now; this run's commit will be refused
+            except Exception as exc:  # Postgres away or busy: try again at the next beat
+                log.warning("job %s: heartbeat failed: %s", job_id, exc.__class__.__name__)
 
     async def run(self, job: jobs.Job) -> None:
         """Run a claimed job to ``succeeded`` or ``failed`` (or leave it to the next claim)."""
