@@ -300,6 +300,16 @@ async def test_loopback_is_refused_without_the_allow_list(
         assert status == 422 and "loopback" in answer["detail"] and "--callback-allow" in answer["detail"]
 
 
+async def test_a_signed_callback_needs_a_secret(pg_dsn: str, registered: None, receiver: Receiver) -> None:
+    async with running(pg_dsn, load(SPEC), callback_allow=["127.0.0.0/8"]) as other:
+        url = receiver.url + "/unsigned"
+        status, answer, _ = await post(other, "ops/tools/crunch", {"tag": "x"}, **{"X-Reply-To": url})
+        assert status == 501 and answer["code"] == "SVC.JOB.CALLBACK_NOT_SIGNED"
+        assert "--callback-secret" in answer["detail"]
+        status, _, _ = await post(other, "ops/tools/crunch", {"tag": uuid.uuid4().hex})  # no callback: fine
+        assert status == 202
+
+
 async def test_a_job_interrupted_by_a_stop_is_resumed_by_the_next_server(
     pg_dsn: str, registered: None, tmp_path: Path
 ) -> None:
