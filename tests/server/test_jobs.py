@@ -22,6 +22,8 @@ import pytest_asyncio
 import standardwebhooks
 from aiohttp import web
 
+from dap.server.web import jobs as web_jobs
+
 from .conftest import Running, load, running, token
 from .documents_spec import JSON
 from .services_spec import EFFECTS, SPEC, install_handlers
@@ -324,14 +326,18 @@ async def test_a_job_interrupted_by_a_stop_is_resumed_by_the_next_server(
         assert status == 202
         location = headers["location"]
         await until(first, location, lambda j: j["state"] == "running" and j["progress"] == 10)
+        stopped = first.server.app[web_jobs.WORKER].name
     # the first server stopped mid-run: nothing of the run was committed, the job is queued again
     assert await effects(pg_dsn, tag) == 0
+    # (queued, or already claimed by the module's other server: never still the stopped one's)
     conn = await asyncpg.connect(pg_dsn)
     try:
         job_id = uuid.UUID(location.rsplit("/", 1)[-1])
-        assert await conn.fetchval("SELECT state FROM dap.jobs WHERE id = $1", job_id) == "queued"
+        held = await conn.fetchrow("SELECT state, worker, lost FROM dap.jobs WHERE id = $1", job_id)
     finally:
         await conn.close()
+    assert held is not None and held["worker"] != stopped and held["lost"] == 0, dict(held or {})
+    assert held["state"] == "queued" or held["worker"] is not None
     hold.unlink()
     async with running(pg_dsn, load(SPEC), job_lease="1s") as second:
         job = await until(second, location, finished)

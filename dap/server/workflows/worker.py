@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -40,6 +41,7 @@ from dap.server.workflows import actions, callbacks, handlers, jobs, services
 log = logging.getLogger(__name__)
 SLOTS = 2  # jobs one process runs at once
 POLL = 0.25  # seconds between looks at the table when idle
+SWEEP = 1.0  # seconds between two looks for jobs to fail (``jobs.expire``)
 
 
 def _dumps(data: Any) -> str:
@@ -157,6 +159,7 @@ class Worker:
         self.allow, self.secret, self.slots, self.poll = tuple(allow), secret, slots, poll
         self.name = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._wake = asyncio.Event()
+        self._swept = 0.0
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
@@ -207,7 +210,10 @@ class Worker:
     async def step(self) -> bool:
         """Run one job or deliver one callback; ``False`` when nothing was due."""
         async with db.connection(self.pool) as conn:
-            await jobs.expire(conn)
+            now = time.monotonic()
+            if now - self._swept >= SWEEP:  # once a second per process is plenty: leases are long
+                self._swept = now
+                await jobs.expire(conn)
             job = await jobs.claim(conn, self.name, self.lease)
         if job is not None:
             await self.run(job)
