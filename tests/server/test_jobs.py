@@ -22,6 +22,8 @@ import pytest_asyncio
 import standardwebhooks
 from aiohttp import web
 
+from dap.server.web import jobs as web_jobs
+
 from .conftest import Running, load, running, token
 from .documents_spec import JSON
 from .services_spec import EFFECTS, SPEC, install_handlers
@@ -300,9 +302,22 @@ async def test_loopback_is_refused_without_the_allow_list(
         assert status == 422 and "loopback" in answer["detail"] and "--callback-allow" in answer["detail"]
 
 
+async def test_a_signed_callback_needs_a_secret(pg_dsn: str, registered: None, receiver: Receiver) -> None:
+    async with running(pg_dsn, load(SPEC), callback_allow=["127.0.0.0/8"]) as other:
+        url = receiver.url + "/unsigned"
+        status, answer, _ = await post(other, "ops/tools/crunch", {"tag": "x"}, **{"X-Reply-To": url})
+        assert status == 501 and answer["code"] == "SVC.JOB.CALLBACK_NOT_SIGNED"
+        assert "--callback-secret" in answer["detail"]
+        status, _, _ = await post(other, "ops/tools/crunch", {"tag": uuid.uuid4().hex})  # no callback: fine
+        assert status == 202
+
+
 async def test_a_job_interrupted_by_a_stop_is_resumed_by_the_next_server(
     pg_dsn: str, registered: None, tmp_path: Path
 ) -> None:
+    conn = await asyncpg.connect(pg_dsn)
+    await conn.execute(EFFECTS)
+    await conn.close()
     hold = tmp_path / "hold"
     hold.touch()
     tag = uuid.uuid4().hex
@@ -311,10 +326,58 @@ async def test_a_job_interrupted_by_a_stop_is_resumed_by_the_next_server(
         assert status == 202
         location = headers["location"]
         await until(first, location, lambda j: j["state"] == "running" and j["progress"] == 10)
-    # the first server stopped mid-run: nothing of the run was committed, the row says running
+        stopped = first.server.app[web_jobs.WORKER].name
+    # the first server stopped mid-run: nothing of the run was committed, the job is queued again
     assert await effects(pg_dsn, tag) == 0
+    # (queued, or already claimed by the module's other server: never still the stopped one's)
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        job_id = uuid.UUID(location.rsplit("/", 1)[-1])
+        held = await conn.fetchrow("SELECT state, worker, lost FROM dap.jobs WHERE id = $1", job_id)
+    finally:
+        await conn.close()
+    assert held is not None and held["worker"] != stopped and held["lost"] == 0, dict(held or {})
+    assert held["state"] == "queued" or held["worker"] is not None
     hold.unlink()
     async with running(pg_dsn, load(SPEC), job_lease="1s") as second:
         job = await until(second, location, finished)
     assert job["state"] == "succeeded" and job["runs"] == 2 and job["progress"] == 100
     assert await effects(pg_dsn, tag) == 1
+    conn = await asyncpg.connect(pg_dsn)
+    try:  # handed back at the stop: not a lost lease
+        assert await conn.fetchval("SELECT lost FROM dap.jobs WHERE id = $1", uuid.UUID(job["id"])) == 0
+    finally:
+        await conn.close()
+
+
+async def test_two_servers_share_the_queue_and_run_each_job_once(
+    pg_dsn: str, registered: None, srv: Running
+) -> None:
+    tags = [uuid.uuid4().hex for _ in range(20)]
+    async with running(pg_dsn, load(SPEC), job_lease="2s") as other:
+        locations = []
+        for i, tag in enumerate(tags):
+            status, _, headers = await post(other if i % 2 else srv, "ops/tools/crunch", {"tag": tag})
+            assert status == 202
+            locations.append(headers["location"])
+        done = [await until(srv, location, finished) for location in locations]
+    assert all(j["state"] == "succeeded" and j["runs"] == 1 for j in done), done
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        counts = await conn.fetch(
+            "SELECT tag, count(*) AS n FROM public.job_effects WHERE tag = ANY($1) GROUP BY tag", tags
+        )
+    finally:
+        await conn.close()
+    assert sorted(r["tag"] for r in counts) == sorted(tags) and {r["n"] for r in counts} == {1}
+
+
+async def test_a_delivery_goes_only_to_the_addresses_it_checked(receiver: Receiver) -> None:
+    from dap.server.workflows import callbacks
+
+    path = f"/pinned/{uuid.uuid4().hex}"
+    allow = callbacks.parse_networks(["127.0.0.0/8"])
+    assert await callbacks.send(receiver.url + path, "{}", {}, allow) is None
+    refused = await callbacks.send(receiver.url + path, "{}", {}, ())
+    assert refused is not None and "loopback" in refused
+    assert len(receiver.at(path)) == 1  # the refused one never left

@@ -115,12 +115,13 @@ async def test_a_job_of_a_killed_server_is_taken_over_by_another(pg_dsn: str, tm
         conn = await asyncpg.connect(pg_dsn)
         try:
             assert await conn.fetchval("SELECT count(*) FROM public.job_effects WHERE tag = $1", tag) == 1
-            # a job whose workers died every time it ran: failed by the next sweep, not running forever
+            # a job whose workers died every time it ran (twice before, now a third time): failed by
+            # the next sweep, not claimed again and not running forever
             lost = uuid.uuid4()
             await conn.execute(
                 "INSERT INTO dap.jobs (id, tenant_id, target, kind, action, principal, body, state, runs, "
-                "worker, lease_until) SELECT $1, id, 'ops/tools', 'service', 'crunch', '{}', '{}', "
-                "'running', 3, 'gone', now() - interval '1 s' FROM dap.workspaces WHERE slug = 'default'",
+                "lost, worker, lease_until) SELECT $1, id, 'ops/tools', 'service', 'crunch', '{}', '{}', "
+                "'running', 3, 2, 'gone', now() - interval '1 s' FROM dap.workspaces WHERE slug = 'default'",
                 lost,
             )
             deadline = time.monotonic() + 10

@@ -3,6 +3,7 @@ permissions, ``public``, ``disabled``/``expose``, impl refusals, audit, ``emits`
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -223,3 +224,21 @@ async def test_ui_metadata_describes_services_and_how_actions_are_called(srv: Ru
         task = (await resp.json())["data"]
     finish = next(a for a in task["actions"] if a["name"] == "finish")
     assert finish["call"] == "async" and finish["track"] is True
+
+
+async def test_concurrent_duplicates_of_one_key_have_one_effect(srv: Running, pg_dsn: str) -> None:
+    key, text = uuid.uuid4().hex, f"dup-{uuid.uuid4().hex[:8]}"
+    results = await asyncio.gather(
+        *(post(srv, "ops/tools/echo", {"text": text}, **{"Idempotency-Key": key}) for _ in range(10))
+    )
+    statuses = sorted(r[0] for r in results)
+    assert set(statuses) <= {200, 409} and 200 in statuses, statuses
+    assert all(r[1]["code"] == "SVC.IDEMPOTENCY.IN_PROGRESS" for r in results if r[0] == 409)
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        events = await conn.fetchval(
+            "SELECT count(*) FROM dap.outbox WHERE payload->'params'->>'text' = $1", text
+        )
+    finally:
+        await conn.close()
+    assert events == 1

@@ -44,7 +44,6 @@ RULES: tuple[Rule, ...] = (
     fields.extension_rules,
     behaviour.action_and_event_rules,
     behaviour.state_machine_rules,
-    behaviour.service_rules,
     scoping.row_scope_rules,
     naming.role_rules,
     naming.permission_names,

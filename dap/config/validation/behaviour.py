@@ -51,9 +51,10 @@ def action_and_event_rules(spec: Spec) -> Iterator[Problem]:
                         )
                 if delivery.channel is EventChannel.RELIABLE_EVENT:
                     yield from _reliable_target(spec, entity, path, delivery.target)
+    yield from _service_rules(spec)
 
 
-def service_rules(spec: Spec) -> Iterator[Problem]:
+def _service_rules(spec: Spec) -> Iterator[Problem]:
     for service in spec.services.values():
         for name in locating.duplicates(a.name for a in service.spec.actions):
             yield locating.at(spec, service, "spec.actions", f"action {name!r} is declared twice")

@@ -47,11 +47,10 @@ async def start(
 ) -> web.Response:
     """Queue the action as a job; 202 with it (or the stored answer of a repeated key)."""
     opts = request.app[state.OPTIONS]
-    allow = callbacks.parse_networks(opts.callback_allow)
     url = callbacks.url_of(request.headers, declared.callback)
     decl = declared.callback
     if url is not None and decl is not None:
-        await callbacks.check(url, allow)
+        await callbacks.check(url, request.app[WORKER].allow)
         if decl.sign and opts.callback_secret is None:
             raise errors.NotImplementedHere(
                 f"{target}/{declared.name} signs its callbacks and this server has no --callback-secret",
@@ -111,10 +110,9 @@ async def find_job(request: web.Request) -> web.Response:
 
 def attach(app: web.Application, opts: options.ServeOptions) -> None:
     """The process's job worker: started with the app, stopped before its pool closes."""
-    pool = app[state.POOL]
     holder = app[state.SPEC]
     app[WORKER] = worker.Worker(
-        pool,
+        opts.dsn,
         lambda: holder.current,
         lease=opts.job_lease,
         allow=callbacks.parse_networks(opts.callback_allow),

@@ -8,7 +8,9 @@ that header is a job without a callback. The URL is checked at request time (422
 - ``http`` or ``https``, with a host;
 - every address the host resolves to is public: loopback, private (RFC 1918, ULA), link-local
   (cloud metadata services live there), shared, multicast, reserved and unspecified addresses are
-  refused — unless the address lies in a network allow-listed by ``--callback-allow CIDR``.
+  refused — unless the address lies in a network allow-listed by ``--callback-allow CIDR``. A
+  delivery connects to the very addresses it checked (:class:`_Pinned`), never to a second answer
+  of the resolver.
 
 The body is ``{"type": "job.succeeded"|"job.failed", "timestamp", "data": job}``. With ``sign:
 true`` it carries the Standard Webhooks headers (``webhook-id`` = the job id, the same on every
@@ -28,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from urllib.parse import urlsplit
 
 import aiohttp
+import aiohttp.abc
 import standardwebhooks
 
 from dap.config import durations
@@ -156,22 +159,54 @@ def valid_secret(secret: str) -> bool:
     return True
 
 
-async def send(
-    session: aiohttp.ClientSession, url: str, body: str, headers: Mapping[str, str], allow: Sequence[Network]
-) -> str | None:
-    """POST one callback; ``None`` when delivered (2xx), else why not."""
+class _Pinned(aiohttp.abc.AbstractResolver):
+    """Answers with the addresses already checked, so the connection goes where the check said
+    (a name cannot resolve to a public address for the check and an internal one for the POST)."""
+
+    def __init__(self, addresses: Sequence[Address]) -> None:
+        self.addresses = tuple(addresses)
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[aiohttp.abc.ResolveResult]:
+        return [
+            {
+                "hostname": host,
+                "host": str(a),
+                "port": port,
+                "family": socket.AF_INET6 if a.version == 6 else socket.AF_INET,
+                "proto": 0,
+                "flags": socket.AI_NUMERICHOST,
+            }
+            for a in self.addresses
+        ]
+
+    async def close(self) -> None:
+        return None
+
+
+async def send(url: str, body: str, headers: Mapping[str, str], allow: Sequence[Network]) -> str | None:
+    """POST one callback to the addresses checked for it; ``None`` when delivered (2xx), else why not."""
     try:
-        await check(url, allow)
+        host, port = split(url)
     except errors.ValidationFailed as exc:
         return exc.detail
+    addresses = await resolve(host, port)
+    why = refusal(addresses, allow)
+    if why is not None:
+        return f"the callback URL is refused: {why}"
+    connector = aiohttp.TCPConnector(resolver=_Pinned(addresses), use_dns_cache=False)
     try:
-        async with session.post(
-            url,
-            data=body.encode(),
-            headers={"Content-Type": "application/json", **headers},
-            timeout=aiohttp.ClientTimeout(total=TIMEOUT),
-            allow_redirects=False,  # a redirect could lead past the address check
-        ) as resp:
+        async with (
+            aiohttp.ClientSession(connector=connector) as session,
+            session.post(
+                url,
+                data=body.encode(),
+                headers={"Content-Type": "application/json", **headers},
+                timeout=aiohttp.ClientTimeout(total=TIMEOUT),
+                allow_redirects=False,  # a redirect could lead past the address check
+            ) as resp,
+        ):
             if 200 <= resp.status < 300:
                 return None
             return f"the receiver answered {resp.status}"

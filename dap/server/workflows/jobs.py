@@ -9,7 +9,10 @@ lease it extends while the action runs (:func:`heartbeat`), and finishes the row
 transaction as the action's effect (:func:`succeed`, only while it still holds the lease), so the
 effect and ``succeeded`` commit together. A process killed mid-run leaves a ``running`` row whose
 lease runs out: the next claim takes it again and runs it from the start (its uncommitted work
-was rolled back with its connection); after :data:`MAX_RUNS` lost leases :func:`expire` fails it.
+was rolled back with its connection; ``lost`` counts such leases); the :data:`MAX_LOST`-th lost
+lease makes :func:`expire` fail it instead. A process that stops gracefully hands its running
+jobs back at once (:func:`release`: queued again, not counted as lost), so a restart neither
+delays them by a lease nor brings them closer to failing.
 No row stays ``running`` past its lease.
 
 States: ``queued`` → ``running`` → ``succeeded`` | ``failed``. ``progress`` (0 to 100) only goes up
@@ -31,7 +34,7 @@ import asyncpg
 
 from dap.server.storage import db
 
-MAX_RUNS = 3  # claims of one job (a lost lease each but the last) before it is failed
+MAX_LOST = 3  # leases of one job that may run out (its worker gone); the last one fails it
 DDL = """
 CREATE SCHEMA IF NOT EXISTS dap;
 CREATE TABLE IF NOT EXISTS dap.jobs (
@@ -50,6 +53,7 @@ CREATE TABLE IF NOT EXISTS dap.jobs (
     result jsonb,
     error jsonb,
     runs integer NOT NULL DEFAULT 0,
+    lost integer NOT NULL DEFAULT 0,
     worker text,
     lease_until timestamptz,
     created_at timestamptz NOT NULL DEFAULT now(),
@@ -63,6 +67,7 @@ CREATE TABLE IF NOT EXISTS dap.jobs (
     callback_due timestamptz,
     callback_error text
 );
+ALTER TABLE dap.jobs ADD COLUMN IF NOT EXISTS lost integer NOT NULL DEFAULT 0;
 CREATE INDEX IF NOT EXISTS jobs_open ON dap.jobs (created_at) WHERE state IN ('queued', 'running');
 CREATE INDEX IF NOT EXISTS jobs_callbacks ON dap.jobs (callback_due) WHERE callback_state = 'pending';
 """
@@ -73,19 +78,20 @@ COLUMNS = (
 )
 _CLAIM = f"""
 UPDATE dap.jobs SET state = 'running', runs = runs + 1, worker = $1,
+    lost = lost + CASE WHEN state = 'running' THEN 1 ELSE 0 END,
     lease_until = now() + make_interval(secs => $2), started_at = coalesce(started_at, now())
 WHERE id = (
     SELECT id FROM dap.jobs
-    WHERE (state = 'queued' OR (state = 'running' AND lease_until < now())) AND runs < {MAX_RUNS}
+    WHERE state = 'queued' OR (state = 'running' AND lease_until < now() AND lost + 1 < {MAX_LOST})
     ORDER BY created_at FOR UPDATE SKIP LOCKED LIMIT 1
 )
 RETURNING {COLUMNS}
 """
 _EXPIRE = f"""
-UPDATE dap.jobs SET state = 'failed', finished_at = now(), worker = NULL, error = $1,
+UPDATE dap.jobs SET state = 'failed', finished_at = now(), worker = NULL, error = $1, lost = lost + 1,
     callback_state = CASE WHEN callback_url IS NULL THEN NULL ELSE 'pending' END, callback_due = now()
 WHERE id IN (
-    SELECT id FROM dap.jobs WHERE state = 'running' AND lease_until < now() AND runs >= {MAX_RUNS}
+    SELECT id FROM dap.jobs WHERE state = 'running' AND lease_until < now() AND lost + 1 >= {MAX_LOST}
     FOR UPDATE SKIP LOCKED
 )
 """
@@ -199,14 +205,24 @@ async def claim(conn: db.Connection, worker: str, lease: float) -> Job | None:
 
 
 async def expire(conn: db.Connection) -> int:
-    """Fail the jobs whose lease ran out :data:`MAX_RUNS` times; how many."""
+    """Fail the jobs whose lease ran out for the :data:`MAX_LOST`-th time; how many."""
     problem = {
         "status": 500,
         "code": "SVC.JOB.WORKER_LOST",
-        "detail": f"the server process running this job stopped {MAX_RUNS} times before it finished; "
+        "detail": f"the server process running this job stopped {MAX_LOST} times before it finished; "
         "nothing of it was committed",
     }
     done = await conn.execute(_EXPIRE, problem)
+    return int(done.rsplit(" ", 1)[-1])
+
+
+async def release(conn: db.Connection, worker: str) -> int:
+    """Queue again the jobs ``worker`` is running (it is stopping and rolled them back); how many."""
+    done = await conn.execute(
+        "UPDATE dap.jobs SET state = 'queued', worker = NULL, lease_until = NULL "
+        "WHERE worker = $1 AND state = 'running'",
+        worker,
+    )
     return int(done.rsplit(" ", 1)[-1])
 
 

@@ -4,8 +4,10 @@
 often (``jobs.expire``), then claims one job (``FOR UPDATE SKIP LOCKED``, so processes never take
 the same row) and runs it (:meth:`Worker.run`); with no job due it delivers one due callback;
 with nothing to do it sleeps ``poll`` seconds or until this process enqueues a job
-(:meth:`Worker.wake`). While a job runs a heartbeat extends its lease every third of it on
-another connection; the action and ``jobs.succeed`` commit in one transaction (see ``jobs``).
+(:meth:`Worker.wake`). The worker has a pool of its own (three connections per slot and one to
+claim with), so jobs and requests never wait for each other's connections. While a job runs a
+heartbeat extends its lease every third of it on another connection; the action and
+``jobs.succeed`` commit in one transaction (see ``jobs``).
 
 :func:`execute` runs one job's action the way the synchronous call would have, with the caller
 kept in the row: the permission is checked again (roles are the caller's at request time), and a
@@ -21,11 +23,11 @@ import json
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import aiohttp
 import asyncpg
 
 from dap.config.actions import RetryDecl
@@ -39,6 +41,7 @@ from dap.server.workflows import actions, callbacks, handlers, jobs, services
 log = logging.getLogger(__name__)
 SLOTS = 2  # jobs one process runs at once
 POLL = 0.25  # seconds between looks at the table when idle
+SWEEP = 1.0  # seconds between two looks for jobs to fail (``jobs.expire``)
 
 
 def _dumps(data: Any) -> str:
@@ -142,7 +145,7 @@ class Worker:
 
     def __init__(
         self,
-        pool: asyncpg.Pool,
+        dsn: str,
         current: Callable[[], Catalog],
         *,
         lease: float,
@@ -151,15 +154,23 @@ class Worker:
         slots: int = SLOTS,
         poll: float = POLL,
     ) -> None:
-        self.pool, self.current, self.lease = pool, current, lease
+        self.dsn, self.current, self.lease = dsn, current, lease
+        self._pool: asyncpg.Pool | None = None
         self.allow, self.secret, self.slots, self.poll = tuple(allow), secret, slots, poll
         self.name = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._wake = asyncio.Event()
+        self._swept = 0.0
         self._tasks: list[asyncio.Task[None]] = []
-        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        assert self._pool is not None, "the worker is not started"
+        return self._pool
 
     async def start(self) -> None:
-        self._session = aiohttp.ClientSession()
+        # a pool of its own: a running job holds a connection for its whole transaction and needs
+        # two more (progress, heartbeat), which must never wait behind requests, nor starve them
+        self._pool = await db.open_pool(self.dsn, 3 * self.slots + 1)
         self._tasks = [asyncio.create_task(self._loop(), name=f"job-worker-{i}") for i in range(self.slots)]
 
     async def stop(self) -> None:
@@ -169,8 +180,14 @@ class Worker:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
-        if self._session is not None:
-            await self._session.close()
+        if self._pool is not None:
+            try:  # the runs just cancelled were rolled back: hand their jobs to the next process
+                async with db.connection(self._pool) as conn:
+                    await jobs.release(conn, self.name)
+            except Exception as exc:  # Postgres away: the leases run out instead
+                log.warning("could not hand back running jobs: %s", exc.__class__.__name__)
+            await self._pool.close()
+            self._pool = None
 
     def wake(self) -> None:
         self._wake.set()
@@ -193,7 +210,10 @@ class Worker:
     async def step(self) -> bool:
         """Run one job or deliver one callback; ``False`` when nothing was due."""
         async with db.connection(self.pool) as conn:
-            await jobs.expire(conn)
+            now = time.monotonic()
+            if now - self._swept >= SWEEP:  # once a second per process is plenty: leases are long
+                self._swept = now
+                await jobs.expire(conn)
             job = await jobs.claim(conn, self.name, self.lease)
         if job is not None:
             await self.run(job)
@@ -208,9 +228,12 @@ class Worker:
     async def _beat(self, job_id: uuid.UUID) -> None:
         while True:
             await asyncio.sleep(self.lease / 3)
-            async with db.connection(self.pool) as conn:
-                if not await jobs.heartbeat(conn, job_id, self.name, self.lease):
-                    return
+            try:
+                async with db.connection(self.pool) as conn:
+                    if not await jobs.heartbeat(conn, job_id, self.name, self.lease):
+                        return  # another worker holds it now; this run's commit will be refused
+            except Exception as exc:  # Postgres away or busy: try again at the next beat
+                log.warning("job %s: heartbeat failed: %s", job_id, exc.__class__.__name__)
 
     async def run(self, job: jobs.Job) -> None:
         """Run a claimed job to ``succeeded`` or ``failed`` (or leave it to the next claim)."""
@@ -254,8 +277,7 @@ class Worker:
         else:
             secret = self.secret or ""
             headers = callbacks.signed(secret, str(job.id), now, body) if row["callback_sign"] else {}
-            assert self._session is not None
-            error = await callbacks.send(self._session, row["callback_url"], body, headers, self.allow)
+            error = await callbacks.send(row["callback_url"], body, headers, self.allow)
         retry_in = None if error is None else callbacks.backoff(retry, row["callback_attempts"] + 1)
         if error is not None:
             log.info("job %s: callback not delivered (%s)", job.id, error)
