@@ -23,7 +23,11 @@ SESSION_STATE = re.compile(
     re.IGNORECASE,
 )
 STATEMENTS = re.compile(r"[\"']\s*(LISTEN|DECLARE)\s")  # LISTEN, a cursor (SQL in capitals here)
-OWN_CONNECTION = {"server/storage/caching.py"}  # the find cache's LISTEN runs on its own connection
+OWN_CONNECTION = {  # LISTEN on connections of their own, never the pool's
+    "server/storage/caching.py",  # the find cache
+    "server/events/dispatcher.py",  # the outbox dispatcher
+    "server/events/feed.py",  # the websocket feed
+}
 
 
 def test_no_code_leaves_session_state_on_a_pooled_connection() -> None:
