@@ -273,7 +273,9 @@ def openapi_paths(responses: Callable[..., dict[str, Any]]) -> dict[str, Any]:
                 "tags": tag,
                 "summary": f"{verb.capitalize()} the current step of an approval",
                 "requestBody": {"required": required, "content": {"application/json": {"schema": body}}},
-                "responses": responses({"200": {"description": "counted", "content": voted}}, 403, 409, 422),
+                "responses": responses(
+                    {"200": {"description": "counted", "content": voted}}, 400, 403, 409, 413, 415, 422
+                ),
             },
         }
 
