@@ -540,3 +540,21 @@ async def test_a_native_handler_runs_when_the_approval_completes(srv: Running, p
     finally:
         await conn.close()
     assert [r["by"] for r in stamped] == ["max"]  # once, as the deciding approver
+
+
+async def test_an_edit_restarts_a_sequential_step_from_its_first_role(srv: Running) -> None:
+    d = await doc(srv)
+    status, answer = await call(srv, "POST", f"ap/doc/{d['id']}/solo")
+    approval = answer["approval"]
+    status, answer = await vote(srv, approval, who("pat", "approver"))
+    status, answer = await vote(srv, approval, who("fay", "first"))
+    assert status == 200 and answer["approval"]["step"]["roles"] == ["second"], answer
+    # the step displays no field: its votes are tied to the version, which any edit bumps
+    status, answer = await call(srv, "PATCH", f"ap/doc/{d['id']}", {"note": "changed"})
+    assert status == 200
+    status, answer = await vote(srv, approval, who("sam", "second"))
+    assert status == 403 and "first" in answer["detail"], answer  # fay's vote no longer counts
+    status, answer = await vote(srv, approval, who("fay", "first"))  # fay signs the new version
+    assert status == 200 and answer["approval"]["step"]["votes"] == 1, answer
+    status, answer = await vote(srv, approval, who("sam", "second"))
+    assert status == 200 and answer["data"]["state"] == "published", answer
