@@ -374,8 +374,12 @@ async def test_reject_needs_a_comment_and_moves_to_on_reject(srv: Running, pg_ds
 async def test_a_record_moved_elsewhere_cancels_its_approval(srv: Running) -> None:
     d = await doc(srv, amount=50)
     approval = await ask(srv, d)
+    status, answer = await call(srv, "GET", "_approvals?limit=500", None, who("ann", "committee"))
+    assert approval["id"] in [a["id"] for a in answer["data"]]
     status, answer = await call(srv, "POST", f"ap/doc/{d['id']}/archive")
     assert status == 200, answer
+    status, answer = await call(srv, "GET", "_approvals?limit=500", None, who("ann", "committee"))
+    assert approval["id"] not in [a["id"] for a in answer["data"]]  # no longer offered
     status, answer = await vote(srv, approval, who("ann", "committee"))
     assert status == 409 and answer["code"] == "SVC.APPROVAL.STALE", answer
     status, one = await call(srv, "GET", f"_approvals/{approval['id']}")
