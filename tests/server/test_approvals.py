@@ -562,3 +562,17 @@ async def test_an_edit_restarts_a_sequential_step_from_its_first_role(srv: Runni
     assert status == 200 and answer["approval"]["step"]["votes"] == 1, answer
     status, answer = await vote(srv, approval, who("sam", "second"))
     assert status == 200 and answer["data"]["state"] == "published", answer
+
+
+async def test_a_records_approvals_are_listed_on_the_record(srv: Running) -> None:
+    d = await doc(srv, amount=50)
+    approval = await ask(srv, d)
+    await vote(srv, approval, who("ann", "committee"), reject="no")
+    status, answer = await call(srv, "GET", f"ap/doc/{d['id']}/_approvals")
+    assert status == 200, answer
+    assert [(a["id"], a["status"]) for a in answer["data"]] == [(approval["id"], "rejected")]
+    status, answer = await call(srv, "GET", f"ap/doc/{uuid.uuid4()}/_approvals")
+    assert status == 404
+    async with srv.http.get(f"{srv.api}/default/api/openapi.json") as resp:
+        doc_ = await resp.json()
+    assert "/api/ap/doc/{id}/_approvals" in doc_["paths"]
