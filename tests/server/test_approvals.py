@@ -381,8 +381,12 @@ async def test_reject_needs_a_comment_and_moves_to_on_reject(srv: Running, pg_ds
 async def test_a_record_moved_elsewhere_cancels_its_approval(srv: Running) -> None:
     d = await doc(srv, amount=50)
     approval = await ask(srv, d)
+    status, answer = await call(srv, "GET", "_approvals?limit=500", None, who("ann", "committee"))
+    assert approval["id"] in [a["id"] for a in answer["data"]]
     status, answer = await call(srv, "POST", f"ap/doc/{d['id']}/archive")
     assert status == 200, answer
+    status, answer = await call(srv, "GET", "_approvals?limit=500", None, who("ann", "committee"))
+    assert approval["id"] not in [a["id"] for a in answer["data"]]  # no longer offered
     status, answer = await vote(srv, approval, who("ann", "committee"))
     assert status == 409 and answer["code"] == "SVC.APPROVAL.STALE", answer
     status, one = await call(srv, "GET", f"_approvals/{approval['id']}")
@@ -551,3 +555,35 @@ async def test_a_native_handler_runs_when_the_approval_completes(srv: Running, p
     finally:
         await conn.close()
     assert [r["by"] for r in stamped] == ["max"]  # once, as the deciding approver
+
+
+async def test_an_edit_restarts_a_sequential_step_from_its_first_role(srv: Running) -> None:
+    d = await doc(srv)
+    status, answer = await call(srv, "POST", f"ap/doc/{d['id']}/solo")
+    approval = answer["approval"]
+    status, answer = await vote(srv, approval, who("pat", "approver"))
+    status, answer = await vote(srv, approval, who("fay", "first"))
+    assert status == 200 and answer["approval"]["step"]["roles"] == ["second"], answer
+    # the step displays no field: its votes are tied to the version, which any edit bumps
+    status, answer = await call(srv, "PATCH", f"ap/doc/{d['id']}", {"note": "changed"})
+    assert status == 200
+    status, answer = await vote(srv, approval, who("sam", "second"))
+    assert status == 403 and "first" in answer["detail"], answer  # fay's vote no longer counts
+    status, answer = await vote(srv, approval, who("fay", "first"))  # fay signs the new version
+    assert status == 200 and answer["approval"]["step"]["votes"] == 1, answer
+    status, answer = await vote(srv, approval, who("sam", "second"))
+    assert status == 200 and answer["data"]["state"] == "published", answer
+
+
+async def test_a_records_approvals_are_listed_on_the_record(srv: Running) -> None:
+    d = await doc(srv, amount=50)
+    approval = await ask(srv, d)
+    await vote(srv, approval, who("ann", "committee"), reject="no")
+    status, answer = await call(srv, "GET", f"ap/doc/{d['id']}/_approvals")
+    assert status == 200, answer
+    assert [(a["id"], a["status"]) for a in answer["data"]] == [(approval["id"], "rejected")]
+    status, answer = await call(srv, "GET", f"ap/doc/{uuid.uuid4()}/_approvals")
+    assert status == 404
+    async with srv.http.get(f"{srv.api}/default/api/openapi.json") as resp:
+        doc_ = await resp.json()
+    assert "/api/ap/doc/{id}/_approvals" in doc_["paths"]

@@ -7,6 +7,8 @@
   whoever may vote on its step now, and whoever may find the record (find's permission, row scope).
 - ``POST /{ws}/api/_approvals/{id}/approve`` ``{"comment"?}`` and ``…/reject`` ``{"comment"}`` —
   a vote; the answer is ``{"approval": …}`` plus ``"data"`` (the record) when it moved.
+- ``GET /{ws}/api/{module}/{entity}/{id}/_approvals`` — the record's approvals, newest first (the
+  last 50), read like the record (find's permission, row scope), as ``_audit`` is.
 
 The names start with ``_`` like ``_audit`` and ``_ui``: no module can be called that, so the
 routes are added before the entity routes without shadowing any of them. The escalation loop
@@ -109,6 +111,27 @@ async def find_one(request: web.Request) -> web.Response:
     return requests.reply({"data": data})
 
 
+async def of_record(request: web.Request) -> web.Response:
+    """``GET /{ws}/api/{module}/{entity}/{id}/_approvals``: a record's approvals, newest first."""
+    workspace, principal, catalog = await requests.resolve(request)
+    resource = catalog.resource(request.match_info["module"], request.match_info["entity"])
+    if resource is None or "find" not in resource.actions:
+        raise errors.NotFound("no such entity is exposed over REST with find", code="SVC.ENTITY.NOT_FOUND")
+    guards.check(principal, resource, "find")
+    record_id = requests.parse_record_id(request)
+    async with db.connection(request.app[state.POOL]) as conn:
+        await guards.select_record(conn, resource, workspace.tenant_id, record_id, principal=principal)
+        rows = await conn.fetch(
+            f"SELECT {approvals.COLUMNS} FROM dap.approvals WHERE tenant_id = $1 AND entity = $2 "
+            "AND record_id = $3 ORDER BY created_at DESC LIMIT $4",
+            workspace.tenant_id,
+            resource.key,
+            record_id,
+            DEFAULT_LIMIT,
+        )
+    return requests.reply({"data": [approvals.view(r) for r in rows]})
+
+
 def _may_vote(resource: Resource, row: asyncpg.Record, principal: auth.Principal) -> bool:
     """Whether ``principal`` is eligible for the pending step of the approval ``row``."""
     plan = resource.workflow.get(row["action"])
@@ -179,6 +202,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/{ws}/api/_approvals/{id}", find_one, allow_head=False)
     app.router.add_post("/{ws}/api/_approvals/{id}/approve", approve)
     app.router.add_post("/{ws}/api/_approvals/{id}/reject", reject)
+    app.router.add_get("/{ws}/api/{module}/{entity}/{id}/_approvals", of_record, allow_head=False)
     app[LOOP] = escalations.Loop(app[state.POOL])
     app.on_startup.append(_start_loop)
     app.on_cleanup.insert(0, _stop_loop)  # before the pool closes
@@ -219,8 +243,9 @@ APPROVAL_SCHEMA: dict[str, Any] = {
 }
 
 
-def openapi_paths(responses: Callable[..., dict[str, Any]]) -> dict[str, Any]:
-    """The OpenAPI paths of the approval endpoints (``responses`` adds the problem answers)."""
+def openapi_paths(responses: Callable[..., dict[str, Any]], gated: list[str]) -> dict[str, Any]:
+    """The OpenAPI paths of the approval endpoints (``responses`` adds the problem answers);
+    ``gated``: ``module/name`` of the entities with a gated transition and find."""
     ref = {"$ref": "#/components/schemas/Approval"}
     one = {"application/json": {"schema": {"type": "object", "properties": {"data": ref}}}}
     page = {
@@ -273,11 +298,26 @@ def openapi_paths(responses: Callable[..., dict[str, Any]]) -> dict[str, Any]:
                 "tags": tag,
                 "summary": f"{verb.capitalize()} the current step of an approval",
                 "requestBody": {"required": required, "content": {"application/json": {"schema": body}}},
-                "responses": responses({"200": {"description": "counted", "content": voted}}, 403, 409, 422),
+                "responses": responses(
+                    {"200": {"description": "counted", "content": voted}}, 400, 403, 409, 413, 415, 422
+                ),
             },
         }
 
+    per_record = {
+        f"/api/{key}/{{id}}/_approvals": {
+            "parameters": [approval_id],
+            "get": {
+                "operationId": f"approvals_{key.replace('/', '_')}",
+                "tags": tag,
+                "summary": f"Approvals of a {key} record, newest first",
+                "responses": responses({"200": {"description": "approvals", "content": page}}, 403),
+            },
+        }
+        for key in gated
+    }
     return {
+        **per_record,
         "/api/_approvals": {
             "get": {
                 "operationId": "my_pending_approvals",

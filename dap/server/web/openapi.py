@@ -319,12 +319,14 @@ def document(catalog: Catalog, slug: str) -> dict[str, Any]:
             paths[f"/api/{r.module}/{r.name}"] = collection
         if item:
             paths[f"/api/{r.module}/{r.name}/{{id}}"] = {"parameters": [id_param], **item}
-    if any(
-        p.move is not None and p.move.gate is not None
-        for r in catalog.resources.values()
-        for p in r.workflow.values()
-    ):
-        paths.update(approvals.openapi_paths(_responses))
+    gated = [
+        key
+        for key, r in sorted(catalog.resources.items())
+        if any(p.move is not None and p.move.gate is not None for p in r.workflow.values())
+    ]
+    if gated:  # the approval endpoints (web.approvals)
+        readable = [k for k in gated if "find" in catalog.resources[k].actions]
+        paths.update(approvals.openapi_paths(_responses, readable))
         components["Approval"] = approvals.APPROVAL_SCHEMA
     paths.update(openapi_jobs.service_paths(catalog))
     return {

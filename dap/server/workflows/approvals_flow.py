@@ -161,6 +161,33 @@ def _plan(catalog: Catalog, row: asyncpg.Record) -> tuple[Resource, machines.Act
     return resource, plan, plan.move.gate
 
 
+async def _void(
+    conn: db.Connection, write: auditing.Write, row: asyncpg.Record, step: machines.Step, basis: str
+) -> int:
+    """The displayed fields changed since the step's votes: void them (audited); the votes left (0)."""
+    voided = await conn.execute(
+        "UPDATE dap.approval_votes SET voided_at = now() WHERE tenant_id = $1 AND approval_id = $2 "
+        "AND step = $3 AND voided_at IS NULL",
+        write.tenant,
+        row["id"],
+        row["step"],
+    )
+    count = int(voided.split()[-1])
+    await conn.execute(
+        "UPDATE dap.approvals SET basis = $3, votes = 0, roles = $4, history = history || $5::jsonb "
+        "WHERE tenant_id = $1 AND id = $2",
+        write.tenant,
+        row["id"],
+        basis,
+        list(gates.roles_now(step, 0)),
+        [A.event("voided", step.name, votes=count, reason="the record changed")],
+    )
+    await A.audit(
+        conn, write, row["record_id"], "voided", {"id": str(row["id"]), "step": step.name, "votes": count}
+    )
+    return 0
+
+
 async def decide(conn: db.Connection, vote: Vote) -> Decided:
     """Count one vote (see the module's docstring); what the approval and record became."""
     tenant, principal = vote.tenant, vote.principal
@@ -192,57 +219,20 @@ async def decide(conn: db.Connection, vote: Vote) -> Decided:
             await A.audit(conn, write, record_id, "cancelled", {"id": str(row["id"]), "reason": why})
             return Decided(A.view(row), resource, None, why)
         step = gate.steps[row["step"]]
+        basis = gates.basis(step, A.values_of(resource, record))
+        votes = row["votes"] if basis == row["basis"] else await _void(conn, write, row, step, basis)
         refused = gates.refusal(
             step,
             gates.Voter(principal.sub, principal.roles),
-            votes=row["votes"],
+            votes=votes,
             escalated=row["escalated_at"] is not None,
             requester=row["requester_sub"],
             self_approval=row["self_approval"],
             allows=resource.grants.allows,
         )
-        if refused is not None:
+        if refused is not None:  # rolls back a voiding above too: the next vote voids again
             code = A.SELF if principal.sub == row["requester_sub"] else A.NOT_ELIGIBLE
             raise errors.Forbidden(f"you cannot vote on approval {row['id']}: {refused}", code=code)
-        values = A.values_of(resource, record)
-        basis = gates.basis(step, values)
-        votes = row["votes"]
-        if basis != row["basis"]:
-            voided = await conn.execute(
-                "UPDATE dap.approval_votes SET voided_at = now() WHERE tenant_id = $1 AND approval_id = $2 "
-                "AND step = $3 AND voided_at IS NULL",
-                tenant,
-                row["id"],
-                row["step"],
-            )
-            count = int(voided.split()[-1])
-            votes = 0
-            await conn.execute(
-                "UPDATE dap.approvals SET basis = $3, votes = 0, roles = $4, history = history || $5::jsonb "
-                "WHERE tenant_id = $1 AND id = $2",
-                tenant,
-                row["id"],
-                basis,
-                list(gates.roles_now(step, 0)),
-                [A.event("voided", step.name, votes=count, reason="the record changed")],
-            )
-            await A.audit(
-                conn, write, record_id, "voided", {"id": str(row["id"]), "step": step.name, "votes": count}
-            )
-            # a sequential step restarts from its first role: check the voter again
-            refused = gates.refusal(
-                step,
-                gates.Voter(principal.sub, principal.roles),
-                votes=0,
-                escalated=row["escalated_at"] is not None,
-                requester=row["requester_sub"],
-                self_approval=row["self_approval"],
-                allows=resource.grants.allows,
-            )
-            if refused is not None:
-                raise errors.Forbidden(
-                    f"you cannot vote on approval {row['id']}: {refused}", code=A.NOT_ELIGIBLE
-                )
         inserted = await conn.fetchval(
             "INSERT INTO dap.approval_votes (tenant_id, approval_id, step, step_name, principal_sub, "
             "username, decision, comment, record_version, basis) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, "

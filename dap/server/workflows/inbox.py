@@ -5,7 +5,9 @@ age): the current step's roles (any, when it names none) and permission, or its 
 once it escalated; not requested by the caller unless the gate allows self-approval; not yet voted
 on by the caller in this step. The permissions are decided in Python first (role patterns are
 globs): :func:`held` gives the gate permissions of the catalog the caller holds, passed as an
-array. The records' display fields are then read with one statement per entity.
+array. The records' display fields are then read with one statement per entity; an approval whose
+record is gone or has left the transition's origin states is left out (the next vote on it
+cancels it). A page may so hold fewer than ``limit`` items.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 import asyncpg
 
 from dap.server.access import auth
-from dap.server.catalog import Catalog
+from dap.server.catalog import Catalog, machines
 from dap.server.documents import reading
 from dap.server.storage import db, tables
 from dap.server.workflows import approvals
@@ -76,8 +78,11 @@ async def mine(
     shown = await _display(conn, catalog, tenant, rows)
     out = []
     for row in rows:
+        display = shown.get((row["entity"], row["record_id"]))
+        if display is None:  # deleted, or moved out of the transition's states: cancelled at the next vote
+            continue
         item = approvals.view(row, history=False)
-        item["display"] = shown.get((row["entity"], row["record_id"]), {})
+        item["display"] = display
         out.append(item)
     return out
 
@@ -106,6 +111,10 @@ async def _display(
             plan = resource.workflow.get(item["action"])
             gate = plan.move.gate if plan is not None and plan.move is not None else None
             if record is None or gate is None or item["step"] >= len(gate.steps):
+                continue
+            assert plan is not None
+            assert plan.move is not None
+            if (record.get(machines.STATE) or plan.move.initial) not in plan.move.origins:
                 continue
             fields = gate.steps[item["step"]].display_fields
             out[(entity, item["record_id"])] = {f: record.get(f) for f in fields}
