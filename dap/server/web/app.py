@@ -30,7 +30,7 @@ from dap.server import booting, errors, metrics, options, state
 from dap.server.access import auth
 from dap.server.catalog import Catalog
 from dap.server.storage import caching, db, workspaces
-from dap.server.web import admin, moves, openapi, protocol, rest, trails, ui_meta, users
+from dap.server.web import admin, files, moves, openapi, protocol, rest, trails, ui_meta, users
 
 log = logging.getLogger(__name__)
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -186,6 +186,7 @@ def build_app(
     # entity routes first: the router tries dynamic routes in order, and these carry the load
     rest.add_routes(app)
     trails.add_routes(app)  # before moves: /{id}/_audit is not an action
+    files.add_routes(app)  # before moves: /{id}/_files/… is not an action
     moves.add_routes(app)
     app.router.add_get("/{ws}/api/openapi.json", openapi.handler)
     ui_meta.add_routes(app)
