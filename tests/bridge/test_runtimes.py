@@ -15,10 +15,10 @@ import pytest
 
 from dap.bridge import hosting, runtimes
 from dap.server.web import app
+from tests.server.conftest import serve_options, token
 
 from .conftest import JSON, catalog
 from .test_examples import EXAMPLES
-from tests.server.conftest import serve_options, token
 
 
 def test_backoff_doubles_and_resets() -> None:
