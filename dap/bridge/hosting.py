@@ -26,7 +26,7 @@ import aiohttp
 from aiohttp import web
 
 from dap import config
-from dap.bridge import ctx, datastores, health, invoking, scopes, wire
+from dap.bridge import ctx, datastores, health, invoking, runtimes, scopes, wire
 from dap.server import errors, options, state
 from dap.server.workflows import sidecars
 
@@ -47,6 +47,7 @@ class Bridge:
     scopes: scopes.Scopes = field(default_factory=scopes.Scopes)
     health: health.Health = field(default_factory=health.Health)
     ctx_url: str = ""
+    child: runtimes.Child | None = None  # child-process mode
 
     def __post_init__(self) -> None:
         self.client = invoking.Client(
@@ -88,12 +89,16 @@ class Bridge:
             host, port = self._runner.addresses[0][:2]
             self.ctx_url = f"http://{host}:{port}"
         await self.registry.connect_eager()
+        if self.child is not None:
+            await self.child.start()
         self._watch = asyncio.create_task(health.watch(self.health, self.ping, interval=self.ping_interval))
         log.info("bridge: app at %s, /ctx at %s", self.endpoint.shown, self.ctx_url)
 
     async def stop(self) -> None:
         await health.stop(self._watch)
         self._watch = None
+        if self.child is not None:
+            await self.child.stop()
         await self.client.close()
         if self._runner is not None:
             await self._runner.cleanup()
@@ -109,10 +114,32 @@ def attach(
     ping_interval: float = health.INTERVAL,
 ) -> Bridge | None:
     """Host the bridge in ``app`` when ``opts`` names a sidecar endpoint; None otherwise."""
-    if opts.sidecar_endpoint is None:
+    if opts.sidecar_endpoint is None and opts.runtime is None:
         return None
+    base = Path(os.environ.get("DAP_STATE_DIR", ".dap"))
+    child: runtimes.Child | None = None
+    ctx_listen = opts.ctx_listen
+    sidecar = opts.sidecar_endpoint
+    if opts.runtime is not None:  # child-process mode: both sockets are ours
+        sockets = (state_dir or base).resolve()
+        sockets.mkdir(parents=True, exist_ok=True)
+        sidecar = sidecar or f"unix://{sockets / 'app.sock'}"
+        if not ctx_listen.startswith("unix:"):
+            ctx_listen = f"unix://{sockets / 'ctx.sock'}"
+        app_dir = (opts.app_dir or base / "app").resolve()
+        try:
+            argv = runtimes.command(opts.runtime, app_dir, opts.app_entrypoint)
+        except ValueError as exc:
+            raise errors.BootRefused(str(exc)) from exc
+        child = runtimes.Child(
+            argv,
+            app_socket=Path(wire.parse_endpoint(sidecar).socket or ""),
+            ctx_socket=Path("/" + ctx_listen[len("unix:") :].lstrip("/")),
+            cwd=app_dir,
+        )
+    assert sidecar is not None
     try:
-        endpoint = wire.parse_endpoint(opts.sidecar_endpoint)
+        endpoint = wire.parse_endpoint(sidecar)
     except ValueError as exc:
         raise errors.BootRefused(f"--sidecar-endpoint: {exc}") from exc
     declared = {}
@@ -120,15 +147,16 @@ def attach(
         declared = {name: m.spec for name, m in config.load_spec(opts.spec).datastores.items()}
     registry = datastores.Registry(
         declared,
-        state_dir or Path(os.environ.get("DAP_STATE_DIR", ".dap")) / "datastores",
+        (state_dir or base) / "datastores",
         environment=os.environ.get("DAP_ENVIRONMENT", ""),
     )
     bridge = Bridge(
         endpoint,
         opts.invoke_timeout,
-        opts.ctx_listen,  # loopback or unix: options.check refused anything else
+        ctx_listen,  # loopback or unix: options.check refused anything else
         registry,
         ping_interval=ping_interval,
+        child=child,
     )
     app[BRIDGE] = bridge
     app[sidecars.INVOKER] = bridge

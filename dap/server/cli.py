@@ -142,6 +142,13 @@ def _common(fn: F) -> F:
     help="the bridge's /ctx listener for the app process: loopback host:port or unix:///path",
 )
 @click.option(
+    "--runtime",
+    envvar="DAP_RUNTIME",
+    help="child-process mode: start the app with python, node or php (optional :version)",
+)
+@click.option("--app-dir", envvar="DAP_APP_DIR", help="the app's directory (default {state-dir}/app)")
+@click.option("--app-entrypoint", envvar="DAP_APP_ENTRYPOINT", help="default app.py, app.js or app.php")
+@click.option(
     "--metrics-addr",
     default=options.DEFAULT_METRICS_ADDR,
     envvar="DAP_METRICS_ADDR",

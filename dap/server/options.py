@@ -69,6 +69,9 @@ class ServeOptions:
     sidecar_endpoint: str | None = None
     invoke_timeout: float = 30.0
     ctx_listen: str = DEFAULT_CTX_LISTEN
+    runtime: str | None = None  # child-process mode: python, node or php (the bridge starts the app)
+    app_dir: Path | None = None
+    app_entrypoint: str | None = None
     metrics_addr: Address | None = field(default_factory=lambda: parse_address(DEFAULT_METRICS_ADDR))
     admin_secret: str | None = None
     log_level: str = "info"
@@ -130,6 +133,9 @@ def check(
     sidecar_endpoint: str | None = None,
     invoke_timeout: str = "30s",
     ctx_listen: str = DEFAULT_CTX_LISTEN,
+    runtime: str | None = None,
+    app_dir: str | Path | None = None,
+    app_entrypoint: str | None = None,
     metrics_addr: str = DEFAULT_METRICS_ADDR,
     admin_secret: str | None = None,
     log_level: str = "info",
@@ -191,6 +197,18 @@ def check(
             f"--ctx-listen {ctx} is reachable from other hosts: the app process's /ctx calls carry "
             "only their scope id, so bind it to 127.0.0.1 or a unix:///socket"
         )
+    runtime = (runtime or "").strip() or None
+    if runtime is not None:
+        if runtime.partition(":")[0] not in ("python", "node", "php"):
+            raise errors.BootRefused(
+                f"--runtime {runtime!r}: expected python, node or php (optional :version)"
+            )
+        unix = ctx == DEFAULT_CTX_LISTEN or ctx.startswith("unix:")
+        if (sidecar is not None and not sidecar.startswith("unix:")) or not unix:
+            raise errors.BootRefused(
+                "with --runtime the bridge starts the app itself: --sidecar-endpoint and --ctx-listen must "
+                "be unix:// sockets (or left out: sockets under the state directory)"
+            )
     if max_body_bytes < 1024:
         raise errors.BootRefused("--max-body-bytes must be at least 1024")
     if not 1 <= pool_size <= 1000:
@@ -226,6 +244,9 @@ def check(
         sidecar_endpoint=sidecar,
         invoke_timeout=timeout,
         ctx_listen=ctx,
+        runtime=runtime,
+        app_dir=Path(app_dir) if app_dir else None,
+        app_entrypoint=app_entrypoint or None,
         metrics_addr=metrics,
         admin_secret=admin,
         log_level=log_level,

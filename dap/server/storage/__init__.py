@@ -15,6 +15,7 @@ all build on it). Its modules are its face; siblings elsewhere import them from 
     numbering    natural-key patterns and the per-tenant counters behind them
     workspaces   the workspace registry (slugs, tenant ids)
     caching      the find-by-id cache, correct across processes (LISTEN/NOTIFY)
+    files        the bytes of file fields on the local filesystem (the storage fallback)
 
 Modules load on first import (none is imported here), so the boot path pays only for what the
 migration needs.
@@ -23,6 +24,7 @@ migration needs.
 __all__ = [
     "caching",
     "db",
+    "files",
     "migrations",
     "numbering",
     "queries",

@@ -35,6 +35,7 @@ from dap.server.storage import caching, db, workspaces
 from dap.server.web import (
     admin,
     approvals,
+    files,
     jobs,
     moves,
     notifications,
@@ -250,6 +251,7 @@ def build_app(
     rest.add_routes(app)
     trails.add_routes(app)  # before moves: /{id}/_audit is not an action
     jobs.add_routes(app)  # GET …/_jobs/{id}
+    files.add_routes(app)  # before moves: /{id}/_files/… is not an action
     moves.add_routes(app)
     app.router.add_get("/{ws}/api/openapi.json", openapi.handler)
     ui_meta.add_routes(app)

@@ -25,7 +25,7 @@ from dap.server.catalog import Catalog, Resource
 from dap.server.documents import auditing, filling, idempotency, lifecycle, reading, writing
 from dap.server.events import builtin
 from dap.server.storage import caching, db, sql
-from dap.server.web import filters, requests, services
+from dap.server.web import files, filters, requests, services
 
 log = logging.getLogger(__name__)
 
@@ -253,6 +253,7 @@ async def delete_record(request: web.Request) -> web.Response:
     request.app[state.CACHE].invalidate((resource.table.name, tenant, record_id))
     if not result.endswith(" 1"):
         raise errors.NotFound("no such record", code="SVC.RECORD.NOT_FOUND")
+    files.forget(request.app, resource, tenant, record_id)  # its file fields' bytes
     return web.Response(status=204)
 
 
