@@ -16,9 +16,11 @@ from typing import Any
 
 from dap.config import Spec
 from dap.config.apps import AppSpec, FormSpec, PageSpec, TableSpec
+from dap.config.base import Record
 from dap.config.entities import EntitySpec
 from dap.config.enums import REST_ACTIONS, FieldType
 from dap.config.fields import Field
+from dap.config.platform import WorkspaceSpec
 from dap.config.roles import RoleSpec
 from dap.server.catalog import machines, plans
 from dap.server.catalog.grants import Grants
@@ -218,6 +220,9 @@ class Catalog:
     pages: Mapping[str, PageSpec] = field(default_factory=dict)
     forms: Mapping[str, FormSpec] = field(default_factory=dict)
     views: Mapping[str, TableSpec] = field(default_factory=dict)  # Table manifests
+    # Kanban, Listing, ApprovalInbox and Dashboard manifests and the Workspace manifests, for the UI
+    ui_parts: Mapping[str, Record] = field(default_factory=dict)
+    workspaces: Mapping[str, WorkspaceSpec] = field(default_factory=dict)
     referrers: Mapping[str, tuple[Referrer, ...]] = field(default_factory=dict)  # by target table
     grants: Grants = field(default_factory=Grants)  # resolved Role manifests
 
@@ -235,6 +240,8 @@ class Catalog:
         forms: Mapping[str, FormSpec] | None = None,
         views: Mapping[str, TableSpec] | None = None,
         roles: Mapping[str, RoleSpec] | None = None,
+        ui_parts: Mapping[str, Record] | None = None,
+        workspaces: Mapping[str, WorkspaceSpec] | None = None,
     ) -> Catalog:
         """Derive tables and REST resources from entity specs keyed ``module/name``.
 
@@ -312,6 +319,8 @@ class Catalog:
             pages=MappingProxyType(dict(pages or {})),
             forms=MappingProxyType(dict(forms or {})),
             views=MappingProxyType(dict(views or {})),
+            ui_parts=MappingProxyType(dict(ui_parts or {})),
+            workspaces=MappingProxyType(dict(workspaces or {})),
             referrers=MappingProxyType(_referrers(entities, by_entity)),
             grants=grants,
         )
@@ -326,4 +335,10 @@ class Catalog:
             forms={k: m.spec for k, m in spec.forms.items()},
             views={k: m.spec for k, m in spec.tables.items()},
             roles={k: m.spec for k, m in spec.roles.items()},
+            ui_parts={
+                k: m.spec
+                for kind in (spec.kanbans, spec.listings, spec.approval_inboxes, spec.dashboards)
+                for k, m in kind.items()
+            },
+            workspaces={k: m.spec for k, m in spec.workspaces.items()},
         )
