@@ -108,7 +108,7 @@ function Editor({ form, app, me, id, mode, setCrumb, onCreated, onDeleted, editH
   const unplaced = problem ? problem.errors.filter((e) => !fields.some((f) => e.path === f.field.name || e.path.startsWith(`${f.field.name}[`))) : [];
   return html`<div class="form-block">
     <div class="table-head">
-      <h2 id=${`${formId}-title`}>${form.title ?? meta.title}: ${title}</h2>
+      <h2 id=${`${formId}--heading`}>${form.title ?? meta.title}: ${title}</h2>
       ${record && html`<span class="badges">
         ${meta.lifecycle && html`<span class=${`badge ${record.docstatus}`}>${formatValue(SYSTEM_FIELDS.docstatus, record.docstatus)}</span>`}
         ${meta.state_machine && html`<span class="badge">${String(record[meta.state_machine.field] ?? "").replace(/_/g, " ")}</span>`}
@@ -117,7 +117,7 @@ function Editor({ form, app, me, id, mode, setCrumb, onCreated, onDeleted, editH
     <div role="status" aria-live="polite" class="notice">${notice}</div>
     ${problem && html`<div class="error" role="alert"><p>${problem.detail}</p>
       ${unplaced.length > 0 && html`<ul>${unplaced.map((e) => html`<li>${e.path}: ${e.message}</li>`)}</ul>`}</div>`}
-    <form id=${formId} aria-labelledby=${`${formId}-title`} novalidate onSubmit=${(e: Event) => { e.preventDefault(); if (editable) ask(confirmFor(creating ? "create" : "update"), save); }}>
+    <form id=${formId} aria-labelledby=${`${formId}--heading`} novalidate onSubmit=${(e: Event) => { e.preventDefault(); if (editable) ask(confirmFor(creating ? "create" : "update"), save); }}>
       ${fields.map((f) => {
         const state = fieldState(f.field, context, { creating, editable, formReadonly: f.readonly, hidden: f.hidden });
         if (!state.visible) return null;
