@@ -49,6 +49,10 @@ async def test_ui_facts(pg_dsn: str) -> None:
         # approve is gated (501 until approvals run) and reject has nothing to run: neither is offered
         assert meta["runnable"] == ["reopen", "request_approval"]
 
+        status, body = await _get(srv, "/default/_ui/_meta/entities/buying/supplier")
+        iban = next(f for f in body["data"]["fields"] if f["name"] == "iban")
+        assert iban["required_permission"] == "buying.supplier.read_bank"
+
         assert (await _get(srv, "/default/_ui/_meta/me"))[0] == 401
         status, body = await _get(srv, "/default/_ui/_meta/me", srv.auth(username="fin", roles=["finance"]))
         assert status == 200

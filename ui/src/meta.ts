@@ -23,6 +23,7 @@ export type FieldMeta = {
     picker?: { entity: string; map: Record<string, string>; multiple: boolean };
   };
   visible_when?: string;
+  required_permission?: string;
   readonly_when?: string;
   required_when?: string;
   computed?: { formula: string };

@@ -75,6 +75,8 @@ def field_meta(f: Field, module: str, catalog: Catalog) -> dict[str, Any]:
             ],
         }
         meta["child"].update(_child_extras(f, module))
+    if f.required_permission:  # callers without it never see the field (the UI leaves it out)
+        meta["required_permission"] = f.required_permission
     if f.visible_when:
         meta["visible_when"] = f.visible_when
     if f.readonly_when:
