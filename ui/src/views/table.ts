@@ -77,14 +77,13 @@ export function TableBlock(props: Props) {
 }
 
 function Rows({ table, me, selected, onSelect, openHref, meta, compact }: Props & { meta: EntityMeta }) {
-
-  const [values, setValues] = useState(() => initialFilters(filters, meta));
-  const [sort, setSort] = useState(table.sort);
-  const [offset, setOffset] = useState(0);
   const shown = visibleFields(meta.fields, me).filter((f) => f.type !== "child");
   const mayRead = (name: string) => !!SYSTEM_FIELDS[name] || shown.some((f) => f.name === name);
   const filters = (compact ? [] : table.filters.length ? table.filters : meta.filters.filter((f) => !f.from)).filter((f) => mayRead(f.field));
   const allColumns = (table.columns.length ? table.columns : shown.slice(0, 6).map((f): TableComp["columns"][number] => ({ field: f.name }))).filter((c) => mayRead(c.field));
+  const [values, setValues] = useState(() => initialFilters(filters, meta));
+  const [sort, setSort] = useState(table.sort);
+  const [offset, setOffset] = useState(0);
   const [hidden, setHidden] = useState<Set<string>>(new Set());
   const columns = allColumns.filter((c) => !hidden.has(c.field));
   const limit = table.page_size || 50;
