@@ -89,6 +89,18 @@ def test_procurement_flow(ui_server: UiServer, browser: Any) -> None:
     form.get_by_label("Item, row 2", exact=True).select_option(label="Bolt")
     form.get_by_label("Qty, row 2").fill("2")
     expect(form.get_by_label("Total")).to_have_value("15.00")  # computed in the browser
+    # visible_when "total > 1000", evaluated live by the TypeScript port of the expression language
+    expect(form.get_by_label("Notes")).to_have_count(0)
+    form.get_by_label("Qty, row 1").fill("400")
+    expect(form.get_by_label("Total")).to_have_value("1005.00")
+    expect(form.get_by_label("Notes")).to_be_visible()
+    form.get_by_label("Qty, row 1").fill("4")
+    expect(form.get_by_label("Notes")).to_have_count(0)
+    # rows reorder and renumber
+    form.get_by_role("button", name="Move row 2 up").click()
+    expect(form.get_by_label("Qty, row 1")).to_have_value("2")
+    form.get_by_role("button", name="Move row 1 down").click()
+    expect(form.get_by_label("Qty, row 1")).to_have_value("4")
     shot(page, "order-new")
     form.get_by_role("button", name="Create").click()
     expect(page.get_by_role("heading", name=re.compile(r"Purchase order: PO-\d{4}-00001"))).to_be_visible()
