@@ -6,6 +6,7 @@ import type { AppDetail, Block, Component, Me, PageMeta, TableComp } from "../me
 import { pageHref } from "../route";
 import { DashboardBlock } from "./dashboard";
 import { FormBlock } from "./form";
+import { Guard } from "./guard";
 import { KanbanBlock } from "./kanban";
 import { TableBlock } from "./table";
 
@@ -73,6 +74,6 @@ export function PageView({ app, page, id, query, me, setCrumb }: Props) {
   };
   return html`<div class=${`page layout-${page.layout}`}>
     <h1>${page.title ?? page.name}</h1>
-    <div class="blocks">${page.blocks.map(render)}</div>
+    <div class="blocks">${page.blocks.map((b, i) => html`<${Guard} key=${b.id ?? i}>${render(b, i)}<//>`)}</div>
   </div>`;
 }
