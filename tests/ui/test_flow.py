@@ -125,4 +125,18 @@ def test_procurement_flow(ui_server: UiServer, browser: Any) -> None:
     detail = page.get_by_role("region", name="Purchase order", exact=True)
     expect(detail.locator("[data-field=total]")).to_have_text("€15.00")
     shot(page, "orders-split")
+
+    # the form's confirm text guards Cancel: Back changes nothing, Confirm cancels
+    detail.get_by_role("link", name="Open").click()
+    page.get_by_role("button", name="Cancel").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("Cancel this order?")
+    dialog.get_by_role("button", name="Back").click()
+    expect(dialog).to_have_count(0)
+    expect(page.locator(".badge.submitted")).to_have_text("Submitted")
+    page.get_by_role("button", name="Cancel").click()
+    page.get_by_role("dialog").get_by_role("button", name="Confirm").click()
+    expect(page.locator(".badge.cancelled")).to_have_text("Cancelled")
+    expect(page.get_by_role("button", name="Cancel")).to_have_count(0)
+    expect(page.get_by_role("region", name="History")).to_contain_text("cancel by root")
     assert errors == []
