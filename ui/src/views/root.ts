@@ -21,6 +21,7 @@ function useRoute(): Route {
 
 export function Root() {
   const route = useRoute();
+  const [, setSignedIn] = useState(0);
   const apps = useLoad(listApps, []);
   const look = apps.value?.workspace ?? null;
   const title = look?.title ?? apps.value?.apps[0]?.title ?? workspace;
@@ -32,6 +33,7 @@ export function Root() {
   if (!apps.value) return html`<main id="main" class="loading" aria-busy="true">Loading…</main>`;
   const home = () => {
     location.hash = "#/";
+    setSignedIn((n) => n + 1); // also when the hash already was "#/"
   };
   if (route.kind === "setup") return html`<${Setup} title=${title} onDone=${home} />`;
   if (route.kind === "login" || !session.token) return html`<${Login} title=${title} onDone=${home} />`;
