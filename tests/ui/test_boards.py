@@ -71,9 +71,9 @@ def test_kanban_moves_through_transitions(
     moved = pending.locator(".card", has_text=orders[1]["number"])
     expect(moved.get_by_label(f"Move {orders[1]['number']} to")).to_have_count(0)
     expect(moved).to_have_attribute("draggable", "false")
+    shot(page, "board")
     moved.drag_to(approved)
     expect(approved.locator(".card")).to_have_count(0)
-    shot(page, "board")
     context.close()
 
 
