@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from dap.resource_pod import cli, dev, devcontrol, errors, tokens
+from dap.server.web import app as web_app
 from tests.devsessions import dap, free_port
 from tests.resource_pod.conftest import SECRET, WORKSPACE, Control, MakeDsn, spec_files, wait_for
 
@@ -191,7 +192,8 @@ async def test_dap_dev_serves_watches_and_stops_on_ctrl_c(
                 output += line.decode()
         token = re.search(r"export TOKEN=(\S+)", output)
         assert token is not None, output
-        assert f"http://127.0.0.1:{api}/default/api/" in output and "API only" in output
+        ui = "UI at" if web_app.find_web_dir(None) is not None else "API only"  # built by make ui or not
+        assert f"http://127.0.0.1:{api}/default/api/" in output and ui in output
         headers = {"Authorization": f"Bearer {token.group(1)}"}
         suppliers = f"http://127.0.0.1:{api}/default/api/buying/supplier"
         async with http.post(suppliers, json={"name": "Acme", "phone": "1"}, headers=headers) as response:

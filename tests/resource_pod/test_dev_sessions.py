@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from dap.resource_pod import tokens
+from dap.server.web import app as web_app
 from tests.devsessions import REPO, DevSession
 
 pytestmark = pytest.mark.slow
@@ -52,7 +53,8 @@ def test_first_session_serves_procurement_and_stops_quickly(data_dir: Path) -> N
     with DevSession("--spec", str(EXAMPLE), data_dir=data_dir) as session:
         session.wait_for("Ctrl-C stops everything")
         assert served_in(session) < SERVED_WITHIN
-        assert "API only (no UI bundle found)" in session.output
+        built = web_app.find_web_dir(None) is not None  # make ui ran or not
+        assert ("UI at" if built else "API only (no UI bundle found)") in session.output
         assert f"{session.base}/default/api/" in session.output
         assert "token --role buyer" in session.output, "the banner shows how to make a role's token"
         code = re.search(r'"setup_code": "([^"]+)"', session.output)

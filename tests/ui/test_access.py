@@ -74,6 +74,8 @@ def test_axe_finds_no_serious_violation(
         f"#/a/buying/purchasing/order/{order['id']}": "Purchase order",
         "#/a/buying/purchasing/order/new": "Purchase order",
         "#/a/buying/purchasing/suppliers": "Suppliers",
+        "#/a/buying/purchasing/board": "Order board",
+        "#/a/buying/purchasing/overview": "Overview",
     }
     for route, heading in pages.items():
         page.goto(ui_server.url + route)
@@ -123,4 +125,10 @@ def test_phone_viewport(ui_server: UiServer, browser: Any, order: dict[str, Any]
     expect(page.get_by_role("button", name="Submit")).to_be_visible()
     assert page.evaluate("() => document.documentElement.scrollWidth") <= PHONE["width"]
     shot(page, "order-phone")
+    for route, heading in (("board", "Order board"), ("overview", "Overview")):
+        page.goto(ui_server.url + f"#/a/buying/purchasing/{route}")
+        expect(page.get_by_role("heading", name=heading, level=1)).to_be_visible()
+        expect(page.locator("[aria-busy=true]")).to_have_count(0)
+        assert page.evaluate("() => document.documentElement.scrollWidth") <= PHONE["width"], route
+        shot(page, f"{route}-phone")
     page.context.close()

@@ -21,6 +21,14 @@ async def _get(srv: Running, path: str, headers: dict[str, str] | None = None) -
 async def test_ui_facts(pg_dsn: str) -> None:
     catalog = Catalog.from_spec(config.load_spec(PROCUREMENT))
     async with running(pg_dsn, catalog) as srv:
+        status, body = await _get(srv, "/default/_ui/_meta/apps")
+        assert body["workspace"] == {
+            "slug": "default",
+            "title": "Procurement demo",
+            "theme": None,
+            "logo": None,
+            "favicon": None,
+        }
         status, body = await _get(srv, "/default/_ui/_meta/apps/buying/purchasing")
         assert status == 200
         components = body["data"]["components"]
@@ -28,6 +36,11 @@ async def test_ui_facts(pg_dsn: str) -> None:
         assert components["buying/purchase_orders"]["entity"] == "buying/purchase_order"
         assert components["buying/purchase_order_form"]["kind"] == "form"  # named by a block and a table
         assert components["buying/suppliers"]["columns"][0] == {"field": "code", "sortable": True}
+        assert components["buying/orders_by_state"]["kind"] == "kanban"
+        assert components["buying/orders_by_state"]["group_by"] == "state"  # the machine's field
+        overview = components["buying/buying_overview"]
+        assert overview["kind"] == "dashboard" and overview["widgets"][0]["ref"] == "buying/purchase_order"
+        assert components["buying/purchase_orders"]["kind"] == "table"  # named by a list widget
 
         status, body = await _get(srv, "/default/_ui/_meta/entities/buying/purchase_order")
         meta = body["data"]
@@ -35,6 +48,10 @@ async def test_ui_facts(pg_dsn: str) -> None:
         assert permissions["approve"] == "buying.purchase_order.approve" and permissions["submit"] is None
         # approve is gated (501 until approvals run) and reject has nothing to run: neither is offered
         assert meta["runnable"] == ["reopen", "request_approval"]
+
+        status, body = await _get(srv, "/default/_ui/_meta/entities/buying/supplier")
+        iban = next(f for f in body["data"]["fields"] if f["name"] == "iban")
+        assert iban["required_permission"] == "buying.supplier.read_bank"
 
         assert (await _get(srv, "/default/_ui/_meta/me"))[0] == 401
         status, body = await _get(srv, "/default/_ui/_meta/me", srv.auth(username="fin", roles=["finance"]))

@@ -74,7 +74,12 @@ export type Button = {
 
 const titleCase = (s: string) => s.replace(/_/g, " ").replace(/^./, (c) => c.toUpperCase());
 
-function permitted(me: Me, permission: string | null | undefined): boolean {
+/** Fields the caller may see: the server leaves out those whose permission it lacks. */
+export function visibleFields(fields: FieldMeta[], me: Me): FieldMeta[] {
+  return fields.filter((f) => permitted(me, f.required_permission));
+}
+
+export function permitted(me: Me, permission: string | null | undefined): boolean {
   if (!permission) return true;
   if (me.roles.includes("admin")) return true;
   return me.permissions[permission] === true;

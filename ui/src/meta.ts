@@ -23,6 +23,7 @@ export type FieldMeta = {
     picker?: { entity: string; map: Record<string, string>; multiple: boolean };
   };
   visible_when?: string;
+  required_permission?: string;
   readonly_when?: string;
   required_when?: string;
   computed?: { formula: string };
@@ -82,6 +83,30 @@ export type FormComp = {
   actions: { action: string; label?: string; confirm?: string; style?: string }[];
   confirm?: { create?: string; update?: string; delete?: string };
 };
+export type KanbanComp = {
+  kind: "kanban";
+  entity: string;
+  title?: string;
+  group_by: string;
+  card_fields: string[];
+  filters: FilterSpec[];
+};
+export type ListingComp = { kind: "listing"; entity: string; title?: string; fields: string[]; filters: FilterSpec[] };
+export type InboxComp = { kind: "approval_inbox"; title?: string; entities: string[] };
+export type Widget = {
+  ref: string;
+  layout: { x: number; y: number; w: number; h: number };
+  config?: { kind?: "number" | "chart" | "list"; label?: string; filters?: Record<string, string>; group_by?: string; limit?: number };
+};
+export type DashboardComp = { kind: "dashboard"; title?: string; widgets: Widget[] };
+export type Component = TableComp | FormComp | KanbanComp | ListingComp | InboxComp | DashboardComp;
+export type WorkspaceLook = {
+  slug: string;
+  title: string | null;
+  theme: Record<string, string> | null;
+  logo: string | null;
+  favicon: string | null;
+};
 export type Block = {
   id?: string;
   ref?: string;
@@ -97,7 +122,7 @@ export type Chrome = {
 export type AppSummary = { name: string; title: string; home: string | null; pages: string[]; icon: string | null };
 export type AppDetail = Omit<AppSummary, "pages"> & {
   pages: PageMeta[];
-  components: Record<string, TableComp | FormComp>;
+  components: Record<string, Component>;
   chrome?: Chrome;
   confirm?: { create?: string; update?: string; delete?: string };
 };

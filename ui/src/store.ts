@@ -1,10 +1,10 @@
 // Metadata cache: one answer per app and entity for the life of the page.
 import { get } from "./api";
-import type { AppDetail, AppSummary, EntityMeta, Me } from "./meta";
+import type { AppDetail, AppSummary, EntityMeta, Me, WorkspaceLook } from "./meta";
 
 const entities = new Map<string, Promise<EntityMeta>>();
 const apps = new Map<string, Promise<AppDetail>>();
-let appList: Promise<AppSummary[]> | null = null;
+let appList: Promise<{ apps: AppSummary[]; workspace: WorkspaceLook | null }> | null = null;
 let me: Promise<Me> | null = null;
 
 export function entityMeta(name: string): Promise<EntityMeta> {
@@ -25,8 +25,12 @@ export function appDetail(name: string): Promise<AppDetail> {
   return hit;
 }
 
-export function listApps(): Promise<AppSummary[]> {
-  appList ??= get<AppSummary[]>("_ui/_meta/apps").then((a) => a.data);
+/** The workspace's apps, and its title, theme, logo and favicon (data from its manifest). */
+export function listApps(): Promise<{ apps: AppSummary[]; workspace: WorkspaceLook | null }> {
+  appList ??= get<AppSummary[]>("_ui/_meta/apps").then((a) => ({
+    apps: a.data,
+    workspace: (a.raw.workspace as WorkspaceLook | undefined) ?? null,
+  }));
   return appList;
 }
 

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import {
   buttonsFor, canEdit, computeLive, fieldState, filterDefault, formatValue, interpolate, listQuery, moveRow,
-  nextSort, payloadOf, problemsByPath,
+  nextSort, payloadOf, problemsByPath, visibleFields,
 } from "../src/logic";
 import type { EntityMeta, FieldMeta, Me } from "../src/meta";
 import { parseRoute, pageHref } from "../src/route";
@@ -70,6 +70,15 @@ describe("buttons shown exactly when the API allows them", () => {
     expect(canEdit(order, { docstatus: "draft" }, buyer)).toBe(true);
     expect(canEdit(order, { docstatus: "submitted" }, buyer)).toBe(false);
     expect(canEdit({ ...order, rest: ["list", "find"] }, null, buyer)).toBe(false);
+  });
+});
+
+describe("fields behind a permission", () => {
+  it("are left out for callers without it, as the server leaves them out", () => {
+    const fields = [f("name", "string"), f("iban", "string", { required_permission: "buying.supplier.read_bank" })];
+    expect(visibleFields(fields, buyer).map((x) => x.name)).toEqual(["name"]);
+    expect(visibleFields(fields, { ...buyer, permissions: { "buying.supplier.read_bank": true } }).map((x) => x.name)).toEqual(["name", "iban"]);
+    expect(visibleFields(fields, { ...buyer, roles: ["admin"] })).toHaveLength(2);
   });
 });
 

@@ -38,8 +38,13 @@ def ui_reference_rules(spec: Spec) -> Iterator[Problem]:
                 spec, owner, "spec.entity", ref, f"{ref!r} is not a declared entity"
             )
             continue
+        # a state machine gives its records a ``state`` field (dap.server.catalog.machines)
+        machine_state = {"state"} if target.spec.state_machine is not None else set()
         for path, name in fields:
-            if name not in locating.FILTERABLE_SYSTEM_FIELDS and target.spec.field(name) is None:
+            if (
+                name not in locating.FILTERABLE_SYSTEM_FIELDS | machine_state
+                and target.spec.field(name) is None
+            ):
                 yield locating.at(spec, owner, path, f"{target.key} has no field {name!r}")
     for form in spec.forms.values():
         target = spec.resolve_entity(form.spec.entity, form.metadata.module)

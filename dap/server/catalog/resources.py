@@ -16,10 +16,11 @@ from typing import Any
 
 from dap.config import Spec
 from dap.config.apps import ApprovalInboxSpec, AppSpec, FormSpec, PageSpec, TableSpec
+from dap.config.base import Record
 from dap.config.entities import EntitySpec
 from dap.config.enums import REST_ACTIONS, FieldType
 from dap.config.fields import Field
-from dap.config.platform import ServiceSpec
+from dap.config.platform import ServiceSpec, WorkspaceSpec
 from dap.config.roles import RoleSpec
 from dap.server.catalog import machines, plans
 from dap.server.catalog.grants import Grants
@@ -227,6 +228,9 @@ class Catalog:
     pages: Mapping[str, PageSpec] = field(default_factory=dict)
     forms: Mapping[str, FormSpec] = field(default_factory=dict)
     views: Mapping[str, TableSpec] = field(default_factory=dict)  # Table manifests
+    # Kanban, Listing, ApprovalInbox and Dashboard manifests and the Workspace manifests, for the UI
+    ui_parts: Mapping[str, Record] = field(default_factory=dict)
+    workspaces: Mapping[str, WorkspaceSpec] = field(default_factory=dict)
     referrers: Mapping[str, tuple[Referrer, ...]] = field(default_factory=dict)  # by target table
     grants: Grants = field(default_factory=Grants)  # resolved Role manifests
     inboxes: Mapping[str, ApprovalInboxSpec] = field(default_factory=dict)  # ApprovalInbox manifests
@@ -248,6 +252,8 @@ class Catalog:
         roles: Mapping[str, RoleSpec] | None = None,
         inboxes: Mapping[str, ApprovalInboxSpec] | None = None,
         services: Mapping[str, ServiceSpec] | None = None,
+        ui_parts: Mapping[str, Record] | None = None,
+        workspaces: Mapping[str, WorkspaceSpec] | None = None,
     ) -> Catalog:
         """Derive tables and REST resources from entity specs keyed ``module/name``.
 
@@ -325,6 +331,8 @@ class Catalog:
             pages=MappingProxyType(dict(pages or {})),
             forms=MappingProxyType(dict(forms or {})),
             views=MappingProxyType(dict(views or {})),
+            ui_parts=MappingProxyType(dict(ui_parts or {})),
+            workspaces=MappingProxyType(dict(workspaces or {})),
             referrers=MappingProxyType(_referrers(entities, by_entity)),
             grants=grants,
             inboxes=MappingProxyType(dict(inboxes or {})),
@@ -349,4 +357,10 @@ class Catalog:
             roles={k: m.spec for k, m in spec.roles.items()},
             inboxes={k: m.spec for k, m in spec.approval_inboxes.items()},
             services={k: m.spec for k, m in spec.services.items()},
+            ui_parts={
+                k: m.spec
+                for kind in (spec.kanbans, spec.listings, spec.approval_inboxes, spec.dashboards)
+                for k, m in kind.items()
+            },
+            workspaces={k: m.spec for k, m in spec.workspaces.items()},
         )

@@ -79,6 +79,8 @@ def field_meta(f: Field, module: str, catalog: Catalog) -> dict[str, Any]:
             ],
         }
         meta["child"].update(_child_extras(f, module))
+    if f.required_permission:  # callers without it never see the field (the UI leaves it out)
+        meta["required_permission"] = f.required_permission
     if f.visible_when:
         meta["visible_when"] = f.visible_when
     if f.readonly_when:
@@ -335,7 +337,44 @@ def _components(pages: list[dict[str, Any]], module: str, catalog: Catalog) -> d
             form = catalog.forms[key].model_dump(mode="json", by_alias=True, exclude_none=True)
             form["entity"] = _ref(form["entity"], key.split("/", 1)[0])
             out[key] = {"kind": "form", **form}
+        elif key in catalog.ui_parts:
+            part = catalog.ui_parts[key]
+            dump = part.model_dump(mode="json", by_alias=True, exclude_none=True)
+            home = key.split("/", 1)[0]
+            if "entity" in dump:
+                dump["entity"] = _ref(dump["entity"], home)
+            if "entities" in dump:
+                dump["entities"] = [_ref(e, home) for e in dump["entities"]]
+            for widget in dump.get("widgets", ()):
+                widget["ref"] = _ref(widget["ref"], home)
+                refs.append(widget["ref"])  # a widget naming a table or listing shows it
+            out[key] = {"kind": _KINDS[type(part).__name__], **dump}
     return out
+
+
+_KINDS = {
+    "KanbanSpec": "kanban",
+    "ListingSpec": "listing",
+    "ApprovalInboxSpec": "approval_inbox",
+    "DashboardSpec": "dashboard",
+}
+
+
+def _workspace_look(catalog: Catalog, slug: str) -> dict[str, Any]:
+    """Title, theme, logo and favicon of the workspace: its Workspace manifest (by slug), else the
+    spec's only one; the UI applies them as data (theme keys become CSS custom properties)."""
+    spec = catalog.workspaces.get(slug)
+    if spec is None and len(catalog.workspaces) == 1:
+        spec = next(iter(catalog.workspaces.values()))
+    if spec is None:
+        return {"slug": slug, "title": None, "theme": None, "logo": None, "favicon": None}
+    return {
+        "slug": slug,
+        "title": spec.title,
+        "theme": spec.theme,
+        "logo": spec.logo,
+        "favicon": spec.favicon,
+    }
 
 
 def _permissions(catalog: Catalog) -> list[str]:
@@ -373,7 +412,12 @@ async def _workspace(request: web.Request) -> Catalog:
 
 async def apps(request: web.Request) -> web.Response:
     catalog = await _workspace(request)
-    return web.json_response({"data": [_app_summary(k, catalog) for k in sorted(catalog.apps)]})
+    return web.json_response(
+        {
+            "data": [_app_summary(k, catalog) for k in sorted(catalog.apps)],
+            "workspace": _workspace_look(catalog, request[state.WORKSPACE]),
+        }
+    )
 
 
 async def app(request: web.Request) -> web.Response:

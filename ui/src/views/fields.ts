@@ -95,6 +95,11 @@ function RelationPicker(p: InputProps & { common: Record<string, unknown> }) {
   useEffect(() => {
     let live = true;
     const handle = setTimeout(async () => {
+      if (p.state.readonly) {  // the current record only: nothing to choose from
+        const current = p.value ? await get<Row>(`api/${rel.entity}/${p.value}`).then((a) => a.data, () => null) : null;
+        if (live) setOptions(current ? [current] : []);
+        return;
+      }
       const q = new URLSearchParams({ limit: "50", sort: display, fields: [display, ...extra].join(",") });
       if (search) q.set(`${display}[ilike]`, `%${search}%`);
       try {
@@ -109,7 +114,7 @@ function RelationPicker(p: InputProps & { common: Record<string, unknown> }) {
       }
     }, search ? 200 : 0);
     return () => { live = false; clearTimeout(handle); };
-  }, [search, rel.entity]);
+  }, [search, rel.entity, p.state.readonly]);
   if (p.state.readonly) {
     const current = options.find((o) => o.id === p.value);
     return html`<input id=${p.id} disabled value=${current ? String(current[display]) : String(p.value ?? "")} />`;

@@ -7,7 +7,7 @@ import { useLoad } from "../hooks";
 import { html } from "../html";
 import {
   type Button, buttonsFor, canEdit, computeLive, contextOf, fieldState, formatValue, initialValue,
-  interpolate, payloadOf, problemsByPath,
+  interpolate, payloadOf, problemsByPath, visibleFields,
 } from "../logic";
 import type { AppDetail, EntityMeta, FieldMeta, FormComp, Me, Row } from "../meta";
 import { entityMeta } from "../store";
@@ -40,10 +40,11 @@ export function FormBlock(props: Props) {
   return html`<${Editor} ...${props} meta=${loaded.value.meta} record=${loaded.value.record} reload=${loaded.reload} />`;
 }
 
-function formFields(form: FormComp, meta: EntityMeta): { field: FieldMeta; label: string; help: string | null; readonly: boolean; hidden: boolean; default_from?: string }[] {
+function formFields(form: FormComp, meta: EntityMeta, me: Me): { field: FieldMeta; label: string; help: string | null; readonly: boolean; hidden: boolean; default_from?: string }[] {
   const entries = form.fields.length ? form.fields : meta.fields.map((f) => ({ field: f.name }));
+  const allowed = visibleFields(meta.fields, me);
   return entries.flatMap((entry) => {
-    const field = meta.fields.find((f) => f.name === entry.field);
+    const field = allowed.find((f) => f.name === entry.field);
     if (!field) return [];
     const e = entry as FormComp["fields"][number];
     return [{ field, label: e.label ?? field.caption ?? field.name, help: e.help ?? field.help, readonly: !!e.readonly, hidden: !!e.hidden, default_from: e.default_from }];
@@ -51,7 +52,7 @@ function formFields(form: FormComp, meta: EntityMeta): { field: FieldMeta; label
 }
 
 function Editor({ form, app, me, id, mode, setCrumb, onCreated, onDeleted, editHref, meta, record, reload }: Props & { meta: EntityMeta; record: Row | null; reload: () => void }) {
-  const fields = formFields(form, meta);
+  const fields = formFields(form, meta, me);
   const creating = record === null;
   const [values, setValues] = useState<Row>(() => record ?? Object.fromEntries(fields.map((f) => [f.field.name, initialValue(f.field, f.default_from, { username: session.username ?? "" })])));
   const [problem, setProblem] = useState<Problem | null>(null);
@@ -81,7 +82,7 @@ function Editor({ form, app, me, id, mode, setCrumb, onCreated, onDeleted, editH
     }
   };
   const save = () => act(async () => {
-    const body = payloadOf(meta.fields, values, { creating, original: record ?? undefined });
+    const body = payloadOf(visibleFields(meta.fields, me), values, { creating, original: record ?? undefined });
     if (creating) {
       const answer = await call<Row>("POST", meta.api ?? "", body);
       onCreated(String(answer.data.id));
@@ -108,7 +109,7 @@ function Editor({ form, app, me, id, mode, setCrumb, onCreated, onDeleted, editH
   const unplaced = problem ? problem.errors.filter((e) => !fields.some((f) => e.path === f.field.name || e.path.startsWith(`${f.field.name}[`))) : [];
   return html`<div class="form-block">
     <div class="table-head">
-      <h2 id=${`${formId}-title`}>${form.title ?? meta.title}: ${title}</h2>
+      <h2 id=${`${formId}--heading`}>${form.title ?? meta.title}: ${title}</h2>
       ${record && html`<span class="badges">
         ${meta.lifecycle && html`<span class=${`badge ${record.docstatus}`}>${formatValue(SYSTEM_FIELDS.docstatus, record.docstatus)}</span>`}
         ${meta.state_machine && html`<span class="badge">${String(record[meta.state_machine.field] ?? "").replace(/_/g, " ")}</span>`}
@@ -117,7 +118,7 @@ function Editor({ form, app, me, id, mode, setCrumb, onCreated, onDeleted, editH
     <div role="status" aria-live="polite" class="notice">${notice}</div>
     ${problem && html`<div class="error" role="alert"><p>${problem.detail}</p>
       ${unplaced.length > 0 && html`<ul>${unplaced.map((e) => html`<li>${e.path}: ${e.message}</li>`)}</ul>`}</div>`}
-    <form id=${formId} aria-labelledby=${`${formId}-title`} novalidate onSubmit=${(e: Event) => { e.preventDefault(); if (editable) ask(confirmFor(creating ? "create" : "update"), save); }}>
+    <form id=${formId} aria-labelledby=${`${formId}--heading`} novalidate onSubmit=${(e: Event) => { e.preventDefault(); if (editable) ask(confirmFor(creating ? "create" : "update"), save); }}>
       ${fields.map((f) => {
         const state = fieldState(f.field, context, { creating, editable, formReadonly: f.readonly, hidden: f.hidden });
         if (!state.visible) return null;

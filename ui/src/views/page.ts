@@ -2,9 +2,12 @@
 // selection (a record id) to another block's parameter.
 import { useEffect, useState } from "preact/hooks";
 import { html } from "../html";
-import type { AppDetail, Block, Me, PageMeta } from "../meta";
+import type { AppDetail, Block, Component, Me, PageMeta, TableComp } from "../meta";
 import { pageHref } from "../route";
+import { DashboardBlock } from "./dashboard";
 import { FormBlock } from "./form";
+import { Guard } from "./guard";
+import { KanbanBlock } from "./kanban";
 import { TableBlock } from "./table";
 
 type Props = {
@@ -38,6 +41,15 @@ export function PageView({ app, page, id, query, me, setCrumb }: Props) {
     const c = component(block.ref);
     const key = block.id ?? `block-${index}`;
     if (!c) return html`<section class="block"><p class="muted">This block (${block.ref ?? "asset"}) has no renderer here.</p></section>`;
+    if (c.kind === "kanban") return html`<section class="block" aria-label=${c.title ?? "Board"}><${KanbanBlock} board=${c} me=${me} /></section>`;
+    if (c.kind === "dashboard") return html`<section class="block" aria-label=${c.title ?? "Dashboard"}><${DashboardBlock} board=${c} app=${app} me=${me} /></section>`;
+    if (c.kind === "approval_inbox")
+      return html`<section class="block" aria-label=${c.title ?? "Approvals"}><h2>${c.title ?? "Approvals"}</h2>
+        <p class="muted">Approval gates are not run by this server yet, so there is nothing to approve here.</p></section>`;
+    if (c.kind === "listing") {
+      const table: TableComp = { kind: "table", entity: c.entity, title: c.title, columns: c.fields.map((field) => ({ field })), filters: c.filters, fixed_filters: [], page_size: 25 };
+      return html`<section class="block" aria-label=${c.title ?? "List"}><${TableBlock} table=${table} me=${me} query=${query} selected=${null} onSelect=${null} openHref=${null} /></section>`;
+    }
     if (c.kind === "table") {
       const target = formPage(app, c.form);
       const bound = page.blocks.some((b) => b.binds?.source === key);
@@ -50,7 +62,8 @@ export function PageView({ app, page, id, query, me, setCrumb }: Props) {
     }
     const recordId = block.binds ? selected[block.binds.source] ?? null : id;
     if (block.binds && !recordId) return html`<section class="block detail"><p class="muted">Choose a row to see it here.</p></section>`;
-    const listPage = app.pages.find((p) => p.blocks.some((b) => component(b.ref)?.kind === "table" && (component(b.ref) as { form?: string }).form && c.entity === component(b.ref)?.entity));
+    const isList = (x: Component | undefined): x is TableComp => x?.kind === "table" && !!x.form && x.entity === c.entity;
+    const listPage = app.pages.find((p) => p.blocks.some((b) => isList(component(b.ref))));
     return html`<section class="block detail" aria-label=${c.title ?? "Form"}>
       <${FormBlock} key=${recordId ?? "new"} form=${c} app=${app} me=${me} id=${recordId === "new" ? null : recordId}
         mode=${block.mode ?? "edit"} setCrumb=${block.binds ? null : setCrumb}
@@ -61,6 +74,6 @@ export function PageView({ app, page, id, query, me, setCrumb }: Props) {
   };
   return html`<div class=${`page layout-${page.layout}`}>
     <h1>${page.title ?? page.name}</h1>
-    <div class="blocks">${page.blocks.map(render)}</div>
+    <div class="blocks">${page.blocks.map((b, i) => html`<${Guard} key=${b.id ?? i}>${render(b, i)}<//>`)}</div>
   </div>`;
 }

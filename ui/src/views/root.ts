@@ -7,7 +7,7 @@ import { type Route, pageHref, parseRoute } from "../route";
 import { appDetail, forgetSession, listApps, whoAmI } from "../store";
 import { Login, Setup } from "./auth";
 import { PageView } from "./page";
-import { Shell } from "./shell";
+import { Shell, applyLook } from "./shell";
 
 function useRoute(): Route {
   const [route, setRoute] = useState(parseRoute(location.hash));
@@ -21,20 +21,24 @@ function useRoute(): Route {
 
 export function Root() {
   const route = useRoute();
+  const [, setSignedIn] = useState(0);
   const apps = useLoad(listApps, []);
-  const title = apps.value?.[0]?.title ?? workspace;
+  const look = apps.value?.workspace ?? null;
+  const title = look?.title ?? apps.value?.apps[0]?.title ?? workspace;
   useEffect(() => {
     document.title = title;
-  }, [title]);
+    applyLook(look);
+  }, [title, look]);
   if (apps.error) return html`<main id="main" class="auth"><p class="error" role="alert">${apps.error.message}</p></main>`;
   if (!apps.value) return html`<main id="main" class="loading" aria-busy="true">Loading…</main>`;
   const home = () => {
     location.hash = "#/";
+    setSignedIn((n) => n + 1); // also when the hash already was "#/"
   };
   if (route.kind === "setup") return html`<${Setup} title=${title} onDone=${home} />`;
   if (route.kind === "login" || !session.token) return html`<${Login} title=${title} onDone=${home} />`;
   if (route.kind === "home") {
-    const first = apps.value[0];
+    const first = apps.value.apps[0];
     if (!first) return html`<main id="main"><p>This workspace has no app.</p></main>`;
     location.replace(pageHref(first.name, first.home ?? first.pages[0] ?? ""));
     return null;
@@ -47,14 +51,14 @@ function AppPage({ route }: { route: Extract<Route, { kind: "page" }> }) {
   const [crumb, setCrumb] = useState<string | null>(null);
   if (loaded.error) return html`<main id="main"><p class="error" role="alert">${loaded.error.message}</p></main>`;
   if (!loaded.value) return html`<main id="main" aria-busy="true">Loading…</main>`;
-  const [apps, app, me] = loaded.value;
+  const [{ apps, workspace: look }, app, me] = loaded.value;
   const page = app.pages.find((p) => p.name === route.page || p.name.endsWith(`/${route.page}`)) ?? null;
   const signOut = () => {
     session.token = null;
     forgetSession();
     location.hash = "#/login";
   };
-  return html`<${Shell} apps=${apps} app=${app} page=${page} crumb=${crumb} onSignOut=${signOut}>
+  return html`<${Shell} apps=${apps} look=${look} app=${app} page=${page} crumb=${crumb} onSignOut=${signOut}>
     ${page
       ? html`<${PageView} key=${page.name + (route.id ?? "")} app=${app} page=${page} id=${route.id} query=${route.query} me=${me} setCrumb=${setCrumb} />`
       : html`<p class="error" role="alert">No page ${route.page} in ${app.title}.</p>`}

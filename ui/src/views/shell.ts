@@ -3,7 +3,7 @@ import type { ComponentChildren } from "preact";
 import { useState } from "preact/hooks";
 import { session, workspace } from "../api";
 import { html } from "../html";
-import type { AppDetail, AppSummary, PageMeta } from "../meta";
+import type { AppDetail, AppSummary, PageMeta, WorkspaceLook } from "../meta";
 import { pageHref } from "../route";
 
 export type Theme = "light" | "dark";
@@ -20,10 +20,37 @@ export function applyTheme(theme: Theme): void {
   localStorage.setItem(THEME_KEY, theme);
 }
 
+/**
+ * The workspace's look as data: ``theme`` keys become CSS custom properties (``accent`` →
+ * ``--accent``; ``dark.accent`` only in the dark theme), ``favicon`` replaces the icon.
+ */
+export function applyLook(look: WorkspaceLook | null): void {
+  if (!look) return;
+  const rules: string[] = [];
+  const light: string[] = [];
+  const dark: string[] = [];
+  for (const [key, value] of Object.entries(look.theme ?? {})) {
+    if (typeof value !== "string" || !/^[a-z][a-z0-9-]*$/.test(key.replace(/^dark\./, ""))) continue;
+    const safe = value.replace(/[;{}<>]/g, "");
+    (key.startsWith("dark.") ? dark : light).push(`--${key.replace(/^dark\./, "")}: ${safe};`);
+  }
+  if (light.length) rules.push(`:root { ${light.join(" ")} }`);
+  if (dark.length) rules.push(`:root[data-theme="dark"] { ${dark.join(" ")} }`);
+  let style = document.getElementById("workspace-theme");
+  if (!style) {
+    style = document.createElement("style");
+    style.id = "workspace-theme";
+    document.head.append(style);
+  }
+  style.textContent = rules.join("\n");
+  if (look.favicon) document.getElementById("favicon")?.setAttribute("href", look.favicon);
+}
+
 const shown = (toggle: string | undefined) => toggle !== "hide";
 
 type Props = {
   apps: AppSummary[];
+  look: WorkspaceLook | null;
   app: AppDetail;
   page: PageMeta | null;
   crumb: string | null;
@@ -31,7 +58,7 @@ type Props = {
   onSignOut: () => void;
 };
 
-export function Shell({ apps, app, page, crumb, children, onSignOut }: Props) {
+export function Shell({ apps, look, app, page, crumb, children, onSignOut }: Props) {
   const chrome = app.chrome ?? {};
   const [theme, setTheme] = useState<Theme>(initialTheme());
   const [menuOpen, setMenuOpen] = useState(false);
@@ -44,7 +71,7 @@ export function Shell({ apps, app, page, crumb, children, onSignOut }: Props) {
   return html`<div class="shell">
     <a class="skip" href="#main" onClick=${(e: Event) => { e.preventDefault(); document.getElementById("main")?.focus(); }}>Skip to content</a>
     <header class="topbar">
-      ${shown(chrome.brand) && html`<a class="brand" href=${pageHref(app.name, app.home ?? navPages[0]?.name ?? "")}>${app.title}</a>`}
+      ${shown(chrome.brand) && html`<a class="brand" href=${pageHref(app.name, app.home ?? navPages[0]?.name ?? "")}>${look?.logo ? html`<img src=${look.logo} alt="" height="24" />` : ""}${app.title}</a>`}
       ${chrome.nav !== "none" && html`<button class="menu-toggle" aria-expanded=${menuOpen} aria-controls="nav" onClick=${() => setMenuOpen(!menuOpen)}>Menu</button>
         <nav id="nav" aria-label="Pages" class=${menuOpen ? "open" : ""}>
           <ul>
@@ -64,6 +91,6 @@ export function Shell({ apps, app, page, crumb, children, onSignOut }: Props) {
       ${crumb && html`<li aria-current="page">${crumb}</li>`}
     </ol></nav>`}
     <main id="main" tabindex="-1">${children}</main>
-    ${shown(chrome.footer) && html`<footer>${workspace} · ${app.title}</footer>`}
+    ${shown(chrome.footer) && html`<footer>${look?.title ?? workspace} · ${app.title}</footer>`}
   </div>`;
 }

@@ -4,7 +4,7 @@ import { useState } from "preact/hooks";
 import { get } from "../api";
 import { useLoad } from "../hooks";
 import { html } from "../html";
-import { canEdit, filterDefault, formatValue, listQuery, nextSort } from "../logic";
+import { canEdit, filterDefault, formatValue, listQuery, nextSort, visibleFields } from "../logic";
 import type { EntityMeta, FieldMeta, FilterSpec, Me, Row, TableComp } from "../meta";
 import { entityMeta } from "../store";
 
@@ -65,6 +65,8 @@ type Props = {
   selected: string | null;
   onSelect: ((id: string) => void) | null;
   openHref: ((id: string) => string) | null;
+  /** A dashboard's list: the rows only (no filters, column choice or paging). */
+  compact?: boolean;
 };
 
 export function TableBlock(props: Props) {
@@ -74,12 +76,14 @@ export function TableBlock(props: Props) {
   return html`<${Rows} ...${props} meta=${meta.value} />`;
 }
 
-function Rows({ table, me, selected, onSelect, openHref, meta }: Props & { meta: EntityMeta }) {
-  const filters = table.filters.length ? table.filters : meta.filters.filter((f) => !f.from);
+function Rows({ table, me, selected, onSelect, openHref, meta, compact }: Props & { meta: EntityMeta }) {
+  const shown = visibleFields(meta.fields, me).filter((f) => f.type !== "child");
+  const mayRead = (name: string) => !!SYSTEM_FIELDS[name] || shown.some((f) => f.name === name);
+  const filters = (compact ? [] : table.filters.length ? table.filters : meta.filters.filter((f) => !f.from)).filter((f) => mayRead(f.field));
+  const allColumns = (table.columns.length ? table.columns : shown.slice(0, 6).map((f): TableComp["columns"][number] => ({ field: f.name }))).filter((c) => mayRead(c.field));
   const [values, setValues] = useState(() => initialFilters(filters, meta));
   const [sort, setSort] = useState(table.sort);
   const [offset, setOffset] = useState(0);
-  const allColumns = table.columns.length ? table.columns : meta.fields.filter((f) => f.type !== "child").slice(0, 6).map((f): TableComp["columns"][number] => ({ field: f.name }));
   const [hidden, setHidden] = useState<Set<string>>(new Set());
   const columns = allColumns.filter((c) => !hidden.has(c.field));
   const limit = table.page_size || 50;
@@ -97,20 +101,20 @@ function Rows({ table, me, selected, onSelect, openHref, meta }: Props & { meta:
   const id = `t-${table.entity.replace("/", "-")}`;
   return html`<div class="table-block">
     <div class="table-head">
-      <h2 id=${`${id}-title`}>${title}</h2>
-      ${openHref && canEdit(meta, null, me) && html`<a class="button primary" href=${openHref("new")}>New ${meta.title.toLowerCase()}</a>`}
+      ${compact ? html`<h3 id=${`${id}-title`}>${title}</h3>` : html`<h2 id=${`${id}-title`}>${title}</h2>`}
+      ${!compact && openHref && canEdit(meta, null, me) && html`<a class="button primary" href=${openHref("new")}>New ${meta.title.toLowerCase()}</a>`}
     </div>
     ${filters.length > 0 && html`<form class="filters" role="search" aria-label=${`Filter ${title}`} onSubmit=${(e: Event) => e.preventDefault()}>
       ${filters.map((f) => html`<${FilterInput} spec=${f} field=${fieldOf(meta, f.field)} values=${values} set=${setFilter} id=${id} />`)}
     </form>`}
-    <details class="columns">
+    ${!compact && html`<details class="columns">
       <summary>Columns</summary>
       <fieldset><legend class="sr-only">Shown columns</legend>
         ${allColumns.map((c) => html`<label><input type="checkbox" checked=${!hidden.has(c.field)}
           onChange=${() => setHidden((h) => { const n = new Set(h); if (n.has(c.field)) n.delete(c.field); else n.add(c.field); return n; })} />
           ${c.label ?? fieldOf(meta, c.field)?.caption ?? c.field}</label>`)}
       </fieldset>
-    </details>
+    </details>`}
     ${page.error && html`<p class="error" role="alert">${page.error.message}</p>`}
     <div class="scroll" tabindex="0" role="group" aria-label=${`${title} rows`}>
     <table aria-labelledby=${`${id}-title`} aria-busy=${page.loading}>
@@ -141,7 +145,7 @@ function Rows({ table, me, selected, onSelect, openHref, meta }: Props & { meta:
       </tbody>
     </table>
     </div>
-    ${page.value && html`<nav class="pager" aria-label=${`Paging of ${title}`}>
+    ${page.value && !compact && html`<nav class="pager" aria-label=${`Paging of ${title}`}>
       <button disabled=${offset === 0} onClick=${() => setOffset(Math.max(0, offset - limit))}>Previous</button>
       <span aria-live="polite">${page.value.total === 0 ? "0" : `${offset + 1}–${offset + page.value.rows.length}`} of ${page.value.total}</span>
       <button disabled=${offset + limit >= page.value.total} onClick=${() => setOffset(offset + limit)}>Next</button>
