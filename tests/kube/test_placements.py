@@ -267,3 +267,28 @@ async def test_a_deleted_management_workspace_is_removed_from_its_cluster(
     await api.delete("workspaces", fleet.management, "shop")
     await fleet.gone("shop", a)
     assert await api.get("workspaces", a, "local") is not None
+
+
+async def test_one_cluster_control_replica_leads_and_another_takes_over(
+    fleet: fleet_.Fleet, api: Api
+) -> None:
+    a = await fleet.add_cluster("a")
+    lease = f"dap-cluster-control-{a}"
+    replicas = [
+        await fleet.start_member("a", leader_elect=True, lease_name=lease, lease_seconds=3) for _ in range(2)
+    ]
+    await fleet.workspace("shop")
+    await fleet.materialised("shop", a)
+    held = await wait_for(lambda: api.get("leases", "dap-system", lease), what="the cluster control's Lease")
+    leader = next(
+        r for r in replicas if r.elector is not None and r.elector.me == held["spec"]["holderIdentity"]
+    )
+    follower = next(r for r in replicas if r is not leader)
+    assert leader.state["rounds"] > 0 and follower.state["rounds"] == 0  # the follower did nothing
+
+    await fleet.stop_member(leader)
+    await fleet.workspace("late")
+    await fleet.materialised("late", a)  # the follower took over and converged
+    assert follower.state["rounds"] > 0
+    taken = await api.get("leases", "dap-system", lease) or {}
+    assert follower.elector is not None and taken["spec"]["holderIdentity"] == follower.elector.me

@@ -42,6 +42,7 @@ class Options:
     leader_elect: bool = False
     lease_namespace: str = "dap-system"
     lease_name: str = LEASE_NAME
+    lease_seconds: float = 15.0  # a follower takes over this long after the leader's last renewal
     timeout: float = 5.0
     kubeconfig: str = ""  # this kubeconfig instead of the in-cluster account or $KUBECONFIG
     server: str = ""  # test hook: API server URL without credentials
@@ -61,7 +62,7 @@ class Member:
         self.etag: str | None = None
         self.reported: dict[str, tuple[str, list[dict[str, Any]]]] = {}
         self.state: dict[str, Any] = {"pull_at": None, "pull_error": None, "rounds": 0}
-        duration = max(15.0, 3 * options.interval)
+        duration = max(options.lease_seconds, 3 * options.interval)
         self.elector = (
             leases.Elector(client, options.lease_namespace, options.lease_name, duration)
             if options.leader_elect
