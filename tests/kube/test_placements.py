@@ -247,26 +247,35 @@ async def _later(control: Any, rounds: int) -> bool:
     return bool(control.state["rounds"] >= rounds)
 
 
-async def test_a_deleted_management_workspace_is_removed_from_its_cluster(
+async def test_a_deleted_management_workspace_is_removed_and_others_are_never_touched(
     fleet: fleet_.Fleet, api: Api
 ) -> None:
     a = await fleet.add_cluster("a")
-    await fleet.start_member("a")
-    await fleet.workspace("shop")
-    await fleet.materialised("shop", a)
-    # A Workspace of the cluster that is not the control's own is never touched.
-    await api.create(
-        "workspaces",
-        {
+    control = await fleet.start_member("a")
+    # Workspaces of the cluster that are not the control's own: one unrelated, one of the same
+    # name as a placement. Neither is taken over, changed or deleted.
+    for name in ("local", "clash"):
+        body = {
             "apiVersion": "dap.io/v1alpha1",
             "kind": "Workspace",
-            "metadata": {"name": "local", "namespace": a},
-            "spec": {},
-        },
-    )
+            "metadata": {"name": name, "namespace": a},
+        }
+        await api.create("workspaces", {**body, "spec": {"environment": "by-hand"}})
+    await fleet.workspace("shop")
+    await fleet.workspace("clash")
+    await fleet.materialised("shop", a)
+
+    async def refused() -> bool:
+        return f"{a}/clash" in control.state.get("failed", {})
+
+    await wait_for(refused, what="the clashing placement refused")
     await api.delete("workspaces", fleet.management, "shop")
+    await api.delete("workspaces", fleet.management, "clash")
     await fleet.gone("shop", a)
-    assert await api.get("workspaces", a, "local") is not None
+    await asyncio.sleep(5 * fleet_.INTERVAL)
+    for name in ("local", "clash"):
+        kept = await api.get("workspaces", a, name) or {}
+        assert kept["spec"] == {"environment": "by-hand"} and not kept["metadata"].get("labels"), kept
 
 
 async def test_one_cluster_control_replica_leads_and_another_takes_over(

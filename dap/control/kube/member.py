@@ -129,6 +129,7 @@ class Member:
 
     async def converge(self, placements: list[placing.Placement], owned: list[dict[str, Any]]) -> None:
         todo = placing.plan(placements, owned, self.options.cluster, self.options.namespace or None)
+        self.state["failed"] = {}
         live = {(b["metadata"]["namespace"], b["metadata"]["name"]): b for b in owned}
         for body in todo.create:
             meta = body["metadata"]
@@ -137,11 +138,9 @@ class Member:
                 log.info("placed workspace %s/%s", meta["namespace"], meta["name"])
             except kubeapi.ConflictError:
                 # A Workspace of that name that is not ours: never taken over.
-                log.warning(
-                    "workspace %s/%s exists and is not this cluster control's",
-                    meta["namespace"],
-                    meta["name"],
-                )
+                self._failed(meta, "exists and is not this cluster control's")
+            except kubeapi.ApiError as exc:  # e.g. its namespace does not exist here
+                self._failed(meta, str(exc))
         for body in todo.update:
             meta = body["metadata"]
             current = live[(meta["namespace"], meta["name"])]
@@ -150,12 +149,20 @@ class Member:
                 **current["metadata"],
                 "annotations": {**(current["metadata"].get("annotations") or {}), **meta["annotations"]},
             }
-            await self.client.replace(kubeapi.WORKSPACES, meta["namespace"], meta["name"], replaced)
+            try:
+                await self.client.replace(kubeapi.WORKSPACES, meta["namespace"], meta["name"], replaced)
+            except kubeapi.ApiError as exc:  # a conflict is retried next round with a fresh read
+                self._failed(meta, str(exc))
         for namespace, name in todo.delete:
             with contextlib.suppress(kubeapi.NotFoundError):
                 await self.client.delete(kubeapi.WORKSPACES, namespace, name)
             log.info("removed workspace %s/%s: placed elsewhere now", namespace, name)
             self.reported.pop(placing.placement_of(live[(namespace, name)]) or "", None)
+
+    def _failed(self, meta: dict[str, Any], why: str) -> None:
+        """One placement that could not be applied; the others go on, the next round retries."""
+        self.state.setdefault("failed", {})[f"{meta['namespace']}/{meta['name']}"] = why
+        log.warning("workspace %s/%s not applied: %s", meta["namespace"], meta["name"], why)
 
     async def report(self, owned: list[dict[str, Any]]) -> None:
         for body in owned:
