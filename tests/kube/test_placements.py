@@ -180,10 +180,16 @@ async def test_a_full_cluster_refuses_and_an_unschedulable_workspace_says_why(
     assert await api.get("workspaces", a, "three") is None and await api.get("workspaces", b, "three") is None
 
     # Room made on b: the waiting workspace is placed there; the placed ones stay where they are.
-    await api.patch("clusters", None, b, {"spec": {"maxWorkspaces": 2}})
+    await api.patch("clusters", None, b, {"spec": {"maxWorkspaces": 3}})
     await fleet.placed_on("three", b)
     await fleet.materialised("three", b)
     assert (await fleet.status("one"))["cluster"] == a
+
+    # a's maximum lowered below what it hosts: the excess moves to b, which has room for it.
+    await api.patch("clusters", None, a, {"spec": {"maxWorkspaces": 0}})
+    await fleet.placed_on("one", b)
+    await fleet.materialised("one", b)
+    await fleet.gone("one", a)
 
 
 async def test_an_inactive_cluster_is_drained_into_the_other(fleet: fleet_.Fleet, api: Api) -> None:
