@@ -231,6 +231,15 @@ async def test_a_region_outage_leaves_clusters_serving_and_they_converge_after(
     # Still serving what it had: the Workspace and the operator's Deployment are untouched.
     assert await api.get("workspaces", a, "shop") is not None
     assert await api.get("deployments", a, "dap-shop") is not None
+    # The last placements stay in force: a Workspace deleted by hand comes back without the region.
+    uid = (await api.get("workspaces", a, "shop") or {})["metadata"]["uid"]
+    await api.delete("workspaces", a, "shop")
+
+    async def recreated() -> bool:
+        again = await api.get("workspaces", a, "shop")
+        return again is not None and again["metadata"]["uid"] != uid
+
+    await wait_for(recreated, what="shop re-created from the cached placements")
 
     # Meanwhile the region control still routes (Postgres and the API server are up) ...
     await fleet.workspace("late")
