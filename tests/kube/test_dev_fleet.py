@@ -61,6 +61,7 @@ async def fleet_process(
             process.wait(timeout=10)
         log.close()
         output = (tmp_path / "fleet.log").read_text()
+        print(output[-5000:])  # shown when the test fails
         # Ctrl-C stops everything it started, its embedded Postgres included.
         assert process.returncode == 0, output[-3000:]
         assert not (tmp_path / "pg" / "postmaster.pid").exists(), output[-3000:]
@@ -91,11 +92,11 @@ async def test_dev_fleet_routes_and_moves_workspaces(
             "metadata": {"name": name, "namespace": mgmt},
         }
         await api.create("workspaces", {**body, "spec": spec})
-    await wait_for(lambda: placed("one", a), within=60, what="one on a")
-    await wait_for(lambda: placed("two", b), within=60, what="two on b (equal load: the emptier)")
+    await wait_for(lambda: placed("one", a), within=120, what="one on a")
+    await wait_for(lambda: placed("two", b), within=120, what="two on b (equal load: the emptier)")
 
     await api.patch("clusters", None, a, {"spec": {"maxWorkspaces": 0}})
-    await wait_for(lambda: placed("one", b), within=60, what="one moved to b")
+    await wait_for(lambda: placed("one", b), within=120, what="one moved to b")
 
     async def left_a() -> bool:
         return await api.get("workspaces", a, "one") is None
