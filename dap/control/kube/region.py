@@ -162,6 +162,9 @@ class Region:
                 )
             except kubeapi.NotFoundError:
                 continue  # deleted meanwhile; its DELETED event drops the binding
+            except kubeapi.ApiError as exc:  # one refused status must not hold up the others
+                log.warning("status of %s not written: %s", binding.workspace, exc)
+                continue
             self.workspaces[binding.workspace] = {**previous, **desired}
         for name, (state, count, pulled) in (await bindings.cluster_views(pool)).items():
             if name not in self.clusters:
