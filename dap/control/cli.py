@@ -153,6 +153,7 @@ async def _serve(
 
 control.add_command(kube_commands.region_control)
 control.add_command(kube_commands.cluster_control)
+control.add_command(kube_commands.dev_fleet)
 
 
 @control.group()

@@ -129,6 +129,7 @@ class Fleet:
     sessions: list[aiohttp.ClientSession] = dataclasses.field(default_factory=list)
     clients: list[kubeapi.Client] = dataclasses.field(default_factory=list)
     clusters: list[str] = dataclasses.field(default_factory=list)
+    running: dict[int, asyncio.Task[Any]] = dataclasses.field(default_factory=dict)
 
     def name(self, short: str) -> str:
         """The cluster (and member namespace) name of ``short`` in this test."""
@@ -164,8 +165,17 @@ class Fleet:
         self.sessions.append(session)
         control = member.Member(options, client, session)
         self.members[name] = control
-        self.tasks.append(asyncio.create_task(control.run()))
+        task = asyncio.create_task(control.run())
+        self.tasks.append(task)
+        self.running[id(control)] = task
         return control
+
+    async def stop_member(self, control: member.Member) -> None:
+        """Stop one cluster control as a replica going away would (it releases its Lease)."""
+        task = self.running.pop(id(control))
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
     async def workspace(self, name: str, **spec: Any) -> dict[str, Any]:
         body = {

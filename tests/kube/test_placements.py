@@ -180,10 +180,16 @@ async def test_a_full_cluster_refuses_and_an_unschedulable_workspace_says_why(
     assert await api.get("workspaces", a, "three") is None and await api.get("workspaces", b, "three") is None
 
     # Room made on b: the waiting workspace is placed there; the placed ones stay where they are.
-    await api.patch("clusters", None, b, {"spec": {"maxWorkspaces": 2}})
+    await api.patch("clusters", None, b, {"spec": {"maxWorkspaces": 3}})
     await fleet.placed_on("three", b)
     await fleet.materialised("three", b)
     assert (await fleet.status("one"))["cluster"] == a
+
+    # a's maximum lowered below what it hosts: the excess moves to b, which has room for it.
+    await api.patch("clusters", None, a, {"spec": {"maxWorkspaces": 0}})
+    await fleet.placed_on("one", b)
+    await fleet.materialised("one", b)
+    await fleet.gone("one", a)
 
 
 async def test_an_inactive_cluster_is_drained_into_the_other(fleet: fleet_.Fleet, api: Api) -> None:
@@ -225,6 +231,15 @@ async def test_a_region_outage_leaves_clusters_serving_and_they_converge_after(
     # Still serving what it had: the Workspace and the operator's Deployment are untouched.
     assert await api.get("workspaces", a, "shop") is not None
     assert await api.get("deployments", a, "dap-shop") is not None
+    # The last placements stay in force: a Workspace deleted by hand comes back without the region.
+    uid = (await api.get("workspaces", a, "shop") or {})["metadata"]["uid"]
+    await api.delete("workspaces", a, "shop")
+
+    async def recreated() -> bool:
+        again = await api.get("workspaces", a, "shop")
+        return again is not None and again["metadata"]["uid"] != uid
+
+    await wait_for(recreated, what="shop re-created from the cached placements")
 
     # Meanwhile the region control still routes (Postgres and the API server are up) ...
     await fleet.workspace("late")
@@ -247,23 +262,57 @@ async def _later(control: Any, rounds: int) -> bool:
     return bool(control.state["rounds"] >= rounds)
 
 
-async def test_a_deleted_management_workspace_is_removed_from_its_cluster(
+async def test_a_deleted_management_workspace_is_removed_and_others_are_never_touched(
     fleet: fleet_.Fleet, api: Api
 ) -> None:
     a = await fleet.add_cluster("a")
-    await fleet.start_member("a")
-    await fleet.workspace("shop")
-    await fleet.materialised("shop", a)
-    # A Workspace of the cluster that is not the control's own is never touched.
-    await api.create(
-        "workspaces",
-        {
+    control = await fleet.start_member("a")
+    # Workspaces of the cluster that are not the control's own: one unrelated, one of the same
+    # name as a placement. Neither is taken over, changed or deleted.
+    for name in ("local", "clash"):
+        body = {
             "apiVersion": "dap.io/v1alpha1",
             "kind": "Workspace",
-            "metadata": {"name": "local", "namespace": a},
-            "spec": {},
-        },
-    )
+            "metadata": {"name": name, "namespace": a},
+        }
+        await api.create("workspaces", {**body, "spec": {"environment": "by-hand"}})
+    await fleet.workspace("shop")
+    await fleet.workspace("clash")
+    await fleet.materialised("shop", a)
+
+    async def refused() -> bool:
+        return f"{a}/clash" in control.state.get("failed", {})
+
+    await wait_for(refused, what="the clashing placement refused")
     await api.delete("workspaces", fleet.management, "shop")
+    await api.delete("workspaces", fleet.management, "clash")
     await fleet.gone("shop", a)
-    assert await api.get("workspaces", a, "local") is not None
+    await asyncio.sleep(5 * fleet_.INTERVAL)
+    for name in ("local", "clash"):
+        kept = await api.get("workspaces", a, name) or {}
+        assert kept["spec"] == {"environment": "by-hand"} and not kept["metadata"].get("labels"), kept
+
+
+async def test_one_cluster_control_replica_leads_and_another_takes_over(
+    fleet: fleet_.Fleet, api: Api
+) -> None:
+    a = await fleet.add_cluster("a")
+    lease = f"dap-cluster-control-{a}"
+    replicas = [
+        await fleet.start_member("a", leader_elect=True, lease_name=lease, lease_seconds=3) for _ in range(2)
+    ]
+    await fleet.workspace("shop")
+    await fleet.materialised("shop", a)
+    held = await wait_for(lambda: api.get("leases", "dap-system", lease), what="the cluster control's Lease")
+    leader = next(
+        r for r in replicas if r.elector is not None and r.elector.me == held["spec"]["holderIdentity"]
+    )
+    follower = next(r for r in replicas if r is not leader)
+    assert leader.state["rounds"] > 0 and follower.state["rounds"] == 0  # the follower did nothing
+
+    await fleet.stop_member(leader)
+    await fleet.workspace("late")
+    await fleet.materialised("late", a)  # the follower took over and converged
+    assert follower.state["rounds"] > 0
+    taken = await api.get("leases", "dap-system", lease) or {}
+    assert follower.elector is not None and taken["spec"]["holderIdentity"] == follower.elector.me

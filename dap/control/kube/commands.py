@@ -10,12 +10,13 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import Coroutine
+from pathlib import Path
 from typing import Any
 
 import click
 
 from dap import logs
-from dap.control.kube import member, region
+from dap.control.kube import devfleet, member, region
 
 
 async def _until_signal(work: Coroutine[Any, Any, Any]) -> None:
@@ -66,3 +67,24 @@ def cluster_control(**opts: Any) -> None:
     logs.configure(opts.pop("log_level"))
     options = member.Options(**opts)
     asyncio.run(_until_signal(member.run(options)))
+
+
+@click.command("dev-fleet")
+@click.option("--kubeconfig", required=True, help="an administrator's kubeconfig of the API server to use")
+@click.option("--clusters", default="a=2,b=2", show_default=True, help="NAME=MAX,... one namespace each")
+@click.option("--prefix", default="dev", show_default=True, help="namespaces PREFIX-mgmt and PREFIX-NAME")
+@click.option(
+    "--port", type=int, default=8470, show_default=True, help="the region's control API on 127.0.0.1"
+)
+@click.option(
+    "--data-dir", type=click.Path(path_type=Path), default=Path(".dap") / "fleet-pg", show_default=True
+)
+@click.option("--log-level", type=click.Choice(sorted(logs.LEVELS)), default="info", envvar="DAP_LOG_LEVEL")
+def dev_fleet(kubeconfig: str, clusters: str, prefix: str, port: int, data_dir: Path, log_level: str) -> None:
+    """One region and several namespace "clusters" on one machine (routing, moves, status)."""
+    logs.configure(log_level)
+    try:
+        wanted = devfleet.parse_clusters(clusters)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--clusters") from exc
+    asyncio.run(_until_signal(devfleet.run(kubeconfig, wanted, prefix, port, data_dir)))

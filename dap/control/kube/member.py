@@ -42,6 +42,7 @@ class Options:
     leader_elect: bool = False
     lease_namespace: str = "dap-system"
     lease_name: str = LEASE_NAME
+    lease_seconds: float = 15.0  # a follower takes over this long after the leader's last renewal
     timeout: float = 5.0
     kubeconfig: str = ""  # this kubeconfig instead of the in-cluster account or $KUBECONFIG
     server: str = ""  # test hook: API server URL without credentials
@@ -61,7 +62,7 @@ class Member:
         self.etag: str | None = None
         self.reported: dict[str, tuple[str, list[dict[str, Any]]]] = {}
         self.state: dict[str, Any] = {"pull_at": None, "pull_error": None, "rounds": 0}
-        duration = max(15.0, 3 * options.interval)
+        duration = max(options.lease_seconds, 3 * options.interval)
         self.elector = (
             leases.Elector(client, options.lease_namespace, options.lease_name, duration)
             if options.leader_elect
@@ -128,6 +129,7 @@ class Member:
 
     async def converge(self, placements: list[placing.Placement], owned: list[dict[str, Any]]) -> None:
         todo = placing.plan(placements, owned, self.options.cluster, self.options.namespace or None)
+        self.state["failed"] = {}
         live = {(b["metadata"]["namespace"], b["metadata"]["name"]): b for b in owned}
         for body in todo.create:
             meta = body["metadata"]
@@ -136,11 +138,9 @@ class Member:
                 log.info("placed workspace %s/%s", meta["namespace"], meta["name"])
             except kubeapi.ConflictError:
                 # A Workspace of that name that is not ours: never taken over.
-                log.warning(
-                    "workspace %s/%s exists and is not this cluster control's",
-                    meta["namespace"],
-                    meta["name"],
-                )
+                self._failed(meta, "exists and is not this cluster control's")
+            except kubeapi.ApiError as exc:  # e.g. its namespace does not exist here
+                self._failed(meta, str(exc))
         for body in todo.update:
             meta = body["metadata"]
             current = live[(meta["namespace"], meta["name"])]
@@ -149,12 +149,20 @@ class Member:
                 **current["metadata"],
                 "annotations": {**(current["metadata"].get("annotations") or {}), **meta["annotations"]},
             }
-            await self.client.replace(kubeapi.WORKSPACES, meta["namespace"], meta["name"], replaced)
+            try:
+                await self.client.replace(kubeapi.WORKSPACES, meta["namespace"], meta["name"], replaced)
+            except kubeapi.ApiError as exc:  # a conflict is retried next round with a fresh read
+                self._failed(meta, str(exc))
         for namespace, name in todo.delete:
             with contextlib.suppress(kubeapi.NotFoundError):
                 await self.client.delete(kubeapi.WORKSPACES, namespace, name)
             log.info("removed workspace %s/%s: placed elsewhere now", namespace, name)
             self.reported.pop(placing.placement_of(live[(namespace, name)]) or "", None)
+
+    def _failed(self, meta: dict[str, Any], why: str) -> None:
+        """One placement that could not be applied; the others go on, the next round retries."""
+        self.state.setdefault("failed", {})[f"{meta['namespace']}/{meta['name']}"] = why
+        log.warning("workspace %s/%s not applied: %s", meta["namespace"], meta["name"], why)
 
     async def report(self, owned: list[dict[str, Any]]) -> None:
         for body in owned:

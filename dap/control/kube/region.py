@@ -45,6 +45,7 @@ class Options:
     leader_elect: bool = False
     lease_namespace: str = "dap-system"
     lease_name: str = LEASE_NAME
+    lease_seconds: float = 15.0  # a follower takes over this long after the leader's last renewal
     kubeconfig: str = ""  # this kubeconfig instead of the in-cluster account or $KUBECONFIG
     server: str = ""  # test hook: API server URL without credentials
 
@@ -69,7 +70,7 @@ class Region:
         if old is not None:
             await old.close()
         if self.options.leader_elect:
-            duration = max(15.0, 3 * self.options.interval)
+            duration = max(self.options.lease_seconds, 3 * self.options.interval)
             self.elector = leases.Elector(
                 client, self.options.lease_namespace, self.options.lease_name, duration
             )
@@ -161,6 +162,9 @@ class Region:
                 )
             except kubeapi.NotFoundError:
                 continue  # deleted meanwhile; its DELETED event drops the binding
+            except kubeapi.ApiError as exc:  # one refused status must not hold up the others
+                log.warning("status of %s not written: %s", binding.workspace, exc)
+                continue
             self.workspaces[binding.workspace] = {**previous, **desired}
         for name, (state, count, pulled) in (await bindings.cluster_views(pool)).items():
             if name not in self.clusters:

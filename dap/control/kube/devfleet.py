@@ -1,0 +1,125 @@
+"""``dap control dev-fleet``: one region and several "clusters" on one machine.
+
+Against any API server your kubeconfig reaches (kind, or the real control plane of the test
+harness), in one process: an embedded Postgres, the region's control API (region mode, ephemeral
+key) on loopback, the region control watching the management namespace ``PREFIX-mgmt``, and one
+cluster control per cluster, each keeping its placements in its own namespace ``PREFIX-NAME``
+(namespaces stand for clusters). The namespaces, the ClusterClass ``standard`` and the Cluster
+resources (labels ``dap.io/region=dev``, ``dap.io/cluster-class=standard``) are created if
+missing; the Clusters' maximum is set to the one given. Run an operator
+per cluster namespace (``dap operator --namespace PREFIX-NAME``) to see the workspaces run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+from dap import embedded
+from dap.control import app as control_app
+from dap.control import settings, signing, store
+from dap.control.kube import kubeapi, member, region
+from dap.control.routing import CLASS_LABEL, REGION_LABEL
+
+log = logging.getLogger(__name__)
+NAMESPACES = kubeapi.Resource("", "v1", "namespaces", namespaced=False)
+CLUSTER_CLASSES = kubeapi.Resource("dap.io", "v1alpha1", "clusterclasses", namespaced=False)
+REGION = "dev"
+CLASS = "standard"
+
+
+def parse_clusters(text: str) -> dict[str, int]:
+    """``a=2,b=2`` -> {"a": 2, "b": 2} (name = maximum of workspaces)."""
+    found: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, maximum = item.partition("=")
+        if not sep or not name or not maximum.isdigit():
+            raise ValueError(f"{item!r} is not NAME=MAX (e.g. a=2)")
+        found[name] = int(maximum)
+    if not found:
+        raise ValueError("name at least one cluster, e.g. --clusters a=2,b=2")
+    return found
+
+
+async def _ensure(client: kubeapi.Client, resource: kubeapi.Resource, body: Mapping[str, object]) -> None:
+    with contextlib.suppress(kubeapi.ConflictError):
+        await client.create(resource, None, body)
+
+
+async def prepare(client: kubeapi.Client, prefix: str, clusters: Mapping[str, int]) -> None:
+    for name in ["mgmt", *clusters]:
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"{prefix}-{name}"}}
+        await _ensure(client, NAMESPACES, namespace)
+    cluster_class = {"apiVersion": "dap.io/v1alpha1", "kind": "ClusterClass", "metadata": {"name": CLASS}}
+    await _ensure(client, CLUSTER_CLASSES, {**cluster_class, "spec": {}})
+    for name, maximum in clusters.items():
+        cluster = f"{prefix}-{name}"
+        labels = {REGION_LABEL: REGION, CLASS_LABEL: CLASS}
+        spec = {"maxWorkspaces": maximum, "state": "active"}
+        body = {
+            "apiVersion": "dap.io/v1alpha1",
+            "kind": "Cluster",
+            "metadata": {"name": cluster, "labels": labels},
+        }
+        await _ensure(client, kubeapi.CLUSTERS, {**body, "spec": spec})
+        await client.patch(kubeapi.CLUSTERS, None, cluster, {"metadata": {"labels": labels}, "spec": spec})
+
+
+async def run(kubeconfig: str, clusters: Mapping[str, int], prefix: str, port: int, data_dir: Path) -> None:
+    dsn, handle = await asyncio.to_thread(embedded.start, data_dir)
+    client = kubeapi.Client.connect(kubeapi.login(kubeconfig=kubeconfig))
+    pool = await store.connect(dsn, max_size=4)
+    runner = web.AppRunner(
+        control_app.build_app(
+            config=settings.Settings(mode="region"), pool=pool, signer=signing.Signer.generate()
+        ),
+        access_log=None,
+    )
+    try:
+        await prepare(client, prefix, clusters)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        url = f"http://127.0.0.1:{port}"
+        async with aiohttp.ClientSession() as session:
+            tasks: list[asyncio.Task[object]] = [
+                asyncio.create_task(
+                    member.Member(
+                        member.Options(url, f"{prefix}-{name}", namespace=f"{prefix}-{name}", interval=1.0),
+                        client,
+                        session,
+                    ).run()
+                )
+                for name in clusters
+            ]
+            options = region.Options(dsn=dsn, namespace=f"{prefix}-mgmt", interval=1.0, kubeconfig=kubeconfig)
+            # kopf takes over SIGINT/SIGTERM and stops the region control gracefully; a stop flag
+            # (rather than cancelling it) also keeps kopf from arming its last-resort SIGKILL.
+            stop = asyncio.Event()
+            control = asyncio.create_task(region.run(options, stop_flag=stop))
+            print(
+                f"dev fleet: region {url}, management namespace {prefix}-mgmt, clusters "
+                + ", ".join(f"{prefix}-{n} (max {m})" for n, m in clusters.items())
+                + f"\n  kubectl apply -n {prefix}-mgmt a Workspace with spec region: {REGION}, "
+                f"clusterClass: {CLASS}; kubectl get dws -A; kubectl get dcl",
+                flush=True,
+            )
+            try:
+                await asyncio.shield(control)
+            finally:
+                stop.set()
+                with contextlib.suppress(Exception):
+                    await control
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        await runner.cleanup()
+        await pool.close()
+        await client.close()
+        await asyncio.to_thread(embedded.stop, handle, data_dir)
