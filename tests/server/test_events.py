@@ -45,6 +45,7 @@ spec:
   actions:
     - {name: touch, emits: touched}
     - {name: mark}
+    - {name: later, call: async, emits: touched}
   events:
     - name: created
       deliver:
@@ -74,6 +75,7 @@ spec:
     transitions:
       - {name: mark, from: [new, marked], to: marked, action: mark}
       - {name: touch, from: [new, marked], to: marked, action: touch}
+      - {name: later, from: [new, marked], to: marked, action: later}
   expose:
     - type: rest
 """,
@@ -221,8 +223,16 @@ async def test_created_is_delivered_on_every_channel(
 ) -> None:
     rec, _ = receiver
     rec.fail["deliver me"] = 2  # two failures, then success: three tries, one webhook-id
-    _, created = await call(srv, "POST", "note", {"title": "deliver me", "reader": "carol"})
+    async with srv.http.post(
+        f"{srv.api}/default/api/ev/note", json={"title": "deliver me", "reader": "carol"}, headers=srv.auth()
+    ) as resp:
+        assert resp.status == 201
+        # ``created`` is declared without a type: sync by its name, so delivered before the answer
+        assert resp.headers["Event-Delivery"] == "settled"
+        created = await resp.json()
     rid = created["data"]["id"]
+    got = await rows(pg_dsn, "SELECT delivered_at FROM dap.outbox WHERE record_id = $1", uuid.UUID(rid))
+    assert got[0]["delivered_at"] is not None
 
     async def delivered() -> Any:
         got = await rows(
@@ -263,6 +273,14 @@ async def test_created_is_delivered_on_every_channel(
         headers=srv.auth(username="boss", sub="boss"),
     ) as resp:
         assert (await resp.json()) == {"read": 1}
+
+
+async def test_a_sync_event_of_an_async_action_is_a_type_mismatch(srv: Running) -> None:
+    _, created = await call(srv, "POST", "note", {"title": "mismatch"})
+    status, problem = await call(srv, "POST", f"note/{created['data']['id']}/later")
+    assert status == 422 and problem["code"] == "SVC.EVENT.TYPE_MISMATCH"
+    _, found = await call(srv, "GET", f"note/{created['data']['id']}")
+    assert found["data"]["version"] == 2  # create, then the reliable_event's mark; later did not run
 
 
 async def test_pubsub_notifies_listeners_after_commit(srv: Running, pg_dsn: str) -> None:
