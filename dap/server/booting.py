@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 
 from dap.server import errors, options
-from dap.server.access import accounts, auth, throttling
+from dap.server.access import accounts, throttling
 from dap.server.catalog import Catalog
 from dap.server.documents import auditing, idempotency
 from dap.server.events import outbox
@@ -90,7 +90,7 @@ async def prepare_database(
     return plan
 
 
-SYSTEM = auth.Principal(sub="dap:events", username="dap-events", roles=("admin",))
+SYSTEM_SUB, SYSTEM_USERNAME = "dap:events", "dap-events"
 
 
 def reliable_runner(current: Callable[[], Catalog]) -> channels.Runner:
@@ -104,8 +104,10 @@ def reliable_runner(current: Callable[[], Catalog]) -> channels.Runner:
     """
 
     async def run(conn: db.Connection, event: channels.Event, target: DeliveryTarget) -> None:
-        from dap.server.access import guards  # loaded on the first delivery
+        from dap.server.access import auth, guards  # loaded on the first delivery (jwt, aiohttp)
         from dap.server.workflows import actions
+
+        system = auth.Principal(sub=SYSTEM_SUB, username=SYSTEM_USERNAME, roles=("admin",))
 
         catalog = current()
         assert target.resource is not None  # validation requires both
@@ -122,10 +124,10 @@ def reliable_runner(current: Callable[[], Catalog]) -> channels.Runner:
         params = actions.parse_params(plan, {k: v for k, v in given.items() if k in plan.params})
         call = actions.Call(
             write=auditing.Write(
-                catalog, resource, event.tenant, SYSTEM.sub, SYSTEM.username, event.request_id
+                catalog, resource, event.tenant, system.sub, system.username, event.request_id
             ),
-            principal=SYSTEM,
-            access=guards.check(SYSTEM, resource, target.action),
+            principal=system,
+            access=guards.check(system, resource, target.action),
             plan=plan,
             record_id=record_id,
             params=params,

@@ -23,7 +23,11 @@ SESSION_STATE = re.compile(
     re.IGNORECASE,
 )
 STATEMENTS = re.compile(r"[\"']\s*(LISTEN|DECLARE)\s")  # LISTEN, a cursor (SQL in capitals here)
-OWN_CONNECTION = {"server/storage/caching.py"}  # the find cache's LISTEN runs on its own connection
+OWN_CONNECTION = {  # these LISTEN on connections of their own, never the pool's
+    "server/storage/caching.py",
+    "server/events/dispatcher.py",
+    "server/events/feed.py",
+}  # the find cache's LISTEN runs on its own connection
 
 
 def test_no_code_leaves_session_state_on_a_pooled_connection() -> None:
