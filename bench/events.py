@@ -6,7 +6,9 @@
    the start of the emitting transaction (as for the baseline) to the ``reliable_event`` handler
    (the dispatcher's runner, in this process), p50/p99.
 3. Throughput: a backlog of events spread over records, drained by one dispatcher: events/s.
-4. Websocket fan-out (full run only when asked with ``--subscribers``): skipped in ``--quick``.
+4. Websocket fan-out: a real server on loopback, ``subscribers`` websocket clients (1,000; 50 in
+   ``--quick``) subscribed to one entity, events emitted one per transaction: every client must
+   get every event; p50/p99 from the start of the emitting transaction to each client's receipt.
 
 Embedded Postgres in a temporary directory unless ``DAP_BENCH_DSN`` is set. Targets (issue 12):
 >= 1,000 events/s sustained, commit-to-handler p99 <= 100 ms; ``--quick`` prints without holding
@@ -160,10 +162,109 @@ async def run(dsn: str, args: argparse.Namespace) -> int:
         ok = len(lat) == len(sent) and len(handled) == args.backlog
         if not args.quick:
             ok = ok and rate >= 1000 and pct(lat, 99) <= 100
-        return 0 if ok else 1
     finally:
         await work.stop()
         await pool.close()
+    ok = await fanout(dsn, args.subscribers, args.fan_events) and ok
+    return 0 if ok else 1
+
+
+WS_FILES = {
+    "fan/module.yaml": "apiVersion: dap.io/v1\nkind: Module\nmetadata: {name: fan}\nspec: {title: Fan}\n",
+    "fan/item.yaml": (
+        "apiVersion: dap.io/v1\nkind: Entity\nmetadata: {name: item, module: fan}\n"
+        "spec:\n  fields:\n    - {name: title, type: string}\n  expose:\n    - type: rest\n"
+    ),
+}
+JWT_SECRET = "bench-secret-of-at-least-sixty-four-bytes-so-that-pyjwt-stays-quiet!!"
+
+
+async def fanout(dsn: str, subscribers: int, count: int) -> bool:
+    import aiohttp
+    import jwt
+
+    from dap.server import options
+    from dap.server.web import app
+
+    catalog = Catalog.from_spec(config.load_files(WS_FILES))
+    opts = options.check(
+        dsn=dsn,
+        addr="127.0.0.1:0",
+        metrics_addr="",
+        jwt_secret=JWT_SECRET,
+        pool_size=6,
+        cors_origins=["http://bench.invalid"],
+    )
+    server = await app.create_server(opts, catalog)
+    await server.start()
+    now = int(time.time())
+    token = jwt.encode(
+        {
+            "sub": "b",
+            "username": "b",
+            "roles": ["admin"],
+            "iss": opts.jwt_issuer,
+            "iat": now,
+            "exp": now + 600,
+        },
+        JWT_SECRET,
+        algorithm="HS256",
+    )
+    received: dict[int, list[float]] = {}
+    sent: dict[str, float] = {}
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+            sockets = []
+            for _ in range(subscribers):
+                ws = await http.ws_connect(f"{server.urls['api']}/default/_ws?access_token={token}")
+                await ws.receive_json()
+                await ws.send_json({"type": "subscribe", "id": "s", "entity": "fan/item"})
+                await ws.receive_json()
+                sockets.append(ws)
+
+            async def read(n: int, ws: aiohttp.ClientWebSocketResponse) -> None:
+                got = received.setdefault(n, [])
+                while len(got) < count:
+                    frame = await ws.receive_json()
+                    if frame["type"] == "event":
+                        got.append(time.perf_counter() - sent[frame["event"]["id"]])
+
+            readers = [asyncio.create_task(read(n, ws)) for n, ws in enumerate(sockets)]
+            pool = server.app[app.state.POOL]
+            tenant = (await server.app[app.state.REGISTRY].resolve("default")).tenant_id
+            async with pool.acquire() as conn:
+                for i in range(count):
+                    began = time.perf_counter()
+                    async with conn.transaction():
+                        public = await outbox.emit(
+                            conn,
+                            tenant=tenant,
+                            entity="fan/item",
+                            record_id=uuid.uuid4(),
+                            action="create",
+                            event="created",
+                            payload={"record": {"title": str(i)}},
+                            actor_sub="b",
+                            actor_username="b",
+                            request_id=None,
+                            version=1,
+                        )
+                    sent[str(public)] = began
+                    await asyncio.sleep(0.02)
+            _, pending = await asyncio.wait(readers, timeout=60)
+            for task in pending:
+                task.cancel()
+            for ws in sockets:
+                await ws.close()
+    finally:
+        await server.stop()
+    lat = [x for got in received.values() for x in got]
+    complete = sum(1 for got in received.values() if len(got) == count)
+    print(
+        f"websocket fan-out: {count} events to {subscribers} subscribers, {complete} got all "
+        f"({len(lat)} messages): p50 {pct(lat, 50):.1f} ms, p99 {pct(lat, 99):.1f} ms"
+    )
+    return complete == subscribers
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -173,6 +274,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     args.baseline, args.latency, args.rate, args.backlog = (
         (100, 200, 200, 2000) if args.quick else (1000, 2000, 200, 20000)
     )
+    args.subscribers, args.fan_events = (50, 20) if args.quick else (1000, 50)
     return args
 
 
