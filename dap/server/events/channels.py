@@ -12,8 +12,11 @@ commits together with the row that says it was delivered, or not at all.
   connection (its effect commits with the ``(consumer, event_id)`` row: exactly once);
 - ``notification``: ``in_app`` rows in ``dap.notifications`` per recipient; ``email``/``sms``
   through the pluggable :data:`Sender` (:func:`log_sender` by default);
-- ``pubsub``: ``NOTIFY`` on the topic (``PublishDecl.topic``, default ``dap_events``) with the
-  event's ids, committed with the row (Postgres LISTEN/NOTIFY: no NATS datastore is served yet);
+- ``pubsub``: with a NATS connection (``DAP_NATS_URL``), the event message published on subject
+  ``<topic>.<tenant>`` (``publish.scope: workspace``, the default) or ``<topic>`` (``global``),
+  flushed before the delivery counts (at least once: a batch rolled back after it publishes
+  again); without one, ``NOTIFY <topic>`` with the event's ids, committed with the row (Postgres
+  LISTEN/NOTIFY). ``topic`` is ``PublishDecl.topic``, default ``dap_events``;
 - ``websocket``: nothing to do here: every delivered event reaches the websocket feed.
 """
 
@@ -103,6 +106,8 @@ class Event:
 Runner = Callable[[db.Connection, Event, DeliveryTarget], Awaitable[None]]
 # sends one email or sms: (medium, recipient username, subject, body)
 Sender = Callable[[str, str, str | None, str], Awaitable[None]]
+# publishes one message on a NATS subject and flushes: (subject, body)
+Publisher = Callable[[str, bytes], Awaitable[None]]
 
 
 async def log_sender(medium: str, to: str, subject: str | None, body: str) -> None:
@@ -135,6 +140,7 @@ class Channels:
     config: Mapping[str, str] = field(default_factory=dict)
     runner: Runner | None = None
     sender: Sender = log_sender
+    nats: Publisher | None = None
 
     async def deliver(self, conn: db.Connection, event: Event, delivery: plans.Delivery) -> None:
         channel = delivery.channel
@@ -149,6 +155,9 @@ class Channels:
             await self.runner(conn, event, delivery.decl.target)
         elif channel is EventChannel.NOTIFICATION:
             await self._notify(conn, event, delivery.decl.notification)
+        elif channel is EventChannel.PUBSUB and self.nats is not None:
+            subject = delivery.topic if delivery.scope == "global" else f"{delivery.topic}.{event.tenant}"
+            await self.nats(subject, json.dumps(event.message(), default=db.json_default).encode())
         elif channel is EventChannel.PUBSUB:
             await publish(conn, event, delivery)
         elif channel is EventChannel.WEBSOCKET:
@@ -255,3 +264,25 @@ async def publish(conn: db.Connection, event: Event, delivery: plans.Delivery) -
         "record_id": str(event.record_id) if event.record_id else None,
     }
     await conn.execute("SELECT pg_notify($1, $2)", topic, json.dumps(note))
+
+
+class _Nats:
+    """A NATS connection as a :data:`Publisher` (``nats-py``, loaded only when configured)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    async def __call__(self, subject: str, body: bytes) -> None:
+        await self.client.publish(subject, body)
+        await self.client.flush(timeout=5)
+
+
+async def nats_publisher(url: str) -> Publisher:
+    import nats  # only when DAP_NATS_URL is set
+
+    return _Nats(await nats.connect(url, connect_timeout=5, max_reconnect_attempts=-1))
+
+
+async def close_nats(publisher: Publisher | None) -> None:
+    if isinstance(publisher, _Nats):
+        await publisher.client.drain()
