@@ -62,6 +62,11 @@ spec:
         - channel: webhook
           webhook: {url_from_config: order_url, sign: true}
           retry: {max_attempts: 50, backoff: 10ms, max_backoff: 20ms}
+    - name: submitted
+      deliver:
+        - channel: webhook
+          webhook: {url_from_config: hook_url}
+          idempotency_key: "submitted-{{ title }}"
     - name: touched
       publish: {topic: ev_touched}
       deliver:
@@ -100,7 +105,15 @@ class Receiver:
             if signed
             else json.loads(body)
         )
-        self.seen.append({"path": path, "id": request.headers["webhook-id"], "signed": signed, "data": data})
+        self.seen.append(
+            {
+                "path": path,
+                "id": request.headers["webhook-id"],
+                "key": request.headers.get("Idempotency-Key"),
+                "signed": signed,
+                "data": data,
+            }
+        )
         self.counter += 1
         title = data["payload"].get("record", {}).get("title", "")
         if path in self.always_fail or self.fail.get(title, 0) > 0:
@@ -281,6 +294,25 @@ async def test_a_sync_event_of_an_async_action_is_a_type_mismatch(srv: Running) 
     assert status == 422 and problem["code"] == "SVC.EVENT.TYPE_MISMATCH"
     _, found = await call(srv, "GET", f"note/{created['data']['id']}")
     assert found["data"]["version"] == 2  # create, then the reliable_event's mark; later did not run
+
+
+async def test_an_idempotency_key_settles_one_delivery_for_events_rendering_it_alike(
+    srv: Running, pg_dsn: str, receiver: tuple[Receiver, str]
+) -> None:
+    rec, _ = receiver
+    ids = [(await call(srv, "POST", "note", {"title": "twin"}))[1]["data"]["id"] for _ in range(2)]
+    for rid in ids:
+        async with srv.http.post(f"{srv.api}/default/api/ev/note/{rid}/submit", headers=srv.auth()) as resp:
+            assert resp.status == 200
+            assert resp.headers["Event-Delivery"] == "settled"
+    sent = [s for s in rec.seen if s["key"] == "submitted-twin"]
+    assert len(sent) == 1 and sent[0]["data"]["record_id"] == ids[0]
+    got = await rows(
+        pg_dsn,
+        "SELECT delivered_at FROM dap.outbox WHERE event = 'submitted' AND record_id = ANY($1::uuid[])",
+        [uuid.UUID(r) for r in ids],
+    )
+    assert len(got) == 2 and all(r["delivered_at"] is not None for r in got)
 
 
 async def test_pubsub_notifies_listeners_after_commit(srv: Running, pg_dsn: str) -> None:

@@ -131,6 +131,19 @@ def render(template: str, event: Event) -> str:
     return _PLACE.sub(one, template)
 
 
+KEYS = uuid.UUID("6d1f3a52-3c0e-4f55-9a43-5a7f0d1e2b11")  # the namespace of idempotency keys
+
+
+def settle_id(delivery: plans.Delivery, event: Event) -> uuid.UUID:
+    """The id a delivery is settled under (pure): the event's id, or -- with ``idempotency_key``
+    declared -- one derived from the rendered key, so that events rendering the same key settle
+    one delivery only (``{{ id }}-{{ version }}``: once per version of a record)."""
+    template = delivery.decl.idempotency_key
+    if template is None:
+        return event.public_id
+    return uuid.uuid5(KEYS, f"{delivery.consumer}\x00{render(template, event)}")
+
+
 @dataclass
 class Channels:
     """What deliveries need from the process: an HTTP session, secrets, the runner, the sender."""
@@ -180,6 +193,8 @@ class Channels:
             "webhook-id": str(event.public_id),
             "webhook-timestamp": str(int(now.timestamp())),
         }
+        if delivery.decl.idempotency_key is not None:
+            headers["Idempotency-Key"] = render(delivery.decl.idempotency_key, event)
         if decl.sign:
             if not self.webhook_secret:
                 raise RuntimeError("the webhook is declared sign: true but DAP_WEBHOOK_SECRET is not set")

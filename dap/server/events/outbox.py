@@ -81,6 +81,7 @@ CREATE TABLE IF NOT EXISTS dap.dead_letter (
     created_at timestamptz NOT NULL DEFAULT now(),
     replayed_at timestamptz
 );
+ALTER TABLE dap.dead_letter ADD COLUMN IF NOT EXISTS settled_as uuid;
 CREATE TABLE IF NOT EXISTS dap.notifications (
     id bigserial PRIMARY KEY,
     public_id uuid NOT NULL DEFAULT gen_random_uuid() UNIQUE,
