@@ -73,6 +73,7 @@ spec:
         - channel: webhook
           webhook: {url_from_config: dead_url}
           retry: {max_attempts: 1, backoff: 10ms}
+          dead_letter: {action: mark}
         - {channel: queue, job: mark}
   state_machine:
     states: [new, marked]
@@ -348,6 +349,9 @@ async def test_a_delivery_past_its_retries_is_dead_lettered_and_replayed_from_th
 
     letters = await until(dead)
     assert len(letters) == 1 and letters[0]["attempts"] == 2 and "500" in letters[0]["last_error"]
+    _, after = await call(srv, "GET", f"note/{rid}")
+    # create (1), its reliable mark (2), touch (3), then the dead_letter target ``mark`` (4)
+    assert after["data"]["version"] == 4
     admin = {"Authorization": f"Bearer {ADMIN}"}
     async with srv.http.get(f"{srv.admin}/dead-letters", headers=admin) as resp:
         listed = (await resp.json())["data"]

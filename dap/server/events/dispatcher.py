@@ -240,6 +240,7 @@ class Dispatcher:
                     )
                     outcomes.append((delivery.consumer, key, "dead"))
                     settled.add((delivery.consumer, key))
+                    await self._dead_target(conn, event, delivery)
                     self.counters.dead.labels(channel).inc()
                     log.warning("event delivery dead", extra={"ctx": {"consumer": delivery.consumer}})
                 else:
@@ -252,3 +253,22 @@ class Dispatcher:
             await conn.execute(RETRY, event.id, failed[0][1], wait)
             return False
         return True
+
+    async def _dead_target(
+        self, conn: db.Connection, event: channels.Event, delivery: plans.Delivery
+    ) -> None:
+        """A declared ``dead_letter`` target (``resource`` + ``action``) runs once with the dead
+        event, in a savepoint; its failure is logged (the dead-letter row stands either way)."""
+        target = delivery.decl.dead_letter
+        if target is None or target.action is None or self.channels.runner is None:
+            return
+        try:
+            async with conn.transaction():
+                await self.channels.runner(conn, event, target)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning(
+                "dead_letter target failed",
+                extra={"ctx": {"consumer": delivery.consumer, "error": f"{type(exc).__name__}: {exc}"}},
+            )
