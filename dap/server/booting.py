@@ -112,9 +112,8 @@ def reliable_runner(current: Callable[[], Catalog]) -> channels.Runner:
 
         system = auth.Principal(sub=SYSTEM_SUB, username=SYSTEM_USERNAME, roles=("admin",))
         catalog = current()
-        assert target.resource is not None  # validation requires both
-        assert target.action is not None
-        module, _, name = target.resource.rpartition(".")
+        assert target.action is not None  # validation requires it (resource: the event's entity)
+        module, _, name = (target.resource or event.entity.replace("/", ".")).rpartition(".")
         resource = catalog.resource(module or event.entity.split("/")[0], name)
         if resource is None:
             raise RuntimeError(f"reliable_event target {target.resource} is not an entity served here")

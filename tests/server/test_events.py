@@ -45,6 +45,7 @@ spec:
   actions:
     - {name: touch, emits: touched}
     - {name: mark}
+    - {name: later, call: async, emits: touched}
   events:
     - name: created
       deliver:
@@ -61,12 +62,18 @@ spec:
         - channel: webhook
           webhook: {url_from_config: order_url, sign: true}
           retry: {max_attempts: 50, backoff: 10ms, max_backoff: 20ms}
+    - name: submitted
+      deliver:
+        - channel: webhook
+          webhook: {url_from_config: hook_url}
+          idempotency_key: "submitted-{{ title }}"
     - name: touched
       publish: {topic: ev_touched}
       deliver:
         - channel: webhook
           webhook: {url_from_config: dead_url}
           retry: {max_attempts: 1, backoff: 10ms}
+          dead_letter: {action: mark}
         - {channel: queue, job: mark}
   state_machine:
     states: [new, marked]
@@ -74,6 +81,7 @@ spec:
     transitions:
       - {name: mark, from: [new, marked], to: marked, action: mark}
       - {name: touch, from: [new, marked], to: marked, action: touch}
+      - {name: later, from: [new, marked], to: marked, action: later}
   expose:
     - type: rest
 """,
@@ -98,7 +106,15 @@ class Receiver:
             if signed
             else json.loads(body)
         )
-        self.seen.append({"path": path, "id": request.headers["webhook-id"], "signed": signed, "data": data})
+        self.seen.append(
+            {
+                "path": path,
+                "id": request.headers["webhook-id"],
+                "key": request.headers.get("Idempotency-Key"),
+                "signed": signed,
+                "data": data,
+            }
+        )
         self.counter += 1
         title = data["payload"].get("record", {}).get("title", "")
         if path in self.always_fail or self.fail.get(title, 0) > 0:
@@ -221,8 +237,16 @@ async def test_created_is_delivered_on_every_channel(
 ) -> None:
     rec, _ = receiver
     rec.fail["deliver me"] = 2  # two failures, then success: three tries, one webhook-id
-    _, created = await call(srv, "POST", "note", {"title": "deliver me", "reader": "carol"})
+    async with srv.http.post(
+        f"{srv.api}/default/api/ev/note", json={"title": "deliver me", "reader": "carol"}, headers=srv.auth()
+    ) as resp:
+        assert resp.status == 201
+        # ``created`` is declared without a type: sync by its name, so delivered before the answer
+        assert resp.headers["Event-Delivery"] == "settled"
+        created = await resp.json()
     rid = created["data"]["id"]
+    got = await rows(pg_dsn, "SELECT delivered_at FROM dap.outbox WHERE record_id = $1", uuid.UUID(rid))
+    assert got[0]["delivered_at"] is not None
 
     async def delivered() -> Any:
         got = await rows(
@@ -265,6 +289,33 @@ async def test_created_is_delivered_on_every_channel(
         assert (await resp.json()) == {"read": 1}
 
 
+async def test_a_sync_event_of_an_async_action_is_a_type_mismatch(srv: Running) -> None:
+    _, created = await call(srv, "POST", "note", {"title": "mismatch"})
+    status, problem = await call(srv, "POST", f"note/{created['data']['id']}/later")
+    assert status == 422 and problem["code"] == "SVC.EVENT.TYPE_MISMATCH"
+    _, found = await call(srv, "GET", f"note/{created['data']['id']}")
+    assert found["data"]["version"] == 2  # create, then the reliable_event's mark; later did not run
+
+
+async def test_an_idempotency_key_settles_one_delivery_for_events_rendering_it_alike(
+    srv: Running, pg_dsn: str, receiver: tuple[Receiver, str]
+) -> None:
+    rec, _ = receiver
+    ids = [(await call(srv, "POST", "note", {"title": "twin"}))[1]["data"]["id"] for _ in range(2)]
+    for rid in ids:
+        async with srv.http.post(f"{srv.api}/default/api/ev/note/{rid}/submit", headers=srv.auth()) as resp:
+            assert resp.status == 200
+            assert resp.headers["Event-Delivery"] == "settled"
+    sent = [s for s in rec.seen if s["key"] == "submitted-twin"]
+    assert len(sent) == 1 and sent[0]["data"]["record_id"] == ids[0]
+    got = await rows(
+        pg_dsn,
+        "SELECT delivered_at FROM dap.outbox WHERE event = 'submitted' AND record_id = ANY($1::uuid[])",
+        [uuid.UUID(r) for r in ids],
+    )
+    assert len(got) == 2 and all(r["delivered_at"] is not None for r in got)
+
+
 async def test_pubsub_notifies_listeners_after_commit(srv: Running, pg_dsn: str) -> None:
     got: asyncio.Queue[str] = asyncio.Queue()
     conn = await asyncpg.connect(pg_dsn)
@@ -298,6 +349,9 @@ async def test_a_delivery_past_its_retries_is_dead_lettered_and_replayed_from_th
 
     letters = await until(dead)
     assert len(letters) == 1 and letters[0]["attempts"] == 2 and "500" in letters[0]["last_error"]
+    _, after = await call(srv, "GET", f"note/{rid}")
+    # create (1), its reliable mark (2), touch (3), then the dead_letter target ``mark`` (4)
+    assert after["data"]["version"] == 4
     admin = {"Authorization": f"Bearer {ADMIN}"}
     async with srv.http.get(f"{srv.admin}/dead-letters", headers=admin) as resp:
         listed = (await resp.json())["data"]

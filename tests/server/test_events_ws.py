@@ -227,3 +227,22 @@ async def test_unknown_frames_and_entities_answer_errors(srv: Running) -> None:
     finally:
         await ws.close()
     _ = json
+
+
+async def test_scope_user_shows_only_the_callers_own_records(srv: Running) -> None:
+    ws = await connect(srv, sub="u-bob", username="bob")
+    try:
+        assert (await subscribe(ws, "mine", "sales/customer", scope="user"))["type"] == "subscribed"
+        await create(srv, "customer", {"name": "alice's"})  # srv.auth() is alice
+        async with srv.http.post(
+            f"{srv.api}/default/api/sales/customer",
+            json={"name": "bob's"},
+            headers=srv.auth(sub="u-bob", username="bob"),
+        ) as resp:
+            assert resp.status == 201
+        got = await events(ws, 1)
+        assert got[0]["event"]["payload"]["record"]["name"] == "bob's"
+        await ws.send_json({"type": "unsubscribe", "id": "mine"})
+        assert (await ws.receive_json(timeout=5)) == {"type": "unsubscribed", "id": "mine"}
+    finally:
+        await ws.close()

@@ -12,8 +12,11 @@ commits together with the row that says it was delivered, or not at all.
   connection (its effect commits with the ``(consumer, event_id)`` row: exactly once);
 - ``notification``: ``in_app`` rows in ``dap.notifications`` per recipient; ``email``/``sms``
   through the pluggable :data:`Sender` (:func:`log_sender` by default);
-- ``pubsub``: ``NOTIFY`` on the topic (``PublishDecl.topic``, default ``dap_events``) with the
-  event's ids, committed with the row (Postgres LISTEN/NOTIFY: no NATS datastore is served yet);
+- ``pubsub``: with a NATS connection (``DAP_NATS_URL``), the event message published on subject
+  ``<topic>.<tenant>`` (``publish.scope: workspace``, the default) or ``<topic>`` (``global``),
+  flushed before the delivery counts (at least once: a batch rolled back after it publishes
+  again); without one, ``NOTIFY <topic>`` with the event's ids, committed with the row (Postgres
+  LISTEN/NOTIFY). ``topic`` is ``PublishDecl.topic``, default ``dap_events``;
 - ``websocket``: nothing to do here: every delivered event reaches the websocket feed.
 """
 
@@ -103,6 +106,8 @@ class Event:
 Runner = Callable[[db.Connection, Event, DeliveryTarget], Awaitable[None]]
 # sends one email or sms: (medium, recipient username, subject, body)
 Sender = Callable[[str, str, str | None, str], Awaitable[None]]
+# publishes one message on a NATS subject and flushes: (subject, body)
+Publisher = Callable[[str, bytes], Awaitable[None]]
 
 
 async def log_sender(medium: str, to: str, subject: str | None, body: str) -> None:
@@ -126,6 +131,19 @@ def render(template: str, event: Event) -> str:
     return _PLACE.sub(one, template)
 
 
+KEYS = uuid.UUID("6d1f3a52-3c0e-4f55-9a43-5a7f0d1e2b11")  # the namespace of idempotency keys
+
+
+def settle_id(delivery: plans.Delivery, event: Event) -> uuid.UUID:
+    """The id a delivery is settled under (pure): the event's id, or -- with ``idempotency_key``
+    declared -- one derived from the rendered key, so that events rendering the same key settle
+    one delivery only (``{{ id }}-{{ version }}``: once per version of a record)."""
+    template = delivery.decl.idempotency_key
+    if template is None:
+        return event.public_id
+    return uuid.uuid5(KEYS, f"{delivery.consumer}\x00{render(template, event)}")
+
+
 @dataclass
 class Channels:
     """What deliveries need from the process: an HTTP session, secrets, the runner, the sender."""
@@ -135,6 +153,7 @@ class Channels:
     config: Mapping[str, str] = field(default_factory=dict)
     runner: Runner | None = None
     sender: Sender = log_sender
+    nats: Publisher | None = None
 
     async def deliver(self, conn: db.Connection, event: Event, delivery: plans.Delivery) -> None:
         channel = delivery.channel
@@ -149,6 +168,9 @@ class Channels:
             await self.runner(conn, event, delivery.decl.target)
         elif channel is EventChannel.NOTIFICATION:
             await self._notify(conn, event, delivery.decl.notification)
+        elif channel is EventChannel.PUBSUB and self.nats is not None:
+            subject = delivery.topic if delivery.scope == "global" else f"{delivery.topic}.{event.tenant}"
+            await self.nats(subject, json.dumps(event.message(), default=db.json_default).encode())
         elif channel is EventChannel.PUBSUB:
             await publish(conn, event, delivery)
         elif channel is EventChannel.WEBSOCKET:
@@ -171,6 +193,8 @@ class Channels:
             "webhook-id": str(event.public_id),
             "webhook-timestamp": str(int(now.timestamp())),
         }
+        if delivery.decl.idempotency_key is not None:
+            headers["Idempotency-Key"] = render(delivery.decl.idempotency_key, event)
         if decl.sign:
             if not self.webhook_secret:
                 raise RuntimeError("the webhook is declared sign: true but DAP_WEBHOOK_SECRET is not set")
@@ -255,3 +279,25 @@ async def publish(conn: db.Connection, event: Event, delivery: plans.Delivery) -
         "record_id": str(event.record_id) if event.record_id else None,
     }
     await conn.execute("SELECT pg_notify($1, $2)", topic, json.dumps(note))
+
+
+class _Nats:
+    """A NATS connection as a :data:`Publisher` (``nats-py``, loaded only when configured)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    async def __call__(self, subject: str, body: bytes) -> None:
+        await self.client.publish(subject, body)
+        await self.client.flush(timeout=5)
+
+
+async def nats_publisher(url: str) -> Publisher:
+    import nats  # only when DAP_NATS_URL is set
+
+    return _Nats(await nats.connect(url, connect_timeout=5, max_reconnect_attempts=-1))
+
+
+async def close_nats(publisher: Publisher | None) -> None:
+    if isinstance(publisher, _Nats):
+        await publisher.client.drain()

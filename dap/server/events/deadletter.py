@@ -65,7 +65,7 @@ async def replay(conn: db.Connection, dead_id: uuid.UUID) -> dict[str, Any]:
         await conn.execute(
             "DELETE FROM dap.event_deliveries WHERE consumer = $1 AND event_id = $2",
             row["consumer"],
-            row["event_id"],
+            row["settled_as"] or row["event_id"],  # the idempotency key's id, when one was declared
         )
         after = await conn.fetchrow(
             "UPDATE dap.dead_letter SET replayed_at = now() WHERE id = $1 RETURNING *", row["id"]

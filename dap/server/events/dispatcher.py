@@ -63,7 +63,7 @@ SETTLE = (
 _NO_WRITES = frozenset({EventChannel.WEBHOOK, EventChannel.WEBSOCKET})
 DEAD = (
     "INSERT INTO dap.dead_letter (outbox_id, event_id, tenant_id, entity, event, consumer, channel, "
-    "attempts, last_error) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+    "attempts, last_error, settled_as) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
 )
 RETRY = (
     "UPDATE dap.outbox SET attempts = attempts + 1, last_error = $2, "
@@ -168,16 +168,21 @@ class Dispatcher:
         """Claim and settle one batch in one transaction; how many rows were claimed."""
         async with db.connection(self.pool) as conn, db.committed(conn):
             rows = await conn.fetch(CLAIM, self.settings.batch)
-            settled: dict[object, set[str]] = {}
-            if rows:
-                for found in await conn.fetch(SETTLED, [r["public_id"] for r in rows]):
-                    settled.setdefault(found["event_id"], set()).add(found["consumer"])
-            done: list[int] = []
-            outcomes: list[tuple[str, uuid.UUID, str]] = []
+            entities = self.entities()
+            planned = []
             for row in rows:
                 event = channels.Event.of(row)
-                if await self._one(conn, event, settled.get(row["public_id"], set()), outcomes):
-                    done.append(row["id"])
+                spec = entities.get(event.entity)
+                planned.append((event, plans.deliveries(spec, event.entity, event.event, event.consumers)))
+            keys = list({channels.settle_id(d, e) for e, ds in planned for d in ds})
+            settled = (
+                {(r["consumer"], r["event_id"]) for r in await conn.fetch(SETTLED, keys)} if keys else set()
+            )
+            done: list[int] = []
+            outcomes: list[tuple[str, uuid.UUID, str]] = []
+            for event, deliveries in planned:
+                if await self._one(conn, event, deliveries, settled, outcomes):
+                    done.append(event.id)
             if outcomes:  # in this transaction: with the effects they settle, or not at all
                 await conn.execute(SETTLE, *(list(column) for column in zip(*outcomes, strict=True)))
             if done:
@@ -191,16 +196,18 @@ class Dispatcher:
         self,
         conn: db.Connection,
         event: channels.Event,
-        settled: set[str],
+        deliveries: tuple[plans.Delivery, ...],
+        settled: set[tuple[str, uuid.UUID]],
         outcomes: list[tuple[str, uuid.UUID, str]],
     ) -> bool:
-        """Every pending delivery of ``event`` (``settled``: its consumers already done; each one
-        settled now is added to ``outcomes``); whether it is settled (else it waits for a retry)."""
-        spec = self.entities().get(event.entity)
+        """Every pending delivery of ``event`` (``settled``: (consumer, settle id) already done;
+        each one settled now joins ``outcomes`` and ``settled``); whether the event is settled
+        (else it waits for a retry)."""
         failed: list[tuple[plans.Delivery, str]] = []
         attempts = event.attempts + 1
-        for delivery in plans.deliveries(spec, event.entity, event.event, event.consumers):
-            if delivery.consumer in settled:
+        for delivery in deliveries:
+            key = channels.settle_id(delivery, event)
+            if (delivery.consumer, key) in settled:
                 continue
             channel = str(delivery.channel)
             if event.attempts == 0:
@@ -211,7 +218,8 @@ class Dispatcher:
                 else:
                     async with conn.transaction():  # a savepoint: a failed delivery leaves nothing
                         await self.channels.deliver(conn, event, delivery)
-                outcomes.append((delivery.consumer, event.public_id, "delivered"))
+                outcomes.append((delivery.consumer, key, "delivered"))
+                settled.add((delivery.consumer, key))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -228,8 +236,11 @@ class Dispatcher:
                         channel,
                         attempts,
                         error,
+                        key,
                     )
-                    outcomes.append((delivery.consumer, event.public_id, "dead"))
+                    outcomes.append((delivery.consumer, key, "dead"))
+                    settled.add((delivery.consumer, key))
+                    await self._dead_target(conn, event, delivery)
                     self.counters.dead.labels(channel).inc()
                     log.warning("event delivery dead", extra={"ctx": {"consumer": delivery.consumer}})
                 else:
@@ -242,3 +253,22 @@ class Dispatcher:
             await conn.execute(RETRY, event.id, failed[0][1], wait)
             return False
         return True
+
+    async def _dead_target(
+        self, conn: db.Connection, event: channels.Event, delivery: plans.Delivery
+    ) -> None:
+        """A declared ``dead_letter`` target (``resource`` + ``action``) runs once with the dead
+        event, in a savepoint; its failure is logged (the dead-letter row stands either way)."""
+        target = delivery.decl.dead_letter
+        if target is None or target.action is None or self.channels.runner is None:
+            return
+        try:
+            async with conn.transaction():
+                await self.channels.runner(conn, event, target)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning(
+                "dead_letter target failed",
+                extra={"ctx": {"consumer": delivery.consumer, "error": f"{type(exc).__name__}: {exc}"}},
+            )

@@ -59,6 +59,10 @@ CREATE INDEX IF NOT EXISTS outbox_record_undelivered ON dap.outbox (tenant_id, r
     WHERE delivered_at IS NULL;
 CREATE UNIQUE INDEX IF NOT EXISTS outbox_seq ON dap.outbox (seq) WHERE seq IS NOT NULL;
 CREATE SEQUENCE IF NOT EXISTS dap.outbox_feed_seq;
+-- a queue table: every row is updated once and deleted once, so vacuum it by a fixed number of
+-- dead rows rather than a share of a table that stays small
+ALTER TABLE dap.outbox SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 5000,
+    autovacuum_vacuum_cost_delay = 0, autovacuum_analyze_scale_factor = 0.05);
 CREATE TABLE IF NOT EXISTS dap.event_deliveries (
     consumer text NOT NULL,
     event_id uuid NOT NULL,
@@ -81,6 +85,7 @@ CREATE TABLE IF NOT EXISTS dap.dead_letter (
     created_at timestamptz NOT NULL DEFAULT now(),
     replayed_at timestamptz
 );
+ALTER TABLE dap.dead_letter ADD COLUMN IF NOT EXISTS settled_as uuid;
 CREATE TABLE IF NOT EXISTS dap.notifications (
     id bigserial PRIMARY KEY,
     public_id uuid NOT NULL DEFAULT gen_random_uuid() UNIQUE,

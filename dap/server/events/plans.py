@@ -29,6 +29,7 @@ class Delivery:
     channel: EventChannel
     decl: EventDeliveryDecl
     topic: str = "dap_events"  # the event's ``publish.topic`` (pubsub)
+    scope: str = "workspace"  # the event's ``publish.scope``: workspace or global
 
     @property
     def retry(self) -> RetryDecl:
@@ -48,8 +49,10 @@ def deliveries(
             continue
         consumer = f"{entity}:{event}:{i}:{d.channel}"
         if only is None or consumer in only:
-            topic = decl.publish.topic if decl.publish is not None and decl.publish.topic else "dap_events"
-            out.append(Delivery(consumer, d.channel, d, topic))
+            publish = decl.publish
+            topic = publish.topic if publish is not None and publish.topic else "dap_events"
+            scope = publish.scope if publish is not None else "workspace"
+            out.append(Delivery(consumer, d.channel, d, topic, scope))
     return tuple(out)
 
 

@@ -184,7 +184,7 @@ def _events(app: web.Application, opts: options.ServeOptions, pool: asyncpg.Pool
     """The dispatcher and the feed of this process (started with the app: see ``_start_events``).
 
     ``DAP_WEBHOOK_SECRET`` (``whsec_…``) signs webhooks declared ``sign: true``; a webhook's
-    ``url_from_config: KEY`` reads ``DAP_CONFIG_KEY``.
+    ``url_from_config: KEY`` reads ``DAP_CONFIG_KEY``; ``DAP_NATS_URL`` sends pubsub to NATS.
     """
     config = {
         k.removeprefix("DAP_CONFIG_").lower(): v for k, v in os.environ.items() if k.startswith("DAP_CONFIG_")
@@ -204,6 +204,9 @@ def _events(app: web.Application, opts: options.ServeOptions, pool: asyncpg.Pool
 async def _start_events(app: web.Application) -> None:
     events = app[state.EVENTS]
     events.dispatcher.channels.http = aiohttp.ClientSession()
+    nats_url = os.environ.get("DAP_NATS_URL")
+    if nats_url:  # pubsub on NATS instead of Postgres NOTIFY
+        events.dispatcher.channels.nats = await channels.nats_publisher(nats_url)
     if os.environ.get("DAP_EVENTS_DISPATCH", "1") != "0":  # 0: this process delivers nothing
         events.dispatcher.start()
     events.feed.start()
@@ -215,6 +218,7 @@ async def _stop_events(app: web.Application) -> None:
     await events.feed.stop()
     if events.dispatcher.channels.http is not None:
         await events.dispatcher.channels.http.close()
+    await channels.close_nats(events.dispatcher.channels.nats)
 
 
 def build_app(

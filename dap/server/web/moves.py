@@ -13,6 +13,8 @@ record does not move until the approval's last step reaches its quorum.
 
 from __future__ import annotations
 
+import json
+import uuid
 from typing import Any
 
 from aiohttp import web
@@ -25,7 +27,7 @@ from dap.server.documents import idempotency, lifecycle, reading
 from dap.server.events import builtin
 from dap.server.storage import db
 from dap.server.storage.workspaces import Workspace
-from dap.server.web import jobs, requests
+from dap.server.web import delivery, jobs, requests
 from dap.server.workflows import actions, sidecars
 
 _CRUD = frozenset({"list", "find", "create", "update", "delete"})
@@ -56,18 +58,23 @@ async def record_action(request: web.Request) -> web.Response:
     expected = requests.if_match(request)
     tenant = workspace.tenant_id
     write = requests.write_of(request, principal, catalog, resource, tenant)
+    emitted: list[uuid.UUID] = []
 
     async def emit(conn: db.Connection, row: Any, kids: dict[str, list[dict[str, Any]]] | None) -> None:
-        await builtin.record(conn, write, action, row, kids)
+        emitted.append(await builtin.record(conn, write, action, row, kids))
 
     async with db.connection(request.app[state.POOL]) as conn:
         row, kids = await lifecycle.move(
             conn, write, principal, action, record_id, expected=expected, after=emit
         )
     request.app[state.CACHE].invalidate((resource.table.name, tenant, record_id))
-    return requests.reply(
-        {"data": access.view(reading.present(resource, row, kids))},
-        headers={"ETag": f'"{row["version"]}"'},
+    settled = await delivery.settle(request, resource, builtin.NAMES[action], emitted[0] if emitted else None)
+    return delivery.stamp(
+        requests.reply(
+            {"data": access.view(reading.present(resource, row, kids))},
+            headers={"ETag": f'"{row["version"]}"'},
+        ),
+        settled,
     )
 
 
@@ -87,6 +94,8 @@ async def _custom(
         )
     # 501s before anything is read or counted
     handler = actions.runner(resource.key, plan, request.app.get(sidecars.INVOKER))
+    if declared is not None and declared.emits is not None:
+        delivery.check(resource, declared.emits, declared)  # 422 for a sync event of an async action
     record_id = requests.parse_record_id(request)
     expected = requests.if_match(request)
     body = await requests.read_body(request) if request.body_exists else {}
@@ -146,7 +155,11 @@ async def _custom(
         )
         answer = await actions.run(conn, call, handler, render)
     request.app[state.CACHE].invalidate((resource.table.name, tenant, record_id))
-    return requests.respond(answer)
+    event = json.loads(answer.body).get("event") if declared is not None and declared.emits else None
+    settled = None
+    if declared is not None and declared.emits and event:
+        settled = await delivery.settle(request, resource, declared.emits, uuid.UUID(event))
+    return delivery.stamp(requests.respond(answer), settled)
 
 
 def add_routes(app: web.Application) -> None:

@@ -25,7 +25,7 @@ from dap.server.catalog import Catalog, Resource
 from dap.server.documents import auditing, filling, idempotency, lifecycle, reading, writing
 from dap.server.events import builtin
 from dap.server.storage import caching, db, sql
-from dap.server.web import files, filters, requests, services
+from dap.server.web import delivery, files, filters, requests, services
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ async def create_record(request: web.Request) -> web.Response:
                 await writing.write_children(conn, resource, tenant, row["id"], children)
                 await lifecycle.created(conn, write, row, submitted=submit)
                 kids = await _children(conn, resource, tenant, row["id"], catalog)
-                await builtin.record(conn, write, "create", row, kids)
+                event = await builtin.record(conn, write, "create", row, kids)
                 answer = idempotency.Answer(
                     201,
                     requests.dumps({"data": access.view(reading.present(resource, row, kids))}),
@@ -167,7 +167,8 @@ async def create_record(request: web.Request) -> web.Response:
                     await idempotency.store(conn, tenant, key, digest, answer)
         except asyncpg.PostgresError as exc:
             raise writing.translate(resource, exc) from exc
-    return requests.respond(answer)
+    settled = await delivery.settle(request, resource, "created", event)
+    return delivery.stamp(requests.respond(answer), settled)
 
 
 async def _children(
@@ -215,13 +216,17 @@ async def update_record(request: web.Request) -> web.Response:
                 await writing.write_children(conn, resource, tenant, record_id, children)
                 await trail.finish(conn, row)
                 kids = await _children(conn, resource, tenant, record_id, catalog)
-                await builtin.record(conn, write, "update", row, kids, changed=values.keys())
+                event = await builtin.record(conn, write, "update", row, kids, changed=values.keys())
         except asyncpg.PostgresError as exc:
             raise writing.translate(resource, exc) from exc
     request.app[state.CACHE].invalidate((resource.table.name, tenant, record_id))
-    return requests.reply(
-        {"data": access.view(reading.present(resource, row, kids))},
-        headers={"ETag": f'"{row["version"]}"'},
+    settled = await delivery.settle(request, resource, "updated", event)
+    return delivery.stamp(
+        requests.reply(
+            {"data": access.view(reading.present(resource, row, kids))},
+            headers={"ETag": f'"{row["version"]}"'},
+        ),
+        settled,
     )
 
 
@@ -247,14 +252,16 @@ async def delete_record(request: web.Request) -> web.Response:
                 result = await conn.execute(*sql.flat(sql.delete(resource.table, tenant, record_id)))
                 await caching.announce(conn, resource, tenant, record_id)
                 await trail.finish(conn, None)
-                await builtin.record(conn, write, "delete", current)
+                event = await builtin.record(conn, write, "delete", current)
         except asyncpg.PostgresError as exc:
             raise writing.translate(resource, exc) from exc
     request.app[state.CACHE].invalidate((resource.table.name, tenant, record_id))
     if not result.endswith(" 1"):
         raise errors.NotFound("no such record", code="SVC.RECORD.NOT_FOUND")
     files.forget(request.app, resource, tenant, record_id)  # its file fields' bytes
-    return web.Response(status=204)
+    return delivery.stamp(
+        web.Response(status=204), await delivery.settle(request, resource, "deleted", event)
+    )
 
 
 async def _other_method(request: web.Request) -> web.Response:

@@ -101,8 +101,9 @@ async def handler(request: web.Request) -> web.WebSocketResponse:
                 continue
             try:
                 frame = json.loads(msg.data)
-                assert isinstance(frame, dict)
-            except (ValueError, AssertionError):
+            except ValueError:
+                frame = None
+            if not isinstance(frame, dict):
                 await ws.send_json({"type": "error", "code": "SVC.WS.FRAME", "detail": "send JSON objects"})
                 continue
             async with lock:
@@ -130,9 +131,13 @@ async def _write(
             seq, event = await asyncio.wait_for(subscriber.queue.get(), 1.0)
         except TimeoutError:
             continue
-        async with lock:
-            for s in list(subscriptions.values()):
-                await _send(ws, s, seq, event)
+        try:
+            async with lock:
+                for s in list(subscriptions.values()):
+                    await _send(ws, s, seq, event)
+        except (ConnectionResetError, RuntimeError):  # the client went away mid-send
+            await ws.close()
+            return
 
 
 async def _send(ws: web.WebSocketResponse, s: Subscription, seq: int, event: channels.Event) -> None:
