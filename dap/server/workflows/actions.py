@@ -82,8 +82,8 @@ def local_runner(entity: str, plan: compiled.ActionPlan) -> handlers.Handler | N
     if impl is not None and impl.type == "sidecar":
         raise errors.NotImplementedHere(
             f"action {plan.name!r} of {entity} is implemented by the app process (impl.type sidecar); "
-            "service actions, async jobs and reliable events do not call the app process yet: "
-            "run it as a record action, or implement it natively",
+            "service actions, async jobs and reliable events do not call the app process yet, "
+            "with or without --sidecar-endpoint: run it as a record action, or implement it natively",
             code=NOT_IMPLEMENTED,
         )
     found = runner(entity, plan)
