@@ -176,7 +176,7 @@ def token(
     workspace: str | None = None,
     secret: str = SECRET,
     issuer: str = ISSUER,
-    ttl: int = 600,
+    ttl: int = 6 * 3600,  # module-level tokens are made at collection; the suite runs long
     **extra: Any,
 ) -> str:
     now = int(time.time())

@@ -90,7 +90,7 @@ spec:
           - {name: tag, type: string, required: true}
           - {name: hold, type: string}
   events:
-    - {name: finished}
+    - {name: finished, type: async}  # emitted by an async action: delivered after it, not before
   state_machine:
     states: [open, done]
     transitions:

@@ -93,7 +93,9 @@ async def test_reliable_event_takes_effect_exactly_once_while_dispatchers_are_ki
         )
         assert out_of_order == 0
         processes = await conn.fetchval("SELECT count(DISTINCT pid) FROM kill_effects")
-        assert processes > 2  # several processes took part, killed ones among them
+        # both workers of a moment took part; on a loaded machine a respawned one may be killed again
+        # before it claims anything, so more than two is not guaranteed (the kills are counted above)
+        assert processes >= 2
         print(f"{kills} kills, {processes} dispatcher connections took effect")
     finally:
         await conn.close()
