@@ -18,6 +18,7 @@ import nats
 import pytest
 import pytest_asyncio
 
+from dap.server import state
 from dap.server.catalog import Catalog
 
 from .conftest import Running, load, running
@@ -119,3 +120,74 @@ async def test_pubsub_publishes_on_nats_with_the_declared_topic_and_scope(
     assert subject.startswith("items.") and len(subject) == len("items.") + 36  # the workspace's tenant
     assert message["record_id"] == rid and message["event"] == "created"
     assert second[0] == "all_items" and second[1]["event"] == "updated"
+
+
+BUS = """
+apiVersion: dap.io/v1
+kind: Datastore
+metadata: {name: event-bus}
+spec:
+  driver: nats
+  connection: {host: 127.0.0.1, port: PORT}
+"""
+
+
+@pytest.fixture(scope="module")
+def guarded() -> Iterator[int]:
+    """A second nats-server that wants a user and password (the claim's credentials)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    proc = subprocess.Popen(
+        [_binary(), "-a", "127.0.0.1", "-p", str(port), "--user", "dap", "--pass", "s3cr/et"],
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(100):
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+async def test_pubsub_publishes_to_the_declared_nats_datastore_with_injected_credentials(
+    srv: Running, pg_dsn: str, guarded: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec_dir = tmp_path / "spec"
+    spec_dir.mkdir()
+    for name, text in FILES.items():
+        (spec_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        (spec_dir / name).write_text(text)
+    (spec_dir / "bus.yaml").write_text(BUS.replace("PORT", str(guarded)))
+    monkeypatch.delenv("DAP_NATS_URL")  # no override: the manifest decides
+    monkeypatch.setenv("DAP_DATASTORE_EVENT_BUS_USERNAME", "dap")
+    monkeypatch.setenv("DAP_DATASTORE_EVENT_BUS_PASSWORD", "s3cr/et")
+    client = await nats.connect(f"nats://127.0.0.1:{guarded}", user="dap", password="s3cr/et")
+    got: asyncio.Queue[tuple[str, dict[str, object]]] = asyncio.Queue()
+
+    async def on(msg: nats.aio.msg.Msg) -> None:
+        got.put_nowait((msg.subject, json.loads(msg.data)))
+
+    own = srv.server.app[state.EVENTS].dispatcher
+    await own.stop()  # only the declared server delivers: the first one publishes to another bus
+    try:
+        await client.subscribe("items.>", cb=on)
+        await client.flush()
+        async with running(pg_dsn, load(FILES), spec=spec_dir) as declared:
+            async with declared.http.post(
+                f"{declared.api}/default/api/ps/item", json={"title": "on the bus"}, headers=declared.auth()
+            ) as resp:
+                assert resp.status == 201
+                rid = (await resp.json())["data"]["id"]
+            while True:
+                subject, message = await asyncio.wait_for(got.get(), 10)
+                if message["record_id"] == rid:
+                    break
+    finally:
+        await client.close()
+        own.start()
+    assert subject.startswith("items.") and message["event"] == "created"

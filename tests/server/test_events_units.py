@@ -101,3 +101,54 @@ def test_templates_fill_record_fields_actor_and_event() -> None:
     text = channels.render("{{ title }} ({{record.n}}) {{ event }} by {{actor}}, {{ missing }}.", event)
     assert text == "Lamp () created by alice, ."
     assert event.message()["type"] == "u/thing.created"
+
+
+BUS_FILES = {
+    "bus.yaml": b"""
+apiVersion: dap.io/v1
+kind: Datastore
+metadata: {name: event-bus}
+spec: {driver: nats, connection: {host: nats.internal, port: 4333}}
+---
+apiVersion: dap.io/v1
+kind: Datastore
+metadata: {name: cache}
+spec: {driver: valkey}
+""",
+    "u/module.yaml": FILES["u/module.yaml"].encode(),
+}
+
+
+def test_pubsub_goes_to_the_override_then_the_declared_nats_datastore_then_notify() -> None:
+    from dap.server.events import brokers
+
+    declared = brokers.declared(BUS_FILES)
+    assert sorted(declared) == ["cache", "event-bus"]
+    assert brokers.broker(declared, {}) == brokers.Broker("nats://nats.internal:4333")
+    creds = {
+        "DAP_DATASTORE_EVENT_BUS_USERNAME": "dap",
+        "DAP_DATASTORE_EVENT_BUS_PASSWORD": "p@ss/word",
+        "DAP_DATASTORE_EVENT_BUS_HOST": "10.0.0.7",
+    }
+    assert brokers.broker(declared, creds) == brokers.Broker("nats://10.0.0.7:4333", "dap", "p@ss/word")
+    injected = {**creds, "DAP_DATASTORE_EVENT_BUS_URL": "nats://claim:4222"}
+    assert brokers.broker(declared, injected) == brokers.Broker("nats://claim:4222", "dap", "p@ss/word")
+    override = {**injected, "DAP_NATS_URL": "nats://dev:1"}
+    assert brokers.broker(declared, override) == brokers.Broker("nats://dev:1")
+    assert brokers.broker({"cache": declared["cache"]}, {}) is None  # no nats: Postgres NOTIFY
+    hostless = brokers.declared(
+        {"b.yaml": b"apiVersion: dap.io/v1\nkind: Datastore\nmetadata: {name: b}\nspec: {driver: nats}\n"}
+    )
+    with pytest.raises(errors.BootRefused, match="DAP_DATASTORE_B_URL"):
+        brokers.broker(hostless, {})
+    assert brokers.broker(hostless, {"DAP_DATASTORE_B_URL": "nats://x:1"}) == brokers.Broker("nats://x:1")
+
+
+def test_the_datastore_variable_names_agree_with_the_bridge() -> None:
+    from dap.bridge import datastores
+    from dap.server.events import brokers
+
+    for name in ("event-bus", "9lives", "a.b_c", "Bus"):
+        assert brokers.env_key(name) == datastores.env_key(name)
+        env = {f"DAP_DATASTORE_{datastores.env_key(name)}_URL": "nats://u"}
+        assert brokers.credentials(name, env) == datastores.credentials(name, env)

@@ -246,3 +246,25 @@ async def test_scope_user_shows_only_the_callers_own_records(srv: Running) -> No
         assert (await ws.receive_json(timeout=5)) == {"type": "unsubscribed", "id": "mine"}
     finally:
         await ws.close()
+
+
+async def test_a_socket_is_closed_when_its_token_expires(srv: Running) -> None:
+    ws = await connect(srv, ttl=2)  # a token valid for two more seconds
+    await subscribe(ws, "c", "sales/customer")
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    async with asyncio.timeout(10):
+        msg = await ws.receive()
+        while msg.type is aiohttp.WSMsgType.TEXT:  # an event or two may come first
+            msg = await ws.receive()
+    assert msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING)
+    assert ws.close_code == sockets.EXPIRED
+    assert loop.time() - began < 4  # at the exp, not at the next heartbeat
+    assert "token expired" in str(msg.extra)
+    lasting = await connect(srv)  # a fresh token connects again
+    try:
+        assert (await subscribe(lasting, "c", "sales/customer"))["type"] == "subscribed"
+        await quiet(lasting, 2.5)  # past the first socket's exp
+        assert not lasting.closed  # a token valid for ten minutes is not closed
+    finally:
+        await lasting.close()

@@ -15,11 +15,13 @@ imports workflows. Its face is the modules in ``__all__``::
     deadletter   dead deliveries: listing and replay
     measures     the counters per channel: emitted, delivered, retried, dead
     notifications in-app notifications per user, and the pluggable email/sms sender
+    brokers      where pubsub publishes: DAP_NATS_URL, else the spec's nats Datastore, else NOTIFY
 
 Modules load on first import (none is imported here): the boot path needs ``outbox`` only.
 """
 
 __all__ = [
+    "brokers",
     "builtin",
     "channels",
     "deadletter",

@@ -12,12 +12,18 @@ commits together with the row that says it was delivered, or not at all.
   connection (its effect commits with the ``(consumer, event_id)`` row: exactly once);
 - ``notification``: ``in_app`` rows in ``dap.notifications`` per recipient; ``email``/``sms``
   through the pluggable :data:`Sender` (:func:`log_sender` by default);
-- ``pubsub``: with a NATS connection (``DAP_NATS_URL``), the event message published on subject
+- ``pubsub``: with a NATS connection (the spec's ``nats`` Datastore or ``DAP_NATS_URL``, see
+  ``brokers``), the event message published on subject
   ``<topic>.<tenant>`` (``publish.scope: workspace``, the default) or ``<topic>`` (``global``),
   flushed before the delivery counts (at least once: a batch rolled back after it publishes
   again); without one, ``NOTIFY <topic>`` with the event's ids, committed with the row (Postgres
   LISTEN/NOTIFY). ``topic`` is ``PublishDecl.topic``, default ``dap_events``;
 - ``websocket``: nothing to do here: every delivered event reaches the websocket feed.
+
+A delivery that declares ``handler`` (the spec's "action that also delivers") first runs that
+action of the event's own entity on the event's record through the same :data:`Runner`, then its
+channel: both in the delivery's savepoint, so the handler's effect commits with the delivery's
+``(consumer, event_id)`` row (exactly once) and a failed channel rolls it back for the retry.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import standardwebhooks
 from dap.config.enums import EventChannel
 from dap.config.events import DeliveryTarget, NotificationDecl
 from dap.server.documents import auditing
-from dap.server.events import plans
+from dap.server.events import brokers, plans
 from dap.server.storage import db
 
 log = logging.getLogger(__name__)
@@ -154,18 +160,19 @@ class Channels:
     runner: Runner | None = None
     sender: Sender = log_sender
     nats: Publisher | None = None
+    broker: brokers.Broker | None = None  # where ``nats`` connects at start (``brokers.broker``)
 
     async def deliver(self, conn: db.Connection, event: Event, delivery: plans.Delivery) -> None:
+        if delivery.decl.handler is not None:
+            await self._run(conn, event, DeliveryTarget(action=delivery.decl.handler))
         channel = delivery.channel
         if channel is EventChannel.AUDIT_LOG:
             await _audit(conn, event)
         elif channel is EventChannel.WEBHOOK:
             await self._webhook(event, delivery)
         elif channel is EventChannel.RELIABLE_EVENT:
-            if self.runner is None:
-                raise RuntimeError("no reliable_event runner is wired in this process")
             assert delivery.decl.target is not None  # validation requires it
-            await self.runner(conn, event, delivery.decl.target)
+            await self._run(conn, event, delivery.decl.target)
         elif channel is EventChannel.NOTIFICATION:
             await self._notify(conn, event, delivery.decl.notification)
         elif channel is EventChannel.PUBSUB and self.nats is not None:
@@ -177,6 +184,11 @@ class Channels:
             return  # the feed carries every delivered event
         else:
             raise RuntimeError(f"channel {channel} is not delivered")
+
+    async def _run(self, conn: db.Connection, event: Event, target: DeliveryTarget) -> None:
+        if self.runner is None:
+            raise RuntimeError("no action runner (reliable_event, handler) is wired in this process")
+        await self.runner(conn, event, target)
 
     async def _webhook(self, event: Event, delivery: plans.Delivery) -> None:
         decl = delivery.decl.webhook
@@ -292,10 +304,17 @@ class _Nats:
         await self.client.flush(timeout=5)
 
 
-async def nats_publisher(url: str) -> Publisher:
-    import nats  # only when DAP_NATS_URL is set
+async def nats_publisher(broker: brokers.Broker) -> Publisher:
+    import nats  # only when a NATS server is configured
 
-    return _Nats(await nats.connect(url, connect_timeout=5, max_reconnect_attempts=-1))
+    client = await nats.connect(
+        broker.url,
+        user=broker.user,
+        password=broker.password,
+        connect_timeout=5,
+        max_reconnect_attempts=-1,
+    )
+    return _Nats(client)
 
 
 async def close_nats(publisher: Publisher | None) -> None:

@@ -213,7 +213,7 @@ class Dispatcher:
             if event.attempts == 0:
                 self.counters.emitted.labels(channel).inc()
             try:
-                if delivery.channel in _NO_WRITES:
+                if delivery.channel in _NO_WRITES and delivery.decl.handler is None:
                     await self.channels.deliver(conn, event, delivery)
                 else:
                     async with conn.transaction():  # a savepoint: a failed delivery leaves nothing

@@ -30,7 +30,7 @@ from aiohttp.typedefs import Handler, Middleware
 from dap.server import booting, errors, metrics, options, state
 from dap.server.access import auth
 from dap.server.catalog import Catalog
-from dap.server.events import channels, dispatcher, feed, measures
+from dap.server.events import brokers, channels, dispatcher, feed, measures
 from dap.server.storage import caching, db, workspaces
 from dap.server.web import (
     admin,
@@ -184,7 +184,8 @@ def _events(app: web.Application, opts: options.ServeOptions, pool: asyncpg.Pool
     """The dispatcher and the feed of this process (started with the app: see ``_start_events``).
 
     ``DAP_WEBHOOK_SECRET`` (``whsec_…``) signs webhooks declared ``sign: true``; a webhook's
-    ``url_from_config: KEY`` reads ``DAP_CONFIG_KEY``; ``DAP_NATS_URL`` sends pubsub to NATS.
+    ``url_from_config: KEY`` reads ``DAP_CONFIG_KEY``; pubsub goes to the spec's ``nats``
+    Datastore, or ``DAP_NATS_URL`` over it (``events.brokers``), else Postgres NOTIFY.
     """
     config = {
         k.removeprefix("DAP_CONFIG_").lower(): v for k, v in os.environ.items() if k.startswith("DAP_CONFIG_")
@@ -193,6 +194,7 @@ def _events(app: web.Application, opts: options.ServeOptions, pool: asyncpg.Pool
         webhook_secret=os.environ.get("DAP_WEBHOOK_SECRET") or None,
         config=config,
         runner=booting.reliable_runner(lambda: app[state.SPEC].current),
+        broker=brokers.broker(brokers.read_declared(opts.spec), os.environ),
     )
     counters = measures.Counters(app[state.METRICS].registry)
     entities = lambda: dict(app[state.SPEC].current.entities)  # noqa: E731 -- read per batch
@@ -204,9 +206,9 @@ def _events(app: web.Application, opts: options.ServeOptions, pool: asyncpg.Pool
 async def _start_events(app: web.Application) -> None:
     events = app[state.EVENTS]
     events.dispatcher.channels.http = aiohttp.ClientSession()
-    nats_url = os.environ.get("DAP_NATS_URL")
-    if nats_url:  # pubsub on NATS instead of Postgres NOTIFY
-        events.dispatcher.channels.nats = await channels.nats_publisher(nats_url)
+    broker = events.dispatcher.channels.broker
+    if broker is not None:  # pubsub on NATS instead of Postgres NOTIFY
+        events.dispatcher.channels.nats = await channels.nats_publisher(broker)
     if os.environ.get("DAP_EVENTS_DISPATCH", "1") != "0":  # 0: this process delivers nothing
         events.dispatcher.start()
     events.feed.start()

@@ -16,6 +16,8 @@ is sent; ``scope: user`` narrows to records the caller owns. ``after`` resumes: 
 event with a larger ``seq`` is sent first, then live ones, with no gap and no repeat. Pings every
 ``HEARTBEAT`` seconds keep the connection alive; a client whose queue of unsent events passes
 ``LIMIT`` is closed with code 4008 (it reconnects and resumes), never buffered without bound.
+A socket is closed with code 4001 when the token it connected with expires (its ``exp``): the
+client reconnects with a fresh token and resumes with ``after``.
 """
 
 from __future__ import annotations
@@ -23,10 +25,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
+import jwt
 from aiohttp import WSMsgType, web
 
 from dap.server import errors, state
@@ -39,6 +43,7 @@ HEARTBEAT = 20.0
 LIMIT = 256  # events queued for one client before it is dropped
 BACKLOG = 10_000  # events a resume may ask for
 SLOW = 4008
+EXPIRED = 4001  # the token's exp passed: reconnect with a fresh token, resume with after
 SOCKETS: web.AppKey[set[web.WebSocketResponse]] = web.AppKey("sockets", set)
 
 
@@ -68,18 +73,33 @@ class Subscription:
         return message
 
 
-def _principal(request: web.Request, slug: str) -> auth.Principal:
+def _principal(request: web.Request, slug: str) -> tuple[auth.Principal, float]:
+    """The verified caller and when its token expires (epoch seconds)."""
     header = request.headers.get("Authorization")
     token = auth.bearer_token(header) if header else request.query.get("access_token", "")
     if not token:
         raise errors.Unauthorized("the websocket needs a token: 'Authorization: Bearer …' or ?access_token=")
-    return request.app[state.VERIFIER].verify(token, workspace=slug, bind=True)
+    principal = request.app[state.VERIFIER].verify(token, workspace=slug, bind=True)
+    return principal, expires(token)
+
+
+def expires(token: str) -> float:
+    """The ``exp`` of a token the verifier has already accepted (its signature and the claim's
+    type were checked there; this only reads it back)."""
+    claims = jwt.decode(token, options={"verify_signature": False})
+    return float(claims["exp"])
+
+
+async def _expire(ws: web.WebSocketResponse, at: float) -> None:
+    """Close ``ws`` with :data:`EXPIRED` when its token's ``exp`` (``at``) passes."""
+    await asyncio.sleep(max(0.0, at - time.time()))
+    await ws.close(code=EXPIRED, message=b"token expired: reconnect with a fresh token and resume with after")
 
 
 async def handler(request: web.Request) -> web.WebSocketResponse:
     workspace = await request.app[state.REGISTRY].resolve(request.match_info["ws"])
     request[state.WORKSPACE] = workspace.slug
-    principal = _principal(request, workspace.slug)  # 401 before the upgrade
+    principal, exp = _principal(request, workspace.slug)  # 401 before the upgrade
     ws = web.WebSocketResponse(heartbeat=HEARTBEAT)
     await ws.prepare(request)
     hub: feed.Feed = request.app[state.EVENTS].feed
@@ -94,6 +114,7 @@ async def handler(request: web.Request) -> web.WebSocketResponse:
     subscriber = hub.subscribe(feed.Subscriber(wants, limit=LIMIT))
     request.app[SOCKETS].add(ws)
     writer = asyncio.create_task(_write(ws, subscriber, subscriptions, lock))
+    expiry = asyncio.create_task(_expire(ws, exp))
     await ws.send_json({"type": "welcome", "position": hub.position})
     try:
         async for msg in ws:
@@ -109,9 +130,10 @@ async def handler(request: web.Request) -> web.WebSocketResponse:
             async with lock:
                 await _frame(request, ws, frame, principal, workspace.tenant_id, subscriptions)
     finally:
-        writer.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await writer
+        for task in (writer, expiry):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         hub.unsubscribe(subscriber)
         request.app[SOCKETS].discard(ws)
     return ws

@@ -10,6 +10,10 @@ the transaction's connection in :class:`Invocation` and lets the app's ``/ctx`` 
 scope id join it, so the invoke's outcome commits or rolls back all of it. What the app answers,
 :class:`Reply`, is applied here: ``new_state`` through the entity's state machine (a declared
 transition from the current state, checked by ``machines``), each event into ``dap.outbox``.
+A reply is judged whole before any of it is applied (:func:`target`): each event it returns must
+be declared in the entity's ``spec.events`` or be a built-in one (422 ``SVC.EVENT.TYPE_MISSING``),
+and a ``sync`` event cannot come from an action called ``async`` (422 ``SVC.EVENT.TYPE_MISMATCH``);
+either rolls the action back (``events.plans.event_type``).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from aiohttp import web
 from dap.server import errors
 from dap.server.catalog import Resource
 from dap.server.catalog import machines as compiled
-from dap.server.events import outbox
+from dap.server.events import outbox, plans
 from dap.server.storage import db
 from dap.server.workflows import machines
 
@@ -96,8 +100,10 @@ def target(
 
     An action that is a transition moves where the machine says; a ``new_state`` that differs is a
     bad reply. Any other action may move the record along a declared transition from its current
-    state to ``new_state`` (409 when none leads there).
+    state to ``new_state`` (409 when none leads there). The reply's events are checked first
+    (:func:`check_events`): a reply is judged whole before any of it is applied.
     """
+    check_events(reply, plan, resource)
     wanted = reply.new_state
     if plan.move is not None:
         if wanted is not None and wanted != plan.move.to:
@@ -126,6 +132,13 @@ def target(
             errors=[errors.FieldProblem(compiled.STATE, f"is {now!r}; no transition to {wanted!r}")],
         )
     return (now, wanted)
+
+
+def check_events(reply: Reply, plan: compiled.ActionPlan, resource: Resource) -> None:
+    """Every event of ``reply`` has a type: declared or built-in (else 422 ``TYPE_MISSING``), and
+    not ``sync`` from an action called ``async`` (422 ``TYPE_MISMATCH``)."""
+    for e in reply.events:
+        plans.event_type(resource.spec, e.name, plan.declared)
 
 
 async def record_events(
