@@ -47,6 +47,7 @@ from dap.server.web import (
     ui_meta,
     users,
 )
+from dap.server.workflows import sidecars
 
 log = logging.getLogger(__name__)
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -192,7 +193,7 @@ def _events(app: web.Application, opts: options.ServeOptions, pool: asyncpg.Pool
     deliveries = channels.Channels(
         webhook_secret=os.environ.get("DAP_WEBHOOK_SECRET") or None,
         config=config,
-        runner=booting.reliable_runner(lambda: app[state.SPEC].current),
+        runner=booting.reliable_runner(lambda: app[state.SPEC].current, lambda: app.get(sidecars.INVOKER)),
     )
     counters = measures.Counters(app[state.METRICS].registry)
     entities = lambda: dict(app[state.SPEC].current.entities)  # noqa: E731 -- read per batch
