@@ -84,6 +84,12 @@ async def later(ctx: svc_app.Ctx, request: dict[str, Any]) -> dict[str, Any]:
     return await reserve(ctx, request)
 
 
+async def stamp(ctx: svc_app.Ctx, request: dict[str, Any]) -> dict[str, Any]:
+    """A reliable_event target: note who ran it on the ticket (in the scope), move it to stamped."""
+    await ctx.entity("update", "store/ticket", request["resource_id"], fields={"note": "stamped by the app"})
+    return {"data": None, "new_state": "stamped"}
+
+
 def main() -> None:
     application = svc_app.app(
         {
@@ -93,6 +99,7 @@ def main() -> None:
             "store/order/later": later,
             "store/desk/tally": tally,
             "store/desk/recount": tally,
+            "store/ticket/stamp": stamp,
         }
     )
 

@@ -138,3 +138,16 @@ async def test_without_a_bridge_service_sidecar_actions_are_501(pg_dsn: str) -> 
                 assert "--sidecar-endpoint" in problem["detail"]
     finally:
         await server.stop()
+
+
+async def test_a_reliable_event_target_runs_in_the_app(srv: Bridged) -> None:
+    status, answer = await srv.call("POST", "ticket", {"title": "t"})
+    assert status == 201, answer
+    ticket = answer["data"]
+    for _ in range(200):
+        status, answer = await srv.call("GET", f"ticket/{ticket['id']}")
+        if answer["data"]["state"] == "stamped":
+            break
+        await asyncio.sleep(0.05)
+    assert answer["data"]["state"] == "stamped", answer
+    assert answer["data"]["note"] == "stamped by the app"  # the app's /ctx write joined the scope
