@@ -41,7 +41,7 @@ from dap.bridge import hosting as bridging
 from dap.resource_pod import converging, errors, loading, persisting, pulling, settings, timing
 from dap.server import options
 from dap.server.storage import files
-from dap.server.web import files as file_routes
+from dap.server.web import app as web_app
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ async def start(
         )
         await pod.refresh_keys()
         await pod.restore()
-        srv.app[file_routes.FILES] = files.FileStore(config.state_dir / "files")
+        srv.app[web_app.FILES] = files.FileStore(config.state_dir / "files")
         bridging.attach(srv.app, opts, state_dir=config.state_dir / "bridge")
         srv.app[POD] = pod
         srv.app.router.add_get("/health", health)

@@ -62,6 +62,7 @@ tls_context = booting.tls_context
 
 
 BUNDLE = Path(__file__).parent / "bundle"  # ``make ui`` builds ui/ here; the package ships it
+FILES = files.FILES  # the file fields' store: a host (the resource pod) may root it elsewhere
 
 
 def find_web_dir(given: Path | None) -> Path | None:
