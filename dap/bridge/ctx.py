@@ -103,6 +103,7 @@ def _ttl(body: Mapping[str, Any], *, required: bool) -> float | None:
 def _store(kind: str, op: str, need: str) -> Op:
     async def handler(c: Context, s: scopes.Scope, conn: db.Connection, body: Mapping[str, Any]) -> Any:
         name = body.get("named")
+        await c.datastores.follow(c.server[state.SPEC].current.datastores)  # the catalog may have swapped
         spec = c.datastores.spec(name, workspace=await _slug(c, s, conn))
         assert isinstance(name, str)
         c.datastores.check(name, spec, s.entity_scope, need)

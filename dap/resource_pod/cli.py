@@ -231,6 +231,21 @@ async def _run(opts: options.ServeOptions, config: settings.Settings) -> None:
     envvar="DAP_LOG_LEVEL",
     type=click.Choice(sorted(logs.LEVELS)),
 )
+@click.option(
+    "--sidecar-endpoint",
+    envvar="DAP_SIDECAR_ENDPOINT",
+    help="the app process for impl.type sidecar actions: unix:///path.sock or http://127.0.0.1:PORT",
+)
+@click.option(
+    "--runtime", envvar="DAP_RUNTIME", help="python|node|php: the pod starts the app process itself"
+)
+@click.option(
+    "--app-dir",
+    envvar="DAP_APP_DIR",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="the app's directory with --runtime",
+)
+@click.option("--invoke-timeout", default="30s", show_default=True, envvar="DAP_INVOKE_TIMEOUT")
 def dev(**raw: Any) -> None:
     """Run the whole pipeline on a laptop: Postgres, control plane, registration and a pod."""
     from dap.resource_pod import dev as dev_mode
@@ -249,6 +264,10 @@ def dev(**raw: Any) -> None:
             watch=raw["watch"],
             log_level=raw["log_level"],
             reset=raw["reset"],
+            sidecar_endpoint=raw["sidecar_endpoint"],
+            runtime=raw["runtime"],
+            app_dir=raw["app_dir"],
+            invoke_timeout=raw["invoke_timeout"],
         )
         code = asyncio.run(dev_mode.run(config))
     except (errors.PodError, server_errors.BootRefused, embedded.EmbeddedPostgresError) as exc:

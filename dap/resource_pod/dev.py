@@ -72,6 +72,10 @@ class DevConfig:
     watch: bool
     log_level: str
     reset: bool = False
+    sidecar_endpoint: str | None = None  # the app process (the bridge in the pod), as in dap serve
+    runtime: str | None = None  # child-process mode: the pod starts the app
+    app_dir: Path | None = None
+    invoke_timeout: str = "30s"
 
 
 def say(text: str) -> None:
@@ -324,6 +328,10 @@ async def _serve(config: DevConfig, parts: Parts, session: aiohttp.ClientSession
         jwt_issuer=tokens.DEV_ISSUER,
         cors_origins=[f"http://{config.addr}", "http://localhost:8080", "http://localhost:5173"],
         admin_secret=DEV_ADMIN_SECRET,
+        sidecar_endpoint=config.sidecar_endpoint,
+        runtime=config.runtime,
+        app_dir=config.app_dir,
+        invoke_timeout=config.invoke_timeout,
     )
     pod_config = settings.Settings(
         control_url=control.url,

@@ -9,8 +9,13 @@ Boot order:
    and those the control plane publishes (best effort: it may be down);
 3. the last verified artifact in the state directory is verified again and loaded, so a pod
    restarted while the control plane is unreachable serves its last good version at once;
-4. ``GET /health`` is added to the main application and both listeners start;
-5. the pull loop, the evidence sender, and the health (30 s) and metering (5 min) reports run
+4. the app-process bridge is hosted when ``--sidecar-endpoint`` (``DAP_SIDECAR_ENDPOINT``) or
+   ``--runtime`` is given, as in ``dap serve`` (``dap.bridge.hosting.attach``), its state (embedded
+   datastores, child-mode sockets) under ``<state-dir>/bridge``; it follows the catalog each swap
+   brings (its datastores). File fields keep their bytes under ``<state-dir>/files`` (the pod's
+   root filesystem is read-only under the operator);
+5. ``GET /health`` is added to the main application and both listeners start;
+6. the pull loop, the evidence sender, and the health (30 s) and metering (5 min) reports run
    as tasks until :meth:`Running.stop`.
 
 ``/health`` lives on the main listener (the operator's probes hit the ``http`` port, 8080) and
@@ -32,8 +37,11 @@ import aiohttp
 from aiohttp import web
 
 from dap import server
+from dap.bridge import hosting as bridging
 from dap.resource_pod import converging, errors, loading, persisting, pulling, settings, timing
 from dap.server import options
+from dap.server.storage import files
+from dap.server.web import app as web_app
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +140,8 @@ async def start(
         )
         await pod.refresh_keys()
         await pod.restore()
+        srv.app[web_app.FILES] = files.FileStore(config.state_dir / "files")
+        bridging.attach(srv.app, opts, state_dir=config.state_dir / "bridge")
         srv.app[POD] = pod
         srv.app.router.add_get("/health", health)
         await srv.start()

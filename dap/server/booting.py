@@ -25,7 +25,7 @@ from dap.server.workflows import approvals_schema, jobs
 if TYPE_CHECKING:
     from dap.config.events import DeliveryTarget
     from dap.server.events import channels
-    from dap.server.workflows import actions
+    from dap.server.workflows import actions, sidecars
 
 
 def tls_context(opts: options.ServeOptions) -> ssl.SSLContext | None:
@@ -96,7 +96,9 @@ async def prepare_database(
 SYSTEM_SUB, SYSTEM_USERNAME = "dap:events", "dap-events"  # who runs reliable_event targets
 
 
-def reliable_runner(current: Callable[[], Catalog]) -> channels.Runner:
+def reliable_runner(
+    current: Callable[[], Catalog], invoker: Callable[[], sidecars.Invoker | None] = lambda: None
+) -> channels.Runner:
     """The ``reliable_event`` runner: the target action (``module.entity`` + action) run on the
     dispatcher's connection, inside its transaction, as the system principal ``dap-events``.
 
@@ -104,6 +106,8 @@ def reliable_runner(current: Callable[[], Catalog]) -> channels.Runner:
     event's record refers to through its first relation field to the target entity. The action's
     params are the event's ``params`` (those the target declares). Workflows load here, on the
     first call, not at boot (reaching Postgres imports no more than the migration needs).
+    ``invoker`` gives the process's ``sidecars.Invoker`` (the bridge) for ``impl.type: sidecar``
+    targets, or None (those fail then, naming ``--sidecar-endpoint``).
     """
 
     async def run(conn: db.Connection, event: channels.Event, target: DeliveryTarget) -> None:
@@ -135,7 +139,7 @@ def reliable_runner(current: Callable[[], Catalog]) -> channels.Runner:
             expected=None,
             idempotency=None,
         )
-        await actions.run(conn, call, actions.local_runner(resource.key, plan), _silent)
+        await actions.run(conn, call, actions.runner(resource.key, plan, invoker()), _silent)
 
     return run
 

@@ -5,6 +5,8 @@
 ``{primitive, op, body, joined}``; a failed call is recorded, not raised, unless ``strict``), then
 ``fail`` picks an ending: ``error`` (500), ``sleep`` (past the timeout), ``kill`` (the process
 dies), ``bad`` (a malformed 200); otherwise 200 with ``new_state`` and ``events`` from the params.
+``store/desk/tally`` and ``recount`` (a service's sync and async actions) increment an item's stock;
+``store/order/later`` (an async record action) is ``reserve`` run by the job worker.
 ``GET /ids`` answers the ids of the invokes seen so far (for the replay and foreign-scope tests).
 """
 
@@ -62,9 +64,43 @@ async def ship(ctx: svc_app.Ctx, request: dict[str, Any]) -> dict[str, Any]:
     return {"data": "shipped", "new_state": request["params"].get("new_state")}
 
 
+async def tally(ctx: svc_app.Ctx, request: dict[str, Any]) -> dict[str, Any]:
+    """A service action (no record): increment the item's stock in the scope, then maybe fail."""
+    params = request["params"]
+    left = await ctx.entity("increment", "store/item", params["item"], field="stock", amount=params["amount"])
+    if params.get("fail") == "error":
+        raise RuntimeError("the tally failed after its write")
+    if params.get("fail") == "state":
+        return {"data": None, "new_state": "reserved"}
+    events = [{"name": "desk.counted", "payload": {"stock": left["value"]}}]
+    return {
+        "data": {"stock": left["value"], "resource": request["resource"], "id": request["resource_id"]},
+        "events": events,
+    }
+
+
+async def later(ctx: svc_app.Ctx, request: dict[str, Any]) -> dict[str, Any]:
+    """An async record action run by the job worker: reserve like ``reserve``."""
+    return await reserve(ctx, request)
+
+
+async def stamp(ctx: svc_app.Ctx, request: dict[str, Any]) -> dict[str, Any]:
+    """A reliable_event target: note who ran it on the ticket (in the scope), move it to stamped."""
+    await ctx.entity("update", "store/ticket", request["resource_id"], fields={"note": "stamped by the app"})
+    return {"data": None, "new_state": "stamped"}
+
+
 def main() -> None:
     application = svc_app.app(
-        {"store/order/reserve": reserve, "store/order/run": run, "store/order/ship": ship}
+        {
+            "store/order/reserve": reserve,
+            "store/order/run": run,
+            "store/order/ship": ship,
+            "store/order/later": later,
+            "store/desk/tally": tally,
+            "store/desk/recount": tally,
+            "store/ticket/stamp": stamp,
+        }
     )
 
     async def ids(_request: web.Request) -> web.Response:

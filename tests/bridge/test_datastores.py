@@ -12,6 +12,7 @@ import pytest
 from dap.bridge import datastores, stores
 from dap.config.platform import DatastoreSpec
 from dap.operator import bodies, builders
+from dap.server import errors
 
 
 def spec(**raw: object) -> DatastoreSpec:
@@ -147,4 +148,34 @@ async def test_cache_ttl_and_locks_with_fencing_tokens(kind: str) -> None:
             assert third is not None and third > second
         finally:
             await backend.close()
+            await registry.close()
+
+
+async def test_the_registry_follows_a_swapped_catalog() -> None:
+    memory, redis = DatastoreSpec.model_validate({"driver": "memory"}), spec()
+    assert datastores.changed({"a": memory, "b": redis}, {"a": memory, "c": redis}) == {"b"}
+    assert datastores.changed({"a": memory}, {"a": redis}) == {"a"}
+    with tempfile.TemporaryDirectory(prefix="dap-st-") as tmp:
+        registry = datastores.Registry({}, Path(tmp))
+        try:
+            with pytest.raises(errors.NotFound):
+                registry.spec("kept", workspace="w")
+            first = {"kept": memory, "dropped": memory}
+            await registry.follow(first)  # eager stores connect at once
+            kept = await registry.backend("kept", registry.spec("kept", workspace="w"))
+            await kept.set("k", 1, None)
+            await registry.follow({"kept": memory})  # "dropped" goes; "kept" keeps its backend
+            with pytest.raises(errors.NotFound):
+                registry.spec("dropped", workspace="w")
+            assert await (await registry.backend("kept", memory)).get("k") == 1
+            await registry.follow({"kept": memory, "extra": memory})
+            assert await (await registry.backend("kept", memory)).get("k") == 1
+            await registry.follow(
+                {"kept": DatastoreSpec.model_validate({"driver": "memory", "description": "new"})}
+            )
+            # redeclared: a new backend, the old one's data gone with it
+            assert (
+                await (await registry.backend("kept", registry.spec("kept", workspace="w"))).get("k") is None
+            )
+        finally:
             await registry.close()

@@ -94,3 +94,24 @@ async def test_another_workspace_cannot_reach_the_file(srv: Bridged) -> None:
     assert (await get(srv, it, "manual", ws="files-other"))[0] == 404
     assert (await put(srv, it, "manual", b"overwrite", "text/plain", ws="files-other"))[0] == 404
     assert (await get(srv, it, "manual"))[1] == b"secret"
+
+
+async def test_cascade_deleted_records_lose_their_files(srv: Bridged, files_root: Path) -> None:
+    it, other = await item(srv), await item(srv)
+    sheets = []
+    for parent in (it, it, other):
+        status, answer = await srv.call("POST", "sheet", {"item": parent["id"]})
+        assert status == 201, answer
+        sheets.append(answer["data"])
+    for sheet in sheets:
+        url = f"{srv.api}/default/api/store/sheet/{sheet['id']}/_files/scan"
+        async with srv.http.put(url, data=b"scan", headers={**srv.auth(), "Content-Type": "image/png"}) as r:
+            assert r.status == 200, await r.text()
+    dirs = [next(files_root.glob(f"*/*/{s['id']}")) for s in sheets]  # noqa: ASYNC240 -- the test's temp dir
+    status, _ = await srv.call("DELETE", f"item/{it['id']}")
+    assert status == 204
+    for sheet in sheets[:2]:  # cascaded with the item: records and bytes gone
+        assert (await srv.call("GET", f"sheet/{sheet['id']}"))[0] == 404
+    assert not dirs[0].exists() and not dirs[1].exists()
+    assert dirs[2].exists()  # another item's sheet keeps its file
+    assert (await srv.call("GET", f"sheet/{sheets[2]['id']}"))[0] == 200

@@ -20,7 +20,7 @@ from dap.config.base import Record
 from dap.config.entities import EntitySpec
 from dap.config.enums import REST_ACTIONS, FieldType
 from dap.config.fields import Field
-from dap.config.platform import ServiceSpec, WorkspaceSpec
+from dap.config.platform import DatastoreSpec, ServiceSpec, WorkspaceSpec
 from dap.config.roles import RoleSpec
 from dap.server.catalog import machines, plans
 from dap.server.catalog.grants import Grants
@@ -235,6 +235,7 @@ class Catalog:
     grants: Grants = field(default_factory=Grants)  # resolved Role manifests
     inboxes: Mapping[str, ApprovalInboxSpec] = field(default_factory=dict)  # ApprovalInbox manifests
     services: Mapping[str, machines.ServicePlan] = field(default_factory=dict)  # exposed over REST
+    datastores: Mapping[str, DatastoreSpec] = field(default_factory=dict)  # Datastore manifests (the bridge)
 
     def resource(self, module: str, name: str) -> Resource | None:
         return self.resources.get(f"{module}/{name}")
@@ -254,6 +255,7 @@ class Catalog:
         services: Mapping[str, ServiceSpec] | None = None,
         ui_parts: Mapping[str, Record] | None = None,
         workspaces: Mapping[str, WorkspaceSpec] | None = None,
+        datastores: Mapping[str, DatastoreSpec] | None = None,
     ) -> Catalog:
         """Derive tables and REST resources from entity specs keyed ``module/name``.
 
@@ -333,6 +335,7 @@ class Catalog:
             views=MappingProxyType(dict(views or {})),
             ui_parts=MappingProxyType(dict(ui_parts or {})),
             workspaces=MappingProxyType(dict(workspaces or {})),
+            datastores=MappingProxyType(dict(datastores or {})),
             referrers=MappingProxyType(_referrers(entities, by_entity)),
             grants=grants,
             inboxes=MappingProxyType(dict(inboxes or {})),
@@ -363,4 +366,5 @@ class Catalog:
                 for k, m in kind.items()
             },
             workspaces={k: m.spec for k, m in spec.workspaces.items()},
+            datastores={k: m.spec for k, m in spec.datastores.items()},
         )

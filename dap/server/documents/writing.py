@@ -14,6 +14,7 @@ from typing import Any
 
 import asyncpg
 
+from dap.config.enums import FieldType
 from dap.server import errors
 from dap.server.catalog import Catalog, RelationSlot, Resource
 from dap.server.documents import references
@@ -178,12 +179,15 @@ async def release_references(
     resource: Resource,
     tenant: uuid.UUID,
     record_id: uuid.UUID,
-) -> None:
+) -> list[tuple[str, uuid.UUID]]:
     """Apply each referring relation's ``on_delete``: restrict refuses, set_null clears, cascade deletes.
 
     There are no foreign keys (see docs/decisions/server.md), so this runs in the delete's
     transaction; every refusal (references.check_delete) is checked before anything is changed.
+    Answers ``(table, id)`` of each record the cascade deleted whose entity has ``file`` fields:
+    the caller removes their bytes once the delete committed (``storage.files``).
     """
+    gone: list[tuple[str, uuid.UUID]] = []
     referrers = catalog.referrers.get(resource.table.name, ())
     await references.check_delete(conn, catalog, resource, tenant, record_id)
     for ref in referrers:
@@ -200,4 +204,16 @@ async def release_references(
                         sql.delete_children_of_referrers(child, ref.table, ref.column, tenant, record_id)
                     )
                 )
-            await conn.execute(*sql.flat(sql.delete_referrers(ref.table, ref.column, tenant, record_id)))
+            if ref.kind == "entity" and _holds_files(catalog.resources.get(ref.entity)):
+                rows = await conn.fetch(
+                    *sql.flat(sql.delete_referrers(ref.table, ref.column, tenant, record_id, returning=True))
+                )
+                gone.extend((ref.table, row["id"]) for row in rows)
+            else:
+                await conn.execute(*sql.flat(sql.delete_referrers(ref.table, ref.column, tenant, record_id)))
+    return gone
+
+
+def _holds_files(resource: Resource | None) -> bool:
+    """Whether records of ``resource`` may have bytes on the file store (a ``file`` field)."""
+    return resource is not None and any(f.type is FieldType.FILE for f in resource.fields.values())

@@ -201,9 +201,13 @@ def clear_reference(
     )
 
 
-def delete_referrers(table_name: str, column: str, tenant: uuid.UUID, record_id: uuid.UUID) -> Statement:
+def delete_referrers(
+    table_name: str, column: str, tenant: uuid.UUID, record_id: uuid.UUID, *, returning: bool = False
+) -> Statement:
+    """Delete the rows referring to ``record_id``; ``returning``: answer their ids."""
+    tail = " RETURNING id" if returning else ""
     return (
-        f"DELETE FROM {quote(table_name)} WHERE tenant_id = $1 AND {quote(column)} = $2",
+        f"DELETE FROM {quote(table_name)} WHERE tenant_id = $1 AND {quote(column)} = $2{tail}",
         [tenant, record_id],
     )
 

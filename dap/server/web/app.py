@@ -47,6 +47,7 @@ from dap.server.web import (
     ui_meta,
     users,
 )
+from dap.server.workflows import sidecars
 
 log = logging.getLogger(__name__)
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -61,6 +62,7 @@ tls_context = booting.tls_context
 
 
 BUNDLE = Path(__file__).parent / "bundle"  # ``make ui`` builds ui/ here; the package ships it
+FILES = files.FILES  # the file fields' store: a host (the resource pod) may root it elsewhere
 
 
 def find_web_dir(given: Path | None) -> Path | None:
@@ -193,7 +195,7 @@ def _events(app: web.Application, opts: options.ServeOptions, pool: asyncpg.Pool
     deliveries = channels.Channels(
         webhook_secret=os.environ.get("DAP_WEBHOOK_SECRET") or None,
         config=config,
-        runner=booting.reliable_runner(lambda: app[state.SPEC].current),
+        runner=booting.reliable_runner(lambda: app[state.SPEC].current, lambda: app.get(sidecars.INVOKER)),
         broker=brokers.broker(brokers.read_declared(opts.spec), os.environ),
     )
     counters = measures.Counters(app[state.METRICS].registry)

@@ -7,7 +7,8 @@ checked from ``Content-Length`` first and while streaming) or a type outside ``s
 transaction (``version + 1``; needs the ``update`` permission and the record in the caller's row
 scope) and answers the record. ``GET`` streams the stored bytes back with their type (``find``
 permission, row scope, a hidden field stays hidden). The record's files go when it is deleted
-(``rest.delete_record`` calls :func:`forget`). Only a ``file`` field's bytes live here; storage on
+(``rest.delete_record`` calls :func:`forget`), and so do those of the records its relations'
+``on_delete: cascade`` deleted with it. Only a ``file`` field's bytes live here; storage on
 an object store (``storage.datastore``) is not connected: such a field answers 501.
 """
 
@@ -138,11 +139,13 @@ async def download(request: web.Request) -> web.StreamResponse:
     return web.FileResponse(path, headers={"Content-Type": mime, "X-Content-Type-Options": "nosniff"})
 
 
-def forget(app: web.Application, resource: Resource, tenant: uuid.UUID, record_id: uuid.UUID) -> None:
-    """Remove a deleted record's files."""
+def forget(app: web.Application, tenant: uuid.UUID, records: list[tuple[str, uuid.UUID]]) -> None:
+    """Remove the files of deleted records, each ``(table, id)``: the one a DELETE named and those
+    its ``on_delete: cascade`` relations deleted with it (``writing.release_references``)."""
     store = app.get(FILES)
     if store is not None:
-        store.remove_record(tenant, resource.table.name, record_id)
+        for table, record_id in records:
+            store.remove_record(tenant, table, record_id)
 
 
 def add_routes(app: web.Application) -> None:

@@ -23,7 +23,7 @@ from dap.server.access import auth
 from dap.server.documents import idempotency
 from dap.server.storage import db
 from dap.server.web import requests
-from dap.server.workflows import callbacks, jobs, worker
+from dap.server.workflows import callbacks, jobs, sidecars, worker
 
 WORKER: web.AppKey[worker.Worker] = web.AppKey("job_worker", worker.Worker)
 NOT_FOUND = "SVC.JOB.NOT_FOUND"
@@ -117,6 +117,7 @@ def attach(app: web.Application, opts: options.ServeOptions) -> None:
         lease=opts.job_lease,
         allow=callbacks.parse_networks(opts.callback_allow),
         secret=opts.callback_secret,
+        invoker=lambda: app.get(sidecars.INVOKER),  # the bridge, when one is attached
     )
 
     async def start_worker(app: web.Application) -> None:

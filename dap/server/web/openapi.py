@@ -14,12 +14,12 @@ from typing import Any
 from aiohttp import web
 
 from dap import __version__
-from dap.server import errors, state
+from dap.server import state
 from dap.server.catalog import Catalog, Resource
 from dap.server.documents import lifecycle
 from dap.server.storage import tables
 from dap.server.web import approvals, filters, openapi_jobs, schemas
-from dap.server.workflows import actions
+from dap.server.workflows import actions, sidecars
 
 PROBLEM = {
     "type": "object",
@@ -111,11 +111,11 @@ def _responses(ok: dict[str, Any], *errors_: int) -> dict[str, Any]:
 
 
 def _actions(
-    r: Resource, catalog: Catalog, tag: list[str], id_param: dict[str, Any], name: str
+    r: Resource, catalog: Catalog, tag: list[str], id_param: dict[str, Any], name: str, bridged: bool
 ) -> dict[str, Any]:
     """``POST …/{id}/{action}`` of every custom action and transition (``web.moves``) that can run
-    here, with its params; one that would answer 501 (sidecar, script, an unregistered handler,
-    nothing to run) is left out, as the server does not serve it."""
+    here, with its params; one that would answer 501 (sidecar without an app process attached,
+    script, an unregistered handler, nothing to run) is left out, as the server does not serve it."""
     out: dict[str, Any] = {}
     for action, plan in sorted(r.workflow.items()):
         declared = plan.declared
@@ -123,9 +123,7 @@ def _actions(
             declared.disabled or (declared.expose and "rest" not in declared.expose)
         ):
             continue
-        try:
-            actions.runner(r.key, plan)
-        except errors.NotImplementedHere:
+        if not actions.runs_here(r.key, plan, bridged=bridged):
             continue
         params = schemas.object_schema(tuple(plan.params.values()), r.module, catalog, for_input=True)
         answer: dict[str, Any] = {
@@ -186,8 +184,9 @@ def _actions(
     return out
 
 
-def document(catalog: Catalog, slug: str) -> dict[str, Any]:
-    """The OpenAPI 3.1 document of workspace ``slug``."""
+def document(catalog: Catalog, slug: str, *, bridged: bool = False) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of workspace ``slug``; ``bridged``: an app process is attached, so
+    ``impl.type: sidecar`` actions are served too."""
     paths: dict[str, Any] = {}
     components: dict[str, Any] = {"Problem": PROBLEM, "Job": openapi_jobs.JOB}
     for key in sorted(catalog.resources):
@@ -314,7 +313,7 @@ def document(catalog: Catalog, slug: str) -> dict[str, Any]:
                         ),
                     },
                 }
-        paths.update(_actions(r, catalog, tag, id_param, name))
+        paths.update(_actions(r, catalog, tag, id_param, name, bridged))
         if collection:
             paths[f"/api/{r.module}/{r.name}"] = collection
         if item:
@@ -328,7 +327,7 @@ def document(catalog: Catalog, slug: str) -> dict[str, Any]:
         readable = [k for k in gated if "find" in catalog.resources[k].actions]
         paths.update(approvals.openapi_paths(_responses, readable))
         components["Approval"] = approvals.APPROVAL_SCHEMA
-    paths.update(openapi_jobs.service_paths(catalog))
+    paths.update(openapi_jobs.service_paths(catalog, bridged=bridged))
     return {
         "openapi": "3.1.0",
         "info": {"title": f"dap workspace {slug}", "version": __version__},
@@ -345,4 +344,5 @@ def document(catalog: Catalog, slug: str) -> dict[str, Any]:
 async def handler(request: web.Request) -> web.Response:
     workspace = await request.app[state.REGISTRY].resolve(request.match_info["ws"])
     request[state.WORKSPACE] = workspace.slug
-    return web.json_response(document(request.app[state.SPEC].current, workspace.slug))
+    bridged = sidecars.INVOKER in request.app
+    return web.json_response(document(request.app[state.SPEC].current, workspace.slug, bridged=bridged))

@@ -14,7 +14,6 @@ from typing import Any
 
 from dap.config.actions import Action
 from dap.config.enums import CallMode
-from dap.server import errors
 from dap.server.catalog import Catalog, machines
 from dap.server.web import schemas
 from dap.server.workflows import actions, callbacks
@@ -95,26 +94,23 @@ def job_path(module: str, name: str, tag: list[str]) -> dict[str, Any]:
     }
 
 
-def _runnable(key: str, plan: machines.ActionPlan) -> bool:
+def _runnable(key: str, plan: machines.ActionPlan, bridged: bool) -> bool:
     declared = plan.declared
     if declared is None or declared.disabled or (declared.expose and "rest" not in declared.expose):
         return False
-    try:
-        actions.runner(key, plan)
-    except errors.NotImplementedHere:
-        return False
-    return True
+    return actions.runs_here(key, plan, bridged=bridged)
 
 
-def service_paths(catalog: Catalog) -> dict[str, Any]:
-    """Every runnable service action, and the job path of services with async ones."""
+def service_paths(catalog: Catalog, *, bridged: bool = False) -> dict[str, Any]:
+    """Every runnable service action (sidecar ones when ``bridged``), and the job path of services
+    with async ones."""
     out: dict[str, Any] = {}
     for key in sorted(catalog.services):
         service = catalog.services[key]
         tag = [service.title]
         queued = False
         for name, plan in sorted(service.actions.items()):
-            if not _runnable(key, plan):
+            if not _runnable(key, plan, bridged):
                 continue
             declared = plan.declared
             assert declared is not None

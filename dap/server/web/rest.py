@@ -246,7 +246,7 @@ async def delete_record(request: web.Request) -> web.Response:
                 await filling.check_action(conn, resource, tenant, principal, current, "delete")
                 write = requests.write_of(request, principal, catalog, resource, tenant)
                 trail = await auditing.begin(conn, write, "delete", current)
-                await writing.release_references(conn, catalog, resource, tenant, record_id)
+                cascaded = await writing.release_references(conn, catalog, resource, tenant, record_id)
                 for child in resource.children.values():
                     await conn.execute(*sql.flat(sql.delete_children(child, tenant, record_id)))
                 result = await conn.execute(*sql.flat(sql.delete(resource.table, tenant, record_id)))
@@ -258,7 +258,7 @@ async def delete_record(request: web.Request) -> web.Response:
     request.app[state.CACHE].invalidate((resource.table.name, tenant, record_id))
     if not result.endswith(" 1"):
         raise errors.NotFound("no such record", code="SVC.RECORD.NOT_FOUND")
-    files.forget(request.app, resource, tenant, record_id)  # its file fields' bytes
+    files.forget(request.app, tenant, [(resource.table.name, record_id), *cascaded])  # file bytes
     return delivery.stamp(
         web.Response(status=204), await delivery.settle(request, resource, "deleted", event)
     )

@@ -28,7 +28,7 @@ from dap.server.catalog import Catalog
 from dap.server.documents import idempotency
 from dap.server.storage import db
 from dap.server.web import jobs, requests
-from dap.server.workflows import actions, services
+from dap.server.workflows import actions, services, sidecars
 
 
 def target(catalog: Catalog, module: str, name: str) -> Literal["service", "entity"]:
@@ -66,7 +66,8 @@ async def service_action(request: web.Request) -> web.Response:
             auth.bearer_token(header), workspace=workspace.slug, bind=True
         )
     services.permit(catalog, principal, service, plan)
-    handler = actions.local_runner(service.key, plan)  # 501s before anything is read or counted
+    # 501s before anything is read or counted (sidecar without an app process attached)
+    handler = actions.runner(service.key, plan, request.app.get(sidecars.INVOKER))
     body = await requests.read_body(request) if request.body_exists else {}
     params = actions.parse_params(plan, body)
     keyed = None

@@ -30,7 +30,7 @@ from dap.server import errors, state
 from dap.server.catalog import Catalog, Resource, machines
 from dap.server.storage import numbering, records, tables
 from dap.server.web import requests
-from dap.server.workflows import actions
+from dap.server.workflows import actions, sidecars
 
 UI_SURFACE = "ui"
 
@@ -123,7 +123,7 @@ def _derived(f: Field) -> dict[str, Any]:
     return out
 
 
-def entity_meta(catalog: Catalog, key: str) -> dict[str, Any]:
+def entity_meta(catalog: Catalog, key: str, *, bridged: bool = False) -> dict[str, Any]:
     spec = catalog.entities[key]
     module, name = key.split("/", 1)
     resource = catalog.resources.get(key)
@@ -163,7 +163,7 @@ def entity_meta(catalog: Catalog, key: str) -> dict[str, Any]:
             if not a.disabled
         ],
         "state_machine": _machine(spec, resource),
-        "runnable": _runnable(key, resource),
+        "runnable": _runnable(key, resource, bridged),
     }
 
 
@@ -172,8 +172,9 @@ def _calling(a: Action) -> dict[str, Any]:
     return {"call": str(a.call), "track": a.track, "callback": a.callback is not None}
 
 
-def service_meta(catalog: Catalog, key: str) -> dict[str, Any]:
-    """A service exposed over REST and its actions (params as fields), for forms that call them."""
+def service_meta(catalog: Catalog, key: str, *, bridged: bool = False) -> dict[str, Any]:
+    """A service exposed over REST and its actions (params as fields), for forms that call them;
+    ``runnable`` names those this server runs (sidecar ones only when ``bridged``)."""
     service = catalog.services[key]
     return {
         "name": key,
@@ -197,19 +198,17 @@ def service_meta(catalog: Catalog, key: str) -> dict[str, Any]:
             for name, plan in sorted(service.actions.items())
             if (a := plan.declared) is not None and not a.disabled and (not a.expose or "rest" in a.expose)
         ],
+        "runnable": sorted(
+            name for name, plan in service.actions.items() if actions.runs_here(key, plan, bridged=bridged)
+        ),
     }
 
 
-def _runnable(key: str, resource: Resource | None) -> list[str]:
-    """The custom actions and transitions this server runs (the rest answer 501: a UI hides them)."""
-    out = []
-    for name, plan in resource.workflow.items() if resource is not None else ():
-        try:
-            actions.runner(key, plan)
-        except errors.NotImplementedHere:
-            continue
-        out.append(name)
-    return sorted(out)
+def _runnable(key: str, resource: Resource | None, bridged: bool) -> list[str]:
+    """The custom actions and transitions this server runs (the rest answer 501: a UI hides them);
+    ``bridged``: an app process is attached, so sidecar actions run."""
+    workflow = resource.workflow.items() if resource is not None else ()
+    return sorted(name for name, plan in workflow if actions.runs_here(key, plan, bridged=bridged))
 
 
 def _machine(spec: EntitySpec, resource: Resource | None) -> dict[str, Any] | None:
@@ -433,7 +432,8 @@ async def entity(request: web.Request) -> web.Response:
     key = f"{request.match_info['module']}/{request.match_info['entity']}"
     if key not in catalog.entities:
         raise errors.NotFound(f"no entity {key}", code="SVC.ENTITY.NOT_FOUND")
-    return web.json_response({"data": entity_meta(catalog, key)})
+    bridged = sidecars.INVOKER in request.app
+    return web.json_response({"data": entity_meta(catalog, key, bridged=bridged)})
 
 
 async def service(request: web.Request) -> web.Response:
@@ -441,7 +441,8 @@ async def service(request: web.Request) -> web.Response:
     key = f"{request.match_info['module']}/{request.match_info['service']}"
     if key not in catalog.services:
         raise errors.NotFound(f"no service {key} is exposed over REST", code="SVC.SERVICE.NOT_FOUND")
-    return web.json_response({"data": service_meta(catalog, key)})
+    bridged = sidecars.INVOKER in request.app
+    return web.json_response({"data": service_meta(catalog, key, bridged=bridged)})
 
 
 def add_routes(application: web.Application) -> None:

@@ -75,20 +75,17 @@ def runner(entity: str, plan: compiled.ActionPlan, invoker: sidecars.Invoker | N
     return handlers.lookup(handlers.name_of(entity, plan.name, impl.handler))
 
 
-def local_runner(entity: str, plan: compiled.ActionPlan) -> handlers.Handler | None:
-    """:func:`runner` for the paths that run inside this process only (service actions, jobs,
-    reliable events): an action the app process implements is a 501 there, not a silent no-op."""
+def runs_here(entity: str, plan: compiled.ActionPlan, *, bridged: bool = False) -> bool:
+    """Whether :func:`runner` finds something to run ``plan`` (no 501); ``bridged``: an app
+    process is attached (``sidecars.INVOKER``), so ``impl.type: sidecar`` runs too. Pure."""
     impl = plan.declared.impl if plan.declared is not None else None
     if impl is not None and impl.type == "sidecar":
-        raise errors.NotImplementedHere(
-            f"action {plan.name!r} of {entity} is implemented by the app process (impl.type sidecar); "
-            "service actions, async jobs and reliable events do not call the app process yet, "
-            "with or without --sidecar-endpoint: run it as a record action, or implement it natively",
-            code=NOT_IMPLEMENTED,
-        )
-    found = runner(entity, plan)
-    assert not isinstance(found, sidecars.Bound)  # no invoker given: runner never binds one
-    return found
+        return bridged
+    try:
+        runner(entity, plan)
+    except errors.NotImplementedHere:
+        return False
+    return True
 
 
 def parse_params(plan: compiled.ActionPlan, body: Mapping[str, Any]) -> dict[str, Any]:

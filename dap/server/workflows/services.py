@@ -6,7 +6,10 @@ handler run (``record`` is ``None`` in its context), one audit row when the acti
 ``audit`` (``dap.audit_log`` with ``entity`` the service's ``module/name`` and ``record_id`` the
 call's id, ``changes: {"params": [null, params]}``), the ``emits`` event written to ``dap.outbox``
 (``record_id`` null, payload ``params`` and ``result``), and the answer stored under the key, all
-committed together or not at all. What runs it (native, sidecar 501, …) is ``actions.runner``.
+committed together or not at all. What runs it is ``actions.runner``: a native handler, or the app
+process (``impl.type: sidecar``) through the process's ``sidecars.Invoker`` — the invoke's scope is
+this transaction (``resource_id`` and ``resource`` null), the reply's ``data`` is the result and
+its events go to ``dap.outbox`` with the others; a ``new_state`` is a bad reply (no record).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from dap.server.catalog import machines as compiled
 from dap.server.documents import auditing, filling, idempotency
 from dap.server.events import outbox
 from dap.server.storage import db, records
-from dap.server.workflows import handlers
+from dap.server.workflows import handlers, sidecars
 
 
 @dataclass(frozen=True)
@@ -86,8 +89,33 @@ def params_json(plan: compiled.ActionPlan, params: dict[str, Any]) -> dict[str, 
     return {k: records.to_json(plan.params[k], v) for k, v in params.items()}
 
 
+async def _invoke(conn: db.Connection, call: Call, bound: sidecars.Bound) -> sidecars.Reply:
+    """The app process runs the action inside this transaction; a ``new_state`` is refused."""
+    reply = await bound.invoker.invoke(
+        sidecars.Invocation(
+            conn=conn,
+            tenant=call.tenant,
+            principal=call.principal.sub,
+            username=call.principal.username,
+            entity=call.service.key,
+            action=call.plan.name,
+            record_id=None,
+            resource=None,
+            params=params_json(call.plan, call.params),
+            timeout=bound.timeout,
+        )
+    )
+    if reply.new_state is not None:
+        raise errors.InternalError(
+            f"the app answered new_state {reply.new_state!r} for {call.service.key}/{call.plan.name}, "
+            "a service action, which has no record to move",
+            code=sidecars.BAD_REPLY,
+        )
+    return reply
+
+
 async def run(
-    conn: db.Connection, call: Call, handler: handlers.Handler | None, render: Render
+    conn: db.Connection, call: Call, handler: handlers.Handler | sidecars.Bound | None, render: Render
 ) -> idempotency.Answer:
     """Run ``call`` in one transaction (see the module's docstring); the answer ``render`` made."""
     plan, declared = call.plan, call.plan.declared
@@ -100,7 +128,11 @@ async def run(
         if declared.conditions:
             filling.check_guards(plan.conditions, plan.name, {"params": call.params}, call.principal)
         result = None
-        if handler is not None:
+        reply: sidecars.Reply | None = None
+        if isinstance(handler, sidecars.Bound):
+            reply = await _invoke(conn, call, handler)
+            result = reply.data
+        elif handler is not None:
             result = await handler(
                 handlers.Context(
                     conn=conn,
@@ -142,6 +174,19 @@ async def run(
                 actor_username=call.principal.username,
                 request_id=call.request_id,
             )
+        if reply is not None and reply.events:
+            sent = await sidecars.record_events(
+                conn,
+                reply,
+                tenant=call.tenant,
+                entity=call.service.key,
+                record_id=None,
+                action=plan.name,
+                actor_sub=call.principal.sub,
+                actor_username=call.principal.username,
+                request_id=call.request_id,
+            )
+            event = event or sent[0]
         answer = render(Outcome(result, event))
         if call.idempotency is not None:
             await idempotency.store(conn, call.tenant, *call.idempotency, answer)

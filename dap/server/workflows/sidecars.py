@@ -61,8 +61,8 @@ class Invocation:
     username: str
     entity: str  # module/name
     action: str
-    record_id: uuid.UUID | None
-    resource: Mapping[str, Any]  # the record as stored, in its JSON form
+    record_id: uuid.UUID | None  # None: a service action
+    resource: Mapping[str, Any] | None  # the record as stored, in its JSON form; None: a service action
     params: Mapping[str, Any] = field(default_factory=dict)  # JSON form
     timeout: float | None = None  # the action's impl.timeout; None: the process's --invoke-timeout
 

@@ -36,7 +36,7 @@ from dap.server.access import auth, guards
 from dap.server.catalog import Catalog, Resource
 from dap.server.documents import auditing, idempotency, reading
 from dap.server.storage import db
-from dap.server.workflows import actions, callbacks, handlers, jobs, services
+from dap.server.workflows import actions, callbacks, handlers, jobs, services, sidecars
 
 log = logging.getLogger(__name__)
 SLOTS = 2  # jobs one process runs at once
@@ -88,8 +88,15 @@ def _gone(job: jobs.Job) -> errors.NotFound:
     )
 
 
-async def execute(conn: db.Connection, catalog: Catalog, job: jobs.Job, report: handlers.Report) -> Any:
-    """Run the job's action on ``conn`` (inside the caller's transaction); its answer as JSON."""
+async def execute(
+    conn: db.Connection,
+    catalog: Catalog,
+    job: jobs.Job,
+    report: handlers.Report,
+    invoker: sidecars.Invoker | None = None,
+) -> Any:
+    """Run the job's action on ``conn`` (inside the caller's transaction); its answer as JSON.
+    ``invoker``: the process's app process, for ``impl.type: sidecar`` (501 without one)."""
     row = job.row
     principal = principal_of(job.principal)
     body = jobs.decode(row["body"])
@@ -100,7 +107,7 @@ async def execute(conn: db.Connection, catalog: Catalog, job: jobs.Job, report: 
         if resource is None or plan is None:
             raise _gone(job)
         access = guards.check(principal, resource, plan.name)
-        handler = actions.local_runner(resource.key, plan)
+        handler = actions.runner(resource.key, plan, invoker)
         call = actions.Call(
             write=auditing.Write(
                 catalog, resource, tenant, principal.sub, principal.username, row["request_id"]
@@ -121,7 +128,7 @@ async def execute(conn: db.Connection, catalog: Catalog, job: jobs.Job, report: 
         if service is None or splan is None:
             raise _gone(job)
         services.permit(catalog, principal, service, splan)
-        handler = actions.local_runner(service.key, splan)
+        shandler = actions.runner(service.key, splan, invoker)
         scall = services.Call(
             service=service,
             plan=splan,
@@ -132,7 +139,7 @@ async def execute(conn: db.Connection, catalog: Catalog, job: jobs.Job, report: 
             request_id=row["request_id"],
             report=report,
         )
-        answer = await services.run(conn, scall, handler, services.answer)
+        answer = await services.run(conn, scall, shandler, services.answer)
     return json.loads(answer.body)
 
 
@@ -153,8 +160,10 @@ class Worker:
         secret: str | None = None,
         slots: int = SLOTS,
         poll: float = POLL,
+        invoker: Callable[[], sidecars.Invoker | None] = lambda: None,
     ) -> None:
         self.dsn, self.current, self.lease = dsn, current, lease
+        self.invoker = invoker  # read per job: the bridge attaches after the worker is made
         self._pool: asyncpg.Pool | None = None
         self.allow, self.secret, self.slots, self.poll = tuple(allow), secret, slots, poll
         self.name = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -247,7 +256,7 @@ class Worker:
             async with db.connection(self.pool) as conn:
                 try:
                     async with conn.transaction():
-                        result = await execute(conn, self.current(), job, report)
+                        result = await execute(conn, self.current(), job, report, self.invoker())
                         if not await jobs.succeed(conn, job.id, self.name, result):
                             raise LeaseLost
                 except LeaseLost:
