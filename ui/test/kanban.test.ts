@@ -14,9 +14,9 @@ const meta: EntityMeta = {
   state_machine: {
     field: "state", states: ["open", "pending_approval", "approved"], initial: "open",
     transitions: [
-      { name: "request", action: "request_approval", from: ["open"], to: "pending_approval", approval: false },
-      { name: "approve", action: "approve", from: ["pending_approval"], to: "approved", approval: false },
-      { name: "gated", action: "escalate", from: ["open"], to: "approved", approval: true },
+      { name: "request", action: "request_approval", from: ["open"], to: "pending_approval", approval: null },
+      { name: "approve", action: "approve", from: ["pending_approval"], to: "approved", approval: null },
+      { name: "gated", action: "escalate", from: ["open"], to: "approved", approval: { steps: [], on_reject: null, allow_self_approval: false } },
     ],
   },
   runnable: ["approve", "request_approval"],

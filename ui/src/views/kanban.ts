@@ -3,7 +3,7 @@
 // update (enum) — only to columns the API would accept.
 import { useState } from "preact/hooks";
 import { Problem, call, get } from "../api";
-import { useLoad } from "../hooks";
+import { useLive, useLoad } from "../hooks";
 import { html } from "../html";
 import { buttonsFor, canEdit, formatValue } from "../logic";
 import type { EntityMeta, KanbanComp, Me, Row } from "../meta";
@@ -37,6 +37,7 @@ export function KanbanBlock({ board, me }: { board: KanbanComp; me: Me }) {
   const [tick, setTick] = useState(0);
   const [problem, setProblem] = useState<string | null>(null);
   const [dragging, setDragging] = useState<Row | null>(null);
+  useLive(board.entity, null, () => setTick((t) => t + 1)); // another client's move shows at once
   if (meta.error) return html`<p class="error" role="alert">${meta.error.message}</p>`;
   if (!meta.value) return html`<p aria-busy="true">Loading…</p>`;
   const m = meta.value;

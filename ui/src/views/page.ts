@@ -4,6 +4,7 @@ import { useEffect, useState } from "preact/hooks";
 import { html } from "../html";
 import type { AppDetail, Block, Component, Me, PageMeta, TableComp } from "../meta";
 import { pageHref } from "../route";
+import { InboxBlock } from "./approvals";
 import { DashboardBlock } from "./dashboard";
 import { FormBlock } from "./form";
 import { Guard } from "./guard";
@@ -32,11 +33,8 @@ export function PageView({ app, page, id, query, me, setCrumb }: Props) {
     document.title = `${page.title ?? page.name} · ${app.title}`;
     setCrumb(null);
   }, [page.name]);
-  const component = (ref: string | undefined) => {
-    if (!ref) return undefined;
-    const module = app.name.split("/")[0];
-    return app.components[ref.includes("/") ? ref : `${module}/${ref}`];
-  };
+  const refKey = (ref: string | undefined) => (ref && !ref.includes("/") ? `${app.name.split("/")[0]}/${ref}` : ref ?? "");
+  const component = (ref: string | undefined) => (ref ? app.components[refKey(ref)] : undefined);
   const render = (block: Block, index: number) => {
     const c = component(block.ref);
     const key = block.id ?? `block-${index}`;
@@ -44,8 +42,7 @@ export function PageView({ app, page, id, query, me, setCrumb }: Props) {
     if (c.kind === "kanban") return html`<section class="block" aria-label=${c.title ?? "Board"}><${KanbanBlock} board=${c} me=${me} /></section>`;
     if (c.kind === "dashboard") return html`<section class="block" aria-label=${c.title ?? "Dashboard"}><${DashboardBlock} board=${c} app=${app} me=${me} /></section>`;
     if (c.kind === "approval_inbox")
-      return html`<section class="block" aria-label=${c.title ?? "Approvals"}><h2>${c.title ?? "Approvals"}</h2>
-        <p class="muted">Approval gates are not run by this server yet, so there is nothing to approve here.</p></section>`;
+      return html`<section class="block" aria-label=${c.title ?? "Approvals"}><${InboxBlock} name=${refKey(block.ref)} inbox=${c} app=${app} /></section>`;
     if (c.kind === "listing") {
       const table: TableComp = { kind: "table", entity: c.entity, title: c.title, columns: c.fields.map((field) => ({ field })), filters: c.filters, fixed_filters: [], page_size: 25 };
       return html`<section class="block" aria-label=${c.title ?? "List"}><${TableBlock} table=${table} me=${me} query=${query} selected=${null} onSelect=${null} openHref=${null} /></section>`;
