@@ -9,7 +9,7 @@ import {
   type Button, buttonsFor, canEdit, computeLive, contextOf, fieldState, formatValue, initialValue,
   interpolate, payloadOf, problemsByPath, visibleFields,
 } from "../logic";
-import type { AppDetail, EntityMeta, FieldMeta, FormComp, Me, Row } from "../meta";
+import type { AppDetail, Approval, EntityMeta, FieldMeta, FormComp, Me, Row } from "../meta";
 import { entityMeta } from "../store";
 import { ApprovalPanel, gatedActions, recordApprovals } from "./approvals";
 import { Confirm } from "./dialog";
@@ -45,11 +45,13 @@ export function FormBlock(props: Props) {
   const loaded = useLoad(async () => {
     const meta = await entityMeta(props.form.entity);
     const record = props.id ? (await get<Row>(`${meta.api}/${props.id}`)).data : null;
-    return { meta, record };
+    // the record's approvals come with it: its gated buttons depend on them (409 while pending)
+    const approvals = record && gatedActions(meta).size > 0 ? await recordApprovals(meta, String(record.id)) : NO_APPROVALS;
+    return { meta, record, approvals };
   }, [props.form.entity, props.id]);
   if (loaded.error) return html`<p class="error" role="alert">${loaded.error.message}</p>`;
   if (!loaded.value) return html`<p aria-busy="true">Loading…</p>`;
-  return html`<${Editor} ...${props} meta=${loaded.value.meta} record=${loaded.value.record} reload=${loaded.reload} />`;
+  return html`<${Editor} ...${props} meta=${loaded.value.meta} record=${loaded.value.record} approvals=${loaded.value.approvals} reload=${loaded.reload} />`;
 }
 
 function formFields(form: FormComp, meta: EntityMeta, me: Me): { field: FieldMeta; label: string; help: string | null; readonly: boolean; hidden: boolean; default_from?: string }[] {
@@ -63,7 +65,11 @@ function formFields(form: FormComp, meta: EntityMeta, me: Me): { field: FieldMet
   });
 }
 
-function Editor({ form, app, me, id, mode, setCrumb, onCreated, onDeleted, editHref, meta, record, reload }: Props & { meta: EntityMeta; record: Row | null; reload: () => void }) {
+const NO_APPROVALS = { list: [] as Approval[], mine: new Set<string>() };
+
+type EditorProps = Props & { meta: EntityMeta; record: Row | null; approvals: typeof NO_APPROVALS; reload: () => void };
+
+function Editor({ form, app, me, id, mode, setCrumb, onCreated, onDeleted, editHref, meta, record, approvals, reload }: EditorProps) {
   const fields = formFields(form, meta, me);
   const creating = record === null;
   const [values, setValues] = useState<Row>(() => record ?? Object.fromEntries(fields.map((f) => [f.field.name, initialValue(f.field, f.default_from, { username: session.username ?? "" })])));
@@ -88,12 +94,7 @@ function Editor({ form, app, me, id, mode, setCrumb, onCreated, onDeleted, editH
     else setStale(true);
   });
   const gated = gatedActions(meta);
-  const [approvalTick, setApprovalTick] = useState(0);
-  const approvals = useLoad(
-    () => (record && gated.size > 0 ? recordApprovals(meta, String(record.id)) : Promise.resolve({ list: [], mine: new Set<string>() })),
-    [record?.version, approvalTick],
-  );
-  const pending = approvals.value?.list.some((a) => a.status === "pending") ?? false;
+  const pending = approvals.list.some((a) => a.status === "pending");
   const labels = useLoad(() => (record ? relationLabels(meta, [record], fields.map((f) => f.field.name)) : Promise.resolve(new Map<string, string>())), [record]);
 
   const ask = (text: string | null | undefined, run: () => void) => (text ? setAsking({ text: interpolate(text, live), run }) : run());
@@ -133,8 +134,7 @@ function Editor({ form, app, me, id, mode, setCrumb, onCreated, onDeleted, editH
       await act(async () => {
         const answer = await call<Row>("POST", `${meta.api}/${record.id}/${b.action}`, b.kind === "custom" ? {} : undefined, { "If-Match": `"${record.version}"` });
         sent = answer.status === 202; // a gated transition: an approval opened, the record unchanged
-        if (sent) setApprovalTick((t) => t + 1);
-        else reload();
+        reload();
       }, `${b.label}: done.`);
       if (sent) setNotice("Sent for approval.");
     });
@@ -174,8 +174,8 @@ function Editor({ form, app, me, id, mode, setCrumb, onCreated, onDeleted, editH
         ${editHref && html`<a class="button" href=${editHref}>Open</a>`}
       </div>
     </form>
-    ${record && approvals.value && html`<${ApprovalPanel} meta=${meta} approvals=${approvals.value} label=${title}
-      onDecided=${(text: string) => { setNotice(text); setApprovalTick((t) => t + 1); reload(); }} />`}
+    ${record && html`<${ApprovalPanel} meta=${meta} approvals=${approvals} label=${title}
+      onDecided=${(text: string) => { setNotice(text); reload(); }} />`}
     ${record && mode === "edit" && meta.rest.includes("find") && html`<${Trail} meta=${meta} id=${String(record.id)} version=${record.version} />`}
     ${asking && html`<${Confirm} text=${asking.text} onAnswer=${(ok: boolean) => { const a = asking; setAsking(null); if (ok) a.run(); }} />`}
   </div>`;
