@@ -19,7 +19,7 @@ const meta: EntityMeta = {
       { name: "gated", action: "escalate", from: ["open"], to: "approved", approval: { steps: [], on_reject: null, allow_self_approval: false } },
     ],
   },
-  runnable: ["approve", "request_approval"],
+  runnable: ["approve", "escalate", "request_approval"], // escalate: gated, runnable (202), never a move
 };
 const clerk: Me = { username: "c", roles: ["buyer"], permissions: { "p.approve": false } };
 const boss: Me = { username: "b", roles: ["boss"], permissions: { "p.approve": true } };

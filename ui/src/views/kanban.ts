@@ -25,7 +25,9 @@ export function movesOf(meta: EntityMeta, card: Row, groupBy: string, me: Me): M
   const machine = meta.state_machine;
   if (machine && machine.field === groupBy) {
     const offered = new Set(buttonsFor(meta, card, me).map((b) => b.action));
-    for (const t of machine.transitions) if (offered.has(t.action) && t.from.includes(String(card[groupBy]))) out.set(t.to, t.action);
+    // a gated transition opens an approval (202) instead of moving the card: not a move here
+    for (const t of machine.transitions)
+      if (!t.approval && offered.has(t.action) && t.from.includes(String(card[groupBy]))) out.set(t.to, t.action);
     return out;
   }
   if (canEdit(meta, card, me)) for (const c of columnsOf(meta, groupBy)) if (c.value !== String(card[groupBy])) out.set(c.value, null);

@@ -27,6 +27,26 @@ export function formPage(app: AppDetail, formRef: string | undefined): string | 
   return page?.name ?? null;
 }
 
+/** A component shown in a chrome region (``chrome.regions``): lists, boards, dashboards, inboxes. */
+export function RegionBlock({ app, me, name, refName }: { app: AppDetail; me: Me; name: string; refName: string }) {
+  const key = refName.includes("/") ? refName : `${app.name.split("/")[0]}/${refName}`;
+  const c = app.components[key];
+  const label = (c && "title" in c && c.title) || name;
+  const body = () => {
+    if (!c || c.kind === "form") return html`<p class="muted">${refName} cannot be shown in a region.</p>`;
+    if (c.kind === "kanban") return html`<${KanbanBlock} board=${c} me=${me} />`;
+    if (c.kind === "dashboard") return html`<${DashboardBlock} board=${c} app=${app} me=${me} />`;
+    if (c.kind === "approval_inbox") return html`<${InboxBlock} name=${key} inbox=${c} app=${app} />`;
+    const table: TableComp = c.kind === "listing"
+      ? { kind: "table", entity: c.entity, title: c.title, columns: c.fields.map((field) => ({ field })), filters: [], fixed_filters: [], page_size: 10 }
+      : c;
+    const target = formPage(app, table.form ?? Object.entries(app.components).find(([, x]) => x.kind === "form" && x.entity === table.entity)?.[0]);
+    return html`<${TableBlock} table=${table} me=${me} query=${new URLSearchParams()} selected=${null} onSelect=${null} compact=${true}
+      openHref=${target ? (rowId: string) => pageHref(app.name, target, rowId) : null} />`;
+  };
+  return html`<aside class=${`region region-${name}`} aria-label=${label}><${Guard}>${body()}<//></aside>`;
+}
+
 export function PageView({ app, page, id, query, me, setCrumb }: Props) {
   const [selected, setSelected] = useState<Record<string, string | null>>({});
   useEffect(() => {
