@@ -170,7 +170,9 @@ def first_row_ms(chromium: Any, url: str, init: str) -> float:
         context.close()
 
 
-def live_update_ms(chromium: Any, url: str, init: str, api_port: int, bearer: str, rounds: int) -> list[float]:
+def live_update_ms(
+    chromium: Any, url: str, init: str, api_port: int, bearer: str, rounds: int
+) -> list[float]:
     """Rename the list's first row through the API ``rounds`` times; each time, the milliseconds
     until the open page shows the new name (websocket event, batched reload of the list)."""
     context = chromium.new_context(viewport={"width": 1280, "height": 900})
@@ -192,7 +194,8 @@ def live_update_ms(chromium: Any, url: str, init: str, api_port: int, bearer: st
             started = time.perf_counter()
             patch = urllib.request.Request(f"{base}/{record_id}", data=body, method="PATCH", headers=headers)
             urllib.request.urlopen(patch, timeout=30).close()
-            page.wait_for_function(f"() => document.body.innerText.includes({name!r})", timeout=30_000, polling=5)
+            shown = f"() => document.body.innerText.includes({name!r})"
+            page.wait_for_function(shown, timeout=30_000, polling=5)
             out.append((time.perf_counter() - started) * 1000)
         return out
     finally:
@@ -297,8 +300,8 @@ def measure(args: argparse.Namespace, chromium_path: str) -> int:
         print(f"  rounds, ms: UI {ui_rounds}; baseline {', '.join(f'{x:.0f}' for x in base_ms)}")
         live_sorted = sorted(live_ms)
         print(
-            f"live update (PATCH by the API -> new name shown in the open list over /_ws), {len(live_ms)} rounds: "
-            f"median {statistics.median(live_ms):.0f} ms, max {live_sorted[-1]:.0f} ms"
+            "live update (PATCH by the API -> new name shown in the open list over /_ws), "
+            f"{len(live_ms)} rounds: median {statistics.median(live_ms):.0f} ms, max {live_sorted[-1]:.0f} ms"
         )
         return 0
     finally:
