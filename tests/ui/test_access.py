@@ -125,7 +125,11 @@ def test_phone_viewport(ui_server: UiServer, browser: Any, order: dict[str, Any]
     expect(page.get_by_role("button", name="Submit")).to_be_visible()
     assert page.evaluate("() => document.documentElement.scrollWidth") <= PHONE["width"]
     shot(page, "order-phone")
-    for route, heading in (("board", "Order board"), ("overview", "Overview")):
+    for route, heading in (
+        ("board", "Order board"),
+        ("overview", "Overview"),
+        ("approvals_page", "Approvals"),
+    ):
         page.goto(ui_server.url + f"#/a/buying/purchasing/{route}")
         expect(page.get_by_role("heading", name=heading, level=1)).to_be_visible()
         expect(page.locator("[aria-busy=true]")).to_have_count(0)
@@ -174,6 +178,11 @@ def test_approvals_are_accessible(
     found["reject dialog"] = violations(page)
     page.keyboard.press("Escape")
     expect(dialog).to_have_count(0)
+    page.set_viewport_size(PHONE)  # the inbox on a phone: rows become cards, nothing scrolls sideways
+    width = page.evaluate("() => document.documentElement.scrollWidth")
+    assert width <= PHONE["width"], f"the inbox scrolls sideways on a phone: {width}px wide"
+    shot(page, f"approvals-phone-{theme}")
+    page.set_viewport_size({"width": 1280, "height": 900})
     # keyboard only: focus the row's Approve button and press Enter
     approve = row.get_by_role("button", name=re.compile("^Approve"))
     approve.focus()

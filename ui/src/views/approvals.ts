@@ -168,11 +168,11 @@ export function InboxBlock({ name, inbox, app }: { name: string; inbox: InboxCom
         const shown = Object.entries(a.display ?? {}).map(([k, v]) => [meta.fields.find((f) => f.name === k), k, v] as const);
         const label = `${meta.title.toLowerCase()} ${shown.map(([f, , v]) => formatValue(f, v, items.value?.labels)).filter(Boolean).join(", ")}`;
         return html`<tr>
-          <td>${target ? html`<a href=${pageHref(app.name, target, a.record_id)}>${meta.title}</a>` : meta.title}</td>
-          <td>${shown.map(([field, k, v]) => html`<span class="kv"><span class="muted">${field?.caption ?? k}:</span> ${formatValue(field, v, items.value?.labels) || "—"} </span>`)}</td>
-          <td>${a.step ? `${a.step.title} (${a.step.votes} of ${a.step.approvers})` : ""}</td>
-          <td>${a.requested_by ?? ""}</td>
-          <td><${Vote} approval=${a} label=${label} onDone=${(text: string) => { setNotice(text); items.reload(); }} /></td>
+          <td data-label="Record">${target ? html`<a href=${pageHref(app.name, target, a.record_id)}>${meta.title}</a>` : meta.title}</td>
+          <td data-label="Details">${shown.map(([field, k, v]) => html`<span class="kv"><span class="muted">${field?.caption ?? k}:</span> ${formatValue(field, v, items.value?.labels) || "—"} </span>`)}</td>
+          <td data-label="Step">${a.step ? `${a.step.title} (${a.step.votes} of ${a.step.approvers})` : ""}</td>
+          <td data-label="Requested by">${a.requested_by ?? ""}</td>
+          <td data-label="Decide"><${Vote} approval=${a} label=${label} onDone=${(text: string) => { setNotice(text); items.reload(); }} /></td>
         </tr>`;
       })}</tbody>
     </table>`}
