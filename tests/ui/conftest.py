@@ -167,3 +167,14 @@ def pytest_runtest_makereport(item: Any, call: Any) -> Iterator[None]:
             for j, page in enumerate(context.pages):
                 with contextlib.suppress(Exception):
                     shot(page, f"failed-{item.name}-{i}-{j}")
+
+
+def signed_in(browser: Any, server: UiServer, username: str, roles: list[str], **options: Any) -> Any:
+    """A page in a fresh browser context signed in as ``username`` with ``roles``: a token signed
+    with the server's JWT secret, put where the UI keeps it (sessionStorage) before any script."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, **options)
+    token = server.token(username, roles)
+    context.add_init_script(f"sessionStorage.setItem('dap.token.default', {token!r})")
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+    return page

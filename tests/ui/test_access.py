@@ -125,10 +125,68 @@ def test_phone_viewport(ui_server: UiServer, browser: Any, order: dict[str, Any]
     expect(page.get_by_role("button", name="Submit")).to_be_visible()
     assert page.evaluate("() => document.documentElement.scrollWidth") <= PHONE["width"]
     shot(page, "order-phone")
-    for route, heading in (("board", "Order board"), ("overview", "Overview")):
+    for route, heading in (
+        ("board", "Order board"),
+        ("overview", "Overview"),
+        ("approvals_page", "Approvals"),
+    ):
         page.goto(ui_server.url + f"#/a/buying/purchasing/{route}")
         expect(page.get_by_role("heading", name=heading, level=1)).to_be_visible()
         expect(page.locator("[aria-busy=true]")).to_have_count(0)
         assert page.evaluate("() => document.documentElement.scrollWidth") <= PHONE["width"], route
         shot(page, f"{route}-phone")
     page.context.close()
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_approvals_are_accessible(
+    ui_server: UiServer, browser: Any, order: dict[str, Any], theme: str
+) -> None:
+    """The inbox, a record's approval panel and the reject dialog: axe finds nothing serious, and a
+    committee member approves with the keyboard alone."""
+    admin = ui_server.token("root", ["admin"])
+    body = {
+        "supplier": order["supplier"],
+        "order_date": date.today().isoformat(),
+        "region": "south",
+        "lines": [],
+    }
+    status, answer = ui_server.call("POST", "api/buying/purchase_order", admin, body)
+    assert status == 201, answer
+    path = f"api/buying/purchase_order/{answer['data']['id']}"
+    assert ui_server.call("POST", f"{path}/request_approval", admin, {})[0] == 200
+    assert ui_server.call("POST", f"{path}/approve", admin, {})[0] == 202
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    token = ui_server.token(f"ada-{theme}", ["purchase_committee"])
+    context.add_init_script(f"sessionStorage.setItem('dap.token.default', {token!r})")
+    context.add_init_script(f"localStorage.setItem('dap.theme', {theme!r})")
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+    found: dict[str, list[str]] = {}
+    page.goto(f"{ui_server.url}#/a/buying/purchasing/order/{answer['data']['id']}")
+    expect(page.get_by_role("region", name="Approval: pending")).to_contain_text("0 of 2 votes")
+    found["record"] = violations(page)
+    page.goto(f"{ui_server.url}#/a/buying/purchasing/approvals_page")
+    row = page.get_by_role("row").filter(has_text="Axe Ltd").first
+    expect(row).to_be_visible()
+    found["inbox"] = violations(page)
+    row.get_by_role("button", name=re.compile("^Reject")).click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog.get_by_label("Why? (required)")).to_be_focused()
+    dialog.get_by_role("button", name="Reject").click()
+    expect(dialog.get_by_text("A comment is required to reject.")).to_be_visible()
+    found["reject dialog"] = violations(page)
+    page.keyboard.press("Escape")
+    expect(dialog).to_have_count(0)
+    page.set_viewport_size(PHONE)  # the inbox on a phone: rows become cards, nothing scrolls sideways
+    width = page.evaluate("() => document.documentElement.scrollWidth")
+    assert width <= PHONE["width"], f"the inbox scrolls sideways on a phone: {width}px wide"
+    shot(page, f"approvals-phone-{theme}")
+    page.set_viewport_size({"width": 1280, "height": 900})
+    # keyboard only: focus the row's Approve button and press Enter
+    approve = row.get_by_role("button", name=re.compile("^Approve"))
+    approve.focus()
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("status")).to_contain_text("Vote counted:")  # the light run voted on one too
+    context.close()
+    assert not any(found.values()), found

@@ -1,7 +1,10 @@
 """The procurement flow end to end in Chromium: first admin, login, a supplier (a server problem on
 its field first) and an item, an order with lines and its computed total, submit, and the audit
-trail; the split list page follows the selection. (Approving waits for approval gates: the server
-answers 501 for them, so the UI offers no Approve button.)"""
+trail; the split list page follows the selection; then the approval: the order sent for approval
+(202, "Sent for approval."), two purchase committee members approve in their inbox, a buying
+manager on the record, and the order is approved with the votes on its trail. The approvers sign in
+with tokens signed by the test (it holds the server's JWT secret) put in the browser's
+sessionStorage, where the UI keeps its token: the API has no endpoint to create users with roles."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from typing import Any
 
 from playwright.sync_api import expect
 
-from .conftest import UiServer, shot
+from .conftest import UiServer, shot, signed_in
 
 
 def test_procurement_flow(ui_server: UiServer, browser: Any) -> None:
@@ -126,8 +129,66 @@ def test_procurement_flow(ui_server: UiServer, browser: Any) -> None:
     expect(detail.locator("[data-field=total]")).to_have_text("€15.00")
     shot(page, "orders-split")
 
-    # the form's confirm text guards Cancel: Back changes nothing, Confirm cancels
+    # request approval (a plain transition), then the gated one: 202, an approval opens
     detail.get_by_role("link", name="Open").click()
+    page.get_by_role("button", name="Request approval").click()
+    expect(page.get_by_role("status")).to_contain_text("Request approval: done")
+    expect(page.locator(".badges")).to_contain_text("pending approval")
+    page.get_by_role("button", name="Send for approval").click()
+    expect(page.get_by_role("status")).to_contain_text("Sent for approval.")
+    panel = page.get_by_role("region", name=re.compile("Approval"))
+    expect(panel).to_contain_text("Approval: pending")
+    expect(panel).to_contain_text("Purchase committee: 0 of 2 votes")
+    expect(panel.get_by_role("button", name="Approve")).to_have_count(0)  # the requester may not vote
+    expect(page.get_by_role("button", name="Send for approval")).to_have_count(0)  # 409 while pending
+    order_url = page.url
+    number = page.get_by_role("heading", name=re.compile(r"Purchase order: PO-")).inner_text().split(": ")[1]
+
+    # two committee members approve from their inbox; a buyer finds nothing to approve
+    buyer = signed_in(browser, ui_server, "bea", ["buyer"])
+    buyer.goto(f"{ui_server.url}#/a/buying/purchasing/approvals_page")
+    expect(buyer.get_by_role("heading", name="Waiting for my approval")).to_be_visible()
+    expect(buyer.get_by_text("Nothing waits for your approval.")).to_be_visible()
+    buyer.context.close()
+    for n, voter in enumerate(["carl", "cleo"], start=1):
+        inbox = signed_in(browser, ui_server, voter, ["purchase_committee"])
+        inbox.on("pageerror", lambda e: errors.append(str(e)))
+        inbox.goto(f"{ui_server.url}#/a/buying/purchasing/approvals_page")
+        row = inbox.get_by_role("row").filter(has_text="ACME Bolts")
+        expect(row).to_contain_text("€15.00")
+        expect(row).to_contain_text(f"Purchase committee ({n - 1} of 2)")
+        if n == 1:
+            shot(inbox, "approvals-inbox")
+        row.get_by_role("button", name="Approve").click()
+        expected = (
+            "Vote counted: Purchase committee 1 of 2." if n == 1 else "Vote counted: Manager sign-off 0 of 1."
+        )
+        expect(inbox.get_by_role("status")).to_contain_text(expected)
+        expect(inbox.get_by_text("Nothing waits for your approval.")).to_be_visible()
+        inbox.context.close()
+
+    # the buying manager approves on the record itself; the order moves to approved
+    manager = signed_in(browser, ui_server, "mia", ["buying_manager"])
+    manager.on("pageerror", lambda e: errors.append(str(e)))
+    manager.goto(order_url)
+    panel = manager.get_by_role("region", name=re.compile("Approval"))
+    expect(panel).to_contain_text("Manager sign-off: 0 of 1 votes")
+    expect(panel).to_contain_text("vote (committee) by carl")
+    shot(manager, "order-approval")
+    panel.get_by_role("button", name=f"Approve {number}").click()
+    expect(manager.get_by_role("status")).to_contain_text("Approved: the record moved to approved.")
+    expect(manager.locator(".badges")).to_contain_text("approved")
+    expect(panel).to_contain_text("Approval: approved")
+    manager.context.close()
+
+    # the requester's open page follows over the websocket: approved, votes on the trail
+    expect(page.locator(".badges")).to_contain_text("approved")
+    trail = page.get_by_role("region", name="History")
+    expect(trail).to_contain_text("approval.approved-vote by carl")
+    expect(trail).to_contain_text("approve by mia")
+    shot(page, "order-approved")
+
+    # the form's confirm text guards Cancel: Back changes nothing, Confirm cancels
     page.get_by_role("button", name="Cancel").click()
     dialog = page.get_by_role("dialog")
     expect(dialog).to_contain_text("Cancel this order?")
@@ -140,3 +201,38 @@ def test_procurement_flow(ui_server: UiServer, browser: Any) -> None:
     expect(page.get_by_role("button", name="Cancel")).to_have_count(0)
     expect(page.get_by_role("region", name="History")).to_contain_text("cancel by root")
     assert errors == []
+
+
+def test_reject_needs_a_comment(ui_server: UiServer, browser: Any) -> None:
+    """Reject in the inbox asks for a comment (the dialog refuses an empty one) and moves the order
+    to ``rejected`` (the gate's ``on_reject``)."""
+    admin = ui_server.token("rex", ["admin"])
+    status, supplier = ui_server.call(
+        "POST", "api/buying/supplier", admin, {"name": "Nope Ltd", "region": "south"}
+    )
+    assert status == 201, supplier
+    body = {
+        "supplier": supplier["data"]["id"],
+        "order_date": date.today().isoformat(),
+        "region": "south",
+        "lines": [],
+    }
+    status, order = ui_server.call("POST", "api/buying/purchase_order", admin, body)
+    assert status == 201, order
+    path = f"api/buying/purchase_order/{order['data']['id']}"
+    assert ui_server.call("POST", f"{path}/request_approval", admin, {})[0] == 200
+    assert ui_server.call("POST", f"{path}/approve", admin, {})[0] == 202
+    page = signed_in(browser, ui_server, "cora", ["purchase_committee"])
+    page.goto(f"{ui_server.url}#/a/buying/purchasing/approvals_page")
+    row = page.get_by_role("row").filter(has_text="Nope Ltd")
+    row.get_by_role("button", name="Reject").click()
+    dialog = page.get_by_role("dialog")
+    dialog.get_by_role("button", name="Reject").click()
+    expect(dialog.get_by_text("A comment is required to reject.")).to_be_visible()
+    expect(dialog.get_by_label("Why? (required)")).to_have_attribute("aria-invalid", "true")
+    dialog.get_by_label("Why? (required)").fill("No budget this quarter")
+    dialog.get_by_role("button", name="Reject").click()
+    expect(page.get_by_role("status")).to_contain_text("Rejected.")
+    status, answer = ui_server.call("GET", path, admin)
+    assert status == 200 and answer["data"]["state"] == "rejected", answer
+    page.context.close()

@@ -45,9 +45,21 @@ async def test_ui_facts(pg_dsn: str) -> None:
         status, body = await _get(srv, "/default/_ui/_meta/entities/buying/purchase_order")
         meta = body["data"]
         permissions = {a["name"]: a["required_permission"] for a in meta["actions"]}
-        assert permissions["approve"] == "buying.purchase_order.approve" and permissions["submit"] is None
-        # approve is gated (501 until approvals run) and reject has nothing to run: neither is offered
-        assert meta["runnable"] == ["reopen", "request_approval"]
+        # approve (requesting the gated transition) needs no permission: its gate's steps decide who
+        # votes; the approval itself is described on the transition
+        assert permissions["approve"] is None and permissions["submit"] is None
+        assert meta["runnable"] == ["approve", "reopen", "request_approval"]
+        gate = next(t for t in meta["state_machine"]["transitions"] if t["action"] == "approve")["approval"]
+        assert [(s["name"], s["approvers"], s["roles"]) for s in gate["steps"]] == [
+            ("committee", 2, ["purchase_committee"]),
+            ("manager", 1, ["buying_manager"]),
+        ]
+        assert gate["on_reject"] == "rejected"
+
+        # chrome.regions naming a component: it is among the app's components
+        status, body = await _get(srv, "/default/_ui/_meta/apps/buying/review")
+        assert body["data"]["chrome"]["regions"] == {"rightbar": "buying/recent_orders"}
+        assert body["data"]["components"]["buying/recent_orders"]["kind"] == "listing"
 
         status, body = await _get(srv, "/default/_ui/_meta/entities/buying/supplier")
         iban = next(f for f in body["data"]["fields"] if f["name"] == "iban")
@@ -58,8 +70,8 @@ async def test_ui_facts(pg_dsn: str) -> None:
         assert status == 200
         me = body["data"]
         assert me["username"] == "fin" and me["roles"] == ["finance"]
-        assert me["permissions"]["buying.purchase_order.approve"] is True
+        assert me["permissions"]["buying.supplier.read_bank"] is True
         assert me["permissions"]["buying.purchase_order.all_rows"] is True
         assert me["permissions"]["buying.purchase_order.backdate"] is False
         status, body = await _get(srv, "/default/_ui/_meta/me", srv.auth(username="bob", roles=["buyer"]))
-        assert body["data"]["permissions"]["buying.purchase_order.approve"] is False
+        assert body["data"]["permissions"]["buying.supplier.read_bank"] is False

@@ -42,7 +42,7 @@ export const session = {
   },
 };
 
-export type Answer<T> = { data: T; total?: number; headers: Headers; raw: Record<string, unknown> };
+export type Answer<T> = { data: T; total?: number; status: number; headers: Headers; raw: Record<string, unknown> };
 
 export async function call<T>(
   method: string,
@@ -58,7 +58,7 @@ export async function call<T>(
     headers: h,
     body: body === undefined ? undefined : JSON.stringify(body),
   });
-  if (response.status === 204) return { data: undefined as T, headers: response.headers, raw: {} };
+  if (response.status === 204) return { data: undefined as T, status: 204, headers: response.headers, raw: {} };
   const text = await response.text();
   const json = text ? (JSON.parse(text) as Record<string, unknown>) : {};
   if (!response.ok) {
@@ -74,7 +74,7 @@ export async function call<T>(
     );
   }
   const data = ("data" in json ? json.data : json) as T;
-  return { data, total: json.total as number | undefined, headers: response.headers, raw: json };
+  return { data, total: json.total as number | undefined, status: response.status, headers: response.headers, raw: json };
 }
 
 export const get = <T>(path: string) => call<T>("GET", path);

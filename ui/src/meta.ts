@@ -51,7 +51,26 @@ export type ActionMeta = {
   ui: { button_label?: string; confirm?: string; style?: string; show_when?: string } | null;
   conditions: { script?: string; message?: string; expression?: string }[];
 };
-export type Transition = { name: string; action: string; from: string[]; to: string; approval: boolean };
+export type GateStep = { name: string; title: string; mode: string; approvers: number; roles: string[]; permission: string | null; display_fields: string[] };
+export type Gate = { steps: GateStep[]; on_reject: string | null; allow_self_approval: boolean };
+export type Transition = { name: string; action: string; from: string[]; to: string; approval: Gate | null };
+/** An approval as the API answers it (docs/workflows.md "Approval gates"). */
+export type Approval = {
+  id: string;
+  entity: string;
+  record_id: string;
+  action: string;
+  transition: string;
+  to: string;
+  status: "pending" | "approved" | "rejected" | "cancelled";
+  /** The current step; null once the approval is closed. */
+  step: { index: number; name: string; title: string; approvers: number; votes: number; roles: string[]; permission: string | null; escalated: boolean } | null;
+  requested_by: string | null;
+  created_at: string;
+  decided_at: string | null;
+  display?: Record<string, unknown>;
+  history?: { event: string; at: string; step?: string; by?: string; comment?: string | null }[];
+};
 export type EntityMeta = {
   name: string;
   title: string;

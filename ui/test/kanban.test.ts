@@ -14,12 +14,12 @@ const meta: EntityMeta = {
   state_machine: {
     field: "state", states: ["open", "pending_approval", "approved"], initial: "open",
     transitions: [
-      { name: "request", action: "request_approval", from: ["open"], to: "pending_approval", approval: false },
-      { name: "approve", action: "approve", from: ["pending_approval"], to: "approved", approval: false },
-      { name: "gated", action: "escalate", from: ["open"], to: "approved", approval: true },
+      { name: "request", action: "request_approval", from: ["open"], to: "pending_approval", approval: null },
+      { name: "approve", action: "approve", from: ["pending_approval"], to: "approved", approval: null },
+      { name: "gated", action: "escalate", from: ["open"], to: "approved", approval: { steps: [], on_reject: null, allow_self_approval: false } },
     ],
   },
-  runnable: ["approve", "request_approval"],
+  runnable: ["approve", "escalate", "request_approval"], // escalate: gated, runnable (202), never a move
 };
 const clerk: Me = { username: "c", roles: ["buyer"], permissions: { "p.approve": false } };
 const boss: Me = { username: "b", roles: ["boss"], permissions: { "p.approve": true } };

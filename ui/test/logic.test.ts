@@ -40,8 +40,8 @@ const order: EntityMeta = {
   state_machine: {
     field: "state", states: ["open", "pending", "approved"], initial: "open",
     transitions: [
-      { name: "request", action: "request_approval", from: ["open"], to: "pending", approval: false },
-      { name: "approve", action: "approve", from: ["pending"], to: "approved", approval: false },
+      { name: "request", action: "request_approval", from: ["open"], to: "pending", approval: null },
+      { name: "approve", action: "approve", from: ["pending"], to: "approved", approval: null },
     ],
   },
   runnable: ["approve", "request_approval"],

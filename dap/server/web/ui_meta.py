@@ -23,6 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from dap.config.actions import Action
+from dap.config.apps import AppSpec
 from dap.config.entities import ApprovalSpec, EntitySpec
 from dap.config.enums import NaturalKeyEntry
 from dap.config.fields import Field
@@ -299,6 +300,13 @@ def _app_summary(key: str, catalog: Catalog) -> dict[str, Any]:
     }
 
 
+def _region_blocks(app: AppSpec) -> dict[str, Any]:
+    """``chrome.regions`` naming components, as a page's blocks: their components are answered too."""
+    regions = app.chrome.regions if app.chrome is not None else None
+    named = regions.model_dump(exclude_none=True).values() if regions is not None else ()
+    return {"blocks": [{"ref": ref} for ref in named if ref not in ("none", "auto")]}
+
+
 def _app_detail(key: str, catalog: Catalog) -> dict[str, Any]:
     app = catalog.apps[key]
     summary = _app_summary(key, catalog)
@@ -312,7 +320,7 @@ def _app_detail(key: str, catalog: Catalog) -> dict[str, Any]:
         **summary,
         "pages": pages,
         "approval_inboxes": _inboxes(key.split("/", 1)[0], catalog),
-        "components": _components(pages, summary["module"], catalog),
+        "components": _components([*pages, _region_blocks(app)], summary["module"], catalog),
         **{k: dump[k] for k in ("auth", "chrome", "confirm", "renderer") if k in dump},
     }
 

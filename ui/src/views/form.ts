@@ -3,14 +3,15 @@
 // their confirm texts), and the record's audit trail.
 import { useEffect, useState } from "preact/hooks";
 import { Problem, call, get, session } from "../api";
-import { useLoad } from "../hooks";
+import { useLive, useLoad } from "../hooks";
 import { html } from "../html";
 import {
   type Button, buttonsFor, canEdit, computeLive, contextOf, fieldState, formatValue, initialValue,
   interpolate, payloadOf, problemsByPath, visibleFields,
 } from "../logic";
-import type { AppDetail, EntityMeta, FieldMeta, FormComp, Me, Row } from "../meta";
+import type { AppDetail, Approval, EntityMeta, FieldMeta, FormComp, Me, Row } from "../meta";
 import { entityMeta } from "../store";
+import { ApprovalPanel, gatedActions, recordApprovals } from "./approvals";
 import { Confirm } from "./dialog";
 import { FieldInput } from "./fields";
 import { SYSTEM_FIELDS, relationLabels } from "./table";
@@ -27,17 +28,30 @@ type Props = {
   editHref: string | null;
 };
 
-type Audit = { id: number; action: string; at: string; actor: { username?: string; sub?: string }; changes: Record<string, [unknown, unknown]> };
+type Audit = { id: number; action: string; at: string; actor: { username?: string; sub?: string }; changes: Record<string, unknown> };
+
+/** One change of an audit row: ``[before, after]`` of a field, or a detail object (an approval's). */
+function describe(change: unknown): string {
+  if (Array.isArray(change) && change.length === 2) return `${JSON.stringify(change[0])} → ${JSON.stringify(change[1])}`;
+  if (change && typeof change === "object")
+    return Object.entries(change)
+      .filter(([k, v]) => v !== null && k !== "id")
+      .map(([k, v]) => `${k} ${typeof v === "string" ? v : JSON.stringify(v)}`)
+      .join(", ");
+  return JSON.stringify(change);
+}
 
 export function FormBlock(props: Props) {
   const loaded = useLoad(async () => {
     const meta = await entityMeta(props.form.entity);
     const record = props.id ? (await get<Row>(`${meta.api}/${props.id}`)).data : null;
-    return { meta, record };
+    // the record's approvals come with it: its gated buttons depend on them (409 while pending)
+    const approvals = record && gatedActions(meta).size > 0 ? await recordApprovals(meta, String(record.id)) : NO_APPROVALS;
+    return { meta, record, approvals };
   }, [props.form.entity, props.id]);
   if (loaded.error) return html`<p class="error" role="alert">${loaded.error.message}</p>`;
   if (!loaded.value) return html`<p aria-busy="true">Loading…</p>`;
-  return html`<${Editor} ...${props} meta=${loaded.value.meta} record=${loaded.value.record} reload=${loaded.reload} />`;
+  return html`<${Editor} ...${props} meta=${loaded.value.meta} record=${loaded.value.record} approvals=${loaded.value.approvals} reload=${loaded.reload} />`;
 }
 
 function formFields(form: FormComp, meta: EntityMeta, me: Me): { field: FieldMeta; label: string; help: string | null; readonly: boolean; hidden: boolean; default_from?: string }[] {
@@ -51,7 +65,11 @@ function formFields(form: FormComp, meta: EntityMeta, me: Me): { field: FieldMet
   });
 }
 
-function Editor({ form, app, me, id, mode, setCrumb, onCreated, onDeleted, editHref, meta, record, reload }: Props & { meta: EntityMeta; record: Row | null; reload: () => void }) {
+const NO_APPROVALS = { list: [] as Approval[], mine: new Set<string>() };
+
+type EditorProps = Props & { meta: EntityMeta; record: Row | null; approvals: typeof NO_APPROVALS; reload: () => void };
+
+function Editor({ form, app, me, id, mode, setCrumb, onCreated, onDeleted, editHref, meta, record, approvals, reload }: EditorProps) {
   const fields = formFields(form, meta, me);
   const creating = record === null;
   const [values, setValues] = useState<Row>(() => record ?? Object.fromEntries(fields.map((f) => [f.field.name, initialValue(f.field, f.default_from, { username: session.username ?? "" })])));
@@ -65,6 +83,18 @@ function Editor({ form, app, me, id, mode, setCrumb, onCreated, onDeleted, editH
   const errors = problemsByPath(problem?.errors ?? []);
   const title = record ? String(record[meta.fields.find((f) => f.natural_key)?.name ?? "id"] ?? record.id) : `New ${meta.title.toLowerCase()}`;
   useEffect(() => setCrumb?.(title), [title]);
+  // a record the caller has not edited follows other clients' changes; an edited one says so
+  useEffect(() => {
+    if (record) setValues(record);
+  }, [record?.version]);
+  const [stale, setStale] = useState(false);
+  useLive(record ? meta.name : null, record ? String(record.id) : null, (e) => {
+    if (typeof e.version === "number" && e.version <= Number(record?.version)) return;
+    if (values === record || !editable) reload();
+    else setStale(true);
+  });
+  const gated = gatedActions(meta);
+  const pending = approvals.list.some((a) => a.status === "pending");
   const labels = useLoad(() => (record ? relationLabels(meta, [record], fields.map((f) => f.field.name)) : Promise.resolve(new Map<string, string>())), [record]);
 
   const ask = (text: string | null | undefined, run: () => void) => (text ? setAsking({ text: interpolate(text, live), run }) : run());
@@ -99,12 +129,18 @@ function Editor({ form, app, me, id, mode, setCrumb, onCreated, onDeleted, editH
         await call("DELETE", `${meta.api}/${record.id}`);
         onDeleted();
       }, "Deleted."));
-    ask(b.confirm, () => act(async () => {
-      await call<Row>("POST", `${meta.api}/${record.id}/${b.action}`, b.kind === "custom" ? {} : undefined, { "If-Match": `"${record.version}"` });
-      reload();
-    }, `${b.label}: done.`));
+    ask(b.confirm, async () => {
+      let sent = false;
+      await act(async () => {
+        const answer = await call<Row>("POST", `${meta.api}/${record.id}/${b.action}`, b.kind === "custom" ? {} : undefined, { "If-Match": `"${record.version}"` });
+        sent = answer.status === 202; // a gated transition: an approval opened, the record unchanged
+        reload();
+      }, `${b.label}: done.`);
+      if (sent) setNotice("Sent for approval.");
+    });
   };
-  const buttons = record ? buttonsFor(meta, record, me, form) : [];
+  // while an approval of the record is pending, its gated transitions answer 409: not offered
+  const buttons = record ? buttonsFor(meta, record, me, form).filter((b) => !(pending && gated.has(b.action))) : [];
   const formId = `form-${meta.name.replace("/", "-")}`;
   const unplaced = problem ? problem.errors.filter((e) => !fields.some((f) => e.path === f.field.name || e.path.startsWith(`${f.field.name}[`))) : [];
   return html`<div class="form-block">
@@ -115,7 +151,8 @@ function Editor({ form, app, me, id, mode, setCrumb, onCreated, onDeleted, editH
         ${meta.state_machine && html`<span class="badge">${String(record[meta.state_machine.field] ?? "").replace(/_/g, " ")}</span>`}
       </span>`}
     </div>
-    <div role="status" aria-live="polite" class="notice">${notice}</div>
+    <div role="status" aria-live="polite" class="notice">${notice}
+      ${stale && html` Someone else changed this record. <button type="button" onClick=${() => { setStale(false); reload(); }}>Reload</button>`}</div>
     ${problem && html`<div class="error" role="alert"><p>${problem.detail}</p>
       ${unplaced.length > 0 && html`<ul>${unplaced.map((e) => html`<li>${e.path}: ${e.message}</li>`)}</ul>`}</div>`}
     <form id=${formId} aria-labelledby=${`${formId}--heading`} novalidate onSubmit=${(e: Event) => { e.preventDefault(); if (editable) ask(confirmFor(creating ? "create" : "update"), save); }}>
@@ -137,6 +174,8 @@ function Editor({ form, app, me, id, mode, setCrumb, onCreated, onDeleted, editH
         ${editHref && html`<a class="button" href=${editHref}>Open</a>`}
       </div>
     </form>
+    ${record && html`<${ApprovalPanel} meta=${meta} approvals=${approvals} label=${title}
+      onDecided=${(text: string) => { setNotice(text); reload(); }} />`}
     ${record && mode === "edit" && meta.rest.includes("find") && html`<${Trail} meta=${meta} id=${String(record.id)} version=${record.version} />`}
     ${asking && html`<${Confirm} text=${asking.text} onAnswer=${(ok: boolean) => { const a = asking; setAsking(null); if (ok) a.run(); }} />`}
   </div>`;
@@ -150,7 +189,7 @@ function Trail({ meta, id, version }: { meta: EntityMeta; id: string; version: u
     ${rows.value && rows.value.length === 0 && html`<p class="muted">No recorded changes yet.</p>`}
     ${rows.value && rows.value.length > 0 && html`<ol class="audit">
       ${rows.value.map((r) => html`<li><strong>${r.action}</strong> by ${r.actor.username ?? r.actor.sub} · <time datetime=${r.at}>${new Date(r.at).toLocaleString()}</time>
-        ${Object.keys(r.changes).length > 0 && html`<ul>${Object.entries(r.changes).map(([k, [a, b]]) => html`<li>${k}: ${JSON.stringify(a)} → ${JSON.stringify(b)}</li>`)}</ul>`}</li>`)}
+        ${Object.keys(r.changes).length > 0 && html`<ul>${Object.entries(r.changes).map(([k, change]) => html`<li>${k}: ${describe(change)}</li>`)}</ul>`}</li>`)}
     </ol>`}
   </section>`;
 }

@@ -3,7 +3,7 @@
 // update (enum) — only to columns the API would accept.
 import { useState } from "preact/hooks";
 import { Problem, call, get } from "../api";
-import { useLoad } from "../hooks";
+import { useLive, useLoad } from "../hooks";
 import { html } from "../html";
 import { buttonsFor, canEdit, formatValue } from "../logic";
 import type { EntityMeta, KanbanComp, Me, Row } from "../meta";
@@ -25,7 +25,9 @@ export function movesOf(meta: EntityMeta, card: Row, groupBy: string, me: Me): M
   const machine = meta.state_machine;
   if (machine && machine.field === groupBy) {
     const offered = new Set(buttonsFor(meta, card, me).map((b) => b.action));
-    for (const t of machine.transitions) if (offered.has(t.action) && t.from.includes(String(card[groupBy]))) out.set(t.to, t.action);
+    // a gated transition opens an approval (202) instead of moving the card: not a move here
+    for (const t of machine.transitions)
+      if (!t.approval && offered.has(t.action) && t.from.includes(String(card[groupBy]))) out.set(t.to, t.action);
     return out;
   }
   if (canEdit(meta, card, me)) for (const c of columnsOf(meta, groupBy)) if (c.value !== String(card[groupBy])) out.set(c.value, null);
@@ -37,6 +39,7 @@ export function KanbanBlock({ board, me }: { board: KanbanComp; me: Me }) {
   const [tick, setTick] = useState(0);
   const [problem, setProblem] = useState<string | null>(null);
   const [dragging, setDragging] = useState<Row | null>(null);
+  useLive(board.entity, null, () => setTick((t) => t + 1)); // another client's move shows at once
   if (meta.error) return html`<p class="error" role="alert">${meta.error.message}</p>`;
   if (!meta.value) return html`<p aria-busy="true">Loading…</p>`;
   const m = meta.value;

@@ -4,6 +4,7 @@ import { useEffect, useState } from "preact/hooks";
 import { html } from "../html";
 import type { AppDetail, Block, Component, Me, PageMeta, TableComp } from "../meta";
 import { pageHref } from "../route";
+import { InboxBlock } from "./approvals";
 import { DashboardBlock } from "./dashboard";
 import { FormBlock } from "./form";
 import { Guard } from "./guard";
@@ -26,17 +27,34 @@ export function formPage(app: AppDetail, formRef: string | undefined): string | 
   return page?.name ?? null;
 }
 
+/** A component shown in a chrome region (``chrome.regions``): lists, boards, dashboards, inboxes. */
+export function RegionBlock({ app, me, name, refName }: { app: AppDetail; me: Me; name: string; refName: string }) {
+  const key = refName.includes("/") ? refName : `${app.name.split("/")[0]}/${refName}`;
+  const c = app.components[key];
+  const label = (c && "title" in c && c.title) || name;
+  const body = () => {
+    if (!c || c.kind === "form") return html`<p class="muted">${refName} cannot be shown in a region.</p>`;
+    if (c.kind === "kanban") return html`<${KanbanBlock} board=${c} me=${me} />`;
+    if (c.kind === "dashboard") return html`<${DashboardBlock} board=${c} app=${app} me=${me} />`;
+    if (c.kind === "approval_inbox") return html`<${InboxBlock} name=${key} inbox=${c} app=${app} />`;
+    const table: TableComp = c.kind === "listing"
+      ? { kind: "table", entity: c.entity, title: c.title, columns: c.fields.map((field) => ({ field })), filters: [], fixed_filters: [], page_size: 10 }
+      : c;
+    const target = formPage(app, table.form ?? Object.entries(app.components).find(([, x]) => x.kind === "form" && x.entity === table.entity)?.[0]);
+    return html`<${TableBlock} table=${table} me=${me} query=${new URLSearchParams()} selected=${null} onSelect=${null} compact=${true}
+      openHref=${target ? (rowId: string) => pageHref(app.name, target, rowId) : null} />`;
+  };
+  return html`<aside class=${`region region-${name}`} aria-label=${label}><${Guard}>${body()}<//></aside>`;
+}
+
 export function PageView({ app, page, id, query, me, setCrumb }: Props) {
   const [selected, setSelected] = useState<Record<string, string | null>>({});
   useEffect(() => {
     document.title = `${page.title ?? page.name} · ${app.title}`;
     setCrumb(null);
   }, [page.name]);
-  const component = (ref: string | undefined) => {
-    if (!ref) return undefined;
-    const module = app.name.split("/")[0];
-    return app.components[ref.includes("/") ? ref : `${module}/${ref}`];
-  };
+  const refKey = (ref: string | undefined) => (ref && !ref.includes("/") ? `${app.name.split("/")[0]}/${ref}` : ref ?? "");
+  const component = (ref: string | undefined) => (ref ? app.components[refKey(ref)] : undefined);
   const render = (block: Block, index: number) => {
     const c = component(block.ref);
     const key = block.id ?? `block-${index}`;
@@ -44,8 +62,7 @@ export function PageView({ app, page, id, query, me, setCrumb }: Props) {
     if (c.kind === "kanban") return html`<section class="block" aria-label=${c.title ?? "Board"}><${KanbanBlock} board=${c} me=${me} /></section>`;
     if (c.kind === "dashboard") return html`<section class="block" aria-label=${c.title ?? "Dashboard"}><${DashboardBlock} board=${c} app=${app} me=${me} /></section>`;
     if (c.kind === "approval_inbox")
-      return html`<section class="block" aria-label=${c.title ?? "Approvals"}><h2>${c.title ?? "Approvals"}</h2>
-        <p class="muted">Approval gates are not run by this server yet, so there is nothing to approve here.</p></section>`;
+      return html`<section class="block" aria-label=${c.title ?? "Approvals"}><${InboxBlock} name=${refKey(block.ref)} inbox=${c} app=${app} /></section>`;
     if (c.kind === "listing") {
       const table: TableComp = { kind: "table", entity: c.entity, title: c.title, columns: c.fields.map((field) => ({ field })), filters: c.filters, fixed_filters: [], page_size: 25 };
       return html`<section class="block" aria-label=${c.title ?? "List"}><${TableBlock} table=${table} me=${me} query=${query} selected=${null} onSelect=${null} openHref=${null} /></section>`;

@@ -1,12 +1,13 @@
 // The router: setup and login without a token, app pages with one.
 import { useEffect, useState } from "preact/hooks";
 import { session, workspace } from "../api";
+import { drop } from "../live";
 import { useLoad } from "../hooks";
 import { html } from "../html";
 import { type Route, pageHref, parseRoute } from "../route";
 import { appDetail, forgetSession, listApps, whoAmI } from "../store";
 import { Login, Setup } from "./auth";
-import { PageView } from "./page";
+import { PageView, RegionBlock } from "./page";
 import { Shell, applyLook } from "./shell";
 
 function useRoute(): Route {
@@ -56,9 +57,11 @@ function AppPage({ route }: { route: Extract<Route, { kind: "page" }> }) {
   const signOut = () => {
     session.token = null;
     forgetSession();
+    drop(); // the socket carried the old token
     location.hash = "#/login";
   };
-  return html`<${Shell} apps=${apps} look=${look} app=${app} page=${page} crumb=${crumb} onSignOut=${signOut}>
+  const region = (name: string, ref: string) => html`<${RegionBlock} app=${app} me=${me} name=${name} refName=${ref} />`;
+  return html`<${Shell} apps=${apps} look=${look} app=${app} page=${page} crumb=${crumb} onSignOut=${signOut} region=${region}>
     ${page
       ? html`<${PageView} key=${page.name + (route.id ?? "")} app=${app} page=${page} id=${route.id} query=${route.query} me=${me} setCrumb=${setCrumb} />`
       : html`<p class="error" role="alert">No page ${route.page} in ${app.title}.</p>`}

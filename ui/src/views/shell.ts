@@ -56,10 +56,16 @@ type Props = {
   crumb: string | null;
   children: ComponentChildren;
   onSignOut: () => void;
+  /** A chrome region's component (``chrome.regions``: a component reference), rendered. */
+  region: (name: string, ref: string) => ComponentChildren;
 };
 
-export function Shell({ apps, look, app, page, crumb, children, onSignOut }: Props) {
+const REGION_OFF = new Set(["none", "auto"]);
+
+export function Shell({ apps, look, app, page, crumb, children, onSignOut, region }: Props) {
   const chrome = app.chrome ?? {};
+  const regions = chrome.regions ?? {};
+  const named = (name: string) => (regions[name] && !REGION_OFF.has(regions[name]) ? region(name, regions[name]) : null);
   const [theme, setTheme] = useState<Theme>(initialTheme());
   const [menuOpen, setMenuOpen] = useState(false);
   const toggleTheme = () => {
@@ -70,7 +76,7 @@ export function Shell({ apps, look, app, page, crumb, children, onSignOut }: Pro
   const navPages = app.pages.filter((p) => !(p.route ?? "").includes(":"));
   return html`<div class="shell">
     <a class="skip" href="#main" onClick=${(e: Event) => { e.preventDefault(); document.getElementById("main")?.focus(); }}>Skip to content</a>
-    <header class="topbar">
+    ${regions.topbar !== "none" && html`<header class="topbar">
       ${shown(chrome.brand) && html`<a class="brand" href=${pageHref(app.name, app.home ?? navPages[0]?.name ?? "")}>${look?.logo ? html`<img src=${look.logo} alt="" height="24" />` : ""}${app.title}</a>`}
       ${chrome.nav !== "none" && html`<button class="menu-toggle" aria-expanded=${menuOpen} aria-controls="nav" onClick=${() => setMenuOpen(!menuOpen)}>Menu</button>
         <nav id="nav" aria-label="Pages" class=${menuOpen ? "open" : ""}>
@@ -84,13 +90,19 @@ export function Shell({ apps, look, app, page, crumb, children, onSignOut }: Pro
         <span class="user">${session.username}</span>
         <button onClick=${onSignOut}>Sign out</button>
       </div>
-    </header>
+    </header>`}
+    ${named("topbar")}
     ${shown(chrome.breadcrumbs) && page && html`<nav class="crumbs" aria-label="Breadcrumbs"><ol>
       <li><a href=${pageHref(app.name, app.home ?? page.name)}>${app.title}</a></li>
       <li><a href=${pageHref(app.name, page.name)} aria-current=${crumb ? undefined : "page"}>${page.title ?? page.name}</a></li>
       ${crumb && html`<li aria-current="page">${crumb}</li>`}
     </ol></nav>`}
-    <main id="main" tabindex="-1">${children}</main>
-    ${shown(chrome.footer) && html`<footer>${look?.title ?? workspace} · ${app.title}</footer>`}
+    <div class="frame">
+      ${named("sidebar")}
+      <main id="main" tabindex="-1">${children}</main>
+      ${named("rightbar")}
+    </div>
+    ${named("bottombar")}
+    ${shown(chrome.footer) && regions.footer !== "none" && html`<footer>${named("footer") ?? html`${look?.title ?? workspace} · ${app.title}`}</footer>`}
   </div>`;
 }

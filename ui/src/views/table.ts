@@ -2,7 +2,7 @@
 // their form page, or select a record for a bound block of a split page.
 import { useState } from "preact/hooks";
 import { get } from "../api";
-import { useLoad } from "../hooks";
+import { useLive, useLoad } from "../hooks";
 import { html } from "../html";
 import { canEdit, filterDefault, formatValue, listQuery, nextSort, visibleFields } from "../logic";
 import type { EntityMeta, FieldMeta, FilterSpec, Me, Row, TableComp } from "../meta";
@@ -93,6 +93,7 @@ function Rows({ table, me, selected, onSelect, openHref, meta, compact }: Props 
     const labels = await relationLabels(meta, answer.data, allColumns.map((c) => c.field));
     return { rows: answer.data, total: answer.total ?? answer.data.length, labels };
   }, [query]);
+  useLive(meta.name, null, page.reload); // another client's change shows without a reload
   const setFilter = (key: string, value: string) => {
     setValues((v) => ({ ...v, [key]: value }));
     setOffset(0);
