@@ -25,8 +25,7 @@ SESSION_STATE = re.compile(
 STATEMENTS = re.compile(r"[\"']\s*(LISTEN|DECLARE)\s")  # LISTEN, a cursor (SQL in capitals here)
 OWN_CONNECTION = {  # LISTEN on connections of their own, never the pool's
     "server/storage/caching.py",  # the find cache
-    "server/events/dispatcher.py",  # the outbox dispatcher
-    "server/events/feed.py",  # the websocket feed
+    "server/storage/db.py",  # db.Listener: the events dispatcher's and feed's
 }
 
 

@@ -108,7 +108,7 @@ class Dispatcher:
         self.settings = settings or Settings()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._listener: asyncpg.Connection[asyncpg.Record] | None = None
+        self._listener = db.Listener(dsn, outbox.CHANNEL, self._wake)
 
     def start(self) -> None:
         if self._task is None:
@@ -126,20 +126,13 @@ class Dispatcher:
         self._wake.set()
 
     async def _listen(self) -> None:
-        if self._listener is not None and not self._listener.is_closed():
-            return
         try:
-            self._listener = await asyncpg.connect(self.dsn)
-            await self._listener.add_listener(outbox.CHANNEL, lambda *_: self._wake.set())
+            await self._listener.ensure()
         except (OSError, asyncpg.PostgresError) as exc:
-            self._listener = None
             log.warning("events dispatcher cannot LISTEN (polling only): %r", exc)
 
     async def _unlisten(self) -> None:
-        listener, self._listener = self._listener, None
-        if listener is not None:
-            with contextlib.suppress(Exception):
-                await listener.close(timeout=2)
+        await self._listener.close()
 
     async def _run(self) -> None:
         rounds = 0

@@ -69,7 +69,7 @@ class Feed:
         self._wake = asyncio.Event()
         self._waiters: dict[uuid.UUID, asyncio.Future[None]] = {}
         self._task: asyncio.Task[None] | None = None
-        self._listener: asyncpg.Connection[asyncpg.Record] | None = None
+        self._listener = db.Listener(dsn, outbox.FEED, self._wake)
 
     def start(self) -> None:
         if self._task is None:
@@ -81,10 +81,7 @@ class Feed:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        listener, self._listener = self._listener, None
-        if listener is not None:
-            with contextlib.suppress(Exception):
-                await listener.close(timeout=2)
+        await self._listener.close()
 
     def subscribe(self, subscriber: Subscriber) -> Subscriber:
         self.subscribers.add(subscriber)
@@ -116,16 +113,14 @@ class Feed:
             self.position = await conn.fetchval(HEAD)
         while True:
             try:
-                if self._listener is None or self._listener.is_closed():
-                    self._listener = await asyncpg.connect(self.dsn)
-                    await self._listener.add_listener(outbox.FEED, lambda *_: self._wake.set())
+                await self._listener.ensure()
                 self._wake.clear()
                 await self._read()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("events feed round failed")
-                self._listener = None
+                await self._listener.close()  # a fresh one next round
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.poll)
 

@@ -17,6 +17,7 @@ A lost connection is told apart by when it is lost (``UNREACHABLE`` names the er
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -141,3 +142,34 @@ async def committed(conn: Connection) -> AsyncIterator[None]:
             retry_after=RETRY_AFTER,
             code="SVC.DB.OUTCOME_UNKNOWN",
         ) from exc
+
+
+class Listener:
+    """A connection of its own that LISTENs on ``channel`` and sets ``wake`` at each notification.
+
+    Never a pooled connection: the pool keeps session state (``keep_session``), so a LISTEN there
+    would outlive its user. :meth:`ensure` (re)opens it when closed or lost; :meth:`close` never
+    raises, so a failed round can drop it and the next one opens a fresh one.
+    """
+
+    def __init__(self, dsn: str, channel: str, wake: asyncio.Event) -> None:
+        self.dsn, self.channel, self.wake = dsn, channel, wake
+        self._conn: asyncpg.Connection[asyncpg.Record] | None = None
+
+    async def ensure(self) -> None:
+        if self._conn is not None and not self._conn.is_closed():
+            return
+        await self.close()
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            await conn.add_listener(self.channel, lambda *_: self.wake.set())
+        except BaseException:
+            await conn.close()
+            raise
+        self._conn = conn
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.close(timeout=2)
