@@ -52,21 +52,6 @@ async def test_errors_map_onto_kopf_retry_semantics(error: Exception, kopf_error
         assert caught.value.delay == handlers.RETRY_DELAY
 
 
-@pytest.mark.parametrize(
-    ("status", "cls"),
-    [
-        pytest.param(404, errors.NotFoundError, id="404"),
-        pytest.param(409, errors.ConflictError, id="409"),
-        pytest.param(422, errors.InvalidObjectError, id="422"),
-        pytest.param(500, errors.ApiError, id="500"),
-    ],
-)
-def test_api_status_to_error_class(status: int, cls: type[errors.ApiError]) -> None:
-    error = errors.for_status(status, "m", method="GET", path="/x")
-    assert type(error) is cls
-    assert error.status == status
-
-
 class CountingReconciler(reconciling.Reconciler):
     """The real slot logic of ``workspace()``, with a body that only counts who is inside."""
 
@@ -128,7 +113,7 @@ async def test_a_refused_object_marks_the_workspace_failed_and_is_permanent() ->
     """A real HTTP server playing an API server that refuses the Deployment (422)."""
     from aiohttp import web
 
-    from dap.operator import kube
+    from dap import kube
 
     status_patches: list[dict[str, Any]] = []
 
