@@ -12,6 +12,7 @@ from aiohttp import web
 
 from dap import kube
 from dap.kube import errors
+from tests.kube import loopback
 
 
 @pytest.mark.parametrize(
@@ -69,15 +70,8 @@ async def server() -> AsyncIterator[tuple[str, list[tuple[str, str, str | None]]
     app.router.add_route(
         "*", "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases{slash:/?}{name:[^/]*}", handle
     )
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}", seen
-    finally:
-        await runner.cleanup()
+    async with loopback.serving(app) as url:
+        yield url, seen
 
 
 async def test_verbs_paths_and_observer(server: tuple[str, list[tuple[str, str, str | None]]]) -> None:

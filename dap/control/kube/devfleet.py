@@ -32,6 +32,10 @@ REGION = "dev"
 CLASS = "standard"
 
 
+class NoCrdsError(Exception):
+    """The API server does not know dap's kinds."""
+
+
 def parse_clusters(text: str) -> dict[str, int]:
     """``a=2,b=2`` -> {"a": 2, "b": 2} (name = maximum of workspaces)."""
     found: dict[str, int] = {}
@@ -55,7 +59,13 @@ async def prepare(client: kube.Client, prefix: str, clusters: Mapping[str, int])
         namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"{prefix}-{name}"}}
         await _ensure(client, kube.NAMESPACES, namespace)
     cluster_class = {"apiVersion": "dap.io/v1alpha1", "kind": "ClusterClass", "metadata": {"name": CLASS}}
-    await _ensure(client, kube.CLUSTER_CLASSES, {**cluster_class, "spec": {}})
+    try:
+        await _ensure(client, kube.CLUSTER_CLASSES, {**cluster_class, "spec": {}})
+    except kube.NotFoundError as exc:
+        raise NoCrdsError(
+            "dap's CRDs are not installed in this API server: apply them first "
+            "(kubectl apply -k kustomize/overlays/kind, or kustomize/management)"
+        ) from exc
     for name, maximum in clusters.items():
         cluster = f"{prefix}-{name}"
         labels = {REGION_LABEL: REGION, CLASS_LABEL: CLASS}
