@@ -31,7 +31,7 @@ def _control_dev_fleet(kubeconfig: Path, port: int, data: Path) -> tuple[str, li
     prefix = f"f{uuid.uuid4().hex[:8]}"
     argv = [
         *(str(DAP), "control", "dev-fleet", "--kubeconfig", str(kubeconfig), "--clusters", "a=2,b=2"),
-        *("--prefix", prefix, "--port", str(port), "--data-dir", str(data / "pg"), "--log-level", "warn"),
+        *("--prefix", prefix, "--port", str(port), "--data-dir", str(data / "pg"), "--log-level", "info"),
     ]
     return prefix, argv, data / "pg"
 
@@ -89,7 +89,16 @@ async def test_dev_fleet_routes_and_moves_workspaces(
 ) -> None:
     prefix, process = fleet_process
     mgmt, a, b = f"{prefix}-mgmt", f"{prefix}-a", f"{prefix}-b"
-    await wait_for(lambda: api.get("clusters", None, b), within=60, what="the dev fleet's Clusters")
+
+    async def known(cluster: str) -> str | None:
+        # The region writes a Cluster's status once it has recorded it: before that, a workspace
+        # would be routed as if the cluster did not exist (both onto a, sticky ever after).
+        body = await api.get("clusters", None, cluster) or {}
+        phase: str | None = (body.get("status") or {}).get("phase")
+        return phase
+
+    for cluster in (a, b):
+        await wait_for(lambda c=cluster: known(c), within=60, what=f"the region knowing Cluster {cluster}")
 
     async def placed(name: str, cluster: str) -> dict[str, Any] | None:
         assert process.poll() is None, "dev-fleet exited"
