@@ -210,7 +210,7 @@ def _fleet(raw: dict[str, Any]) -> NoReturn:
     "spec_dir",
     default="examples/procurement",
     show_default=True,
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    type=click.Path(file_okay=False, path_type=Path),  # must exist unless --fleet: checked in dev
     envvar="DAP_SPEC",
     help="manifest directory to register and serve",
 )
@@ -274,6 +274,8 @@ def dev(**raw: Any) -> None:
     logs.configure(raw["log_level"])
     if raw["fleet"]:
         _fleet(raw)
+    if not raw["spec_dir"].is_dir():
+        raise click.BadParameter(f"Directory '{raw['spec_dir']}' does not exist.", param_hint="'--spec'")
     try:
         config = dev_mode.DevConfig(
             spec_dir=raw["spec_dir"],

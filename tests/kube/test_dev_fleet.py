@@ -156,18 +156,22 @@ def test_dev_fleet_command_runs_control_dev_fleet(tmp_path: Path) -> None:
 
 
 def test_dap_dev_fleet_without_an_api_server_says_what_to_do(tmp_path: Path) -> None:
+    """Run where there is no examples/ directory: --fleet needs no --spec; plain dap dev still does."""
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
-    done = subprocess.run(
-        [str(DAP), "dev", "--fleet", "--data-dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+
+    def dap_dev(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [str(DAP), "dev", *args, "--data-dir", str(tmp_path / "data")]
+        return subprocess.run(
+            argv, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60, check=False
+        )
+
+    done = dap_dev("--fleet")
     assert done.returncode == 2, done.stderr
     assert "needs a Kubernetes API server" in done.stderr and "--kubeconfig" in done.stderr
-    assert not (tmp_path / "fleet-pg").exists()
+    plain = dap_dev()
+    assert plain.returncode == 2, plain.stderr
+    assert "Invalid value for '--spec': Directory 'examples/procurement' does not exist." in plain.stderr
+    assert not (tmp_path / "data").exists()
 
 
 async def test_an_api_server_without_dap_crds_is_refused_clearly() -> None:
