@@ -139,25 +139,32 @@ async def envelope_bytes(conn: Executor, artifact_id: str) -> tuple[bytes, str] 
     return (bytes(row["envelope"]), str(row["status"])) if row else None
 
 
+DEPLOYMENT_COLUMNS = (
+    "workspace_id, app, artifact_id, cluster_id, cluster_class, region, requested_cluster, error"
+)
+
+
+def deployment_row(r: asyncpg.Record) -> DeploymentRow:
+    """One ``dap_control.deployments`` row (its ``DEPLOYMENT_COLUMNS``) as a ``DeploymentRow``."""
+    return DeploymentRow(
+        WorkspaceId(r["workspace_id"]),
+        AppName(r["app"]),
+        ArtifactId(r["artifact_id"]) if r["artifact_id"] else None,
+        ClusterId(r["cluster_id"]) if r["cluster_id"] else None,
+        r["cluster_class"],
+        r["region"],
+        ClusterId(r["requested_cluster"]) if r["requested_cluster"] else None,
+        r["error"],
+    )
+
+
 async def deployments(conn: Executor, *, app: str | None = None) -> list[DeploymentRow]:
     rows = await conn.fetch(
-        "SELECT workspace_id, app, artifact_id, cluster_id, cluster_class, region, requested_cluster, error"
-        " FROM dap_control.deployments WHERE $1::text IS NULL OR app = $1 ORDER BY workspace_id",
+        f"SELECT {DEPLOYMENT_COLUMNS} FROM dap_control.deployments"
+        " WHERE $1::text IS NULL OR app = $1 ORDER BY workspace_id",
         app,
     )
-    return [
-        DeploymentRow(
-            WorkspaceId(r["workspace_id"]),
-            AppName(r["app"]),
-            ArtifactId(r["artifact_id"]) if r["artifact_id"] else None,
-            ClusterId(r["cluster_id"]) if r["cluster_id"] else None,
-            r["cluster_class"],
-            r["region"],
-            ClusterId(r["requested_cluster"]) if r["requested_cluster"] else None,
-            r["error"],
-        )
-        for r in rows
-    ]
+    return [deployment_row(r) for r in rows]
 
 
 async def upsert_deployment(conn: Conn, row: DeploymentRow) -> bool:

@@ -9,7 +9,7 @@ Layout (plumbing at the bottom, the kopf shell on top; modules import modules)::
     conditions    pure: phase and conditions of Workspace, Datastore, ResourceClaim
     claims        pure: the signed claim message, ed25519 sign/verify, the claim verdict
     errors        the one error tree (drawn there)
-    kube          thin async Kubernetes client (aiohttp, kopf's credentials)
+    (kube)        the Kubernetes transport is the shared package ``dap.kube``
     caches        kopf indexes behind a typed façade
     reconciling   level-based reconcilers and the nudger (the only writers)
     reporting     node-health and workspace-status reports to the control plane

@@ -1,51 +1,36 @@
-"""The operator's one error tree.
+"""The operator's error tree: the transport's errors (``dap.kube.errors``) and its own.
 
 ::
 
-    OperatorError                  anything the operator raises on purpose
+    OperatorError                  the operator's own failures
+    └── InvalidSpecError           a custom resource that cannot be reconciled as written
+    KubeError                      the transport (``dap.kube``), re-exported here
     ├── ApiError                   the Kubernetes API answered with an error status (.status)
     │   ├── NotFoundError          404: the object (or its kind) does not exist
     │   ├── ConflictError          409: already exists, or a stale resourceVersion
     │   └── InvalidObjectError     400/422: the API server refused a body we built
-    ├── ApiUnavailableError        no answer at all (connection refused, timeout)
-    └── InvalidSpecError           a custom resource that cannot be reconciled as written
+    └── ApiUnavailableError        no answer at all (connection refused, timeout)
 
-aiohttp's exceptions are translated at the client boundary (``kube.py``) with ``raise … from``.
-Handlers map the tree onto kopf's retry semantics on purpose: ``InvalidSpecError`` and
-``InvalidObjectError`` become ``kopf.PermanentError`` (retrying cannot help until the object is
-edited, and the edit triggers a new run); every other error becomes
-``kopf.TemporaryError(delay=…)`` (the API server or a dependency will come back).
+``FAILURES`` is both roots: whatever the operator raises on purpose. Handlers map it onto kopf's
+retry semantics: ``InvalidSpecError`` and ``InvalidObjectError`` become ``kopf.PermanentError``
+(retrying cannot help until the object is edited, and the edit triggers a new run); every other
+error becomes ``kopf.TemporaryError(delay=…)`` (the API server or a dependency will come back).
 """
 
 from __future__ import annotations
 
+from dap.kube.errors import (
+    ApiError,
+    ApiUnavailableError,
+    ConflictError,
+    InvalidObjectError,
+    KubeError,
+    NotFoundError,
+)
+
 
 class OperatorError(Exception):
-    """Base of every error the operator raises on purpose."""
-
-
-class ApiError(OperatorError):
-    def __init__(self, status: int, message: str, *, method: str = "", path: str = "") -> None:
-        super().__init__(f"{method} {path}: {status} {message}".strip())
-        self.status = status
-        self.method = method
-        self.path = path
-
-
-class NotFoundError(ApiError):
-    pass
-
-
-class ConflictError(ApiError):
-    pass
-
-
-class InvalidObjectError(ApiError):
-    pass
-
-
-class ApiUnavailableError(OperatorError):
-    pass
+    """Base of the operator's own errors (the transport's are ``KubeError``)."""
 
 
 class InvalidSpecError(OperatorError):
@@ -54,13 +39,16 @@ class InvalidSpecError(OperatorError):
         self.reason = reason
 
 
-def for_status(status: int, message: str, *, method: str, path: str) -> ApiError:
-    """The error class matching an HTTP status of the Kubernetes API."""
-    cls: type[ApiError] = ApiError
-    if status == 404:
-        cls = NotFoundError
-    elif status == 409:
-        cls = ConflictError
-    elif status in (400, 422):
-        cls = InvalidObjectError
-    return cls(status, message, method=method, path=path)
+FAILURES: tuple[type[Exception], ...] = (OperatorError, KubeError)
+
+__all__ = [
+    "FAILURES",
+    "ApiError",
+    "ApiUnavailableError",
+    "ConflictError",
+    "InvalidObjectError",
+    "InvalidSpecError",
+    "KubeError",
+    "NotFoundError",
+    "OperatorError",
+]

@@ -53,7 +53,7 @@ async def guarded(call: Awaitable[None]) -> None:
         raise kopf.PermanentError(f"{exc.reason}: {exc}") from exc
     except errors.InvalidObjectError as exc:
         raise kopf.PermanentError(str(exc)) from exc
-    except errors.OperatorError as exc:
+    except errors.FAILURES as exc:
         raise kopf.TemporaryError(str(exc), delay=RETRY_DELAY) from exc
 
 
@@ -257,7 +257,7 @@ def register(registry: kopf.OperatorRegistry, runtime: Parts) -> None:
         if event["type"] == "DELETED":
             try:
                 await reconciler.claim_deleted(key)
-            except errors.OperatorError as exc:
+            except errors.FAILURES as exc:
                 runtime.log_failure("resourceclaim", key, exc)
         if event["type"] is not None and workspace:
             nudge_workspace((key[0], workspace))

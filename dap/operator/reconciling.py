@@ -24,15 +24,11 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, cast
 
-from dap.config import names
-from dap.operator import bodies, builders, caches, claims, conditions, diffing, errors, kube, metrics
+from dap import kube
+from dap.operator import bodies, builders, caches, claims, conditions, diffing, errors, metrics
 from dap.operator import reporting as reporting_
 
 logger = logging.getLogger(__name__)
-
-WORKSPACES = kube.Resource(names.CRD_GROUP, names.CRD_VERSION, "workspaces")
-DATASTORES = kube.Resource(names.CRD_GROUP, names.CRD_VERSION, "datastores")
-RESOURCECLAIMS = kube.Resource(names.CRD_GROUP, names.CRD_VERSION, "resourceclaims")
 
 CHILDREN: tuple[tuple[str, kube.Resource], ...] = (
     ("ConfigMap", kube.CONFIGMAPS),
@@ -233,7 +229,7 @@ class Reconciler:
         dep_status = (deployment or {}).get("status", {})
         status["replicas"] = int(dep_status.get("replicas", 0))
         status["readyReplicas"] = int(dep_status.get("readyReplicas", 0))
-        await self._write_status("Workspace", WORKSPACES, key, ws.get("status", {}), status)
+        await self._write_status("Workspace", kube.WORKSPACES, key, ws.get("status", {}), status)
         self.reporter.workspace_changed(key, verdict.phase, merged)
 
     # -- Datastore --------------------------------------------------------------------------
@@ -246,7 +242,7 @@ class Reconciler:
             ds = cast(bodies.DatastoreBody, found)
             secret = ds.get("spec", {}).get("endpointSecretRef", {}).get("name", "")
             verdict = conditions.datastore(self.caches.secret_exists((key[0], secret)), secret)
-            await self._simple_status("Datastore", DATASTORES, key, found, verdict, {})
+            await self._simple_status("Datastore", kube.DATASTORES, key, found, verdict, {})
 
     async def _simple_status(
         self,
@@ -304,7 +300,7 @@ class Reconciler:
                 "secretName": str(secret_name) if want is not None else None,
                 "secretDigest": builders.data_digest(want["data"]) if want is not None else None,
             }
-            await self._simple_status("ResourceClaim", RESOURCECLAIMS, key, found, verdict, extra)
+            await self._simple_status("ResourceClaim", kube.RESOURCECLAIMS, key, found, verdict, extra)
 
     async def claim_deleted(self, key: caches.ObjectKey) -> None:
         """The claim is gone: its credentials go with it (GC would too; this is immediate)."""
@@ -358,7 +354,7 @@ class Nudger:
             except errors.InvalidSpecError as exc:
                 logger.warning("%s %s/%s: %s", controller, *key, exc)
                 return
-            except errors.OperatorError as exc:
+            except errors.FAILURES as exc:
                 delay = self._backoff[min(attempt, len(self._backoff) - 1)]
                 attempt += 1
                 logger.warning(

@@ -18,7 +18,8 @@ import aiohttp
 import kopf
 from aiohttp import web
 
-from dap.operator import caches, errors, handlers, kube, probes, reconciling, reporting, trusting
+from dap import kube
+from dap.operator import caches, errors, handlers, probes, reconciling, reporting, trusting
 from dap.operator.metrics import Metrics
 from dap.operator.options import PEERING_NAME, Options
 

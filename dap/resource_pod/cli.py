@@ -13,6 +13,7 @@ reads ``DAP_<OPTION>``. A refusal is one line on stderr and exit code 1 (2 for u
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 from pathlib import Path
@@ -185,13 +186,31 @@ async def _run(opts: options.ServeOptions, config: settings.Settings) -> None:
     await running.stop()
 
 
+def _fleet(raw: dict[str, Any]) -> NoReturn:
+    from dap.resource_pod import devfleet
+
+    try:
+        config = devfleet.kubeconfig(raw["kubeconfig"], os.environ)
+    except errors.ConfigError as exc:
+        _refuse(str(exc), 2)
+    argv = devfleet.command(
+        config,
+        raw["fleet_clusters"],
+        port=raw["control_port"],
+        data_dir=raw["data_dir"],
+        log_level=raw["log_level"],
+    )
+    devfleet.run(argv)
+    sys.exit(1)  # not reached: run replaces the process
+
+
 @click.command()
 @click.option(
     "--spec",
     "spec_dir",
     default="examples/procurement",
     show_default=True,
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    type=click.Path(file_okay=False, path_type=Path),  # must exist unless --fleet: checked in dev
     envvar="DAP_SPEC",
     help="manifest directory to register and serve",
 )
@@ -246,11 +265,32 @@ async def _run(opts: options.ServeOptions, config: settings.Settings) -> None:
     help="the app's directory with --runtime",
 )
 @click.option("--invoke-timeout", default="30s", show_default=True, envvar="DAP_INVOKE_TIMEOUT")
+@click.option(
+    "--fleet",
+    is_flag=True,
+    help="instead: one region and two namespace 'clusters' on a Kubernetes API server (dev-fleet)",
+)
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="--fleet: the API server's administrator kubeconfig (default: $KUBECONFIG)",
+)
+@click.option(
+    "--fleet-clusters", default="a=2,b=2", show_default=True, help="--fleet: NAME=MAX,... one namespace each"
+)
 def dev(**raw: Any) -> None:
-    """Run the whole pipeline on a laptop: Postgres, control plane, registration and a pod."""
+    """Run the whole pipeline on a laptop: Postgres, control plane, registration and a pod.
+
+    With --fleet, show the Kubernetes-native control instead: `dap control dev-fleet` on the API
+    server of --kubeconfig, its region API on --control-port, its Postgres under --data-dir.
+    """
     from dap.resource_pod import dev as dev_mode
 
     logs.configure(raw["log_level"])
+    if raw["fleet"]:
+        _fleet(raw)
+    if not raw["spec_dir"].is_dir():
+        raise click.BadParameter(f"Directory '{raw['spec_dir']}' does not exist.", param_hint="'--spec'")
     try:
         config = dev_mode.DevConfig(
             spec_dir=raw["spec_dir"],

@@ -22,9 +22,10 @@ import aiohttp
 import yaml
 from aiohttp import web
 
+from dap import kube
 from dap.control import app as control_app
 from dap.control import settings, signing, store
-from dap.control.kube import kubeapi, member, region
+from dap.control.kube import member, region
 from dap.control.routing import CLASS_LABEL, REGION_LABEL
 from tests.kube import controlplane, installing
 from tests.kube.client import Api, wait_for
@@ -127,7 +128,7 @@ class Fleet:
     members: dict[str, member.Member] = dataclasses.field(default_factory=dict)
     tasks: list[asyncio.Task[Any]] = dataclasses.field(default_factory=list)
     sessions: list[aiohttp.ClientSession] = dataclasses.field(default_factory=list)
-    clients: list[kubeapi.Client] = dataclasses.field(default_factory=list)
+    clients: list[kube.Client] = dataclasses.field(default_factory=list)
     clusters: list[str] = dataclasses.field(default_factory=list)
     running: dict[int, asyncio.Task[Any]] = dataclasses.field(default_factory=dict)
 
@@ -159,7 +160,7 @@ class Fleet:
             kubeconfig=str(self.accounts.member),
             **overrides,
         )
-        client = kubeapi.Client.connect(kubeapi.from_kubeconfig(options.kubeconfig))
+        client = kube.Client.connect(kube.from_kubeconfig(options.kubeconfig))
         session = aiohttp.ClientSession()
         self.clients.append(client)
         self.sessions.append(session)

@@ -19,6 +19,7 @@ from aiohttp import web
 
 from dap.operator import options as operator_options
 from dap.operator import running
+from tests.kube import loopback
 from tests.operator.emulator import WRITE_METHODS, Emulator, declare
 from tests.operators import OperatorTasks
 
@@ -166,14 +167,8 @@ async def control() -> AsyncIterator[Control]:
     app.router.add_post("/v1/node-health", node_health)
     app.router.add_post("/v1/workspace-status", workspace_status)
     app.router.add_get("/v1/keys", keys)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    state.url = f"http://127.0.0.1:{port}"
-    yield state
-    await runner.cleanup()
+    async with loopback.serving(app) as state.url:
+        yield state
 
 
 class Operators(OperatorTasks):

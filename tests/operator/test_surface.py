@@ -11,6 +11,7 @@ import pytest
 
 import dap.operator
 from dap.operator import caches, errors, handlers, metrics, options, reconciling, reporting, running
+from tests.kube import loopback
 
 
 def test_public_names_are_deliberate() -> None:
@@ -50,21 +51,6 @@ async def test_errors_map_onto_kopf_retry_semantics(error: Exception, kopf_error
     assert caught.value.__cause__ is error
     if isinstance(caught.value, kopf.TemporaryError):
         assert caught.value.delay == handlers.RETRY_DELAY
-
-
-@pytest.mark.parametrize(
-    ("status", "cls"),
-    [
-        pytest.param(404, errors.NotFoundError, id="404"),
-        pytest.param(409, errors.ConflictError, id="409"),
-        pytest.param(422, errors.InvalidObjectError, id="422"),
-        pytest.param(500, errors.ApiError, id="500"),
-    ],
-)
-def test_api_status_to_error_class(status: int, cls: type[errors.ApiError]) -> None:
-    error = errors.for_status(status, "m", method="GET", path="/x")
-    assert type(error) is cls
-    assert error.status == status
 
 
 class CountingReconciler(reconciling.Reconciler):
@@ -128,7 +114,7 @@ async def test_a_refused_object_marks_the_workspace_failed_and_is_permanent() ->
     """A real HTTP server playing an API server that refuses the Deployment (422)."""
     from aiohttp import web
 
-    from dap.operator import kube
+    from dap import kube
 
     status_patches: list[dict[str, Any]] = []
 
@@ -147,33 +133,26 @@ async def test_a_refused_object_marks_the_workspace_failed_and_is_permanent() ->
     app.router.add_post("/api/v1/namespaces/{ns}/{plural}", create)
     app.router.add_post("/apis/apps/v1/namespaces/{ns}/{plural}", create)
     app.router.add_patch("/apis/dap.io/v1alpha1/namespaces/{ns}/workspaces/{name}/status", patch_status)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     m = metrics.Metrics()
-    client = kube.Client.connect(
-        kopf.ConnectionInfo(server=f"http://127.0.0.1:{port}"), observer=m.observe_request
-    )
-    reconciler = reconciling.Reconciler(
-        client=client,
-        caches=caches.Caches(),
-        metrics=m,
-        reporter=reporting.Reporter(control_url="", cluster="c", node="n", metrics=m),
-        resource_image="i",
-        control_cluster_url="",
-        trust=reconciling.Trust(),
-    )
-    body = {"metadata": {"name": "shop", "namespace": "tenants", "uid": "u", "generation": 2}, "spec": {}}
-    try:
-        with pytest.raises(errors.InvalidSpecError) as caught:
-            await reconciler.workspace(("tenants", "shop"), body)
-        with pytest.raises(kopf.PermanentError):
-            await handlers.guarded(_raise(caught.value))
-    finally:
-        await client.close()
-        await runner.cleanup()
+    async with loopback.serving(app) as url:
+        client = kube.Client.connect(kopf.ConnectionInfo(server=url), observer=m.observe_request)
+        reconciler = reconciling.Reconciler(
+            client=client,
+            caches=caches.Caches(),
+            metrics=m,
+            reporter=reporting.Reporter(control_url="", cluster="c", node="n", metrics=m),
+            resource_image="i",
+            control_cluster_url="",
+            trust=reconciling.Trust(),
+        )
+        body = {"metadata": {"name": "shop", "namespace": "tenants", "uid": "u", "generation": 2}, "spec": {}}
+        try:
+            with pytest.raises(errors.InvalidSpecError) as caught:
+                await reconciler.workspace(("tenants", "shop"), body)
+            with pytest.raises(kopf.PermanentError):
+                await handlers.guarded(_raise(caught.value))
+        finally:
+            await client.close()
     (patch,) = status_patches
     assert patch["status"]["phase"] == "Failed"
     degraded = next(c for c in patch["status"]["conditions"] if c["type"] == "Degraded")

@@ -5,8 +5,9 @@
 - ``member``: in each workload cluster, pulls its placements from the region over HTTP
   (``GET /v1/placements``), keeps them as Workspace resources the operator reconciles, deletes
   the ones that moved away, and reports their status to the region.
-- ``placing`` (pure), ``bindings`` (Postgres), ``api`` (the HTTP endpoint), ``kubeapi`` (the
-  Kubernetes transport and login) and ``leases`` (leader election) are their parts.
+- ``placing`` (pure), ``bindings`` (Postgres), ``api`` (the HTTP endpoint) and ``leases``
+  (leader election) are their parts; the Kubernetes transport and login are ``dap.kube``,
+  shared with the operator.
 
 The face imports nothing so that ``dap.control.app`` can reach ``api`` without a cycle.
 """

@@ -15,7 +15,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dap.control import registry, store
-from dap.control.ids import AppName, ClusterId, WorkspaceId
 from dap.control.kube import placing
 
 ROUTE_LOCK = 0x64617072  # "dapr": held while routing
@@ -68,22 +67,10 @@ async def forget_cluster(conn: store.Executor, name: str) -> None:
 
 async def kube_bindings(conn: store.Executor) -> list[store.DeploymentRow]:
     rows = await conn.fetch(
-        "SELECT workspace_id, cluster_id, cluster_class, region, requested_cluster, error"
-        " FROM dap_control.deployments WHERE workspace_spec IS NOT NULL ORDER BY workspace_id"
+        f"SELECT {store.DEPLOYMENT_COLUMNS} FROM dap_control.deployments"
+        " WHERE workspace_spec IS NOT NULL ORDER BY workspace_id"
     )
-    return [
-        store.DeploymentRow(
-            WorkspaceId(r["workspace_id"]),
-            AppName(KUBE_APP),
-            None,
-            ClusterId(r["cluster_id"]) if r["cluster_id"] else None,
-            r["cluster_class"],
-            r["region"],
-            ClusterId(r["requested_cluster"]) if r["requested_cluster"] else None,
-            r["error"],
-        )
-        for r in rows
-    ]
+    return [store.deployment_row(r) for r in rows]
 
 
 async def route(pool: store.Pool) -> bool:

@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
 import click
+import kopf
 
-from dap import logs
+from dap import kube, logs
 from dap.control.kube import devfleet, member, region
 
 
@@ -28,6 +29,27 @@ async def _until_signal(work: Coroutine[Any, Any, Any]) -> None:
         await task
 
 
+def _in_cluster_options(command: Callable[..., None]) -> Callable[..., None]:
+    """The options both in-cluster controls take: leader election, login, log level."""
+    decorators = [
+        click.option(
+            "--leader-elect", is_flag=True, envvar="DAP_LEADER_ELECT", help="one active replica (Lease)"
+        ),
+        click.option(
+            "--lease-namespace", default="dap-system", show_default=True, envvar="DAP_LEASE_NAMESPACE"
+        ),
+        click.option(
+            "--kubeconfig", default="", help="log in with this kubeconfig (default: in-cluster, $KUBECONFIG)"
+        ),
+        click.option(
+            "--log-level", type=click.Choice(sorted(logs.LEVELS)), default="info", envvar="DAP_LOG_LEVEL"
+        ),
+    ]
+    for decorator in reversed(decorators):
+        command = decorator(command)
+    return command
+
+
 @click.command("region-control")
 @click.option(
     "--db", envvar="DAP_DB", required=True, help="postgresql:// DSN of the region's control database"
@@ -36,12 +58,7 @@ async def _until_signal(work: Coroutine[Any, Any, Any]) -> None:
     "--namespace", default="", envvar="DAP_NAMESPACE", help="watch Workspaces here only (default all)"
 )
 @click.option("--interval", type=float, default=5.0, show_default=True, envvar="DAP_INTERVAL")
-@click.option("--leader-elect", is_flag=True, envvar="DAP_LEADER_ELECT", help="one active replica (Lease)")
-@click.option("--lease-namespace", default="dap-system", show_default=True, envvar="DAP_LEASE_NAMESPACE")
-@click.option(
-    "--kubeconfig", default="", help="log in with this kubeconfig (default: in-cluster, $KUBECONFIG)"
-)
-@click.option("--log-level", type=click.Choice(sorted(logs.LEVELS)), default="info", envvar="DAP_LOG_LEVEL")
+@_in_cluster_options
 def region_control(**opts: Any) -> None:
     """Route management Workspaces over Cluster resources (rule 5); write their status."""
     logs.configure(opts.pop("log_level"))
@@ -56,12 +73,7 @@ def region_control(**opts: Any) -> None:
     "--namespace", default="", envvar="DAP_NAMESPACE", help="keep placements here (default: their own)"
 )
 @click.option("--interval", type=float, default=10.0, show_default=True, envvar="DAP_INTERVAL")
-@click.option("--leader-elect", is_flag=True, envvar="DAP_LEADER_ELECT", help="one active replica (Lease)")
-@click.option("--lease-namespace", default="dap-system", show_default=True, envvar="DAP_LEASE_NAMESPACE")
-@click.option(
-    "--kubeconfig", default="", help="log in with this kubeconfig (default: in-cluster, $KUBECONFIG)"
-)
-@click.option("--log-level", type=click.Choice(sorted(logs.LEVELS)), default="info", envvar="DAP_LOG_LEVEL")
+@_in_cluster_options
 def cluster_control(**opts: Any) -> None:
     """Pull this cluster's placements from the region and keep them as Workspaces."""
     logs.configure(opts.pop("log_level"))
@@ -87,4 +99,7 @@ def dev_fleet(kubeconfig: str, clusters: str, prefix: str, port: int, data_dir: 
         wanted = devfleet.parse_clusters(clusters)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--clusters") from exc
-    asyncio.run(_until_signal(devfleet.run(kubeconfig, wanted, prefix, port, data_dir)))
+    try:
+        asyncio.run(_until_signal(devfleet.run(kubeconfig, wanted, prefix, port, data_dir)))
+    except (devfleet.NoCrdsError, kopf.LoginError, kube.KubeError) as exc:
+        raise click.ClickException(f"dev-fleet on {kubeconfig}: {exc}") from exc

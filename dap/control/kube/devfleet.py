@@ -21,17 +21,19 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-from dap import embedded
+from dap import embedded, kube
 from dap.control import app as control_app
 from dap.control import settings, signing, store
-from dap.control.kube import kubeapi, member, region
+from dap.control.kube import member, region
 from dap.control.routing import CLASS_LABEL, REGION_LABEL
 
 log = logging.getLogger(__name__)
-NAMESPACES = kubeapi.Resource("", "v1", "namespaces", namespaced=False)
-CLUSTER_CLASSES = kubeapi.Resource("dap.io", "v1alpha1", "clusterclasses", namespaced=False)
 REGION = "dev"
 CLASS = "standard"
+
+
+class NoCrdsError(Exception):
+    """The API server does not know dap's kinds."""
 
 
 def parse_clusters(text: str) -> dict[str, int]:
@@ -47,17 +49,23 @@ def parse_clusters(text: str) -> dict[str, int]:
     return found
 
 
-async def _ensure(client: kubeapi.Client, resource: kubeapi.Resource, body: Mapping[str, object]) -> None:
-    with contextlib.suppress(kubeapi.ConflictError):
+async def _ensure(client: kube.Client, resource: kube.Resource, body: Mapping[str, object]) -> None:
+    with contextlib.suppress(kube.ConflictError):
         await client.create(resource, None, body)
 
 
-async def prepare(client: kubeapi.Client, prefix: str, clusters: Mapping[str, int]) -> None:
+async def prepare(client: kube.Client, prefix: str, clusters: Mapping[str, int]) -> None:
     for name in ["mgmt", *clusters]:
         namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"{prefix}-{name}"}}
-        await _ensure(client, NAMESPACES, namespace)
+        await _ensure(client, kube.NAMESPACES, namespace)
     cluster_class = {"apiVersion": "dap.io/v1alpha1", "kind": "ClusterClass", "metadata": {"name": CLASS}}
-    await _ensure(client, CLUSTER_CLASSES, {**cluster_class, "spec": {}})
+    try:
+        await _ensure(client, kube.CLUSTER_CLASSES, {**cluster_class, "spec": {}})
+    except kube.NotFoundError as exc:
+        raise NoCrdsError(
+            "dap's CRDs are not installed in this API server: apply them first "
+            "(kubectl apply -k kustomize/overlays/kind, or kustomize/management)"
+        ) from exc
     for name, maximum in clusters.items():
         cluster = f"{prefix}-{name}"
         labels = {REGION_LABEL: REGION, CLASS_LABEL: CLASS}
@@ -67,13 +75,13 @@ async def prepare(client: kubeapi.Client, prefix: str, clusters: Mapping[str, in
             "kind": "Cluster",
             "metadata": {"name": cluster, "labels": labels},
         }
-        await _ensure(client, kubeapi.CLUSTERS, {**body, "spec": spec})
-        await client.patch(kubeapi.CLUSTERS, None, cluster, {"metadata": {"labels": labels}, "spec": spec})
+        await _ensure(client, kube.CLUSTERS, {**body, "spec": spec})
+        await client.patch(kube.CLUSTERS, None, cluster, {"metadata": {"labels": labels}, "spec": spec})
 
 
 async def run(kubeconfig: str, clusters: Mapping[str, int], prefix: str, port: int, data_dir: Path) -> None:
     dsn, handle = await asyncio.to_thread(embedded.start, data_dir)
-    client = kubeapi.Client.connect(kubeapi.login(kubeconfig=kubeconfig))
+    client = kube.Client.connect(kube.login(kubeconfig=kubeconfig))
     pool = await store.connect(dsn, max_size=4)
     runner = web.AppRunner(
         control_app.build_app(

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from dap.control.kube import kubeapi
+from dap import kube
 
 log = logging.getLogger(__name__)
 MICRO = "%Y-%m-%dT%H:%M:%S.%fZ"
@@ -47,7 +47,7 @@ def decide(spec: Mapping[str, Any], me: str, now: datetime) -> bool:
 class Elector:
     """Holds (or waits for) one Lease; ``leader`` says whether this replica may act now."""
 
-    def __init__(self, client: kubeapi.Client, namespace: str, name: str, duration: float = 15.0) -> None:
+    def __init__(self, client: kube.Client, namespace: str, name: str, duration: float = 15.0) -> None:
         self.client = client
         self.namespace = namespace
         self.name = name
@@ -68,8 +68,8 @@ class Elector:
         seconds = max(1, int(self.duration))
         try:
             try:
-                current = await self.client.get(kubeapi.LEASES, self.namespace, self.name)
-            except kubeapi.NotFoundError:
+                current = await self.client.get(kube.LEASES, self.namespace, self.name)
+            except kube.NotFoundError:
                 body = {
                     "apiVersion": "coordination.k8s.io/v1",
                     "kind": "Lease",
@@ -82,7 +82,7 @@ class Elector:
                         "leaseTransitions": 0,
                     },
                 }
-                await self.client.create(kubeapi.LEASES, self.namespace, body)
+                await self.client.create(kube.LEASES, self.namespace, body)
             else:
                 spec = dict(current.get("spec") or {})
                 if not decide(spec, self.me, now):
@@ -94,8 +94,8 @@ class Elector:
                     log.info("taking over lease %s/%s", self.namespace, self.name)
                 spec.update(holderIdentity=self.me, renewTime=stamp, leaseDurationSeconds=seconds)
                 current["spec"] = spec
-                await self.client.replace(kubeapi.LEASES, self.namespace, self.name, current)
-        except (kubeapi.ConflictError, kubeapi.ApiError, kubeapi.ApiUnavailableError) as exc:
+                await self.client.replace(kube.LEASES, self.namespace, self.name, current)
+        except (kube.ConflictError, kube.ApiError, kube.ApiUnavailableError) as exc:
             log.info("lease %s/%s not held: %s", self.namespace, self.name, exc)
             self._held_until = 0.0
             return False
@@ -109,9 +109,9 @@ class Elector:
             return
         self._held_until = 0.0
         try:
-            current = await self.client.get(kubeapi.LEASES, self.namespace, self.name)
+            current = await self.client.get(kube.LEASES, self.namespace, self.name)
             if (current.get("spec") or {}).get("holderIdentity") == self.me:
                 current["spec"]["holderIdentity"] = None
-                await self.client.replace(kubeapi.LEASES, self.namespace, self.name, current)
-        except (kubeapi.ApiError, kubeapi.ApiUnavailableError) as exc:
+                await self.client.replace(kube.LEASES, self.namespace, self.name, current)
+        except (kube.ApiError, kube.ApiUnavailableError) as exc:
             log.info("could not release lease %s/%s: %s", self.namespace, self.name, exc)

@@ -27,7 +27,8 @@ from typing import Any
 
 import aiohttp
 
-from dap.control.kube import kubeapi, leases, placing
+from dap import kube
+from dap.control.kube import leases, placing
 
 log = logging.getLogger(__name__)
 LEASE_NAME = "dap-cluster-control"
@@ -53,7 +54,7 @@ class PullError(Exception):
 
 
 class Member:
-    def __init__(self, options: Options, client: kubeapi.Client, session: aiohttp.ClientSession) -> None:
+    def __init__(self, options: Options, client: kube.Client, session: aiohttp.ClientSession) -> None:
         self.options = options
         self.client = client
         self.session = session
@@ -76,7 +77,7 @@ class Member:
                 if self.elector is None or await self.elector.try_acquire():
                     try:
                         await self.step()
-                    except (kubeapi.ApiError, kubeapi.ApiUnavailableError) as exc:
+                    except (kube.ApiError, kube.ApiUnavailableError) as exc:
                         log.warning("cluster control round failed: %s", exc)
                 await asyncio.sleep(self.options.interval)
         finally:
@@ -125,7 +126,7 @@ class Member:
         selector = (
             f"{placing.LABEL_PLACED_BY}={placing.PLACED_BY},{placing.LABEL_CLUSTER}={self.options.cluster}"
         )
-        return await self.client.list(kubeapi.WORKSPACES, self.options.namespace or None, selector)
+        return await self.client.list(kube.WORKSPACES, self.options.namespace or None, selector)
 
     async def converge(self, placements: list[placing.Placement], owned: list[dict[str, Any]]) -> None:
         todo = placing.plan(placements, owned, self.options.cluster, self.options.namespace or None)
@@ -134,12 +135,12 @@ class Member:
         for body in todo.create:
             meta = body["metadata"]
             try:
-                await self.client.create(kubeapi.WORKSPACES, meta["namespace"], body)
+                await self.client.create(kube.WORKSPACES, meta["namespace"], body)
                 log.info("placed workspace %s/%s", meta["namespace"], meta["name"])
-            except kubeapi.ConflictError:
+            except kube.ConflictError:
                 # A Workspace of that name that is not ours: never taken over.
                 self._failed(meta, "exists and is not this cluster control's")
-            except kubeapi.ApiError as exc:  # e.g. its namespace does not exist here
+            except kube.ApiError as exc:  # e.g. its namespace does not exist here
                 self._failed(meta, str(exc))
         for body in todo.update:
             meta = body["metadata"]
@@ -150,12 +151,12 @@ class Member:
                 "annotations": {**(current["metadata"].get("annotations") or {}), **meta["annotations"]},
             }
             try:
-                await self.client.replace(kubeapi.WORKSPACES, meta["namespace"], meta["name"], replaced)
-            except kubeapi.ApiError as exc:  # a conflict is retried next round with a fresh read
+                await self.client.replace(kube.WORKSPACES, meta["namespace"], meta["name"], replaced)
+            except kube.ApiError as exc:  # a conflict is retried next round with a fresh read
                 self._failed(meta, str(exc))
         for namespace, name in todo.delete:
-            with contextlib.suppress(kubeapi.NotFoundError):
-                await self.client.delete(kubeapi.WORKSPACES, namespace, name)
+            with contextlib.suppress(kube.NotFoundError):
+                await self.client.delete(kube.WORKSPACES, namespace, name)
             log.info("removed workspace %s/%s: placed elsewhere now", namespace, name)
             self.reported.pop(placing.placement_of(live[(namespace, name)]) or "", None)
 
@@ -191,7 +192,7 @@ class Member:
 
 async def run(options: Options) -> None:
     """Log in and run one cluster control until cancelled."""
-    client = kubeapi.Client.connect(kubeapi.login(options.server, options.kubeconfig))
+    client = kube.Client.connect(kube.login(options.server, options.kubeconfig))
     async with aiohttp.ClientSession() as session:
         try:
             await Member(options, client, session).run()

@@ -27,9 +27,10 @@ from typing import Any
 
 import kopf
 
+from dap import kube
 from dap.config import names
 from dap.control import store
-from dap.control.kube import bindings, kubeapi, leases, placing
+from dap.control.kube import bindings, leases, placing
 
 log = logging.getLogger(__name__)
 G, V = names.CRD_GROUP, names.CRD_VERSION
@@ -54,7 +55,7 @@ class Region:
     def __init__(self, options: Options) -> None:
         self.options = options
         self.pool: store.Pool | None = None
-        self.client: kubeapi.Client | None = None
+        self.client: kube.Client | None = None
         self.elector: leases.Elector | None = None
         self.workspaces: dict[str, dict[str, Any]] = {}  # id -> status last seen or written
         self.clusters: dict[str, dict[str, Any]] = {}  # name -> status last seen or written
@@ -65,7 +66,7 @@ class Region:
     # -- kopf side ----------------------------------------------------------------------------
 
     async def connect(self, info: kopf.ConnectionInfo) -> None:
-        old, client = self.client, kubeapi.Client.connect(info)
+        old, client = self.client, kube.Client.connect(info)
         self.client = client
         if old is not None:
             await old.close()
@@ -137,7 +138,7 @@ class Region:
                 continue
             try:
                 await self.pass_once()
-            except (kubeapi.ApiError, kubeapi.ApiUnavailableError, OSError) as exc:
+            except (kube.ApiError, kube.ApiUnavailableError, OSError) as exc:
                 log.warning("region pass failed, retrying: %s", exc)
             except Exception:  # the loop must outlive any one pass
                 log.exception("region pass failed")
@@ -158,11 +159,11 @@ class Region:
             namespace, name = placing.split_id(binding.workspace)
             try:
                 await client.patch(
-                    kubeapi.WORKSPACES, namespace, name, {"status": desired}, subresource="status"
+                    kube.WORKSPACES, namespace, name, {"status": desired}, subresource="status"
                 )
-            except kubeapi.NotFoundError:
+            except kube.NotFoundError:
                 continue  # deleted meanwhile; its DELETED event drops the binding
-            except kubeapi.ApiError as exc:  # one refused status must not hold up the others
+            except kube.ApiError as exc:  # one refused status must not hold up the others
                 log.warning("status of %s not written: %s", binding.workspace, exc)
                 continue
             self.workspaces[binding.workspace] = {**previous, **desired}
@@ -177,8 +178,8 @@ class Region:
             previous = self.clusters[name]
             if all(previous.get(k) == v for k, v in wanted.items()):
                 continue
-            with contextlib.suppress(kubeapi.NotFoundError):
-                await client.patch(kubeapi.CLUSTERS, "", name, {"status": wanted}, subresource="status")
+            with contextlib.suppress(kube.NotFoundError):
+                await client.patch(kube.CLUSTERS, "", name, {"status": wanted}, subresource="status")
                 self.clusters[name] = {**previous, **wanted}
         self.passes += 1
 
@@ -186,7 +187,7 @@ class Region:
 def register(registry: kopf.OperatorRegistry, region: Region) -> None:
     @kopf.on.login(id="login", registry=registry)
     async def login(**_: Any) -> kopf.ConnectionInfo:
-        info = kubeapi.login(region.options.server, region.options.kubeconfig)
+        info = kube.login(region.options.server, region.options.kubeconfig)
         await region.connect(info)
         return info
 

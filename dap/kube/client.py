@@ -1,66 +1,34 @@
-"""A small asynchronous Kubernetes API client for the objects the operator writes.
+"""The async client: six verbs over aiohttp, authenticated with a ``kopf.ConnectionInfo``.
 
-kopf watches and patches the custom resources it handles, but the operator also creates and
-patches Deployments, Services, ConfigMaps, autoscalers and Secrets, and reads Secrets. The official
-``kubernetes`` client is synchronous and heavy; kopf's own client is private. This module is the
-thin transport: five verbs over aiohttp, authenticated with the very ``kopf.ConnectionInfo`` that
-kopf logged in with (so tests point both at kmock's emulator with one login handler), errors
-translated into ``errors.ApiError`` at the boundary. Patches are JSON merge patches
-(``application/merge-patch+json``), which every kind supports and whose list semantics
-(replace wholesale) ``diffing`` is written for.
+The official ``kubernetes`` client is synchronous and heavy; kopf's own client is private. This
+is the thin transport both the operator and the controls use, logged in with the very
+credentials kopf logged in with (so tests point both at one API server with one login). Errors
+are translated into ``errors`` at the boundary. Patches are JSON merge patches
+(``application/merge-patch+json``), which every kind supports (lists are replaced wholesale).
 """
 
 from __future__ import annotations
 
 import base64
-import dataclasses
 import json
 import os
 import ssl
 import tempfile
+import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import aiohttp
 import kopf
 
-from dap.operator import errors
+from dap.kube import errors
+from dap.kube.resources import Resource
 
 Observer = Callable[[str, int], None]  # (verb, HTTP status; 0 when no answer)
 
 
-@dataclasses.dataclass(frozen=True)
-class Resource:
-    group: str
-    version: str
-    plural: str
-    namespaced: bool = True
-
-    def path(self, namespace: str | None = None, name: str | None = None, sub: str | None = None) -> str:
-        base = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
-        if self.namespaced and namespace:
-            base += f"/namespaces/{namespace}"
-        base += f"/{self.plural}"
-        if name:
-            base += f"/{name}"
-        if sub:
-            base += f"/{sub}"
-        return base
-
-
-DEPLOYMENTS = Resource("apps", "v1", "deployments")
-SERVICES = Resource("", "v1", "services")
-CONFIGMAPS = Resource("", "v1", "configmaps")
-SECRETS = Resource("", "v1", "secrets")
-AUTOSCALERS = Resource("autoscaling", "v2", "horizontalpodautoscalers")
-PEERINGS = Resource("kopf.dev", "v1", "kopfpeerings")
-CLUSTER_PEERINGS = Resource("kopf.dev", "v1", "clusterkopfpeerings", namespaced=False)
-
-
 def _ssl_context(info: kopf.ConnectionInfo) -> ssl.SSLContext | bool:
-    if not info.server.startswith("https"):
-        return False
-    if info.insecure:
+    if not info.server.startswith("https") or info.insecure:
         return False
     cadata = info.ca_data.decode() if isinstance(info.ca_data, bytes) else info.ca_data
     if cadata and "BEGIN CERTIFICATE" not in cadata:
@@ -87,7 +55,7 @@ def _to_file(data: str | bytes) -> str:
 
 
 class Client:
-    """Create, read, merge-patch and delete objects; every call counted through ``observer``."""
+    """get, list, create, replace, merge-patch and delete; every call counted through ``observer``."""
 
     def __init__(
         self, session: aiohttp.ClientSession, server: str, *, observer: Observer | None = None
@@ -107,36 +75,55 @@ class Client:
     async def close(self) -> None:
         await self._session.close()
 
+    def _observe(self, verb: str, status: int) -> None:
+        if self._observer is not None:
+            self._observer(verb, status)
+
     async def _call(
         self, verb: str, method: str, path: str, body: Any = None, content_type: str = "application/json"
     ) -> dict[str, Any]:
-        url = self._server + path
         headers = {"Content-Type": content_type} if body is not None else {}
         try:
-            async with self._session.request(method, url, json=body, headers=headers) as response:
+            async with self._session.request(
+                method, self._server + path, json=body, headers=headers
+            ) as response:
                 status = response.status
-                if self._observer is not None:
-                    self._observer(verb, status)
                 text = await response.text()
-                if status >= 400:
-                    raise errors.for_status(status, _reason(text), method=method, path=path)
-                data = await response.json(content_type=None) if text else {}
         except (aiohttp.ClientError, TimeoutError) as exc:
-            if self._observer is not None:
-                self._observer(verb, 0)
+            self._observe(verb, 0)
             raise errors.ApiUnavailableError(f"{method} {path}: {exc!r}") from exc
+        self._observe(verb, status)
+        if status >= 400:
+            raise errors.for_status(status, _reason(text), method=method, path=path)
+        data = json.loads(text) if text else {}
         return data if isinstance(data, dict) else {}
 
-    async def get(self, resource: Resource, namespace: str, name: str) -> dict[str, Any]:
+    async def get(self, resource: Resource, namespace: str | None, name: str) -> dict[str, Any]:
         return await self._call("get", "GET", resource.path(namespace, name))
 
-    async def create(self, resource: Resource, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    async def list(
+        self, resource: Resource, namespace: str | None = None, selector: str = ""
+    ) -> list[dict[str, Any]]:
+        path = resource.path(namespace)
+        if selector:
+            path += "?labelSelector=" + urllib.parse.quote(selector, safe="")
+        items: list[dict[str, Any]] = (await self._call("list", "GET", path)).get("items", [])
+        return items
+
+    async def create(
+        self, resource: Resource, namespace: str | None, body: Mapping[str, Any]
+    ) -> dict[str, Any]:
         return await self._call("create", "POST", resource.path(namespace), dict(body))
+
+    async def replace(
+        self, resource: Resource, namespace: str | None, name: str, body: Any
+    ) -> dict[str, Any]:
+        return await self._call("replace", "PUT", resource.path(namespace, name), body)
 
     async def patch(
         self,
         resource: Resource,
-        namespace: str,
+        namespace: str | None,
         name: str,
         patch: Mapping[str, Any],
         *,
@@ -145,7 +132,7 @@ class Client:
         path = resource.path(namespace, name, subresource)
         return await self._call("patch", "PATCH", path, dict(patch), "application/merge-patch+json")
 
-    async def delete(self, resource: Resource, namespace: str, name: str) -> None:
+    async def delete(self, resource: Resource, namespace: str | None, name: str) -> None:
         await self._call("delete", "DELETE", resource.path(namespace, name))
 
 
@@ -155,6 +142,3 @@ def _reason(text: str) -> str:
     except ValueError:
         return text[:200]
     return str(data.get("message") or data.get("reason") or text[:200]) if isinstance(data, dict) else text
-
-
-WRITE_VERBS = frozenset({"create", "patch", "delete"})
