@@ -8,6 +8,7 @@ does not need the web stack.
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from pathlib import Path
@@ -77,6 +78,34 @@ async def test_a_confirmed_spec_commits_its_tables(pg_dsn: str, tmp_path: Path) 
         assert await pool.fetchval("SELECT to_regclass('inv__thing')::text") == "inv__thing"
     finally:
         await pool.close()
+
+
+async def test_a_second_boot_never_waits_on_a_busy_platform_table(pg_dsn: str, tmp_path: Path) -> None:
+    """A new process booting beside a running one must not queue behind its open transactions:
+    the platform DDL (``ALTER TABLE``, ``CREATE INDEX``: the table's strongest locks) runs only
+    when its text changed, so an open write on the outbox and the audit log does not stall it."""
+    catalog = cli.stage_catalog(_spec(tmp_path, "12")).catalog
+    first = await booting.open_database(serve_options(pg_dsn), catalog)
+    await first.close()
+    busy = await asyncpg.connect(pg_dsn)
+    try:
+        async with busy.transaction():
+            tenant = await busy.fetchval("SELECT id FROM dap.workspaces WHERE slug = 'default'")
+            await busy.execute(
+                "INSERT INTO dap.outbox (tenant_id, entity, action, event, payload) "
+                "VALUES ($1, 'inv/thing', 'create', 'created', '{}')",
+                tenant,
+            )
+            await busy.execute(
+                "INSERT INTO dap.audit_log (tenant_id, entity, record_id, action, actor_sub, "
+                "actor_username, changes) "
+                "VALUES ($1, 'inv/thing', gen_random_uuid(), 'create', 'u', 'u', '{}')",
+                tenant,
+            )
+            second = await asyncio.wait_for(booting.open_database(serve_options(pg_dsn), catalog), 20)
+            await second.close()
+    finally:
+        await busy.close()
 
 
 def test_staging_refuses_what_the_models_refuse(tmp_path: Path) -> None:

@@ -77,7 +77,7 @@ def dummy_hash() -> str:
 
 
 async def ensure_schema(conn: db.Connection) -> None:
-    await conn.execute(DDL)
+    await db.ensure_platform(conn, __name__, DDL)
 
 
 # --- the one-time code of the first-admin setup -------------------------------------------------

@@ -73,7 +73,7 @@ DOCSTATUS = "docstatus"
 
 
 async def ensure_schema(conn: db.Connection) -> None:
-    await conn.execute(DDL)
+    await db.ensure_platform(conn, __name__, DDL)
 
 
 @dataclass(frozen=True)

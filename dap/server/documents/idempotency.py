@@ -126,4 +126,4 @@ async def store(conn: db.Connection, tenant: uuid.UUID, key: str, digest: bytes,
 
 
 async def ensure_schema(conn: db.Connection) -> None:
-    await conn.execute(DDL)
+    await db.ensure_platform(conn, __name__, DDL)

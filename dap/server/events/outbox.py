@@ -151,4 +151,4 @@ async def emit(
 
 
 async def ensure_schema(conn: db.Connection) -> None:
-    await conn.execute(DDL)
+    await db.ensure_platform(conn, __name__, DDL)

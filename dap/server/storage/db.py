@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import socket
@@ -173,3 +174,43 @@ class Listener:
         if conn is not None:
             with contextlib.suppress(Exception):
                 await conn.close(timeout=2)
+
+
+_PLATFORM_DDL = """
+CREATE SCHEMA IF NOT EXISTS dap;
+CREATE TABLE IF NOT EXISTS dap.platform_ddl (
+    name text PRIMARY KEY,
+    digest text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+"""
+
+
+async def ensure_platform(conn: Connection, name: str, ddl: str) -> None:
+    """Run a platform module's DDL when it is new or has changed since it last ran; else nothing.
+
+    The DDL is idempotent (``IF NOT EXISTS``), but ``ALTER TABLE`` and ``CREATE INDEX`` take their
+    table's strongest locks even when they change nothing: run at every boot, they would queue
+    behind any open transaction on a busy table (the outbox, the audit log) and stall every write
+    queued behind them, so a rolling deploy would pause the running pods' writes. So each
+    module's DDL runs once per text (its digest is kept in ``dap.platform_ddl``), under a
+    transaction-scoped advisory lock, so that processes booting together apply it once.
+    """
+    digest = hashlib.sha256(ddl.encode()).hexdigest()
+    try:
+        if await conn.fetchval("SELECT digest FROM dap.platform_ddl WHERE name = $1", name) == digest:
+            return
+    except asyncpg.UndefinedTableError:
+        pass  # a database no dap process has booted on yet
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtext('dap.platform_ddl'))")
+        await conn.execute(_PLATFORM_DDL)
+        if await conn.fetchval("SELECT digest FROM dap.platform_ddl WHERE name = $1", name) == digest:
+            return  # another process applied it while this one waited
+        await conn.execute(ddl)
+        await conn.execute(
+            "INSERT INTO dap.platform_ddl (name, digest) VALUES ($1, $2) "
+            "ON CONFLICT (name) DO UPDATE SET digest = EXCLUDED.digest, applied_at = now()",
+            name,
+            digest,
+        )

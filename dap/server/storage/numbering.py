@@ -135,7 +135,7 @@ def render(pattern: str, number: int, day: dt.date) -> str:
 
 
 async def ensure_schema(conn: db.Connection) -> None:
-    await conn.execute(DDL)
+    await conn.execute(DDL)  # CREATE ... IF NOT EXISTS only: no lock on an existing table
 
 
 async def next_number(

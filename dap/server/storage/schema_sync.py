@@ -57,7 +57,7 @@ CREATE TABLE IF NOT EXISTS dap.schema_migrations (
 
 
 async def ensure_schema(conn: db.Connection) -> None:
-    await conn.execute(DDL)
+    await db.ensure_platform(conn, __name__, DDL)
 
 
 async def read_registry(conn: db.Connection) -> dict[str, Table]:

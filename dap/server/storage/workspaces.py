@@ -81,7 +81,7 @@ def _row(record: asyncpg.Record) -> Workspace:
 
 
 async def ensure_schema(conn: db.Connection) -> None:
-    await conn.execute(DDL)
+    await db.ensure_platform(conn, __name__, DDL)
 
 
 async def seed_default(conn: db.Connection) -> None:

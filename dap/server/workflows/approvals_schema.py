@@ -69,4 +69,4 @@ CREATE UNIQUE INDEX IF NOT EXISTS approval_votes_one
 
 
 async def ensure_schema(conn: db.Connection) -> None:
-    await conn.execute(DDL)
+    await db.ensure_platform(conn, __name__, DDL)

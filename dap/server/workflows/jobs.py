@@ -305,4 +305,4 @@ def decode(text: str) -> dict[str, Any]:
 
 
 async def ensure_schema(conn: db.Connection) -> None:
-    await conn.execute(DDL)
+    await db.ensure_platform(conn, __name__, DDL)
