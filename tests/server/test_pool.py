@@ -8,6 +8,7 @@ on a real pool what a released connection still guarantees.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
@@ -57,5 +58,28 @@ async def test_a_released_connection_is_clean(pg_dsn: str) -> None:
             assert await conn.fetchval("SHOW statement_timeout") == "0"
             assert await conn.fetchval("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'") == 0
             assert await conn.fetchval("SELECT to_regclass('t_pool')") is None
+    finally:
+        await pool.close()
+
+
+async def test_callers_get_connections_in_the_order_they_asked(pg_dsn: str) -> None:
+    """More callers than connections, arriving all the time: each is served in arrival order, so
+    none waits behind newcomers (asyncpg's own queue lets a newcomer take a connection released
+    for a caller already waiting)."""
+    pool = await db.open_pool(pg_dsn, 2)
+    served: list[int] = []
+
+    async def caller(n: int) -> None:
+        async with db.connection(pool) as conn:
+            served.append(n)
+            await conn.execute("SELECT pg_sleep(0.003)")
+
+    try:
+        tasks = []
+        for n in range(150):  # one arrival a millisecond, two connections of 3 ms each: a queue builds
+            tasks.append(asyncio.create_task(caller(n)))
+            await asyncio.sleep(0.001)
+        await asyncio.gather(*tasks)
+        assert served == sorted(served)
     finally:
         await pool.close()

@@ -97,18 +97,29 @@ async def open_pool(dsn: str, size: int) -> asyncpg.Pool[asyncpg.Record]:
 class connection:  # noqa: N801 -- used as a function: ``async with db.connection(pool) as conn``
     """A connection of the pool, given back without ever failing the request that used it.
 
+    Callers queue for it in arrival order (:func:`gate`): asyncpg's pool hands a released
+    connection to whichever task asks next, so under more requests than connections a task woken
+    for a connection can lose it to a newcomer, again and again. On uvloop that left one find in
+    a hundred waiting 0.3-0.9 s with 32 clients on a pool of 10 (docs/performance.md).
+
     A class rather than an ``asynccontextmanager`` generator: every request enters one, and the
     generator's machinery costs more than the acquire itself.
     """
 
-    __slots__ = ("_conn", "_pool")
+    __slots__ = ("_conn", "_gate", "_pool")
 
     def __init__(self, pool: asyncpg.Pool[asyncpg.Record]) -> None:
         self._pool = pool
+        self._gate = gate(pool)
         self._conn: PoolConnectionProxy[asyncpg.Record] | None = None
 
     async def __aenter__(self) -> Connection:
-        self._conn = await self._pool.acquire()
+        await self._gate.acquire()
+        try:
+            self._conn = await self._pool.acquire()
+        except BaseException:
+            self._gate.release()
+            raise
         return self._conn
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -119,6 +130,24 @@ class connection:  # noqa: N801 -- used as a function: ``async with db.connectio
             await self._pool.release(conn)
         except Exception as exc:  # asyncpg terminated it: the pool opens a new one when needed
             log.warning("dropped a connection that broke after its request: %s", exc.__class__.__name__)
+        finally:
+            self._gate.release()
+
+
+_gates: dict[int, tuple[asyncpg.Pool[asyncpg.Record], asyncio.Semaphore]] = {}
+
+
+def gate(pool: asyncpg.Pool[asyncpg.Record]) -> asyncio.Semaphore:
+    """The first-come, first-served queue in front of ``pool`` (asyncio's semaphore wakes its
+    waiters in order and lets no newcomer pass them), as many places as the pool has connections.
+
+    Kept by the pool's id with the pool itself (asyncpg's pools take no weak references), so an id
+    is never reused while its entry lives; a process opens one pool, tests a few hundred.
+    """
+    found = _gates.get(id(pool))
+    if found is None or found[0] is not pool:
+        found = _gates[id(pool)] = (pool, asyncio.Semaphore(pool.get_max_size()))
+    return found[1]
 
 
 @contextlib.asynccontextmanager
