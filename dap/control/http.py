@@ -111,6 +111,8 @@ async def reload_state(app: web.Application) -> None:
     """Reload the desired state from Postgres into ``Live`` (region and standalone)."""
     version, deployments = await store.snapshot_content(app[POOL])
     current = app[LIVE].state
+    if version < current.version:
+        return  # a reload that read earlier finished later: the snapshot never goes back
     if version == current.version and tuple(deployments) == current.deployments:
         return
     app[LIVE].replace(

@@ -186,3 +186,18 @@ async def test_workspace_status_round_trip(start_control: Start, http: aiohttp.C
         [row] = (await response.json())["statuses"]
     assert row["phase"] == "Ready"
     assert row["conditions"] == report["conditions"]
+
+
+async def test_a_late_reload_never_takes_the_snapshot_back(start_control: Start) -> None:
+    """Two reloads in flight: the one that read the older version may finish last; the served
+    snapshot keeps the newer one (versions only grow)."""
+    import dataclasses
+
+    from dap.control import http as control_http
+
+    region = await start_control(mode="region")
+    live = region.app[control_http.LIVE]
+    newer = dataclasses.replace(live.state, version=live.state.version + 5)
+    live.replace(newer)  # as if a reload of a later version had already finished
+    await control_http.reload_state(region.app)  # reads the (older) version in Postgres
+    assert live.state.version == newer.version
