@@ -39,6 +39,12 @@ def test_list_and_record_follow_other_clients(ui_server: UiServer, browser: Any)
     watcher.goto(f"{ui_server.url}#/a/buying/purchasing/supplier/{supplier['id']}")
     record = watcher.locator("form#form-buying-supplier")
     expect(record.get_by_label("Name")).to_have_value("Live Parts")
+    # the rename must come after the record page has subscribed (an earlier one is not its to see)
+    for _ in range(100):
+        if any(f.get("type") == "subscribe" and f.get("record") == supplier["id"] for f in frames):
+            break
+        watcher.wait_for_timeout(100)
+    watcher.wait_for_timeout(300)  # the server registers the subscription
     status, answer = ui_server.call(
         "PATCH",
         f"api/buying/supplier/{supplier['id']}",
@@ -47,7 +53,7 @@ def test_list_and_record_follow_other_clients(ui_server: UiServer, browser: Any)
         {"If-Match": f'"{supplier["version"]}"'},
     )
     assert status == 200, answer
-    expect(record.get_by_label("Name")).to_have_value("Live Parts GmbH")
+    expect(record.get_by_label("Name")).to_have_value("Live Parts GmbH", timeout=15_000)
 
     # an edited form is not overwritten: it says the record changed and offers a reload
     record.get_by_label("Rating").fill("2")
