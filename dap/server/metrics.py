@@ -9,17 +9,20 @@ by a custom collector instead of being updated on every acquire.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
-from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 PoolStats = Callable[[], tuple[int, int, int]]  # (size, idle, max)
+LABELS = ("workspace", "route", "method", "status_class")
+_STATUS_CLASSES = tuple(f"{n}xx" for n in range(10))
 
 
 class _PoolCollector(Collector):
@@ -34,36 +37,62 @@ class _PoolCollector(Collector):
         yield GaugeMetricFamily("dap_db_pool_max_connections", "Pool maximum size", value=maximum)
 
 
+class _Series:
+    """The requests of one label set: a count per bucket (the last past every bound) and their sum."""
+
+    __slots__ = ("counts", "seconds")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(BUCKETS) + 1)
+        self.seconds = 0.0
+
+
+class _RequestCollector(Collector):
+    """``dap_http_requests_total`` and ``dap_http_request_duration_seconds``, kept as plain numbers.
+
+    prometheus_client's ``Counter`` and ``Histogram`` take a lock per update, for threads; every
+    request updates both, and all of them run on the one event loop thread that also scrapes.
+    Here an update is a list increment, and the exposition is built from the numbers at scrape time.
+    """
+
+    def __init__(self) -> None:
+        self.series: dict[tuple[str, str, str, str], _Series] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily("dap_http_requests", "HTTP requests answered", labels=LABELS)
+        duration = HistogramMetricFamily(
+            "dap_http_request_duration_seconds", "Time to answer an HTTP request", labels=LABELS
+        )
+        for labels, series in list(self.series.items()):
+            counts, seconds = list(series.counts), series.seconds  # one consistent reading
+            running, buckets = 0, []
+            for bound, count in zip((*(floatToGoString(b) for b in BUCKETS), "+Inf"), counts, strict=True):
+                running += count
+                buckets.append((bound, running))
+            requests.add_metric(labels, running)
+            duration.add_metric(labels, buckets, seconds)
+        yield requests
+        yield duration
+
+
 class Metrics:
     """The HTTP and pool metrics of one server."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.requests = Counter(
-            "dap_http_requests_total",
-            "HTTP requests answered",
-            ["workspace", "route", "method", "status_class"],
-            registry=self.registry,
-        )
-        self.duration = Histogram(
-            "dap_http_request_duration_seconds",
-            "Time to answer an HTTP request",
-            ["workspace", "route", "method", "status_class"],
-            buckets=BUCKETS,
-            registry=self.registry,
-        )
-        self._children: dict[tuple[str, ...], tuple[Any, Any]] = {}
+        self._requests = _RequestCollector()
+        self.registry.register(self._requests)
 
     def watch_pool(self, stats: PoolStats) -> None:
         self.registry.register(_PoolCollector(stats))
 
     def observe(self, *, workspace: str, route: str, method: str, status: int, seconds: float) -> None:
-        labels = (workspace, route, method, f"{status // 100}xx")
-        children = self._children.get(labels)
-        if children is None:  # labels() is a locked dict lookup; keep the pair per label set
-            children = self._children[labels] = (self.requests.labels(*labels), self.duration.labels(*labels))
-        children[0].inc()
-        children[1].observe(seconds)
+        labels = (workspace, route, method, _STATUS_CLASSES[status // 100])
+        series = self._requests.series.get(labels)
+        if series is None:
+            series = self._requests.series[labels] = _Series()
+        series.counts[bisect_left(BUCKETS, seconds)] += 1  # the first bound >= seconds: le is inclusive
+        series.seconds += seconds
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

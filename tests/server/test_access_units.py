@@ -183,3 +183,25 @@ def test_the_refusal_says_what_to_do(catalog: Catalog) -> None:
     )
     assert refusal is not None and refusal.field == "posting_date"
     assert "2024-03-05 or later" in refusal.message and "sales.posting.backdate" in refusal.message
+
+
+def test_a_granted_access_is_kept_per_principal_object_and_catalog(catalog: Catalog) -> None:
+    from dap.server import errors
+    from dap.server.access import auth, guards
+
+    customer = catalog.resources["sales/customer"]
+    clerk = auth.Principal(sub="u-1", username="carl", roles=("clerk",), workspace="default")
+    manager = auth.Principal(sub="u-2", username="mia", roles=("manager",), workspace="default")
+    first = guards.check(clerk, customer, "find")
+    assert guards.check(clerk, customer, "find") is first  # kept
+    assert "credit" in first.hidden
+    # an equal principal that is another object (another token) derives its own
+    twin = auth.Principal(sub="u-1", username="carl", roles=("clerk",), workspace="default")
+    assert guards.check(twin, customer, "find") is not first
+    seen = guards.check(manager, customer, "find")
+    assert "credit" not in seen.hidden  # never another principal's view
+    for _ in range(2):  # a refusal is never kept: it is raised every time
+        with pytest.raises(errors.Forbidden):
+            guards.check(clerk, customer, "delete")
+    fresh = load(ACCESS)  # a new catalog starts with nothing kept
+    assert guards.check(clerk, fresh.resources["sales/customer"], "find") is not first

@@ -42,6 +42,7 @@ ROW_SCOPE = "SVC.AUTH.ROW_SCOPE"
 CREATE_SCOPE = "SVC.AUTH.CREATE_SCOPE"
 FORBIDDEN = "SVC.AUTH.FORBIDDEN"
 READ_ACTIONS = frozenset({"list", "find"})
+MAX_ACCESSES = 10_000  # kept accesses per catalog (see ``check``); emptied when full
 # System columns whose value a create cannot know before the insert; a scope on them is judged by SQL.
 _UNKNOWN_AT_CREATE = frozenset({"id", "version", "docstatus", "created_at", "updated_at"})
 
@@ -188,7 +189,29 @@ def scope_of(resource: Resource, principal: auth.Principal) -> tuple[scoping.Bou
 
 def check(principal: auth.Principal, resource: Resource, action: str, *also: str) -> Access:
     """Enforce the required permission of ``action`` (and of ``also``: create-and-submit asks for
-    submit's too) and return the caller's :class:`Access`."""
+    submit's too) and return the caller's :class:`Access`.
+
+    A granted :class:`Access` is kept with the catalog's grants for the principal object it was
+    derived for (the token verifier keeps one per token), so a caller's next read of the
+    resource skips the derivation; a new catalog starts with none.
+    """
+    kept = resource.grants.accesses
+    key = (id(principal), resource.key, action, also)
+    hit = kept.get(key)
+    # the entry holds the principal and the resource, so their ids cannot be reused while it lives
+    if hit is not None and hit.principal is principal and hit.resource is resource:
+        return hit  # type: ignore[no-any-return]
+    access = _derive_access(principal, resource, action, also)
+    if principal.sub:  # the anonymous caller is a new object per request: nothing to find again
+        if len(kept) >= MAX_ACCESSES:
+            kept.clear()
+        kept[key] = access
+    return access
+
+
+def _derive_access(
+    principal: auth.Principal, resource: Resource, action: str, also: tuple[str, ...]
+) -> Access:
     pol = policy(resource)
     allows = resource.grants.allows
     for name in (action, *also):
@@ -263,13 +286,15 @@ async def select_record(
     *,
     principal: auth.Principal,
     lock: bool = False,
+    scope: tuple[scoping.Bound, ...] | None = None,
 ) -> asyncpg.Record:
     """The one lookup of a record by id — find, update, delete, submit/cancel, the audit trail — or 404.
 
     ``lock`` reads it ``FOR UPDATE``, for a write in the caller's transaction. Rules on which rows a
-    caller may name (row scope) belong here, so that every path by id applies them alike.
+    caller may name (row scope) belong here, so that every path by id applies them alike;
+    ``scope`` is the principal's, when the caller holds it already (``Access.scope``).
     """
-    scope = scope_of(resource, principal)
+    scope = scope_of(resource, principal) if scope is None else scope
     statement, args = sql.select_one(resource.table, tenant, record_id, scope=scoping.conditions(scope))
     row = await conn.fetchrow(f"{statement} FOR UPDATE" if lock else statement, *args)
     if row is None:

@@ -58,6 +58,8 @@ class Grants:
     )
     # per-resource derived policies (``guards.policy``), built lazily once per catalog
     policies: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # granted accesses by (principal object, resource, action) (``guards.check``), bounded there
+    accesses: dict[tuple[Any, ...], Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, declared: Mapping[str, RoleSpec]) -> Grants:

@@ -32,6 +32,7 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from dap.server import errors
+from dap.server.storage import gates
 
 Connection: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
 log = logging.getLogger(__name__)
@@ -134,19 +135,19 @@ class connection:  # noqa: N801 -- used as a function: ``async with db.connectio
             self._gate.release()
 
 
-_gates: dict[int, tuple[asyncpg.Pool[asyncpg.Record], asyncio.Semaphore]] = {}
+_gates: dict[int, tuple[asyncpg.Pool[asyncpg.Record], gates.Gate]] = {}
 
 
-def gate(pool: asyncpg.Pool[asyncpg.Record]) -> asyncio.Semaphore:
-    """The first-come, first-served queue in front of ``pool`` (asyncio's semaphore wakes its
-    waiters in order and lets no newcomer pass them), as many places as the pool has connections.
+def gate(pool: asyncpg.Pool[asyncpg.Record]) -> gates.Gate:
+    """The first-come, first-served queue in front of ``pool`` (``gates.Gate``: no newcomer passes
+    a waiting caller), as many places as the pool has connections.
 
     Kept by the pool's id with the pool itself (asyncpg's pools take no weak references), so an id
     is never reused while its entry lives; a process opens one pool, tests a few hundred.
     """
     found = _gates.get(id(pool))
     if found is None or found[0] is not pool:
-        found = _gates[id(pool)] = (pool, asyncio.Semaphore(pool.get_max_size()))
+        found = _gates[id(pool)] = (pool, gates.Gate(pool.get_max_size()))
     return found[1]
 
 

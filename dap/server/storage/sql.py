@@ -100,6 +100,8 @@ def select_one(
     table: Table, tenant: uuid.UUID, record_id: uuid.UUID, *, scope: Sequence[Condition] = ()
 ) -> Statement:
     """One record by id; with ``scope`` only when the caller's row scope admits it."""
+    if not scope:
+        return table.select_by_id, [tenant, record_id]
     args = _Args(tenant, record_id)
     where = f"tenant_id = $1 AND id = $2{_scope(scope, args)}"
     return f"SELECT {_columns(table, None)} FROM {quote(table.name)} WHERE {where}", args.values

@@ -91,6 +91,11 @@ class Table:
         """The quoted column list every read returns (all but ``tenant_id``), built once."""
         return ", ".join(quote(c.name) for c in self.columns if c.name != "tenant_id")
 
+    @functools.cached_property
+    def select_by_id(self) -> str:
+        """The unscoped lookup of one record (``$1`` tenant, ``$2`` id), built once: a find's statement."""
+        return f"SELECT {self.select_columns} FROM {quote(self.name)} WHERE tenant_id = $1 AND id = $2"
+
     def column_for(self, field_name: str) -> Column | None:
         return next((c for c in self.columns if c.field == field_name), None)
 

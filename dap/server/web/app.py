@@ -250,13 +250,13 @@ def build_app(
     app[state.EVENTS] = _events(app, opts, pool)
     app.on_startup.append(_start_events)
     app.on_cleanup.append(_stop_events)
-    notifications.add_routes(app)  # before the entity routes, whose patterns would match its paths
+    # entity routes first: the router tries dynamic routes in order, and these carry the load
+    rest.add_routes(app)  # they leave /{ws}/api/_approvals… and /{ws}/api/_notifications… alone
+    notifications.add_routes(app)
     app[sockets.SOCKETS] = set()
     app.on_shutdown.append(sockets.close_all)
     app.router.add_get("/{ws}/_ws", sockets.handler)
-    approvals.add_routes(app)  # /{ws}/api/_approvals…: before the entity routes it would match
-    # entity routes next: the router tries dynamic routes in order, and these carry the load
-    rest.add_routes(app)
+    approvals.add_routes(app)
     trails.add_routes(app)  # before moves: /{id}/_audit is not an action
     jobs.add_routes(app)  # GET …/_jobs/{id}
     files.add_routes(app)  # before moves: /{id}/_files/… is not an action

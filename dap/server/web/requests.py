@@ -79,6 +79,12 @@ def respond(answer: idempotency.Answer) -> web.Response:
     )
 
 
+def json_response(body: bytes, etag: str) -> web.Response:
+    """A 200 of encoded JSON with its ``ETag`` (a find's answer). The media type is given as a
+    header: aiohttp's ``content_type=`` argument parses it again (1.5 µs of every find)."""
+    return web.Response(body=body, headers={"Content-Type": "application/json", "ETag": etag})
+
+
 def reply(data: Any, *, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
     return web.Response(
         body=encode(data), status=status, content_type="application/json", headers=dict(headers or {})

@@ -106,9 +106,11 @@ async def find_record(request: web.Request) -> web.Response:
     epoch = cache.epoch
     ttl = None if access.narrowed else resource.cache_ttl  # a narrowed view is neither served nor kept
     if ttl is not None and (hit := await cache.lookup(key, catalog)) is not None:
-        return web.Response(body=hit.body, content_type="application/json", headers={"ETag": hit.etag})
+        return requests.json_response(hit.body, hit.etag)
     async with db.connection(request.app[state.POOL]) as conn:
-        row = await guards.select_record(conn, resource, workspace.tenant_id, record_id, principal=principal)
+        row = await guards.select_record(
+            conn, resource, workspace.tenant_id, record_id, principal=principal, scope=access.scope
+        )
         kids = (
             await reading.load_children(conn, resource, workspace.tenant_id, [record_id], catalog)
             if resource.children
@@ -120,7 +122,7 @@ async def find_record(request: web.Request) -> web.Response:
     )
     if ttl is not None:
         cache.put(key, epoch=epoch, ttl=ttl, catalog=catalog, body=body, etag=etag)
-    return web.Response(body=body, content_type="application/json", headers={"ETag": etag})
+    return requests.json_response(body, etag)
 
 
 async def create_record(request: web.Request) -> web.Response:
@@ -285,12 +287,21 @@ async def _post_item(request: web.Request) -> web.Response:
     return await _other_method(request)
 
 
+# A module is an identifier (``[a-z][a-z0-9_]*``), so a segment starting with ``_`` is never one:
+# ``/{ws}/api/_approvals/{id}`` and ``/{ws}/api/_notifications/read`` pass these routes by, and
+# they can be registered first. The router tries every ``/{ws}/…`` route in registration order,
+# one regular expression each, and these carry the load (find by id was the tenth).
+COLLECTION_PATH = "/{ws}/api/{module:[^_/][^/]*}/{entity}"
+ITEM_PATH = COLLECTION_PATH + "/{id}"
+
+
 def add_routes(app: web.Application) -> None:
-    app.router.add_get("/{ws}/api/{module}/{entity}", list_records, allow_head=False)
-    app.router.add_post("/{ws}/api/{module}/{entity}", create_record)
-    app.router.add_route("*", "/{ws}/api/{module}/{entity}", _other_method)
-    app.router.add_get("/{ws}/api/{module}/{entity}/{id}", find_record, allow_head=False)
-    app.router.add_patch("/{ws}/api/{module}/{entity}/{id}", update_record)
-    app.router.add_delete("/{ws}/api/{module}/{entity}/{id}", delete_record)
-    app.router.add_post("/{ws}/api/{module}/{entity}/{id}", _post_item)
-    app.router.add_route("*", "/{ws}/api/{module}/{entity}/{id}", _other_method)
+    """The entity routes; registered before every other ``/{ws}/…`` route (see ``COLLECTION_PATH``)."""
+    app.router.add_get(COLLECTION_PATH, list_records, allow_head=False)
+    app.router.add_post(COLLECTION_PATH, create_record)
+    app.router.add_route("*", COLLECTION_PATH, _other_method)
+    app.router.add_get(ITEM_PATH, find_record, allow_head=False)
+    app.router.add_patch(ITEM_PATH, update_record)
+    app.router.add_delete(ITEM_PATH, delete_record)
+    app.router.add_post(ITEM_PATH, _post_item)
+    app.router.add_route("*", ITEM_PATH, _other_method)
