@@ -10,9 +10,12 @@ npm's ``node`` package, whose binary is put first on the peer's ``PATH``; nothin
 The peer's configuration (``graphile.config.mjs`` written here) is its fast one: the ``amber``
 preset in production mode (``GRAPHILE_ENV=production``, ``NODE_ENV=production``: no GraphiQL, no
 explain, no dev checks), no watch mode, a pg pool of the same size as dap's (10), and no auth (it
-has none configured, where dap verifies a token on every request). Before timing, answers are
-checked equal: the fields of several records found by id, and the prices of the filtered page.
-Prints req/s (median of interleaved rounds and spread), p50/p99, bytes per response and RSS.
+has none configured, where dap verifies a token on every request; every target is sent the same
+token). Before timing, answers are checked equal: the fields of several records found by id, and
+the prices of the filtered page. Beside the floor runs ``floor fifo``, the floor with dap's
+arrival-order gate in front of its pool, and a second ``dap serve`` whose spec declares the find
+cache (``cached find``). Prints req/s (median of interleaved rounds and spread), p50/p99, server
+CPU per request, bytes per response and RSS.
 """
 
 from __future__ import annotations
@@ -161,6 +164,17 @@ async def check_equal(
         raise RuntimeError("the filtered pages differ (prices in order)")
 
 
+async def warm_cache(base: str, ids: list[str], auth: dict[str, str]) -> None:
+    """Find every id twice on the caching server, so that the timed finds are hits."""
+    async with aiohttp.ClientSession(headers=auth) as http:
+        for rid in ids:
+            for _ in range(2):  # its invalidation listener is up by the second pass
+                async with http.get(f"{base}/default/api/bench/item/{rid}") as resp:
+                    if resp.status != 200:
+                        raise RuntimeError(f"the caching server answered {resp.status} for {rid}")
+                    await resp.read()
+
+
 async def main(args: argparse.Namespace) -> int:
     bin_dir = install()
     tmp = Path(tempfile.mkdtemp(prefix="dap-peers-"))
@@ -179,9 +193,20 @@ async def main(args: argparse.Namespace) -> int:
         await rest.wait_http(f"http://127.0.0.1:{api_port}/default/_ui/_meta/apps")
         print(f"loading {args.rows} rows ...", flush=True)
         tenant, ids = await rest.load_rows(dsn, args.rows)
+        fifo_port = rest.port()
         floor = rest.spawn_baseline(floor_port, dsn, tenant)
-        procs.append(floor)
-        await rest.wait_http(f"http://127.0.0.1:{floor_port}/default/api/bench/item/{ids[0]}", limit=60)
+        fifo = rest.spawn_baseline(fifo_port, dsn, tenant, fifo=True)
+        procs += [floor, fifo]
+        for port in (floor_port, fifo_port):
+            await rest.wait_http(f"http://127.0.0.1:{port}/default/api/bench/item/{ids[0]}", limit=60)
+        # the same table served by a second dap serve whose spec declares the find cache
+        cached_spec = tmp / "spec-cached"
+        cached_spec.mkdir()
+        (cached_spec / "bench.yaml").write_text(rest.SPEC.replace("  expose:", rest.CACHE_LINE + "  expose:"))
+        cached_port = rest.port()
+        cached = rest.spawn_serve(cached_spec, dsn, cached_port, extra_env=loop_env)
+        procs.append(cached)
+        await rest.wait_http(f"http://127.0.0.1:{cached_port}/default/_ui/_meta/apps")
         log = tmp / "postgraphile.log"
         peer = spawn_peer(bin_dir, dsn, peer_port, log)
         procs.append(peer)
@@ -198,9 +223,10 @@ async def main(args: argparse.Namespace) -> int:
         api = f"http://127.0.0.1:{api_port}"
         await check_equal(api, gql_url, find, page, tenant, ids, auth)
         print("answers checked equal (20 records by id, the filtered page's prices)", flush=True)
+        await warm_cache(f"http://127.0.0.1:{cached_port}", ids, auth)
 
         item = "/default/api/bench/item"
-        json_headers = {"Content-Type": "application/json"}
+        json_headers = {"Content-Type": "application/json", **auth}  # the peer has no JWT configured
         find_bodies = [json.dumps({"query": find, "variables": {"t": tenant, "id": i}}) for i in ids]
         page_body = [json.dumps({"query": page})]
         scenarios = {
@@ -212,6 +238,38 @@ async def main(args: argparse.Namespace) -> int:
                     f"http://127.0.0.1:{floor_port}",
                     [f"{item}/{i}" for i in ids],
                     seconds=args.seconds,
+                    headers=auth,  # the same request as dap's; the floors ignore the token
+                    pids=[floor.pid],
+                ),
+                "floor fifo": lambda: loadgen.load(
+                    f"http://127.0.0.1:{fifo_port}",
+                    [f"{item}/{i}" for i in ids],
+                    seconds=args.seconds,
+                    headers=auth,
+                    pids=[fifo.pid],
+                ),
+                "postgraphile": lambda: loadgen.load(
+                    f"http://127.0.0.1:{peer_port}",
+                    ["/graphql"],
+                    seconds=args.seconds,
+                    headers=json_headers,
+                    bodies=find_bodies,
+                    pids=[peer.pid],
+                ),
+            },
+            "cached find": {
+                "dap": lambda: loadgen.load(
+                    f"http://127.0.0.1:{cached_port}",
+                    [f"{item}/{i}" for i in ids],
+                    seconds=args.seconds,
+                    headers=auth,
+                    pids=[cached.pid],
+                ),
+                "floor": lambda: loadgen.load(
+                    f"http://127.0.0.1:{floor_port}",
+                    [f"{item}/{i}" for i in ids],
+                    seconds=args.seconds,
+                    headers=auth,
                     pids=[floor.pid],
                 ),
                 "postgraphile": lambda: loadgen.load(
@@ -231,7 +289,15 @@ async def main(args: argparse.Namespace) -> int:
                     f"http://127.0.0.1:{floor_port}",
                     [f"{item}?{rest.LIST_QUERY}"],
                     seconds=args.seconds,
+                    headers=auth,  # the same request as dap's; the floors ignore the token
                     pids=[floor.pid],
+                ),
+                "floor fifo": lambda: loadgen.load(
+                    f"http://127.0.0.1:{fifo_port}",
+                    [f"{item}?{rest.LIST_QUERY}"],
+                    seconds=args.seconds,
+                    headers=auth,
+                    pids=[fifo.pid],
                 ),
                 "postgraphile": lambda: loadgen.load(
                     f"http://127.0.0.1:{peer_port}",
@@ -247,19 +313,29 @@ async def main(args: argparse.Namespace) -> int:
         for name, targets in scenarios.items():
             print(f"running {name}: {args.rounds} rounds of {args.seconds}s per target ...", flush=True)
             results[name] = loadgen.interleave(targets, args.rounds)  # type: ignore[arg-type]
-        rss = {n: rest.rss_mib(p.pid) for n, p in (("dap", serve), ("floor", floor), ("postgraphile", peer))}
+        rss = {
+            n: rest.rss_mib(p.pid)
+            for n, p in (("dap", serve), ("dap cached", cached), ("floor", floor), ("postgraphile", peer))
+        }
+        # the floor fifo serves its callers in arrival order, as dap does (``db.connection``)
         print()
         print(
             f"peers: {args.rows} rows, {loadgen.generator()} with {loadgen.CONNECTIONS} connections, "
-            f"{args.rounds} interleaved rounds of {args.seconds}s (median, spread), auth on for dap only, "
+            f"{args.rounds} interleaved rounds of {args.seconds}s (median, spread), "
+            "auth on for dap only (all get its token), "
             f"event loop of dap and the floor: {args.event_loop or 'default (uvloop where installed)'}"
         )
         for name, by_target in results.items():
             for target, figure in by_target.items():
                 print(figure.line(f"{name} {target}"))
+            fifo_part = (
+                f"dap/floor fifo {loadgen.ratio(by_target['dap'], by_target['floor fifo'])}, "
+                if "floor fifo" in by_target
+                else ""
+            )
             print(
                 f"  {name}: dap/postgraphile {loadgen.ratio(by_target['dap'], by_target['postgraphile'])}, "
-                f"dap/floor {loadgen.ratio(by_target['dap'], by_target['floor'])}, "
+                f"dap/floor {loadgen.ratio(by_target['dap'], by_target['floor'])}, {fifo_part}"
                 f"p99 dap/postgraphile {by_target['dap'].p99_ms / by_target['postgraphile'].p99_ms:.2f}x, "
                 f"server CPU per request dap/postgraphile "
                 f"{loadgen.cpu_ratio(by_target['dap'], by_target['postgraphile'])}"

@@ -132,12 +132,16 @@ def FLOOR_LOOP() -> asyncio.AbstractEventLoop:  # noqa: N802 -- the loop dap ser
     return loops.factory()()
 
 
-def baseline_main(port_: int, dsn: str, tenant: str) -> None:
+def baseline_main(port_: int, dsn: str, tenant: str, fifo: bool = False) -> None:
+    """The floor; ``fifo`` puts dap's first-come, first-served gate (``storage.gates``) in front of
+    its pool, as ``db.connection`` does: the floor that also serves its callers in arrival order."""
+    import contextlib
+
     from aiohttp import web
 
     from dap import config
     from dap.server.catalog import Catalog
-    from dap.server.storage import db, sql
+    from dap.server.storage import db, gates, sql
     from dap.server.web import filters
 
     catalog = Catalog.from_spec(config.load_files({"spec.yaml": SPEC}))
@@ -148,14 +152,15 @@ def baseline_main(port_: int, dsn: str, tenant: str) -> None:
     one_sql, _ = sql.select_one(resource.table, tenant_id, uuid.uuid4())
 
     dumps = FLOOR_DUMPS
+    gate: Any = gates.Gate(POOL) if fifo else contextlib.nullcontext()
 
     async def find(request: web.Request) -> web.Response:
-        async with request.app["pool"].acquire() as conn:
+        async with gate, request.app["pool"].acquire() as conn:
             row = await conn.fetchrow(one_sql, tenant_id, uuid.UUID(request.match_info["id"]))
         return web.Response(body=dumps({"data": dict(row)}), content_type="application/json")
 
     async def many(request: web.Request) -> web.Response:
-        async with request.app["pool"].acquire() as conn:
+        async with gate, request.app["pool"].acquire() as conn:
             rows = await conn.fetch(list_sql, *list_args)
         body = {"data": [dict(r) for r in rows], "limit": 50, "offset": 0, "total": None}
         return web.Response(body=dumps(body), content_type="application/json")
@@ -282,9 +287,11 @@ def spawn_serve(
     )
 
 
-def spawn_baseline(port_: int, dsn: str, tenant: str, log: Path | None = None) -> subprocess.Popen[bytes]:
+def spawn_baseline(
+    port_: int, dsn: str, tenant: str, log: Path | None = None, *, fifo: bool = False
+) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, __file__, "--baseline", str(port_), dsn, tenant],
+        [sys.executable, __file__, "--baseline-fifo" if fifo else "--baseline", str(port_), dsn, tenant],
         stdout=subprocess.DEVNULL,
         stderr=log.open("wb") if log is not None else subprocess.DEVNULL,
     )
@@ -465,6 +472,9 @@ async def documents_scenario(
 # --- find-by-id cache: the same rows found through a server that caches them ------------------
 
 
+CACHE_LINE = "  cache: {ttl: 1h}\n"  # the find cache, declared on bench/item
+
+
 async def cache_scenario(
     tmp: Path,
     dsn: str,
@@ -484,7 +494,7 @@ async def cache_scenario(
     floor_port, uncached_port = ports
     spec = tmp / "spec-cached"
     spec.mkdir()
-    (spec / "bench.yaml").write_text(SPEC.replace("  expose:", "  cache: {ttl: 1h}\n  expose:"))
+    (spec / "bench.yaml").write_text(SPEC.replace("  expose:", CACHE_LINE + "  expose:"))
     cached_port = port()
     proc = spawn_serve(spec, dsn, cached_port)
     base = f"http://127.0.0.1:{cached_port}/default/api/bench/item"
@@ -652,12 +662,15 @@ async def main(args: argparse.Namespace) -> int:
         tenant, ids = await load_rows(dsn, args.rows)
         print(f"  loaded in {time.perf_counter() - started:.1f}s", flush=True)
         baseline = spawn_baseline(base_port, dsn, tenant, tmp / "baseline.log")
-        procs.append(baseline)
-        try:
-            await wait_http(f"http://127.0.0.1:{base_port}/default/api/bench/item/{ids[0]}", limit=60)
-        except RuntimeError:
-            print((tmp / "baseline.log").read_text()[-2000:], file=sys.stderr)
-            raise
+        fifo_port = port()
+        fifo = spawn_baseline(fifo_port, dsn, tenant, tmp / "baseline-fifo.log", fifo=True)
+        procs += [baseline, fifo]
+        for floor_port, floor_log in ((base_port, "baseline.log"), (fifo_port, "baseline-fifo.log")):
+            try:
+                await wait_http(f"http://127.0.0.1:{floor_port}/default/api/bench/item/{ids[0]}", limit=60)
+            except RuntimeError:
+                print((tmp / floor_log).read_text()[-2000:], file=sys.stderr)
+                raise
 
         now = int(time.time())
         token = jwt.encode(
@@ -671,18 +684,30 @@ async def main(args: argparse.Namespace) -> int:
         find_paths = [f"{item}/{i}" for i in ids]
         list_paths = [f"{item}?{LIST_QUERY}"]
         base_url, api_url = f"http://127.0.0.1:{base_port}", f"http://127.0.0.1:{api_port}"
+        fifo_url = f"http://127.0.0.1:{fifo_port}"
         results: dict[str, dict[str, loadgen.Figure]] = {}
         for scenario, paths in (("find", find_paths), ("list", list_paths)):
             print(f"running {scenario}: {args.rounds} rounds of {args.seconds}s per target ...", flush=True)
             results[scenario] = loadgen.interleave(
                 {
+                    # every target gets the same request, token included (the floors ignore it)
                     "floor": lambda p=paths: loadgen.load(  # type: ignore[misc]
                         base_url,
                         p,
                         seconds=args.seconds,
+                        headers=auth,
                         connections=args.workers,
                         warm=WARM_SECONDS,
                         pids=[baseline.pid],
+                    ),
+                    "floor fifo": lambda p=paths: loadgen.load(  # type: ignore[misc]
+                        fifo_url,
+                        p,
+                        seconds=args.seconds,
+                        headers=auth,
+                        connections=args.workers,
+                        warm=WARM_SECONDS,
+                        pids=[fifo.pid],
                     ),
                     "dap": lambda p=paths: loadgen.load(  # type: ignore[misc]
                         api_url,
@@ -722,6 +747,9 @@ async def main(args: argparse.Namespace) -> int:
         print(f"find-by-id p99 dap/floor:         {find_p99:.2f}x")
         find_cpu = loadgen.cpu_ratio(results["find"]["dap"], results["find"]["floor"])
         print(f"find-by-id server CPU/request dap/floor: {find_cpu} (the steadiest figure)")
+        fifo_ratio = loadgen.ratio(results["find"]["dap"], results["find"]["floor fifo"])
+        fifo_cpu = loadgen.cpu_ratio(results["find"]["dap"], results["find"]["floor fifo"])
+        print(f"find-by-id dap/floor fifo (callers in arrival order, as dap): {fifo_ratio}, CPU {fifo_cpu}")
         print(f"filtered sorted page dap/floor:   {list_ratio}  [{LIST_QUERY}]")
         print("\n".join(cache_lines))
         print(
@@ -738,8 +766,8 @@ async def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--baseline":
-        baseline_main(int(sys.argv[2]), sys.argv[3], sys.argv[4])
+    if len(sys.argv) > 1 and sys.argv[1] in ("--baseline", "--baseline-fifo"):
+        baseline_main(int(sys.argv[2]), sys.argv[3], sys.argv[4], fifo=sys.argv[1] == "--baseline-fifo")
         sys.exit(0)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=100_000)

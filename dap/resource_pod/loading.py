@@ -30,7 +30,7 @@ from aiohttp import web
 
 from dap import config, server
 from dap.resource_pod import errors
-from dap.server.storage import schema_sync, tables, workspaces
+from dap.server.storage import db, schema_sync, tables, workspaces
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def _pool(app: web.Application) -> asyncpg.Pool:
 async def ensure_workspace(app: web.Application, slug: str) -> None:
     """Register the pod's workspace in the server's database unless it already is."""
     try:
-        async with _pool(app).acquire() as conn:
+        async with db.connection(_pool(app)) as conn:
             if await workspaces.find(conn, slug) is None:
                 await workspaces.register(conn, slug, slug)
                 log.info("workspace registered", extra={"ctx": {"workspace": slug}})
@@ -84,7 +84,7 @@ async def ensure_workspace(app: web.Application, slug: str) -> None:
 async def migrate(app: web.Application, catalog: server.Catalog) -> int:
     """Apply the safe schema steps of ``catalog``; return how many ran. Never destructive."""
     try:
-        async with _pool(app).acquire() as conn:
+        async with db.connection(_pool(app)) as conn:
             plan = await schema_sync.sync(conn, catalog.tables, catalog.entities, allow_destructive=False)
     except server.errors.DestructivePending as exc:
         raise errors.DestructivePending(str(exc)) from exc
@@ -97,7 +97,7 @@ async def migrate(app: web.Application, catalog: server.Catalog) -> int:
 
 async def refused_steps(app: web.Application, catalog: server.Catalog) -> list[str]:
     """The schema changes ``catalog`` needs that :func:`migrate` refuses (destructive ones)."""
-    async with _pool(app).acquire() as conn:
+    async with db.connection(_pool(app)) as conn:
         plan = await schema_sync.current_plan(conn, catalog.tables, catalog.entities)
     return [*plan.blockers, *(step.description for step in plan.destructive)]
 
@@ -114,7 +114,7 @@ def current(app: web.Application) -> server.Catalog:
 async def probe_tables(app: web.Application, catalog: server.Catalog) -> None:
     """Every table the catalog reads answers a SELECT of its columns."""
     try:
-        async with _pool(app).acquire() as conn:
+        async with db.connection(_pool(app)) as conn:
             for table in catalog.tables:
                 columns = ", ".join(tables.quote(c.name) for c in table.columns)
                 await conn.fetch(f"SELECT {columns} FROM {tables.quote(table.name)} WHERE false")

@@ -24,7 +24,7 @@ import asyncpg
 from dap import server
 from dap.resource_pod import backoff, errors, evidence, fetching, timing
 from dap.server import metrics
-from dap.server.storage import tables
+from dap.server.storage import db, tables
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class Sender:
 async def check_postgres(pool: asyncpg.Pool) -> str | None:
     """``None`` when Postgres answers, else a short reason."""
     try:
-        async with asyncio.timeout(HEALTH_TIMEOUT), pool.acquire() as conn:
+        async with asyncio.timeout(HEALTH_TIMEOUT), db.connection(pool) as conn:
             await conn.fetchval("SELECT 1")
     except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         return f"postgres unreachable: {type(exc).__name__}"
@@ -118,19 +118,14 @@ async def check_postgres(pool: asyncpg.Pool) -> str | None:
 
 def requests_total(meter: metrics.Metrics, workspace: str) -> float:
     """Requests answered for ``workspace`` since the server started (all routes, all statuses)."""
-    total = 0.0
-    for family in meter.requests.collect():
-        for sample in family.samples:
-            if sample.name.endswith("_total") and sample.labels.get("workspace") == workspace:
-                total += sample.value
-    return total
+    return float(meter.requests_of(workspace))
 
 
 async def usage(pool: asyncpg.Pool, catalog: server.Catalog, tenant_id: uuid.UUID) -> dict[str, float]:
     """Rows and storage bytes of one tenant across the tables of ``catalog``."""
     rows = 0.0
     size = 0.0
-    async with pool.acquire() as conn:
+    async with db.connection(pool) as conn:
         for table in catalog.tables:
             name = tables.quote(table.name)
             try:

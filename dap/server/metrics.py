@@ -94,5 +94,10 @@ class Metrics:
         series.counts[bisect_left(BUCKETS, seconds)] += 1  # the first bound >= seconds: le is inclusive
         series.seconds += seconds
 
+    def requests_of(self, workspace: str) -> int:
+        """Requests answered for ``workspace`` since the server started (all routes, all statuses)."""
+        series = list(self._requests.series.items())
+        return sum(sum(s.counts) for labels, s in series if labels[0] == workspace)
+
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

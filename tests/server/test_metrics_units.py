@@ -52,3 +52,5 @@ def test_observations_expose_like_prometheus_client_histogram() -> None:
     assert ours[("dap_http_request_duration_seconds_bucket", (("le", "0.001"), *labels))] == 2
     assert ours[("dap_http_request_duration_seconds_bucket", (("le", "10.0"), *labels))] == 8
     assert ours[("dap_http_request_duration_seconds_count", labels)] == len(observations)
+    assert meter.requests_of("w") == len(observations) + 1  # what the resource pod reports
+    assert meter.requests_of("other") == 0

@@ -12,6 +12,9 @@ import asyncio
 import re
 from pathlib import Path
 
+import asyncpg
+import pytest
+
 import dap
 from dap.server.storage import db
 
@@ -83,3 +86,68 @@ async def test_callers_get_connections_in_the_order_they_asked(pg_dsn: str) -> N
         assert served == sorted(served)
     finally:
         await pool.close()
+
+
+async def test_a_clean_connection_goes_straight_to_the_oldest_waiter(pg_dsn: str) -> None:
+    """A caller waiting gets the connection the previous one ends with, without a trip through
+    the pool; an end with an error or a transaction left open goes through the pool's release,
+    which rolls the transaction back, so the next caller never inherits it."""
+    pool = await db.open_pool(pg_dsn, 1)
+    try:
+        first = db.connection(pool)
+        held = await first.__aenter__()
+        waiter = asyncio.create_task(db.connection(pool).__aenter__())
+        await asyncio.sleep(0.01)
+        assert not waiter.done()
+        await first.__aexit__(None, None, None)
+        got = await asyncio.wait_for(waiter, 5)
+        assert got is held  # the same proxy: handed over, not released and acquired again
+        assert pool.get_idle_size() == 0
+
+        # got's turn ends with a transaction left open: the pool's release rolls it back first
+        await got.execute("BEGIN")
+        await got.execute("CREATE TEMP TABLE t_handed (x int)")
+        waiter = asyncio.create_task(db.connection(pool).__aenter__())
+        await asyncio.sleep(0.01)
+        await db.connection.__aexit__(_holding(pool, got), None, None, None)
+        fresh = await asyncio.wait_for(waiter, 5)
+        assert fresh is not got  # a new proxy from the pool
+        assert not fresh.is_in_transaction()
+        assert await fresh.fetchval("SELECT to_regclass('t_handed')") is None
+
+        # an error ends the turn: through the pool too
+        waiter = asyncio.create_task(db.connection(pool).__aenter__())
+        await asyncio.sleep(0.01)
+        await db.connection.__aexit__(_holding(pool, fresh), ValueError, ValueError("x"), None)
+        assert (await asyncio.wait_for(waiter, 5)) is not fresh
+    finally:
+        pool.terminate()
+
+
+async def test_a_connection_handed_to_a_cancelled_waiter_goes_back_to_the_pool(pg_dsn: str) -> None:
+    pool = await db.open_pool(pg_dsn, 1)
+    try:
+        first = db.connection(pool)
+        await first.__aenter__()
+        waiter = asyncio.create_task(db.connection(pool).__aenter__())
+        await asyncio.sleep(0.01)
+        await first.__aexit__(None, None, None)  # handed to the waiter, which has not run yet
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        for _ in range(100):  # the connection goes back to the pool, and its place is free again
+            if pool.get_idle_size() == 1:
+                break
+            await asyncio.sleep(0.01)
+        assert pool.get_idle_size() == 1
+        async with db.connection(pool) as conn:
+            assert await asyncio.wait_for(conn.fetchval("SELECT 1"), 5) == 1
+    finally:
+        await pool.close()
+
+
+def _holding(pool: asyncpg.Pool, conn: db.Connection) -> db.connection:
+    """A ``db.connection`` whose turn holds ``conn`` (to end a turn a test started by hand)."""
+    holder = db.connection(pool)
+    holder._conn = conn  # type: ignore[assignment]
+    return holder

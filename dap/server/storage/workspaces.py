@@ -148,7 +148,7 @@ class Registry:
             return cached[1]
         if not SLUG.fullmatch(slug) or slug in names.RESERVED_SLUGS:
             raise errors.NotFound(f"no workspace {slug!r}", code="SVC.WORKSPACE.NOT_FOUND")
-        async with self._pool.acquire() as conn:
+        async with db.connection(self._pool) as conn:
             workspace = await find(conn, slug)
         if workspace is None:
             self._hits.pop(slug, None)

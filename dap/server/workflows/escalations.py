@@ -98,7 +98,7 @@ class Loop:
         while True:
             fired = 0
             try:
-                async with self._pool.acquire() as conn:
+                async with db.connection(self._pool) as conn:
                     fired = await fire_due(conn)
             except asyncio.CancelledError:
                 raise
