@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterator
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -23,6 +22,7 @@ BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.
 PoolStats = Callable[[], tuple[int, int, int]]  # (size, idle, max)
 LABELS = ("workspace", "route", "method", "status_class")
 _STATUS_CLASSES = tuple(f"{n}xx" for n in range(10))
+_BOUNDS = tuple(repr(float(b)) for b in BUCKETS)  # ``le`` as prometheus_client writes it: 0.001, 1.0
 
 
 class _PoolCollector(Collector):
@@ -66,7 +66,7 @@ class _RequestCollector(Collector):
         for labels, series in list(self.series.items()):
             counts, seconds = list(series.counts), series.seconds  # one consistent reading
             running, buckets = 0, []
-            for bound, count in zip((*(floatToGoString(b) for b in BUCKETS), "+Inf"), counts, strict=True):
+            for bound, count in zip((*_BOUNDS, "+Inf"), counts, strict=True):
                 running += count
                 buckets.append((bound, running))
             requests.add_metric(labels, running)

@@ -145,9 +145,10 @@ class connection:  # noqa: N801 -- used as a function: ``async with db.connectio
         await _give_back(self._pool, self._gate, conn)
 
 
-async def _give_back(
-    pool: asyncpg.Pool[asyncpg.Record], place: gates.Gate[Connection], conn: Connection
-) -> None:
+Pooled: TypeAlias = "PoolConnectionProxy[asyncpg.Record]"
+
+
+async def _give_back(pool: asyncpg.Pool[asyncpg.Record], place: gates.Gate[Pooled], conn: Pooled) -> None:
     try:
         await pool.release(conn)
     except Exception as exc:  # asyncpg terminated it: the pool opens a new one when needed
@@ -156,11 +157,11 @@ async def _give_back(
         place.release()
 
 
-_gates: dict[int, tuple[asyncpg.Pool[asyncpg.Record], gates.Gate[Connection]]] = {}
+_gates: dict[int, tuple[asyncpg.Pool[asyncpg.Record], gates.Gate[Pooled]]] = {}
 _orphans: set[asyncio.Task[None]] = set()  # connections going back to their pool (see ``gate``)
 
 
-def gate(pool: asyncpg.Pool[asyncpg.Record]) -> gates.Gate[Connection]:
+def gate(pool: asyncpg.Pool[asyncpg.Record]) -> gates.Gate[Pooled]:
     """The first-come, first-served queue in front of ``pool`` (``gates.Gate``: no newcomer passes
     a waiting caller), as many places as the pool has connections. A connection handed to a
     caller cancelled while it waited, with nobody else waiting, goes back to the pool.
@@ -171,12 +172,12 @@ def gate(pool: asyncpg.Pool[asyncpg.Record]) -> gates.Gate[Connection]:
     found = _gates.get(id(pool))
     if found is None or found[0] is not pool:
 
-        def orphan(conn: Connection) -> None:
+        def orphan(conn: Pooled) -> None:
             task = asyncio.get_running_loop().create_task(_give_back(pool, place, conn))
             _orphans.add(task)
             task.add_done_callback(_orphans.discard)
 
-        place: gates.Gate[Connection] = gates.Gate(pool.get_max_size(), orphan)
+        place: gates.Gate[Pooled] = gates.Gate(pool.get_max_size(), orphan)
         found = _gates[id(pool)] = (pool, place)
     return found[1]
 
