@@ -73,8 +73,10 @@ DONE = (
     "UPDATE dap.outbox SET delivered_at = now(), seq = nextval('dap.outbox_feed_seq') "
     "WHERE id = ANY($1::bigint[]) RETURNING seq"
 )
+# seconds to the next retry, NULL when no row waits for one (``greatest`` would make that 0, and
+# an idle dispatcher would poll at its 50 ms floor instead of every ``poll``); past ones are <= 0
 DUE = (
-    "SELECT greatest(0, extract(epoch FROM min(next_at) - now()))::float8 FROM dap.outbox "
+    "SELECT extract(epoch FROM min(next_at) - now())::float8 FROM dap.outbox "
     "WHERE delivered_at IS NULL AND attempts > 0"
 )
 PRUNE = (
