@@ -59,6 +59,22 @@ async def test_a_cancelled_waiter_leaves_the_queue_and_loses_no_place() -> None:
     await asyncio.wait_for(staying, 1)
 
 
+async def test_a_release_between_a_waiters_cancellation_and_its_leaving_loses_nothing() -> None:
+    gate = Gate(1)
+    await gate.acquire()
+    leaving = asyncio.create_task(gate.acquire())
+    staying = asyncio.create_task(gate.acquire())
+    await asyncio.sleep(0)
+    leaving.cancel()  # its place is cancelled now, but the task has not run its clean-up yet
+    gate.release()  # skips the cancelled place, hands this one to the next
+    with pytest.raises(asyncio.CancelledError):
+        await leaving
+    await asyncio.wait_for(staying, 1)
+    assert gate.waiting == 0
+    gate.release()
+    await asyncio.wait_for(gate.acquire(), 1)
+
+
 async def test_a_waiter_cancelled_after_it_was_handed_a_place_passes_it_on() -> None:
     gate = Gate(1)
     await gate.acquire()

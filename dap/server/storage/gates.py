@@ -55,7 +55,7 @@ class Gate(Generic[T]):
         except asyncio.CancelledError:
             if place.done() and not place.cancelled():
                 self._pass_on(place.result())  # handed a place as the caller was cancelled
-            else:
+            elif place in self._waiters:  # a release may have dropped it already (it was done)
                 self._waiters.remove(place)
             raise
 
