@@ -317,7 +317,6 @@ async def main(args: argparse.Namespace) -> int:
             n: rest.rss_mib(p.pid)
             for n, p in (("dap", serve), ("dap cached", cached), ("floor", floor), ("postgraphile", peer))
         }
-        # the floor fifo serves its callers in arrival order, as dap does (``db.connection``)
         print()
         print(
             f"peers: {args.rows} rows, {loadgen.generator()} with {loadgen.CONNECTIONS} connections, "
