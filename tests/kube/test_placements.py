@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from dap.control import store
-from dap.control.kube import member, placing, region
+from dap.control.kube import placing, region
 from tests.conftest import drop_database, new_database
 from tests.kube import fleet as fleet_
 from tests.kube.audit import Audit, summary
@@ -309,20 +309,13 @@ async def test_one_cluster_control_replica_leads_and_another_takes_over(
     )
     follower = next(r for r in replicas if r is not leader)
     # a round counts once it has also reported, after the Workspace it created is visible
-    await wait_for(_rounds_done(leader), what="the leader's first whole round")
+    await wait_for(lambda: _later(leader, 1), what="the leader's first whole round")
     assert follower.state["rounds"] == 0  # the follower did nothing
 
     await fleet.stop_member(leader)
     await fleet.workspace("late")
     await fleet.materialised("late", a)  # the follower took over and converged
-    await wait_for(_rounds_done(follower), what="the follower's first whole round")
+    await wait_for(lambda: _later(follower, 1), what="the follower's first whole round")
 
     taken = await api.get("leases", "dap-system", lease) or {}
     assert follower.elector is not None and taken["spec"]["holderIdentity"] == follower.elector.me
-
-
-def _rounds_done(control: member.Member) -> Callable[[], Awaitable[int]]:
-    async def probe() -> int:
-        return int(control.state["rounds"])
-
-    return probe
