@@ -244,4 +244,5 @@ class Reporter:
                     await asyncio.sleep(delay)
                     continue
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout=delay)
+                    async with asyncio.timeout(delay):  # not wait_for: 3.11 loses a stop there
+                        await self._wake.wait()

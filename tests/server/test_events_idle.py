@@ -1,12 +1,18 @@
-"""The events dispatcher's wait between rounds, on a real Postgres (its own database)."""
+"""The background loops' waits between rounds, on a real Postgres (this module's own database):
+how long an idle dispatcher sleeps, and that every loop stops when stopped as it is woken."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import asyncpg
 
+from dap.server import state
 from dap.server.events import dispatcher, outbox
+from dap.server.web import jobs
+
+from .conftest import running
 
 
 async def test_an_idle_dispatcher_waits_its_whole_poll(pg_dsn: str) -> None:
@@ -31,3 +37,28 @@ async def test_an_idle_dispatcher_waits_its_whole_poll(pg_dsn: str) -> None:
         await conn.execute("DELETE FROM dap.outbox WHERE tenant_id = $1", tenant)
     finally:
         await conn.close()
+
+
+async def test_the_loops_stop_when_stopped_as_they_are_woken(pg_dsn: str) -> None:
+    """On Python 3.11 ``asyncio.wait_for`` returns the inner result and drops the cancel when both
+    come in the same turn of the loop: a loop waiting on ``wait_for(event.wait(), t)`` that was
+    stopped as it was woken went on forever, and its server's shutdown with it (the resource
+    pod's tests hung so once). A wake-up and a stop in the same turn, several times a loop."""
+    async with running(pg_dsn) as srv:
+        events = srv.server.app[state.EVENTS]
+        worker = srv.server.app[jobs.WORKER]
+        for _ in range(3):
+            await asyncio.sleep(0.3)  # each loop idle in its wait
+            events.dispatcher.wake()
+            events.feed._wake.set()  # the feed is woken by its listener
+            worker.wake()
+            started = asyncio.get_running_loop().time()
+            # bounds the test: a stop that hangs is then given up (it swallows the cancel)
+            async with asyncio.timeout(5):
+                await events.dispatcher.stop()
+                await events.feed.stop()
+                await worker.stop()
+            assert asyncio.get_running_loop().time() - started < 4, "a loop did not stop when stopped"
+            events.dispatcher.start()
+            events.feed.start()
+            await worker.start()

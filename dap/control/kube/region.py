@@ -132,7 +132,8 @@ class Region:
     async def _loop(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.nudged.wait(), timeout=self.options.interval)
+                async with asyncio.timeout(self.options.interval):  # not wait_for: 3.11 loses a stop there
+                    await self.nudged.wait()
             self.nudged.clear()
             if self.elector is not None and not await self.elector.try_acquire():
                 continue

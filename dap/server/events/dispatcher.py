@@ -157,7 +157,8 @@ class Dispatcher:
             except Exception:  # Postgres away, a bug: log, wait, go on -- never die silently
                 log.exception("events dispatcher round failed")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), wait)
+                async with asyncio.timeout(wait):  # not wait_for: 3.11 loses a stop there
+                    await self._wake.wait()
 
     async def drain_once(self) -> int:
         """Claim and settle one batch in one transaction; how many rows were claimed."""

@@ -122,7 +122,8 @@ class Feed:
                 log.exception("events feed round failed")
                 await self._listener.close()  # a fresh one next round
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.poll)
+                async with asyncio.timeout(self.poll):  # not wait_for: 3.11 loses a stop there
+                    await self._wake.wait()
 
     async def _read(self) -> None:
         while True:

@@ -213,7 +213,8 @@ class Worker:
                 await asyncio.sleep(1.0)
             if not worked:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self.poll)
+                    async with asyncio.timeout(self.poll):  # not wait_for: 3.11 loses a stop there
+                        await self._wake.wait()
                 self._wake.clear()
 
     async def step(self) -> bool:
