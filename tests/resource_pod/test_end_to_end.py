@@ -252,9 +252,10 @@ async def test_a_tampered_state_file_is_refused_at_boot(
     v1 = await control.register(V1)
     first = await start_pod(pod_settings(control.url, tmp_path, control.signer))
     await wait_for(lambda: running(first, v1), what="v1 loaded")
+    saved = tmp_path / WORKSPACE / "current.json"
+    await wait_for(saved.is_file, what="v1 persisted")  # the pull's last step, after the swap
     await first.stop()
     await control.stop()
-    saved = tmp_path / WORKSPACE / "current.json"
     document = json.loads(saved.read_text())
     document["envelope"]["app"] = "evil"
     saved.write_text(json.dumps(document))
