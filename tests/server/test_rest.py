@@ -155,6 +155,18 @@ async def test_expose_controls_reachability(srv: Running) -> None:
     assert (await call(srv, "GET", f"{P}/not-a-uuid"))[0] == 404
 
 
+async def test_entity_routes_leave_underscore_paths_to_their_own_routes(srv: Running) -> None:
+    """The entity routes are tried first, and never for a module starting with ``_`` (no module
+    can be named so): those paths reach their own routes, or a problem document's 404."""
+    status, body, _ = await call(srv, "GET", "/default/api/_approvals")
+    assert status == 200 and "data" in body  # the approval inbox, not an entity list
+    status, body, headers = await call(srv, "GET", "/default/api/_nothing/here")
+    assert status == 404 and headers["Content-Type"].startswith("application/problem+json")
+    assert body["status"] == 404
+    status, body, _ = await call(srv, "GET", "/default/api/shop/nothing")
+    assert status == 404 and body["code"] == "SVC.ENTITY.NOT_FOUND"
+
+
 async def test_lifecycle_and_child_table(srv: Running) -> None:
     status, body, _ = await call(
         srv,
