@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ import loadgen
 import rest
 
 ROOT = Path(__file__).resolve().parent.parent
+Target = Callable[[], loadgen.Load]  # one round against one server
 CACHE = ROOT / ".dap" / "bench-peers"
 PACKAGES = ["node@22", "postgraphile@5.1.5", "postgraphile-plugin-connection-filter@4.0.1"]
 FIELDS = ("code", "title", "price", "qty", "category", "launched")
@@ -229,90 +231,42 @@ async def main(args: argparse.Namespace) -> int:
         json_headers = {"Content-Type": "application/json", **auth}  # the peer has no JWT configured
         find_bodies = [json.dumps({"query": find, "variables": {"t": tenant, "id": i}}) for i in ids]
         page_body = [json.dumps({"query": page})]
-        scenarios = {
+        finds, pages = [f"{item}/{i}" for i in ids], [f"{item}?{rest.LIST_QUERY}"]
+
+        def rest_target(port: int, paths: list[str], proc: subprocess.Popen[bytes]) -> Target:
+            # every REST target gets the same request, dap's token included (the floors ignore it)
+            url = f"http://127.0.0.1:{port}"
+            return lambda: loadgen.load(url, paths, seconds=args.seconds, headers=auth, pids=[proc.pid])
+
+        def peer_target(bodies: list[str]) -> Target:
+            url = f"http://127.0.0.1:{peer_port}"
+            return lambda: loadgen.load(
+                url, ["/graphql"], seconds=args.seconds, headers=json_headers, bodies=bodies, pids=[peer.pid]
+            )
+
+        scenarios: dict[str, dict[str, Target]] = {
             "find": {
-                "dap": lambda: loadgen.load(
-                    api, [f"{item}/{i}" for i in ids], seconds=args.seconds, headers=auth, pids=[serve.pid]
-                ),
-                "floor": lambda: loadgen.load(
-                    f"http://127.0.0.1:{floor_port}",
-                    [f"{item}/{i}" for i in ids],
-                    seconds=args.seconds,
-                    headers=auth,  # the same request as dap's; the floors ignore the token
-                    pids=[floor.pid],
-                ),
-                "floor fifo": lambda: loadgen.load(
-                    f"http://127.0.0.1:{fifo_port}",
-                    [f"{item}/{i}" for i in ids],
-                    seconds=args.seconds,
-                    headers=auth,
-                    pids=[fifo.pid],
-                ),
-                "postgraphile": lambda: loadgen.load(
-                    f"http://127.0.0.1:{peer_port}",
-                    ["/graphql"],
-                    seconds=args.seconds,
-                    headers=json_headers,
-                    bodies=find_bodies,
-                    pids=[peer.pid],
-                ),
+                "dap": rest_target(api_port, finds, serve),
+                "floor": rest_target(floor_port, finds, floor),
+                "floor fifo": rest_target(fifo_port, finds, fifo),
+                "postgraphile": peer_target(find_bodies),
             },
             "cached find": {
-                "dap": lambda: loadgen.load(
-                    f"http://127.0.0.1:{cached_port}",
-                    [f"{item}/{i}" for i in ids],
-                    seconds=args.seconds,
-                    headers=auth,
-                    pids=[cached.pid],
-                ),
-                "floor": lambda: loadgen.load(
-                    f"http://127.0.0.1:{floor_port}",
-                    [f"{item}/{i}" for i in ids],
-                    seconds=args.seconds,
-                    headers=auth,
-                    pids=[floor.pid],
-                ),
-                "postgraphile": lambda: loadgen.load(
-                    f"http://127.0.0.1:{peer_port}",
-                    ["/graphql"],
-                    seconds=args.seconds,
-                    headers=json_headers,
-                    bodies=find_bodies,
-                    pids=[peer.pid],
-                ),
+                "dap": rest_target(cached_port, finds, cached),
+                "floor": rest_target(floor_port, finds, floor),
+                "postgraphile": peer_target(find_bodies),
             },
             "page": {
-                "dap": lambda: loadgen.load(
-                    api, [f"{item}?{rest.LIST_QUERY}"], seconds=args.seconds, headers=auth, pids=[serve.pid]
-                ),
-                "floor": lambda: loadgen.load(
-                    f"http://127.0.0.1:{floor_port}",
-                    [f"{item}?{rest.LIST_QUERY}"],
-                    seconds=args.seconds,
-                    headers=auth,  # the same request as dap's; the floors ignore the token
-                    pids=[floor.pid],
-                ),
-                "floor fifo": lambda: loadgen.load(
-                    f"http://127.0.0.1:{fifo_port}",
-                    [f"{item}?{rest.LIST_QUERY}"],
-                    seconds=args.seconds,
-                    headers=auth,
-                    pids=[fifo.pid],
-                ),
-                "postgraphile": lambda: loadgen.load(
-                    f"http://127.0.0.1:{peer_port}",
-                    ["/graphql"],
-                    seconds=args.seconds,
-                    headers=json_headers,
-                    bodies=page_body,
-                    pids=[peer.pid],
-                ),
+                "dap": rest_target(api_port, pages, serve),
+                "floor": rest_target(floor_port, pages, floor),
+                "floor fifo": rest_target(fifo_port, pages, fifo),
+                "postgraphile": peer_target(page_body),
             },
         }
         results = {}
         for name, targets in scenarios.items():
             print(f"running {name}: {args.rounds} rounds of {args.seconds}s per target ...", flush=True)
-            results[name] = loadgen.interleave(targets, args.rounds)  # type: ignore[arg-type]
+            results[name] = loadgen.interleave(targets, args.rounds)
         rss = {
             n: rest.rss_mib(p.pid)
             for n, p in (("dap", serve), ("dap cached", cached), ("floor", floor), ("postgraphile", peer))

@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -683,44 +684,26 @@ async def main(args: argparse.Namespace) -> int:
         item = "/default/api/bench/item"
         find_paths = [f"{item}/{i}" for i in ids]
         list_paths = [f"{item}?{LIST_QUERY}"]
-        base_url, api_url = f"http://127.0.0.1:{base_port}", f"http://127.0.0.1:{api_port}"
-        fifo_url = f"http://127.0.0.1:{fifo_port}"
+        api_url = f"http://127.0.0.1:{api_port}"
+        # every target gets the same request, token included (the floors ignore it)
+        servers = {"floor": (base_port, baseline), "floor fifo": (fifo_port, fifo), "dap": (api_port, serve)}
+
+        def target(port_: int, proc: subprocess.Popen[bytes], paths: list[str]) -> Callable[[], loadgen.Load]:
+            return lambda: loadgen.load(
+                f"http://127.0.0.1:{port_}",
+                paths,
+                seconds=args.seconds,
+                headers=auth,
+                connections=args.workers,
+                warm=WARM_SECONDS,
+                pids=[proc.pid],
+            )
+
         results: dict[str, dict[str, loadgen.Figure]] = {}
         for scenario, paths in (("find", find_paths), ("list", list_paths)):
             print(f"running {scenario}: {args.rounds} rounds of {args.seconds}s per target ...", flush=True)
-            results[scenario] = loadgen.interleave(
-                {
-                    # every target gets the same request, token included (the floors ignore it)
-                    "floor": lambda p=paths: loadgen.load(  # type: ignore[misc]
-                        base_url,
-                        p,
-                        seconds=args.seconds,
-                        headers=auth,
-                        connections=args.workers,
-                        warm=WARM_SECONDS,
-                        pids=[baseline.pid],
-                    ),
-                    "floor fifo": lambda p=paths: loadgen.load(  # type: ignore[misc]
-                        fifo_url,
-                        p,
-                        seconds=args.seconds,
-                        headers=auth,
-                        connections=args.workers,
-                        warm=WARM_SECONDS,
-                        pids=[fifo.pid],
-                    ),
-                    "dap": lambda p=paths: loadgen.load(  # type: ignore[misc]
-                        api_url,
-                        p,
-                        seconds=args.seconds,
-                        headers=auth,
-                        connections=args.workers,
-                        warm=WARM_SECONDS,
-                        pids=[serve.pid],
-                    ),
-                },
-                args.rounds,
-            )
+            targets = {name: target(port_, proc, paths) for name, (port_, proc) in servers.items()}
+            results[scenario] = loadgen.interleave(targets, args.rounds)
         if args.profile:
             print(profile(serve.pid, api_url, find_paths, auth, args.seconds), flush=True)
         server_rss = rss_mib(serve.pid)
