@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install dev test lint unit bench bench-quick crds e2e clean k8s ui ui-test chromium
+.PHONY: install dev test lint unit bench bench-quick crds e2e clean k8s ui ui-test chromium wrk
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +25,7 @@ ARGS ?=
 dev: $(STAMP) ui
 	$(BIN)/dap dev --spec $(SPEC) $(ARGS)
 
-test: $(STAMP) k8s ui chromium
+test: $(STAMP) k8s ui chromium wrk
 	$(MAKE) lint
 	$(MAKE) ui-test
 	$(BIN)/python -m pytest
@@ -81,9 +81,11 @@ lint: $(STAMP)
 
 # wrk (Debian's package) drives the HTTP benchmarks; without it they fall back to a Python client
 # and say so (bench/loadgen.py).
-bench: $(STAMP) k8s ui chromium
+wrk:
 	@command -v wrk >/dev/null || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
 		apt-get update -qq && apt-get install -y -qq wrk >/dev/null; } || echo "wrk not installed: HTTP figures from a Python client"
+
+bench: $(STAMP) k8s ui chromium wrk
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 # Every benchmark once, small and short, so that none can stop running unnoticed (make test).

@@ -1,7 +1,7 @@
 """Benchmark of the operator: N Workspaces (500 by default) on a real API server and on kmock's
 emulator, the figures side by side.
 
-Run: ``.venv/bin/python bench/operator.py [--workspaces N] [--only real|emulator] [--quick]``; only
+Run: ``.venv/bin/python bench/operators.py [--workspaces N] [--only real|emulator] [--quick]``; only
 ``--quick`` (5 workspaces) runs in ``make test``. The real control plane comes from ``tools/k8s``.
 
 On each backend, in one process tree:
