@@ -12,6 +12,7 @@ Routes per mode (spec, Endpoints: Control plane):
 | PUT  /v1/clusters/{id}, GET /v1/clusters | yes |  |            |
 | GET  /v1/placements?cluster=   | yes    |         | yes        |
 | POST /v1/poll                  |        |         | dev only   |
+| GET  /v1/log/head, entries, proof, consistency | yes | relayed | yes |
 | GET  /health                   | yes    | yes     | yes        |
 
 Start-up loads the desired state into memory and LISTENs on ``dap_control_changed`` so changes
@@ -44,6 +45,8 @@ from dap.control import (
     settings,
     signing,
     snapshots,
+    tlog_api,
+    tlog_store,
 )
 from dap.control.ids import KeyId
 from dap.control.kube import api as placements_api
@@ -90,6 +93,15 @@ def build_app(
     if config.accepts_artifacts:
         routes.append(web.post("/v1/artifacts", handlers.post_artifact))
         routes.append(web.get("/v1/placements", placements_api.get_placements))
+    if config.mode == "cluster":
+        routes += [web.get(f"/v1/log/{name}", tlog_api.relay) for name in tlog_api.ROUTES]
+    else:
+        routes += [
+            web.get("/v1/log/head", tlog_api.get_head),
+            web.get("/v1/log/entries", tlog_api.get_entries),
+            web.get("/v1/log/proof", tlog_api.get_proof),
+            web.get("/v1/log/consistency", tlog_api.get_consistency),
+        ]
     if config.mode == "region":
         routes += [
             web.put("/v1/clusters/{cluster_id}", reports.put_cluster),
@@ -118,6 +130,7 @@ async def _start(app: web.Application) -> None:
             app[http.LIVE].set_region(live.RegionSnapshot(etag=etag, body=body, version=version))
         session = aiohttp.ClientSession()
         app[SESSION] = session
+        app[tlog_api.SESSION] = session
         trusted: dict[KeyId, bytes] = app[http.TRUSTED]
         agent = cluster.Agent(
             pool=pool, config=config, state=app[http.LIVE], trusted=trusted, session=session
@@ -139,6 +152,9 @@ async def _start(app: web.Application) -> None:
     app[ON_CHANGE] = changed
     # Listen first, then load: a change committed in between is seen by one or the other.
     await listener.add_listener(schema.NOTIFY_CHANNEL, changed)
+    # The log records this control's key and any artifact registered before the log existed.
+    await tlog_store.record_key(pool, app[http.SIGNER])
+    await tlog_store.backfill(pool, app[http.SIGNER])
     await http.reload_state(app)
 
 

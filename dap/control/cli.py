@@ -13,7 +13,7 @@ import json
 import re
 import sys
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ import click
 
 from dap import embedded, logs
 from dap.control import app as control_app
-from dap.control import errors, packing, registration, settings, signing, store
+from dap.control import errors, packing, registration, settings, signing, store, tlog_store
 from dap.control.ids import ClusterId
 from dap.control.kube import commands as kube_commands
 
@@ -209,7 +209,15 @@ async def _revoke(artifact_id: str, dsn: str) -> list[str]:
     pool = await store.connect(dsn, min_size=1, max_size=1)
     try:
         async with pool.acquire() as conn, conn.transaction():
-            return list(await store.revoke(conn, artifact_id))
+            row = await store.artifact(conn, artifact_id)
+            moved = list(await store.revoke(conn, artifact_id))
+            if row is not None and row.status == "active":
+                # Logged without a signature here; the serving control signs the new head.
+                entry = tlog_store.revocation_entry(
+                    app=row.app, version=row.version, artifact_id=artifact_id, at=datetime.now(UTC)
+                )
+                await tlog_store.append(conn, [entry], signer=None)
+            return moved
     finally:
         await pool.close()
 

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import asyncpg
 from aiohttp import web
 
-from dap.control import errors, live, settings, signing, store
+from dap.control import errors, live, settings, signing, store, tlog_store
 from dap.control.ids import KeyId
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,12 @@ async def json_body(request: web.Request) -> Any:
 
 
 async def reload_state(app: web.Application) -> None:
-    """Reload the desired state from Postgres into ``Live`` (region and standalone)."""
+    """Reload the desired state from Postgres into ``Live`` (region and standalone).
+
+    Also signs the log's head when another process appended without the key (``revoke``).
+    """
+    if SIGNER in app:
+        await tlog_store.ensure_head(app[POOL], app[SIGNER])
     version, deployments = await store.snapshot_content(app[POOL])
     current = app[LIVE].state
     if version < current.version:

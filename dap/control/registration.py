@@ -12,9 +12,11 @@ The rule of the spec, with the deployments update the reference behaviour forgot
    an upload whose app is only a default (``dap register`` without ``--app``) keeps the app its
    workspaces are already bound to, so versions chain and revoke falls back within that app;
    moving a workspace to another app takes an explicitly named app (``choose_app``);
-5. bump the snapshot version when an artifact was created or a binding changed.
+5. append the registration (envelope hash) to the transparency log and sign the new tree head
+   (``tlog_store``);
+6. bump the snapshot version when an artifact was created or a binding changed.
 
-Steps 3-5 are one transaction: a crash leaves either everything or nothing. CPU-heavy work
+Steps 3-6 are one transaction: a crash leaves either everything or nothing. CPU-heavy work
 (validation, hashing, canonical JSON and signing) runs in a worker thread so the event loop keeps
 answering snapshot polls meanwhile.
 """
@@ -32,7 +34,17 @@ from datetime import UTC, datetime
 import asyncpg
 
 from dap.config import canonical
-from dap.control import envelopes, errors, registry, routing, signing, snapshots, store, validation
+from dap.control import (
+    envelopes,
+    errors,
+    registry,
+    routing,
+    signing,
+    snapshots,
+    store,
+    tlog_store,
+    validation,
+)
 from dap.control.ids import AppName, ArtifactId, ClusterId, WorkspaceId
 
 WORKSPACE_ID = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
@@ -195,6 +207,21 @@ async def _store(
                 envelope=body,
                 files=[(p, hashes[p], len(c)) for p, c in upload.files.items()],
                 created_at=created_at,
+            )
+            await tlog_store.append(
+                conn,
+                [
+                    tlog_store.registration_entry(
+                        app=upload.app,
+                        version=version,
+                        artifact_id=artifact_id,
+                        sha256=sha256,
+                        envelope=body,
+                        key_id=signer.key_id,
+                        at=created_at,
+                    )
+                ],
+                signer=signer,
             )
         bindings = _bindings(upload, placements, await store.deployments(conn), artifact_id)
         changed = await registry.place(conn, bindings, standalone=standalone)

@@ -19,6 +19,8 @@ tables empty and uses ``outbox``, ``region_snapshot`` and ``trusted_keys``):
 - ``outbox``: evidence a cluster still has to relay to its region (survives restarts).
 - ``region_snapshot``: the last region-signed snapshot a cluster serves to its pods.
 - ``trusted_keys``: public keys a cluster trusts for region signatures.
+- ``log_leaves``, ``log_nodes``, ``log_heads``: the transparency log (``tlog_store``): each
+  entry's exact leaf bytes, every complete perfect subtree hash, every signed tree head.
 """
 
 from __future__ import annotations
@@ -136,6 +138,32 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE dap_control.deployments ADD COLUMN workspace_spec jsonb;
     CREATE INDEX deployments_cluster ON dap_control.deployments (cluster_id);
     ALTER TABLE dap_control.clusters ADD COLUMN last_pull timestamptz;
+    """,
+    # 3: the transparency log (dap.control.tlog_store, dap.config.tlog). Leaves keep the exact
+    # bytes that were hashed; nodes are perfect subtrees, written once when they complete.
+    """
+    CREATE TABLE dap_control.log_leaves (
+        idx          bigint PRIMARY KEY CHECK (idx >= 0),
+        kind         text NOT NULL,
+        app          text,
+        artifact_id  text,
+        data         bytea NOT NULL,
+        appended_at  timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE INDEX log_leaves_artifact ON dap_control.log_leaves (artifact_id, kind);
+    CREATE INDEX log_leaves_app ON dap_control.log_leaves (app, idx);
+    CREATE TABLE dap_control.log_nodes (
+        level  smallint NOT NULL CHECK (level >= 0),
+        idx    bigint NOT NULL CHECK (idx >= 0),
+        hash   bytea NOT NULL,
+        PRIMARY KEY (level, idx)
+    );
+    CREATE TABLE dap_control.log_heads (
+        tree_size  bigint PRIMARY KEY CHECK (tree_size >= 0),
+        root_hash  bytea NOT NULL,
+        head       bytea NOT NULL,
+        signed_at  timestamptz NOT NULL DEFAULT now()
+    );
     """,
 )
 
