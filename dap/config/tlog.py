@@ -313,4 +313,3 @@ def parse_proof(value: Any, what: str = "proof") -> list[bytes]:
     if not isinstance(value, list) or len(value) > 128:
         raise ProofError(f"the {what} is not a list of hashes")
     return [parse_hash(v, f"an element of the {what}") for v in value]
-

@@ -210,7 +210,7 @@ async def _revoke(artifact_id: str, dsn: str) -> list[str]:
     try:
         async with pool.acquire() as conn, conn.transaction():
             row = await store.artifact(conn, artifact_id)
-            moved = list(await store.revoke(conn, artifact_id))
+            moved: list[str] = list(await store.revoke(conn, artifact_id))
             if row is not None and row.status == "active":
                 # Logged without a signature here; the serving control signs the new head.
                 entry = tlog_store.revocation_entry(

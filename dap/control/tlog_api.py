@@ -58,7 +58,9 @@ async def _head(request: web.Request) -> tlog_store.Head:
 
 async def get_head(request: web.Request) -> web.Response:
     head = await _head(request)
-    return web.Response(body=head.body, content_type="application/json", headers={"Cache-Control": "no-cache"})
+    return web.Response(
+        body=head.body, content_type="application/json", headers={"Cache-Control": "no-cache"}
+    )
 
 
 async def get_entries(request: web.Request) -> web.Response:

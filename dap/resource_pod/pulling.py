@@ -7,7 +7,9 @@ the spec in order, recording each outcome in the immutable ``converging.Status``
 ``deploy_status`` record whenever the status changes:
 
 - ``fetched``: the envelope was downloaded (only the artifact that changed);
-- ``verified``: signature by a trusted key, the snapshot binding, every file hash, the aggregate;
+- ``verified``: signature by a trusted key, the snapshot binding, every file hash, the aggregate,
+  and the transparency log: the envelope is the one its registration entry records, included in
+  a signed tree head that extends the last head this pod accepted (``logproof``);
 - ``loaded``: safe schema steps applied, catalog swapped atomically (``loading``);
 - then the self-check; its failure swaps the previous catalog back → ``rolled_back``;
 - finally the envelope is persisted to the state directory for restarts without control.
@@ -43,6 +45,7 @@ from dap.resource_pod import (
     evidence,
     fetching,
     loading,
+    logproof,
     persisting,
     reporting,
     settings,
@@ -88,6 +91,7 @@ class Pod:
         self.cycles = 0
         self._etag: str | None = None
         self._snapshot: dict[str, Any] | None = None  # last verified raw snapshot
+        self.log_head: logproof.Head | None = None  # the last tree head accepted
         self._reported: set[tuple[str, str]] = set()  # violations already sent
         self._wake = asyncio.Event()
         self._last_requests = 0.0
@@ -150,6 +154,7 @@ class Pod:
 
     async def restore(self) -> bool:
         """Load the artifact saved in the state directory (verified again); ``True`` if one was."""
+        await self._restore_log_head()
         try:
             saved = await asyncio.to_thread(self.state_dir.load)
         except errors.StateDirError as exc:
@@ -181,6 +186,39 @@ class Pod:
             extra={"ctx": {"workspace": self.config.workspace, **self.status.as_json()}},
         )
         return True
+
+    async def _restore_log_head(self) -> None:
+        try:
+            saved = await asyncio.to_thread(self.state_dir.load_log_head)
+            if saved is not None:
+                self.log_head = logproof.verify_head(saved, self.trusted)
+        except (errors.StateDirError, errors.VerificationError) as exc:
+            log.error(
+                "the saved tree head is unusable; starting without one", extra={"ctx": {"error": str(exc)}}
+            )
+
+    async def _check_log(self, artifact_id: str, envelope: bytes) -> logproof.Head:
+        """The artifact's inclusion in the log and the log's consistency with the last head."""
+        last = self.log_head
+        try:
+            body = await self.client.log_proof(artifact_id, from_size=last.tree_size if last else None)
+            answer = documents.json_object(body, f"log proof of {artifact_id}")
+        except errors.ProtocolError as exc:
+            raise errors.LogProofInvalid(
+                f"the control gives no transparency-log proof for {artifact_id}: {exc}"
+            ) from exc
+        return logproof.verify_inclusion(
+            answer, envelope=envelope, artifact_id=artifact_id, trusted=self.trusted, last=last
+        )
+
+    async def _accept_head(self, head: logproof.Head) -> None:
+        if self.log_head is not None and head.tree_size == self.log_head.tree_size:
+            return
+        self.log_head = head
+        try:
+            await asyncio.to_thread(self.state_dir.save_log_head, dict(head.document))
+        except errors.StateDirError as exc:
+            log.warning("cannot remember the tree head", extra={"ctx": {"error": str(exc)}})
 
     async def refresh_keys(self) -> bool:
         """``--dev`` only: trust the control plane's published keys (and remember them)."""
@@ -296,10 +334,16 @@ class Pod:
                 if not await self.refresh_keys():
                     raise
                 artifact = verifying.verify_envelope(raw, self.trusted, deployment)
+            head = await self._check_log(artifact_id, body)
+        except errors.ControlUnreachable as exc:
+            self._control_failed(exc)
+            self._fail(f"the transparency log is unavailable: {exc}")
+            return
         except errors.VerificationError as exc:
             self._violation(exc, key=None, artifact_id=artifact_id, snapshot_version=snapshot_version)
             self._fail(f"verification failed: {exc}")
             return
+        await self._accept_head(head)
         self._set(converging.verified(self.status, artifact.key_id))
         try:
             catalog = await loading.catalog_for(artifact.files)

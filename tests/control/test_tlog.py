@@ -157,9 +157,14 @@ async def test_artifacts_from_before_the_log_are_backfilled_and_a_new_key_is_log
     signer = signing.Signer.generate()
     restarted = await start_control(signer=signer)
     _, entries = await get(http, f"{restarted.url}/v1/log/entries")
-    kinds = [(e["entry"]["type"], e["entry"].get("artifact_id") or e["entry"].get("key_id")) for e in entries["entries"]]
+    kinds = [
+        (e["entry"]["type"], e["entry"].get("artifact_id") or e["entry"].get("key_id"))
+        for e in entries["entries"]
+    ]
     assert kinds == [("key", signer.key_id), ("register", first["artifact_id"])]
     status, proof = await get(http, f"{restarted.url}/v1/log/proof", artifact_id=first["artifact_id"])
     assert status == 200
     size, root = checked_head(proof["tree_head"], signer)
-    tlog.verify_inclusion(1, size, tlog.entry_hash(proof["entry"]), tlog.parse_proof(proof["inclusion"]), root)
+    tlog.verify_inclusion(
+        1, size, tlog.entry_hash(proof["entry"]), tlog.parse_proof(proof["inclusion"]), root
+    )
