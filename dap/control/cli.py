@@ -22,7 +22,7 @@ import click
 
 from dap import embedded, logs
 from dap.control import app as control_app
-from dap.control import errors, packing, registration, settings, signing, store, tlog_store
+from dap.control import errors, packing, registration, settings, signing, store, tlog_cli, tlog_store
 from dap.control.ids import ClusterId
 from dap.control.kube import commands as kube_commands
 
@@ -31,7 +31,6 @@ HEX_KEY = re.compile(r"[0-9a-fA-F]{64}")
 NOT_IMPLEMENTED = {
     "freeze": "freeze a workspace's desired state",
     "policy": "manage deployment policies",
-    "log": "read the transparency log",
 }
 
 
@@ -154,6 +153,7 @@ async def _serve(
 control.add_command(kube_commands.region_control)
 control.add_command(kube_commands.cluster_control)
 control.add_command(kube_commands.dev_fleet)
+control.add_command(tlog_cli.log_group)
 
 
 @control.group()
