@@ -15,8 +15,9 @@ import asyncpg
 
 from dap.config import tlog
 from dap.control import signing
-from tests.control.conftest import Start, json_upload, manifests
+from tests.control.conftest import MakeDsn, Start, json_upload, manifests
 from tests.control.test_cli import run
+from tests.control.test_cluster import FAST, eventually
 
 
 async def get(http: aiohttp.ClientSession, url: str, **params: Any) -> tuple[int, Any]:
@@ -168,3 +169,37 @@ async def test_artifacts_from_before_the_log_are_backfilled_and_a_new_key_is_log
     tlog.verify_inclusion(
         1, size, tlog.entry_hash(proof["entry"]), tlog.parse_proof(proof["inclusion"]), root
     )
+
+
+async def test_a_cluster_relays_the_log_and_anchors_the_region_heads(
+    start_control: Start, make_dsn: MakeDsn, http: aiohttp.ClientSession
+) -> None:
+    signer = signing.Signer.generate()
+    region = await start_control(mode="region", signer=signer)
+    first = await register(http, region.url, "shop")
+    options = {"mode": "cluster", "region_url": region.url, "cluster_id": "c1", **FAST}
+    cluster = await start_control(dsn=await make_dsn(), **options)
+
+    async def anchored(size: int) -> bool:
+        status, body = await get(http, f"{region.url}/v1/evidence", type="audit_anchor")
+        return status == 200 and any(
+            r["sequence"] == size and r["cluster_id"] == "c1" for r in body["records"]
+        )
+
+    await eventually(lambda: anchored(2))
+    await register(http, region.url, "shop", **{"v2.txt": b"2"})
+    await eventually(lambda: anchored(3))
+    _, records = await get(http, f"{region.url}/v1/evidence", type="audit_anchor")
+    _, head = await get(http, f"{region.url}/v1/log/head")
+    assert any(r["root_sha256"] == head["root_hash"] for r in records["records"])
+    # the cluster relays the region's proofs byte for byte; the pod checks the region's signature
+    status, proof = await get(
+        http, f"{cluster.url}/v1/log/proof", artifact_id=first["artifact_id"], from_size=1
+    )
+    assert status == 200
+    size, root = checked_head(proof["tree_head"], signer)
+    tlog.verify_inclusion(
+        1, size, tlog.entry_hash(proof["entry"]), tlog.parse_proof(proof["inclusion"]), root
+    )
+    status, problem = await get(http, f"{cluster.url}/v1/log/proof", artifact_id="art-nope")
+    assert (status, problem["code"]) == (404, "SVC.CONTROL.NOT_FOUND")
