@@ -17,7 +17,8 @@ Routes per mode (spec, Endpoints: Control plane):
 
 Start-up loads the desired state into memory and LISTENs on ``dap_control_changed`` so changes
 made by other processes (``dap control revoke``, another replica) reach the in-memory snapshot;
-cluster mode restores its cached region snapshot and starts the sync and relay agent.
+region and standalone also end freezes past their end time (``freeze_store.expire``); cluster
+mode restores its cached region snapshot and starts the sync and relay agent.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from dap.control import (
     cluster,
     cluster_store,
     errors,
+    freeze_store,
     handlers,
     http,
     live,
@@ -56,6 +58,7 @@ log = logging.getLogger(__name__)
 LISTENER: web.AppKey[asyncpg.pool.PoolConnectionProxy[asyncpg.Record]] = web.AppKey("listener")
 ON_CHANGE: web.AppKey[Callable[..., None]] = web.AppKey("on_change")
 RELOADS: web.AppKey[set[asyncio.Task[None]]] = web.AppKey("reloads")
+FREEZE_TASK: web.AppKey[asyncio.Task[None]] = web.AppKey("freeze_task")
 SESSION = web.AppKey("session", aiohttp.ClientSession)
 CLUSTER_AGENT = web.AppKey("cluster_agent", cluster.Agent)
 
@@ -156,9 +159,24 @@ async def _start(app: web.Application) -> None:
     await tlog_store.record_key(pool, app[http.SIGNER])
     await tlog_store.backfill(pool, app[http.SIGNER])
     await http.reload_state(app)
+    app[FREEZE_TASK] = asyncio.get_running_loop().create_task(_end_freezes(app))
+
+
+async def _end_freezes(app: web.Application) -> None:
+    """End freezes past their end time (the snapshot bump reaches every process by NOTIFY)."""
+    interval = app[http.SETTINGS].freeze_check_interval
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await freeze_store.expire(app[http.POOL])
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+            log.warning("cannot check freezes: %r", exc)
 
 
 async def _stop(app: web.Application) -> None:
+    if FREEZE_TASK in app:
+        app[FREEZE_TASK].cancel()
+        await asyncio.gather(app[FREEZE_TASK], return_exceptions=True)
     if CLUSTER_AGENT in app:
         await app[CLUSTER_AGENT].stop()
     if SESSION in app:

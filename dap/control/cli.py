@@ -22,14 +22,23 @@ import click
 
 from dap import embedded, logs
 from dap.control import app as control_app
-from dap.control import errors, packing, registration, settings, signing, store, tlog_cli, tlog_store
+from dap.control import (
+    errors,
+    freeze_cli,
+    packing,
+    registration,
+    settings,
+    signing,
+    store,
+    tlog_cli,
+    tlog_store,
+)
 from dap.control.ids import ClusterId
 from dap.control.kube import commands as kube_commands
 
 MIB = 1024 * 1024
 HEX_KEY = re.compile(r"[0-9a-fA-F]{64}")
 NOT_IMPLEMENTED = {
-    "freeze": "freeze a workspace's desired state",
     "policy": "manage deployment policies",
 }
 
@@ -154,6 +163,7 @@ control.add_command(kube_commands.region_control)
 control.add_command(kube_commands.cluster_control)
 control.add_command(kube_commands.dev_fleet)
 control.add_command(tlog_cli.log_group)
+control.add_command(freeze_cli.freeze_group)
 
 
 @control.group()

@@ -114,7 +114,7 @@ async def reload_state(app: web.Application) -> None:
     """
     if SIGNER in app:
         await tlog_store.ensure_head(app[POOL], app[SIGNER])
-    version, deployments = await store.snapshot_content(app[POOL])
+    version, deployments = await store.snapshot_content(app[POOL], environment=app[SETTINGS].environment)
     current = app[LIVE].state
     if version < current.version:
         return  # a reload that read earlier finished later: the snapshot never goes back

@@ -21,6 +21,8 @@ tables empty and uses ``outbox``, ``region_snapshot`` and ``trusted_keys``):
 - ``trusted_keys``: public keys a cluster trusts for region signatures.
 - ``log_leaves``, ``log_nodes``, ``log_heads``: the transparency log (``tlog_store``): each
   entry's exact leaf bytes, every complete perfect subtree hash, every signed tree head.
+- ``freezes``, ``freeze_holds``: change freezes and the artifact each covered workspace keeps
+  while one holds (``freezes``, ``freeze_store``).
 """
 
 from __future__ import annotations
@@ -163,6 +165,26 @@ MIGRATIONS: tuple[str, ...] = (
         root_hash  bytea NOT NULL,
         head       bytea NOT NULL,
         signed_at  timestamptz NOT NULL DEFAULT now()
+    );
+    """,
+    # 4: change freezes (dap.control.freezes). ``ended`` marks a freeze whose end time passed and
+    # whose snapshot change was made, so exactly one control process bumps the snapshot for it.
+    """
+    CREATE TABLE dap_control.freezes (
+        freeze_id   text PRIMARY KEY,
+        scope       text NOT NULL CHECK (scope IN ('app', 'workspace', 'environment')),
+        target      text NOT NULL,
+        reason      text NOT NULL CHECK (length(reason) > 0),
+        created_at  timestamptz NOT NULL DEFAULT now(),
+        ends_at     timestamptz NOT NULL,
+        lifted_at   timestamptz,
+        ended       boolean NOT NULL DEFAULT false
+    );
+    CREATE TABLE dap_control.freeze_holds (
+        freeze_id     text NOT NULL REFERENCES dap_control.freezes ON DELETE CASCADE,
+        workspace_id  text NOT NULL,
+        artifact_id   text NOT NULL REFERENCES dap_control.artifacts,
+        PRIMARY KEY (freeze_id, workspace_id)
     );
     """,
 )

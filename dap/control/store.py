@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import asyncpg
 
-from dap.control import errors, schema, snapshots
+from dap.control import errors, freezes, schema, snapshots
 from dap.control.ids import AppName, ArtifactId, ClusterId, WorkspaceId
 
 log = logging.getLogger(__name__)
@@ -201,24 +201,43 @@ async def bump_snapshot(conn: Conn) -> int:
     return version
 
 
-async def snapshot_content(conn: Executor) -> tuple[int, list[snapshots.Deployment]]:
-    """The snapshot version and every deployment that points at an active artifact."""
+async def snapshot_content(
+    conn: Executor, *, environment: str = "", now: datetime | None = None
+) -> tuple[int, list[snapshots.Deployment]]:
+    """The snapshot version and the deployments it names: active artifacts, freezes applied."""
     async with _maybe_acquire(conn) as c, c.transaction(isolation="repeatable_read", readonly=True):
         version: int = await c.fetchval("SELECT version FROM dap_control.snapshot_state")
+        moment: datetime = now or await c.fetchval("SELECT now()")
         rows = await c.fetch(
-            "SELECT d.workspace_id, d.artifact_id, a.sha256, d.cluster_id FROM dap_control.deployments d"
-            " JOIN dap_control.artifacts a ON a.artifact_id = d.artifact_id"
-            " WHERE a.status = 'active' ORDER BY d.workspace_id"
+            "SELECT d.workspace_id, d.app, d.cluster_id, a.artifact_id, a.sha256"
+            " FROM dap_control.deployments d"
+            " LEFT JOIN dap_control.artifacts a ON a.artifact_id = d.artifact_id AND a.status = 'active'"
+            " WHERE d.artifact_id IS NOT NULL ORDER BY d.workspace_id"
         )
-    return version, [
-        snapshots.Deployment(
-            workspace_id=r["workspace_id"],
-            artifact_id=r["artifact_id"],
-            sha256=r["sha256"],
-            cluster_id=r["cluster_id"],
+        frozen = await c.fetch(
+            "SELECT freeze_id, scope, target, reason, created_at, ends_at, lifted_at FROM dap_control.freezes"
+            " WHERE lifted_at IS NULL AND ends_at > $1",
+            moment,
         )
-        for r in rows
-    ]
+        holds = await c.fetch(
+            "SELECT h.freeze_id, h.workspace_id, h.artifact_id, a.sha256, a.status = 'active' AS active"
+            " FROM dap_control.freeze_holds h JOIN dap_control.artifacts a USING (artifact_id)"
+            " WHERE h.freeze_id = ANY($1::text[])",
+            [f["freeze_id"] for f in frozen],
+        )
+    return version, freezes.desired(
+        [
+            freezes.Binding(r["workspace_id"], r["app"], r["cluster_id"], r["artifact_id"], r["sha256"])
+            for r in rows
+        ],
+        [freezes.Freeze(**dict(f)) for f in frozen],
+        {
+            (h["freeze_id"], h["workspace_id"]): freezes.Hold(h["artifact_id"], h["sha256"], h["active"])
+            for h in holds
+        },
+        environment=environment,
+        now=moment,
+    )
 
 
 class _maybe_acquire:  # noqa: N801 - used as a context manager like a function

@@ -100,7 +100,7 @@ async def test_key_generate_and_show(tmp_path: Path) -> None:
 
 
 async def test_not_implemented_verbs_exit_1() -> None:
-    for verb in ("freeze", "policy"):
+    for verb in ("policy",):
         code, _, err = await run("control", verb, "anything")
         assert code == 1
         assert "not implemented" in err
