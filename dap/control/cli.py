@@ -21,11 +21,13 @@ import aiohttp
 import click
 
 from dap import embedded, logs
+from dap.config import canonical
 from dap.control import app as control_app
 from dap.control import (
     errors,
     freeze_cli,
     packing,
+    policy_cli,
     registration,
     settings,
     signing,
@@ -38,9 +40,6 @@ from dap.control.kube import commands as kube_commands
 
 MIB = 1024 * 1024
 HEX_KEY = re.compile(r"[0-9a-fA-F]{64}")
-NOT_IMPLEMENTED = {
-    "policy": "manage deployment policies",
-}
 
 
 @click.group()
@@ -164,6 +163,7 @@ control.add_command(kube_commands.cluster_control)
 control.add_command(kube_commands.dev_fleet)
 control.add_command(tlog_cli.log_group)
 control.add_command(freeze_cli.freeze_group)
+control.add_command(policy_cli.policy_group)
 
 
 @control.group()
@@ -232,20 +232,6 @@ async def _revoke(artifact_id: str, dsn: str) -> list[str]:
         await pool.close()
 
 
-def _not_implemented(name: str, what: str) -> click.Command:
-    @click.command(name, context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-    def command() -> None:
-        click.echo(f"dap control {name}: not implemented ({what}); see the spec's discovery verbs", err=True)
-        sys.exit(1)
-
-    command.help = f"Not implemented: {what}."
-    return command
-
-
-for _name, _what in NOT_IMPLEMENTED.items():
-    control.add_command(_not_implemented(_name, _what))
-
-
 # --- dap register ----------------------------------------------------------------------------
 
 
@@ -259,8 +245,24 @@ for _name, _what in NOT_IMPLEMENTED.items():
 )
 @click.option("--workspace", multiple=True, help="bind this workspace to the app (repeatable)")
 @click.option("--timeout", type=float, default=600.0, show_default=True, help="seconds for the whole upload")
+@click.option(
+    "--approve-with",
+    "approve_with",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="approve the content with this key file (repeatable; the app's signing policy counts them)",
+)
+@click.option(
+    "--approval", "approval_texts", multiple=True, help="an approval JSON from `dap control policy approve`"
+)
 def register(
-    directory: Path, control_url: str, app_name: str | None, workspace: tuple[str, ...], timeout: float
+    directory: Path,
+    control_url: str,
+    app_name: str | None,
+    workspace: tuple[str, ...],
+    timeout: float,
+    approve_with: tuple[Path, ...],
+    approval_texts: tuple[str, ...],
 ) -> None:
     """Register a directory (manifests, scripts, app code, assets) with a control plane."""
     files = packing.collect(directory)
@@ -268,8 +270,18 @@ def register(
         raise click.ClickException(f"{directory} holds no file to register")
     default = re.sub(r"[^a-z0-9_-]", "-", directory.resolve().name.lower()).strip("-") or "app"
     app = app_name or default
+    found: list[Any] = []
+    for text in approval_texts:
+        try:
+            found.append(json.loads(text))
+        except ValueError as exc:
+            raise click.BadParameter(f"{text[:60]!r} is not JSON", param_hint="--approval") from exc
+    if approve_with:
+        digest = canonical.aggregate_sha256({p: canonical.file_sha256(c) for p, c in files.items()})
+        found += [policy_cli.approval(key, app, digest) for key in approve_with]
     body = json.dumps(
         {
+            "approvals": found,
             # Without --app the name is only a default: a bound workspace keeps its app.
             ("app" if app_name else "default_app"): app,
             "workspaces": list(workspace),

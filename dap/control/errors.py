@@ -17,6 +17,7 @@ boundary with ``raise ... from exc``::
     ├── NoCandidateError                409  SVC.ROUTING.NO_CANDIDATE  (recorded on the binding)
     ├── AppAmbiguousError               409  SVC.ARTIFACT.APP_AMBIGUOUS (bound to several apps, none named)
     ├── LogInconsistentError            409  SVC.LOG.INCONSISTENT      (a forked or rewritten log)
+    ├── PolicyRefusedError              422  SVC.POLICY.REFUSED        (approvals short of the threshold)
     ├── StoreUnavailableError           503  SVC.STORE.UNAVAILABLE
     └── UpstreamError                   502  SVC.UPSTREAM.UNAVAILABLE  (region unreachable)
 """
@@ -121,6 +122,12 @@ class LogInconsistentError(ControlError):
     status = 409
     code = "SVC.LOG.INCONSISTENT"
     title = "Transparency log inconsistent"
+
+
+class PolicyRefusedError(ControlError):
+    status = 422
+    code = "SVC.POLICY.REFUSED"
+    title = "Refused by the app's signing policy"
 
 
 class StoreUnavailableError(ControlError):

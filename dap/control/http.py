@@ -107,6 +107,13 @@ async def json_body(request: web.Request) -> Any:
         raise errors.RequestError(f"request body is not JSON: {exc}") from exc
 
 
+def parse_json(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise errors.RequestError(f"the {what} is not JSON: {exc}") from exc
+
+
 async def reload_state(app: web.Application) -> None:
     """Reload the desired state from Postgres into ``Live`` (region and standalone).
 

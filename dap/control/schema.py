@@ -23,6 +23,7 @@ tables empty and uses ``outbox``, ``region_snapshot`` and ``trusted_keys``):
   entry's exact leaf bytes, every complete perfect subtree hash, every signed tree head.
 - ``freezes``, ``freeze_holds``: change freezes and the artifact each covered workspace keeps
   while one holds (``freezes``, ``freeze_store``).
+- ``policies``: per app, the approval keys and threshold a registration needs (``policy_store``).
 """
 
 from __future__ import annotations
@@ -185,6 +186,15 @@ MIGRATIONS: tuple[str, ...] = (
         workspace_id  text NOT NULL,
         artifact_id   text NOT NULL REFERENCES dap_control.artifacts,
         PRIMARY KEY (freeze_id, workspace_id)
+    );
+    """,
+    # 5: signing policies (dap.control.policy_store): k of n approval keys per app.
+    """
+    CREATE TABLE dap_control.policies (
+        app         text PRIMARY KEY,
+        keys        jsonb NOT NULL,
+        threshold   integer NOT NULL CHECK (threshold >= 1),
+        updated_at  timestamptz NOT NULL DEFAULT now()
     );
     """,
 )

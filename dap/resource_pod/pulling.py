@@ -9,7 +9,8 @@ the spec in order, recording each outcome in the immutable ``converging.Status``
 - ``fetched``: the envelope was downloaded (only the artifact that changed);
 - ``verified``: signature by a trusted key, the snapshot binding, every file hash, the aggregate,
   and the transparency log: the envelope is the one its registration entry records, included in
-  a signed tree head that extends the last head this pod accepted (``logproof``);
+  a signed tree head that extends the last head this pod accepted (``logproof``), and the
+  approvals its signing policy needs (``verifying.check_policy``);
 - ``loaded``: safe schema steps applied, catalog swapped atomically (``loading``);
 - then the self-check; its failure swaps the previous catalog back → ``rolled_back``;
 - finally the envelope is persisted to the state directory for restarts without control.
@@ -334,6 +335,7 @@ class Pod:
                 if not await self.refresh_keys():
                     raise
                 artifact = verifying.verify_envelope(raw, self.trusted, deployment)
+            verifying.check_policy(raw, artifact, self.config.policy_keys, self.config.policy_threshold)
             head = await self._check_log(artifact_id, body)
         except errors.ControlUnreachable as exc:
             self._control_failed(exc)
