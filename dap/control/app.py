@@ -47,6 +47,7 @@ from dap.control import (
     settings,
     signing,
     snapshots,
+    store,
     tlog_api,
     tlog_store,
 )
@@ -163,14 +164,25 @@ async def _start(app: web.Application) -> None:
 
 
 async def _end_freezes(app: web.Application) -> None:
-    """End freezes past their end time (the snapshot bump reaches every process by NOTIFY)."""
-    interval = app[http.SETTINGS].freeze_check_interval
+    """End freezes past their end time and promote what soaked long enough in staging.
+
+    Time passing alone changes the desired state in both cases; the snapshot bump reaches every
+    process by NOTIFY.
+    """
+    config = app[http.SETTINGS]
     while True:
-        await asyncio.sleep(interval)
+        await asyncio.sleep(config.freeze_check_interval)
         try:
-            await freeze_store.expire(app[http.POOL])
+            if not await freeze_store.expire(app[http.POOL]):
+                version, deployments = await store.snapshot_content(
+                    app[http.POOL], environment=config.environment
+                )
+                current = app[http.LIVE].state
+                if version == current.version and tuple(deployments) != current.deployments:
+                    async with app[http.POOL].acquire() as conn, conn.transaction():
+                        await store.bump_snapshot(conn)
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
-            log.warning("cannot check freezes: %r", exc)
+            log.warning("cannot check freezes and promotions: %r", exc)
 
 
 async def _stop(app: web.Application) -> None:

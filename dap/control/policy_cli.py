@@ -1,4 +1,6 @@
-"""``dap control policy set|show|remove|approve``: k-of-n signing policies per app.
+"""``dap control policy set|show|remove|promote|approve``: who signs what, and promotion rules.
+
+``set`` makes a k-of-n signing policy for an app; ``promote`` a promotion rule (``promotions``).
 
 ``set``/``show``/``remove`` work on the control's database (like ``revoke``) and log every change
 in the transparency log. ``approve`` is the author's tool: it prints the approval of a directory's
@@ -17,7 +19,7 @@ from typing import TypeVar
 import click
 
 from dap.config import approvals, canonical
-from dap.control import errors, packing, policy_store, signing, store
+from dap.control import errors, freezes, packing, policy_store, promotions, signing, store
 
 T = TypeVar("T")
 DB = click.option(
@@ -97,6 +99,12 @@ def show(app: str | None, db: str) -> None:
     for policy in _run(db, work):
         click.echo(json.dumps(policy.as_json()))
 
+    async def rules(conn: store.Conn) -> list[promotions.Rule]:
+        return [r for r in await policy_store.promotion_rules(conn) if app is None or r.app == app]
+
+    for rule in _run(db, rules):
+        click.echo(json.dumps({"promotion": rule.as_json()}))
+
 
 @policy_group.command("remove")
 @click.option("--app", required=True)
@@ -109,6 +117,30 @@ def remove(app: str, db: str) -> None:
 
     _run(db, work)
     click.echo(json.dumps({"app": app, "policy": None}))
+
+
+@policy_group.command("promote")
+@click.option("--app", required=True)
+@click.option(
+    "--from-workspace", "sources", multiple=True, required=True, help="a staging workspace (repeatable)"
+)
+@click.option(
+    "--to-workspace", "targets", multiple=True, required=True, help="a production workspace (repeatable)"
+)
+@click.option("--after", "soak", required=True, help="time in staging first: 90s, 30m, 2h, 1d")
+@DB
+def promote(app: str, sources: tuple[str, ...], targets: tuple[str, ...], soak: str, db: str) -> None:
+    """An artifact reaches the --to-workspaces only after it ran healthy --after long in --from."""
+    try:
+        rule = promotions.Rule(app, tuple(sources), tuple(targets), freezes.parse_duration(soak))
+    except errors.ControlError as exc:
+        raise click.ClickException(exc.detail) from exc
+
+    async def work(conn: store.Conn) -> None:
+        await policy_store.put_promotion(conn, rule)
+
+    _run(db, work)
+    click.echo(json.dumps(rule.as_json()))
 
 
 @policy_group.command("approve")

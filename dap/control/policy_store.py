@@ -9,9 +9,9 @@ approvals fall short; the pod counts them again against the policy it was given.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
-from dap.control import errors, signing, snapshots, store, tlog_store
+from dap.control import errors, promotions, signing, snapshots, store, tlog_store
 from dap.control.ids import KeyId
 
 MAX_KEYS = 32
@@ -84,3 +84,38 @@ async def get(conn: store.Executor, app: str) -> Policy | None:
 async def listing(conn: store.Executor) -> list[Policy]:
     rows = await conn.fetch("SELECT app FROM dap_control.policies ORDER BY app")
     return [p for r in rows if (p := await get(conn, r["app"])) is not None]
+
+
+async def put_promotion(
+    conn: store.Conn, rule: promotions.Rule, *, signer: signing.Signer | None = None
+) -> None:
+    if not rule.sources or not rule.targets or set(rule.sources) & set(rule.targets):
+        raise errors.RequestError(
+            "a promotion names staging and production workspaces, at least one each, none in both",
+            [errors.ErrorItem("workspaces", "distinct, non-empty from and to")],
+        )
+    await store.lock_app(conn, rule.app)
+    await conn.execute(
+        "INSERT INTO dap_control.promotions (app, sources, targets, after_seconds) VALUES ($1, $2, $3, $4)"
+        " ON CONFLICT (app) DO UPDATE SET sources = EXCLUDED.sources, targets = EXCLUDED.targets,"
+        " after_seconds = EXCLUDED.after_seconds, updated_at = now()",
+        rule.app,
+        list(rule.sources),
+        list(rule.targets),
+        int(rule.after.total_seconds()),
+    )
+    entry = {"type": "promotion", **rule.as_json(), "at": snapshots.timestamp(datetime.now(UTC))}
+    await tlog_store.append(conn, [entry], signer=signer)
+    await store.bump_snapshot(conn)
+
+
+async def promotion_rules(conn: store.Executor) -> list[promotions.Rule]:
+    rows = await conn.fetch(
+        "SELECT app, sources, targets, after_seconds FROM dap_control.promotions ORDER BY app"
+    )
+    return [
+        promotions.Rule(
+            r["app"], tuple(r["sources"]), tuple(r["targets"]), timedelta(seconds=r["after_seconds"])
+        )
+        for r in rows
+    ]

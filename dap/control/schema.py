@@ -24,6 +24,8 @@ tables empty and uses ``outbox``, ``region_snapshot`` and ``trusted_keys``):
 - ``freezes``, ``freeze_holds``: change freezes and the artifact each covered workspace keeps
   while one holds (``freezes``, ``freeze_store``).
 - ``policies``: per app, the approval keys and threshold a registration needs (``policy_store``).
+- ``promotions``: per app, the staging and production workspaces and the soak time between them
+  (``promotions``).
 """
 
 from __future__ import annotations
@@ -196,6 +198,17 @@ MIGRATIONS: tuple[str, ...] = (
         threshold   integer NOT NULL CHECK (threshold >= 1),
         updated_at  timestamptz NOT NULL DEFAULT now()
     );
+    """,
+    # 6: promotion rules (dap.control.promotions) and the evidence index their check reads.
+    """
+    CREATE TABLE dap_control.promotions (
+        app            text PRIMARY KEY,
+        sources        text[] NOT NULL,
+        targets        text[] NOT NULL,
+        after_seconds  integer NOT NULL CHECK (after_seconds >= 0),
+        updated_at     timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE INDEX evidence_artifact ON dap_control.evidence ((record->>'artifact_id'), workspace_id);
     """,
 )
 
