@@ -202,10 +202,8 @@ async def main(sizes: Sizes) -> int:
             signer = signing.Signer.generate()
             first_proof = last_proof = 0.0
             print(
-                print(
-                    f"{'entries':>9} {'fill/s':>9} {'append ms':>10} {'(x base)':>9} {'proof ms':>9}"
-                    f" {'(x base)':>9} {'hashes':>7} {'pod ms':>7} {'(x env)':>8}"
-                )
+                f"{'entries':>9} {'fill/s':>9} {'append ms':>10} {'(x base)':>9} {'proof ms':>9}"
+                f" {'(x base)':>9} {'hashes':>7} {'pod ms':>7} {'(x env)':>8}"
             )
             for size in sizes.sizes:
                 rate = await fill(pool, size, signer)

@@ -58,9 +58,12 @@ async def nodes(conn: store.Executor, wanted: Iterable[tlog.Node]) -> dict[tlog.
     keys = sorted(set(wanted))
     if not keys:
         return {}
+    # One primary-key probe per wanted node (LATERAL ... LIMIT 1 keeps the planner from a hash
+    # join over the whole table, whose size is the log's).
     rows = await conn.fetch(
-        "SELECT n.level, n.idx, n.hash FROM dap_control.log_nodes n"
-        " JOIN unnest($1::smallint[], $2::bigint[]) AS w(level, idx) USING (level, idx)",
+        "SELECT w.level, w.idx, n.hash FROM unnest($1::smallint[], $2::bigint[]) AS w(level, idx)"
+        " CROSS JOIN LATERAL (SELECT hash FROM dap_control.log_nodes"
+        " WHERE level = w.level AND idx = w.idx LIMIT 1) n",
         [level for level, _ in keys],
         [index for _, index in keys],
     )
