@@ -46,6 +46,7 @@ from dap.resource_pod import (
     evidence,
     fetching,
     loading,
+    logkeeping,
     logproof,
     persisting,
     reporting,
@@ -92,11 +93,16 @@ class Pod:
         self.cycles = 0
         self._etag: str | None = None
         self._snapshot: dict[str, Any] | None = None  # last verified raw snapshot
-        self.log_head: logproof.Head | None = None  # the last tree head accepted
+        self.transparency = logkeeping.LogKeeper(self.client, self.state_dir, self.trusted)
         self._reported: set[tuple[str, str]] = set()  # violations already sent
         self._wake = asyncio.Event()
         self._last_requests = 0.0
         self._period_start = datetime.now(UTC)
+
+    @property
+    def log_head(self) -> logproof.Head | None:
+        """The last tree head of the transparency log this pod accepted."""
+        return self.transparency.head
 
     # --- status and evidence -----------------------------------------------------------------
 
@@ -155,7 +161,7 @@ class Pod:
 
     async def restore(self) -> bool:
         """Load the artifact saved in the state directory (verified again); ``True`` if one was."""
-        await self._restore_log_head()
+        await self.transparency.restore()
         try:
             saved = await asyncio.to_thread(self.state_dir.load)
         except errors.StateDirError as exc:
@@ -187,39 +193,6 @@ class Pod:
             extra={"ctx": {"workspace": self.config.workspace, **self.status.as_json()}},
         )
         return True
-
-    async def _restore_log_head(self) -> None:
-        try:
-            saved = await asyncio.to_thread(self.state_dir.load_log_head)
-            if saved is not None:
-                self.log_head = logproof.verify_head(saved, self.trusted)
-        except (errors.StateDirError, errors.VerificationError) as exc:
-            log.error(
-                "the saved tree head is unusable; starting without one", extra={"ctx": {"error": str(exc)}}
-            )
-
-    async def _check_log(self, artifact_id: str, envelope: bytes) -> logproof.Head:
-        """The artifact's inclusion in the log and the log's consistency with the last head."""
-        last = self.log_head
-        try:
-            body = await self.client.log_proof(artifact_id, from_size=last.tree_size if last else None)
-            answer = documents.json_object(body, f"log proof of {artifact_id}")
-        except errors.ProtocolError as exc:
-            raise errors.LogProofInvalid(
-                f"the control gives no transparency-log proof for {artifact_id}: {exc}"
-            ) from exc
-        return logproof.verify_inclusion(
-            answer, envelope=envelope, artifact_id=artifact_id, trusted=self.trusted, last=last
-        )
-
-    async def _accept_head(self, head: logproof.Head) -> None:
-        if self.log_head is not None and head.tree_size == self.log_head.tree_size:
-            return
-        self.log_head = head
-        try:
-            await asyncio.to_thread(self.state_dir.save_log_head, dict(head.document))
-        except errors.StateDirError as exc:
-            log.warning("cannot remember the tree head", extra={"ctx": {"error": str(exc)}})
 
     async def refresh_keys(self) -> bool:
         """``--dev`` only: trust the control plane's published keys (and remember them)."""
@@ -336,7 +309,7 @@ class Pod:
                     raise
                 artifact = verifying.verify_envelope(raw, self.trusted, deployment)
             verifying.check_policy(raw, artifact, self.config.policy_keys, self.config.policy_threshold)
-            head = await self._check_log(artifact_id, body)
+            head = await self.transparency.check(artifact_id, body)
         except errors.ControlUnreachable as exc:
             self._control_failed(exc)
             self._fail(f"the transparency log is unavailable: {exc}")
@@ -345,7 +318,7 @@ class Pod:
             self._violation(exc, key=None, artifact_id=artifact_id, snapshot_version=snapshot_version)
             self._fail(f"verification failed: {exc}")
             return
-        await self._accept_head(head)
+        await self.transparency.accept(head)
         self._set(converging.verified(self.status, artifact.key_id))
         try:
             catalog = await loading.catalog_for(artifact.files)
