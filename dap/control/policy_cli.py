@@ -86,23 +86,19 @@ def set_command(app: str, keys: tuple[str, ...], threshold: int, db: str) -> Non
 @click.option("--app", help="only this app")
 @DB
 def show(app: str | None, db: str) -> None:
-    """Print the policies (one JSON object per line)."""
+    """Print the signing policies and promotion rules (one JSON object per line)."""
 
-    async def work(conn: store.Conn) -> list[policy_store.Policy]:
-        if app is None:
-            return await policy_store.listing(conn)
-        found = await policy_store.get(conn, app)
-        if found is None:
+    async def work(conn: store.Conn) -> tuple[list[policy_store.Policy], list[promotions.Rule]]:
+        policies = [p for p in await policy_store.listing(conn) if app is None or p.app == app]
+        rules = [r for r in await policy_store.promotion_rules(conn) if app is None or r.app == app]
+        if app is not None and not policies and not rules:
             raise errors.NotFoundError(f"app {app} has no policy")
-        return [found]
+        return policies, rules
 
-    for policy in _run(db, work):
+    policies, rules = _run(db, work)
+    for policy in policies:
         click.echo(json.dumps(policy.as_json()))
-
-    async def rules(conn: store.Conn) -> list[promotions.Rule]:
-        return [r for r in await policy_store.promotion_rules(conn) if app is None or r.app == app]
-
-    for rule in _run(db, rules):
+    for rule in rules:
         click.echo(json.dumps({"promotion": rule.as_json()}))
 
 
