@@ -26,6 +26,7 @@ from dap.server.documents import auditing, filling, idempotency, lifecycle, read
 from dap.server.events import builtin
 from dap.server.storage import caching, db, sql
 from dap.server.web import delivery, files, filters, requests, services
+from dap.server.workflows import recording
 
 log = logging.getLogger(__name__)
 
@@ -143,20 +144,8 @@ async def create_record(request: web.Request) -> web.Response:
                 stored = await idempotency.claim(conn, tenant, key, digest) if key is not None else None
                 if stored is not None:
                     return requests.respond(stored)
-                await writing.check_relations(conn, resource, tenant, values)
-                values = await filling.prepare_create(  # derived values, natural keys, guards
-                    conn, resource, tenant, principal, body, values, submitting=submit
-                )
-                await guards.before_create(conn, access, tenant, values)  # scopes, dates
-                columns, children = writing.split(resource, values)
-                columns.update(lifecycle.initial_state(submit))
-                statement, args = sql.insert(resource.table, tenant, columns, owner=principal.username)
-                row = await conn.fetchrow(statement, *args)
-                assert row is not None
-                await writing.write_children(conn, resource, tenant, row["id"], children)
-                await lifecycle.created(conn, write, row, submitted=submit)
-                kids = await _children(conn, resource, tenant, row["id"], catalog)
-                event = await builtin.record(conn, write, "create", row, kids)
+                done = await recording.create(conn, write, access, body, values, submit=submit)
+                row, kids, event = done.row, done.children, done.event
                 answer = idempotency.Answer(
                     201,
                     requests.dumps({"data": access.view(reading.present(resource, row, kids))}),
@@ -173,16 +162,6 @@ async def create_record(request: web.Request) -> web.Response:
     return delivery.stamp(requests.respond(answer), settled)
 
 
-async def _children(
-    conn: db.Connection, resource: Resource, tenant: uuid.UUID, record_id: uuid.UUID, catalog: Catalog
-) -> dict[str, list[dict[str, Any]]] | None:
-    """The child rows of one record, read in the write's transaction (before its commit, so that an
-    answer never needs the connection after it: see ``db``)."""
-    if not resource.children:
-        return None
-    return (await reading.load_children(conn, resource, tenant, [record_id], catalog)).get(record_id)
-
-
 async def update_record(request: web.Request) -> web.Response:
     workspace, principal, catalog = await requests.resolve(request)
     resource = _resource(catalog, request, "update", siblings=_ITEM)
@@ -195,30 +174,9 @@ async def update_record(request: web.Request) -> web.Response:
     async with db.connection(request.app[state.POOL]) as conn:
         try:
             async with db.committed(conn):
-                current = await guards.select_for_write(
-                    conn, resource, tenant, record_id, principal=principal, expected=expected
-                )
-                if resource.lifecycle and current["docstatus"] != 0:
-                    raise errors.Conflict(
-                        "only draft documents can be updated", code="SVC.DOC.UPDATE_NOT_DRAFT"
-                    )
-                await writing.check_relations(conn, resource, tenant, values)
-                values = await filling.prepare_update(  # derived values over the merged record, guards
-                    conn, resource, tenant, principal, current, body, values
-                )
-                await guards.before_update(conn, access, tenant, current, values)  # scopes, dates
-                columns, children = writing.split(resource, values)
                 write = requests.write_of(request, principal, catalog, resource, tenant)
-                trail = await auditing.begin(conn, write, "update", current)
-                row = await conn.fetchrow(
-                    *sql.flat(sql.update(resource.table, tenant, record_id, columns, expected_version=None))
-                )
-                assert row is not None
-                await caching.announce(conn, resource, tenant, record_id)  # every process, at commit
-                await writing.write_children(conn, resource, tenant, record_id, children)
-                await trail.finish(conn, row)
-                kids = await _children(conn, resource, tenant, record_id, catalog)
-                event = await builtin.record(conn, write, "update", row, kids, changed=values.keys())
+                done = await recording.update(conn, write, access, record_id, body, values, expected=expected)
+                row, kids, event = done.row, done.children, done.event
         except asyncpg.PostgresError as exc:
             raise writing.translate(resource, exc) from exc
     request.app[state.CACHE].invalidate((resource.table.name, tenant, record_id))
