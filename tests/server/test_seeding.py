@@ -19,6 +19,7 @@ import asyncpg
 import pytest
 
 from dap.server import booting
+from dap.server.access import accounts
 from dap.server.catalog import Catalog
 from dap.server.cli import load_catalog
 from dap.server.storage import db, workspaces
@@ -75,7 +76,12 @@ async def test_the_demo_seed_loads_every_state_through_the_api_rules(
     async with pool.acquire() as conn:
         report = await seeding.load(conn, demo, await _tenant(conn), rows)
         assert (report.created, report.updated, report.unchanged, report.notes) == (len(rows), 0, 0, [])
-        assert report.by_entity == {"stock/item": 8, "buying/supplier": 6, "buying/purchase_order": 8}
+        assert report.by_entity == {
+            "users": 8,
+            "stock/item": 8,
+            "buying/supplier": 6,
+            "buying/purchase_order": 8,
+        }
         orders = await _orders(conn)
         assert {(d, s) for _, d, s in orders} == {
             ("draft", "open"),
@@ -110,7 +116,11 @@ async def test_the_demo_seed_loads_every_state_through_the_api_rules(
         assert (counted["submit"], counted["cancel"], counted["approval.requested"]) == (6, 1, 4)
         assert counted["approval.approved-vote"] == 5 and counted["approval.rejected"] == 1
         events = await conn.fetchval("SELECT count(*) FROM dap.outbox WHERE event = 'created'")
-        assert events == len(rows)
+        assert events == len(rows) - 8  # every record; accounts are no records
+        # the demo's people can sign in: hashed passwords, the spec's roles
+        ada = await conn.fetchrow("SELECT password_hash, roles FROM dap.users WHERE username = 'ada'")
+        assert ada["roles"] == ["purchase_committee"]
+        assert accounts.check_password("procurement-demo", ada["password_hash"])
 
 
 async def test_a_second_run_adds_nothing(pool: asyncpg.Pool, demo: Catalog) -> None:
@@ -217,6 +227,18 @@ async def test_a_bad_row_loads_nothing_and_names_file_line_and_field(
         assert await conn.fetchval("SELECT count(*) FROM dap.outbox") == 0
 
 
+async def test_an_account_row_is_checked_like_the_setup(pool: asyncpg.Pool, demo: Catalog) -> None:
+    text = "entity: users\nrecords:\n  - {username: ada, password: short, roles: [wizard]}\n"
+    async with pool.acquire() as conn:
+        with pytest.raises(seeding.SeedError) as caught:
+            await seeding.load(conn, demo, await _tenant(conn), seeds.parse_yaml("u.yaml", text))
+        assert [str(p) for p in caught.value.problems] == [
+            "u.yaml:3: password: a string of at least 8 characters",
+            "u.yaml:3: roles: no role 'wizard' in this spec",
+        ]
+        assert await conn.fetchval("SELECT count(*) FROM dap.users") == 0
+
+
 async def test_an_engine_numbered_record_without_a_key_is_refused(pool: asyncpg.Pool, demo: Catalog) -> None:
     text = "entity: buying/purchase_order\nrecords:\n  - {supplier: X, order_date: today, region: north}\n"
     async with pool.acquire() as conn:
@@ -240,10 +262,10 @@ async def test_dap_seed_loads_once_and_refuses_a_bad_seed_naming_the_row(
     try:
         first = _dap_seed(str(SPEC), "--dsn", dsn, "--workspace", "default")
         assert first.returncode == 0, first.stderr
-        assert "22 created, 0 updated, 0 unchanged" in first.stdout
+        assert "30 created, 0 updated, 0 unchanged" in first.stdout
         second = _dap_seed(str(SPEC), "--dsn", dsn)
         assert second.returncode == 0, second.stderr
-        assert "0 created, 0 updated, 22 unchanged" in second.stdout
+        assert "0 created, 0 updated, 30 unchanged" in second.stdout
         bad = tmp_path / "seed"
         bad.mkdir()
         (bad / "10-items.yaml").write_text(

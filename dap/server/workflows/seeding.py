@@ -41,7 +41,7 @@ from dap.server.catalog import Catalog, Resource
 from dap.server.documents import auditing, idempotency, lifecycle, writing
 from dap.server.events import builtin
 from dap.server.storage import db, tables
-from dap.server.workflows import actions, approvals_flow, recording, seeds
+from dap.server.workflows import actions, approvals_flow, recording, seeding_users, seeds
 
 log = logging.getLogger(__name__)
 
@@ -218,7 +218,50 @@ def seed_key(resource: Resource, row: seeds.Row) -> str:
     raise _RowError([row.problem("_key", f"give _key: {why}, so a second run can find the record")])
 
 
+async def _account(run: _Run, row: seeds.Row) -> None:
+    """A row of ``entity: users``: one password account (``seeding_users``)."""
+    problems = seeding_users.check(run.catalog, row)
+    if problems:
+        raise _RowError(problems)
+    key = str(row.values["username"])
+    known = await run.conn.fetchval(
+        "SELECT digest FROM dap.seed_records WHERE tenant_id = $1 AND entity = $2 AND key = $3",
+        run.tenant,
+        seeding_users.ENTITY,
+        key,
+    )
+    user_id, wrote = await seeding_users.load(run.conn, run.tenant, row, known)
+    if not wrote:
+        run.report.unchanged += 1
+        return
+    await _remember(run, seeding_users.ENTITY, key, user_id, row)
+    if known is None:
+        run.report.created += 1
+        run.report.by_entity[seeding_users.ENTITY] = run.report.by_entity.get(seeding_users.ENTITY, 0) + 1
+    else:
+        run.report.updated += 1
+
+
+async def _remember(run: _Run, entity: str, key: str, record_id: uuid.UUID, row: seeds.Row) -> None:
+    """The row that made (or last changed) ``record_id``, for the next run to compare with."""
+    await run.conn.execute(
+        "INSERT INTO dap.seed_records (tenant_id, entity, key, record_id, digest, source) "
+        "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tenant_id, entity, key) DO UPDATE "
+        "SET record_id = EXCLUDED.record_id, digest = EXCLUDED.digest, source = EXCLUDED.source, "
+        "updated_at = now()",
+        run.tenant,
+        entity,
+        key,
+        record_id,
+        row.digest(),
+        f"{row.source}:{row.line}",
+    )
+
+
 async def _one(run: _Run, row: seeds.Row) -> None:
+    if row.entity == seeding_users.ENTITY:
+        await _account(run, row)
+        return
     resource = _resource(run, row)
     key = seed_key(resource, row)
     digest = row.digest()
@@ -257,16 +300,7 @@ async def _one(run: _Run, row: seeds.Row) -> None:
         await _act(run, resource, row, record_id, action)
     for vote in row.votes:
         await _vote(run, resource, row, record_id, vote)
-    await conn.execute(
-        "INSERT INTO dap.seed_records (tenant_id, entity, key, record_id, digest, source) "
-        "VALUES ($1, $2, $3, $4, $5, $6)",
-        tenant,
-        resource.key,
-        key,
-        record_id,
-        digest,
-        f"{row.source}:{row.line}",
-    )
+    await _remember(run, resource.key, key, record_id, row)
     run.report.created += 1
     run.report.by_entity[resource.key] = run.report.by_entity.get(resource.key, 0) + 1
 
@@ -310,17 +344,7 @@ async def _change(
         run.report.notes.append(
             f"{name}: updated; its _actions ran when it was first seeded and are not repeated"
         )
-    await conn.execute(
-        "INSERT INTO dap.seed_records (tenant_id, entity, key, record_id, digest, source) "
-        "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tenant_id, entity, key) DO UPDATE "
-        "SET digest = EXCLUDED.digest, source = EXCLUDED.source, updated_at = now()",
-        tenant,
-        resource.key,
-        key,
-        record_id,
-        digest,
-        f"{row.source}:{row.line}",
-    )
+    await _remember(run, resource.key, key, record_id, row)
     if adopted:
         run.report.adopted += 1
     run.report.updated += 1

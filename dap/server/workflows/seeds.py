@@ -42,6 +42,7 @@ from typing import Any
 import yaml
 
 SUFFIXES = (".yaml", ".yml", ".csv")
+ACCOUNTS = "users"  # the entity name of password accounts (``seeding_users``)
 LOADER_KEYS = frozenset({"_key", "_submit", "_actions", "_votes"})
 _RELATIVE = re.compile(r"today\s*([+-])\s*(\d{1,5})")
 _PATH = re.compile(r"[^.\[\]]+|\[\d+\]")  # ``lines[1].qty`` → lines, [1], qty
@@ -199,9 +200,10 @@ def parse_yaml(source: str, text: str) -> list[Row]:
         unknown = sorted(set(document) - {"entity", "records"})
         for key in unknown:
             problems.append(Problem(source, document.lines[key], key, "unknown key (entity, records)"))
-        if not isinstance(entity, str) or "/" not in entity:
+        if not isinstance(entity, str) or ("/" not in entity and entity != ACCOUNTS):
             line = document.lines.get("entity", document.line)
-            problems.append(Problem(source, line, "entity", "name the entity as module/entity"))
+            why = f"name the entity as module/entity (or {ACCOUNTS} for password accounts)"
+            problems.append(Problem(source, line, "entity", why))
             continue
         if not isinstance(records, list):
             line = document.lines.get("records", document.line)
