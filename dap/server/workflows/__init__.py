@@ -23,6 +23,7 @@ package applies them to a request::
     recording  a record's create and update, the one pipeline REST and the seed loader share
     seeds      seed files (YAML, CSV) read into rows that know their file, line and fields (pure)
     seeding    seed rows loaded through the API's rules, in one transaction, idempotent
+    seeding_steps  a seed row's ``_actions`` and ``_votes``, through the operations of their routes
     seeding_users  seeded password accounts (``entity: users``), so a demo's people can sign in
 
 Modules load on first import (none is imported here): the boot path needs ``approvals_schema``
@@ -44,6 +45,7 @@ __all__ = [
     "machines",
     "recording",
     "seeding",
+    "seeding_steps",
     "seeding_users",
     "seeds",
     "services",

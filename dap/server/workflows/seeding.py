@@ -35,13 +35,13 @@ from typing import Any
 
 import asyncpg
 
+from dap.config.enums import FieldType
 from dap.server import errors
 from dap.server.access import auth, guards
 from dap.server.catalog import Catalog, Resource
-from dap.server.documents import auditing, idempotency, lifecycle, writing
-from dap.server.events import builtin
+from dap.server.documents import auditing, lifecycle, writing
 from dap.server.storage import db, tables
-from dap.server.workflows import actions, approvals_flow, recording, seeding_users, seeds
+from dap.server.workflows import recording, seeding_steps, seeding_users, seeds
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +122,11 @@ class _Run:
     by_table: dict[str, Resource]
     report: Report
     resolved: dict[tuple[str, str], uuid.UUID] = field(default_factory=dict)  # (table, key) → id
+    # what earlier runs seeded: (entity, seed key) → (record id, digest of its row)
+    known: dict[tuple[str, str], tuple[uuid.UUID, str]] = field(default_factory=dict)
+    natural: dict[tuple[str, str], uuid.UUID] = field(default_factory=dict)  # (entity, natural key) → id
+    prefetched: set[str] = field(default_factory=set)  # entities whose natural keys ``natural`` holds
+    remembered: list[tuple[Any, ...]] = field(default_factory=list)  # rows of dap.seed_records to write
 
     def write(self, resource: Resource) -> auditing.Write:
         return auditing.Write(
@@ -154,6 +159,7 @@ async def load(
     )
     problems: list[seeds.Problem] = []
     async with conn.transaction():
+        await _prefetch(run, rows)
         for row in rows:
             try:
                 async with conn.transaction():  # a savepoint: a failed row leaves no trace
@@ -171,12 +177,50 @@ async def load(
                 break
         if problems:
             raise SeedError(problems[:MAX_PROBLEMS])
+        await conn.executemany(
+            "INSERT INTO dap.seed_records (tenant_id, entity, key, record_id, digest, source) "
+            "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tenant_id, entity, key) DO UPDATE "
+            "SET record_id = EXCLUDED.record_id, digest = EXCLUDED.digest, source = EXCLUDED.source, "
+            "updated_at = now()",
+            run.remembered,
+        )
     run.report.seconds = time.perf_counter() - started
     log.info(
         "seed loaded",
         extra={"ctx": {"request_id": run.request_id, "summary": run.report.summary()}},
     )
     return run.report
+
+
+async def _prefetch(run: _Run, rows: Sequence[seeds.Row]) -> None:
+    """What the rows will look up, in one statement per entity instead of one per row: the seed
+    records of earlier runs, and the records whose natural keys the rows give (a record the seed
+    did not make is adopted)."""
+    entities = sorted({row.entity for row in rows})
+    for record in await run.conn.fetch(
+        "SELECT entity, key, record_id, digest FROM dap.seed_records "
+        "WHERE tenant_id = $1 AND entity = ANY($2::text[])",
+        run.tenant,
+        entities,
+    ):
+        run.known[(record["entity"], record["key"])] = (record["record_id"], record["digest"])
+    for entity in entities:
+        resource = run.catalog.resources.get(entity)
+        name = _natural_key(resource) if resource is not None else None
+        if resource is None or name is None or resource.fields[name].type is not FieldType.STRING:
+            continue
+        column = resource.column(name)
+        values = sorted({str(r.values[name]) for r in rows if r.entity == entity and r.values.get(name)})
+        if column is None or not values:
+            continue
+        for record in await run.conn.fetch(
+            f"SELECT {tables.quote(column)} AS k, id FROM {tables.quote(resource.table.name)} "
+            f"WHERE tenant_id = $1 AND {tables.quote(column)} = ANY($2::text[])",
+            run.tenant,
+            values,
+        ):
+            run.natural[(entity, record["k"])] = record["id"]
+        run.prefetched.add(entity)
 
 
 def _problems(row: seeds.Row, exc: errors.ApiError) -> list[seeds.Problem]:
@@ -224,12 +268,8 @@ async def _account(run: _Run, row: seeds.Row) -> None:
     if problems:
         raise _RowError(problems)
     key = str(row.values["username"])
-    known = await run.conn.fetchval(
-        "SELECT digest FROM dap.seed_records WHERE tenant_id = $1 AND entity = $2 AND key = $3",
-        run.tenant,
-        seeding_users.ENTITY,
-        key,
-    )
+    seen = run.known.get((seeding_users.ENTITY, key))
+    known = seen[1] if seen is not None else None
     user_id, wrote = await seeding_users.load(run.conn, run.tenant, row, known)
     if not wrote:
         run.report.unchanged += 1
@@ -243,19 +283,11 @@ async def _account(run: _Run, row: seeds.Row) -> None:
 
 
 async def _remember(run: _Run, entity: str, key: str, record_id: uuid.UUID, row: seeds.Row) -> None:
-    """The row that made (or last changed) ``record_id``, for the next run to compare with."""
-    await run.conn.execute(
-        "INSERT INTO dap.seed_records (tenant_id, entity, key, record_id, digest, source) "
-        "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tenant_id, entity, key) DO UPDATE "
-        "SET record_id = EXCLUDED.record_id, digest = EXCLUDED.digest, source = EXCLUDED.source, "
-        "updated_at = now()",
-        run.tenant,
-        entity,
-        key,
-        record_id,
-        row.digest(),
-        f"{row.source}:{row.line}",
-    )
+    """The row that made (or last changed) ``record_id``, for the next run to compare with; written
+    to ``dap.seed_records`` in one statement once every row is loaded."""
+    digest = row.digest()
+    run.known[(entity, key)] = (record_id, digest)
+    run.remembered.append((run.tenant, entity, key, record_id, digest, f"{row.source}:{row.line}"))
 
 
 async def _one(run: _Run, row: seeds.Row) -> None:
@@ -265,19 +297,14 @@ async def _one(run: _Run, row: seeds.Row) -> None:
     resource = _resource(run, row)
     key = seed_key(resource, row)
     digest = row.digest()
-    conn, tenant = run.conn, run.tenant
-    known = await conn.fetchrow(
-        "SELECT record_id, digest FROM dap.seed_records WHERE tenant_id = $1 AND entity = $2 AND key = $3",
-        tenant,
-        resource.key,
-        key,
-    )
+    conn = run.conn
+    known = run.known.get((resource.key, key))
     if known is not None:
-        run.resolved[(resource.table.name, key)] = known["record_id"]
-        if known["digest"] == digest:
+        run.resolved[(resource.table.name, key)] = known[0]
+        if known[1] == digest:
             run.report.unchanged += 1
             return
-        await _change(run, resource, row, key, known["record_id"], digest, adopted=False)
+        await _change(run, resource, row, key, known[0], digest, adopted=False)
         return
     found = await _by_natural_key(run, resource, row)
     if found is not None:
@@ -297,9 +324,11 @@ async def _one(run: _Run, row: seeds.Row) -> None:
     record_id = done.row["id"]
     run.resolved[(resource.table.name, key)] = record_id
     for action in row.actions:
-        await _act(run, resource, row, record_id, action)
+        await seeding_steps.act(run.conn, run.write(resource), run.principal, record_id, action)
+        run.report.actions += 1
     for vote in row.votes:
-        await _vote(run, resource, row, record_id, vote)
+        await seeding_steps.vote(run.conn, run.write(resource), record_id, vote)
+        run.report.actions += 1
     await _remember(run, resource.key, key, record_id, row)
     run.report.created += 1
     run.report.by_entity[resource.key] = run.report.by_entity.get(resource.key, 0) + 1
@@ -354,6 +383,8 @@ async def _by_natural_key(run: _Run, resource: Resource, row: seeds.Row) -> uuid
     name = _natural_key(resource)
     if name is None or row.values.get(name) in (None, ""):
         return None
+    if resource.key in run.prefetched:
+        return run.natural.get((resource.key, str(row.values[name])))
     column = resource.column(name)
     if column is None:
         return None
@@ -382,12 +413,8 @@ async def _target(run: _Run, row: seeds.Row, path: str, table: str, value: Any) 
     target = run.by_table.get(table)
     if target is None:
         raise _RowError([row.problem(path, f"refers to {table}, which the seed cannot reach by key")])
-    found = await run.conn.fetchval(
-        "SELECT record_id FROM dap.seed_records WHERE tenant_id = $1 AND entity = $2 AND key = $3",
-        run.tenant,
-        target.key,
-        text,
-    )
+    seeded = run.known.get((target.key, text))
+    found = seeded[0] if seeded is not None else None
     name = _natural_key(target)
     column = target.column(name) if name is not None else None
     if found is None and column is not None:
@@ -430,66 +457,3 @@ async def _resolved(run: _Run, resource: Resource, row: seeds.Row) -> dict[str, 
             else:
                 place[slot.field] = await _target(run, row, path, slot.target, value)
     return body
-
-
-async def _act(run: _Run, resource: Resource, row: seeds.Row, record_id: uuid.UUID, action: str) -> None:
-    """One ``_actions`` entry on a record just made, as its REST route would run it."""
-    write = run.write(resource)
-    guards.check(run.principal, resource, action)
-    if action in lifecycle.MOVES and resource.lifecycle:
-
-        async def emit(conn: db.Connection, moved: Any, kids: Any) -> None:
-            await builtin.record(conn, write, action, moved, kids)
-
-        await lifecycle.move(run.conn, write, run.principal, action, record_id, expected=None, after=emit)
-        run.report.actions += 1
-        return
-    plan = resource.workflow.get(action)
-    declared = resource.spec.action(action)
-    if plan is None or (declared is not None and declared.disabled):
-        raise _RowError([row.problem("_actions", f"{resource.key} has no action {action!r}")])
-    handler = actions.runner(resource.key, plan, None)
-    call = actions.Call(
-        write=write,
-        principal=run.principal,
-        access=guards.check(run.principal, resource, action),
-        plan=plan,
-        record_id=record_id,
-        params={},
-        expected=None,
-        idempotency=None,
-    )
-    await actions.run(run.conn, call, handler, lambda _outcome: idempotency.Answer(200, "", {}))
-    run.report.actions += 1
-
-
-async def _vote(
-    run: _Run, resource: Resource, row: seeds.Row, record_id: uuid.UUID, vote: seeds.Vote
-) -> None:
-    """One ``_votes`` entry: the vote of ``vote.username`` on the record's pending approval."""
-    approval = await run.conn.fetchval(
-        "SELECT id FROM dap.approvals WHERE tenant_id = $1 AND entity = $2 AND record_id = $3 "
-        "AND status = 'pending'",
-        run.tenant,
-        resource.key,
-        record_id,
-    )
-    if approval is None:
-        why = "no approval of this record is pending: let _actions request one first"
-        raise _RowError([row.problem("_votes", why)])
-    voter = auth.Principal(sub=f"seed:{vote.username}", username=vote.username, roles=vote.roles)
-    decided = await approvals_flow.decide(
-        run.conn,
-        approvals_flow.Vote(
-            catalog=run.catalog,
-            tenant=run.tenant,
-            approval_id=approval,
-            principal=voter,
-            approve=vote.approve,
-            comment=vote.comment or (None if vote.approve else "rejected in the seed data"),
-            request_id=run.request_id,
-        ),
-    )
-    if decided.cancelled is not None:
-        raise _RowError([row.problem("_votes", f"the approval was cancelled: {decided.cancelled}")])
-    run.report.actions += 1
