@@ -110,7 +110,7 @@ def login(server: UiServer, username: str) -> str:
         method="POST",
     )
     with urllib.request.urlopen(request, timeout=10) as resp:
-        return str(json.load(resp)["data"]["token"])
+        return str(json.load(resp)["token"])
 
 
 def page_as(browser: Any, server: UiServer, token: str) -> Any:
