@@ -279,3 +279,19 @@ async def test_dap_seed_loads_once_and_refuses_a_bad_seed_naming_the_row(
         assert missing.returncode == 1 and "no workspace 'nowhere'" in missing.stderr
     finally:
         await drop_database(pg_server_dsn, name)
+
+
+async def test_csv_rows_load_through_the_same_path(pool: asyncpg.Pool, demo: Catalog) -> None:
+    """What issue 29's CSV import will call: rows in, one transaction, file/line/field out."""
+    good = "code,title,unit_price,uom\nC-1,Cable tie,0.05,piece\nC-2,Clamp,1.10,box\n"
+    bad = "code,title,unit_price,uom\nC-3,Cord,0.20,piece\nC-4,Crate,2.00,barrel\n"
+    async with pool.acquire() as conn:
+        tenant = await _tenant(conn)
+        with pytest.raises(seeding.SeedError) as caught:
+            await seeding.load(conn, demo, tenant, seeds.parse_files([("stock.item.csv", bad)]))
+        assert [str(p).split(": must")[0] for p in caught.value.problems] == ["stock.item.csv:3: uom"]
+        assert await conn.fetchval('SELECT count(*) FROM "stock__item"') == 0
+        report = await seeding.load(conn, demo, tenant, seeds.parse_files([("stock.item.csv", good)]))
+        assert report.created == 2
+        prices = await conn.fetch('SELECT code, unit_price FROM "stock__item" ORDER BY code')
+        assert [(r["code"], str(r["unit_price"])) for r in prices] == [("C-1", "0.05"), ("C-2", "1.10")]
