@@ -282,6 +282,19 @@ def _fleet(raw: dict[str, Any]) -> NoReturn:
 )
 @click.option("--invoke-timeout", default="30s", show_default=True, envvar="DAP_INVOKE_TIMEOUT")
 @click.option(
+    "--seed/--no-seed",
+    default=True,
+    show_default=True,
+    envvar="DAP_SEED",
+    help="load the spec's seed/ records into the workspace once it is served (idempotent)",
+)
+@click.option(
+    "--auto-approve",
+    is_flag=True,
+    envvar="DAP_AUTO_APPROVE",
+    help="grant approval gates at once, saying so in the log and the audit trail (off: approve by hand)",
+)
+@click.option(
     "--fleet",
     is_flag=True,
     help="instead: one region and two namespace 'clusters' on a Kubernetes API server (dev-fleet)",
@@ -324,6 +337,8 @@ def dev(**raw: Any) -> None:
             runtime=raw["runtime"],
             app_dir=raw["app_dir"],
             invoke_timeout=raw["invoke_timeout"],
+            auto_approve=raw["auto_approve"],
+            seed=raw["seed"],
         )
         code = asyncio.run(dev_mode.run(config))
     except (errors.PodError, server_errors.BootRefused, embedded.EmbeddedPostgresError) as exc:
