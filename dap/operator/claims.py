@@ -6,6 +6,11 @@ message ``datastore|workspace|permission|grantedBy|grantedAt`` (the claim's spec
 joined by a vertical bar, UTF-8). Keys and signatures travel as lowercase hex. Everything here is
 pure (PyNaCl does no I/O) so that ``dap claim sign`` and the operator share one definition of
 the message and the tests need no cluster.
+
+Development mode (``dap operator --dev-auto-grant-claims``, turned on by ``dap dev --fleet``)
+grants a claim on a *local* datastore (``is_local``) at once when it is unsigned or its signature
+does not verify, where production would deny it until the owner signs; allowedTenants and the
+endpoint Secret are still required, and the Ready condition's reason ``DevAutoGranted`` says so.
 """
 
 from __future__ import annotations
@@ -18,6 +23,10 @@ import nacl.signing
 from dap.operator import bodies, conditions
 
 FIELDS = ("datastore", "workspace", "permission", "grantedBy", "grantedAt")
+# Drivers whose data lives with the workspace itself (an in-process store, a file, a directory),
+# not on a server someone else runs: a claim on one in the claim's own namespace is "local".
+LOCAL_DRIVERS = frozenset({"sqlite", "memory", "fs"})
+AUTO_GRANTED = "DevAutoGranted"  # reason of the Ready condition of a dev-mode auto-grant
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,14 +97,32 @@ def datastore_key(claim_namespace: str, datastore: str) -> tuple[str, str]:
     return (namespace or claim_namespace, name)
 
 
+def is_local(claim_namespace: str, datastore: bodies.DatastoreBody) -> bool:
+    """A local datastore: in the claim's own namespace, and of a driver in ``LOCAL_DRIVERS``.
+
+    Both halves matter: another namespace's datastore belongs to someone else even when it is a
+    file, and a ``postgres`` datastore may be a shared server even on a laptop (the driver cannot
+    tell an embedded Postgres from a production one), so neither is granted without a signature.
+    """
+    return (
+        datastore["metadata"].get("namespace", "") == claim_namespace
+        and datastore.get("spec", {}).get("driver", "") in LOCAL_DRIVERS
+    )
+
+
 def evaluate(
     claim: bodies.ResourceClaimBody,
     datastore: bodies.DatastoreBody | None,
     *,
     secret_exists: bool,
     skip_signature: bool = False,
+    dev_auto_grant: bool = False,
 ) -> conditions.Verdict:
-    """The claim's verdict. Denied is final for this spec; Pending waits for the datastore."""
+    """The claim's verdict. Denied is final for this spec; Pending waits for the datastore.
+
+    ``dev_auto_grant`` (development mode only) lets a claim on a local datastore (``is_local``)
+    past a missing or bad signature; its Ready reason is then ``AUTO_GRANTED``.
+    """
     spec = claim.get("spec", {})
     namespace = claim["metadata"].get("namespace", "")
     if datastore is None:
@@ -104,10 +131,18 @@ def evaluate(
     ds_spec = datastore.get("spec", {})
     grant = Grant.from_spec(spec)
     public = ds_spec.get("ownerPublicKey", "")
-    if not skip_signature and not verify(grant, spec.get("signature", ""), public):
-        return conditions.claim_denied(
-            "InvalidSignature", "the signature does not verify against the datastore's ownerPublicKey"
-        )
+    signature = spec.get("signature", "")
+    auto = False
+    if not skip_signature and not verify(grant, signature, public):
+        if dev_auto_grant and is_local(namespace, datastore):
+            auto = True
+        else:
+            problem = (
+                "the claim is not signed (no spec.signature)"
+                if not signature
+                else "the signature does not verify against the datastore's ownerPublicKey"
+            )
+            return conditions.claim_denied("InvalidSignature", problem)
     if not tenant_allowed(grant.workspace, namespace, ds_spec.get("allowedTenants", [])):
         return conditions.claim_denied(
             "TenantNotAllowed",
@@ -118,5 +153,13 @@ def evaluate(
         return conditions.claim_pending(
             "DatastoreNotValidated", f"the datastore's endpoint Secret {secret!r} does not exist"
         )
+    granted = f"{grant.permission} access to {grant.datastore} granted"
+    if auto:
+        why = "unsigned" if not signature else "signature does not verify"
+        return conditions.claim_ready(
+            f"{granted}: auto-granted in dev mode (--dev-auto-grant-claims; {why}; local "
+            f"{ds_spec.get('driver', '')} datastore); production waits for the owner's signature",
+            reason=AUTO_GRANTED,
+        )
     note = " (signature NOT verified: --insecure-skip-signature-verify)" if skip_signature else ""
-    return conditions.claim_ready(f"{grant.permission} access to {grant.datastore} granted{note}")
+    return conditions.claim_ready(f"{granted}{note}")

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import cast
@@ -27,6 +29,23 @@ from dap.operator.options import DEFAULT_RESOURCE_IMAGE, Options
 
 def _env(name: str) -> str:
     return f"DAP_{name.upper().replace('-', '_')}"
+
+
+def dev_mode_refusal(environ: Mapping[str, str]) -> str:
+    """Why ``--dev-auto-grant-claims`` may not run here ("" when it may).
+
+    Development mode is an operator on a developer's machine (``dap dev --fleet`` starts it so);
+    an operator in a pod (``KUBERNETES_SERVICE_HOST`` set, as Kubernetes does for every pod) is
+    a deployed one, where a claim must wait for its owner's signature.
+    """
+    if environ.get("KUBERNETES_SERVICE_HOST"):
+        return (
+            "--dev-auto-grant-claims (DAP_DEV_AUTO_GRANT_CLAIMS) is for development only: this "
+            "operator runs in a pod (KUBERNETES_SERVICE_HOST is set), where claims wait for the "
+            "datastore owner's signature. Remove the option, or run the operator on your machine "
+            "(dap dev --fleet)."
+        )
+    return ""
 
 
 @click.command("operator")
@@ -88,6 +107,14 @@ def _env(name: str) -> str:
     help="Development only: accept claims without checking signatures.",
 )
 @click.option(
+    "--dev-auto-grant-claims",
+    envvar=_env("dev-auto-grant-claims"),
+    is_flag=True,
+    default=False,
+    help="Development mode (dap dev --fleet): grant unsigned claims on local datastores at once. "
+    "Refused in a pod.",
+)
+@click.option(
     "--cluster-name",
     envvar=_env("cluster-name"),
     default="default",
@@ -110,6 +137,7 @@ def operator(
     namespace: str,
     resource_image: str,
     insecure_skip_signature_verify: bool,
+    dev_auto_grant_claims: bool,
     cluster_name: str,
     log_level: str,
 ) -> None:
@@ -117,6 +145,15 @@ def operator(
     logs.configure(log_level)
     if insecure_skip_signature_verify:
         click.echo("warning: --insecure-skip-signature-verify: claims are NOT verified", err=True)
+    if dev_auto_grant_claims:
+        refusal = dev_mode_refusal(os.environ)
+        if refusal:
+            raise click.UsageError(refusal)
+        click.echo(
+            "warning: --dev-auto-grant-claims: unsigned claims on local datastores "
+            f"({', '.join(sorted(claims.LOCAL_DRIVERS))} in the claim's namespace) are granted at once",
+            err=True,
+        )
     options = Options(
         control_cluster_url=control_cluster_url,
         leader_elect=leader_elect,
@@ -126,6 +163,7 @@ def operator(
         namespace=namespace,
         resource_image=resource_image,
         insecure_skip_signature_verify=insecure_skip_signature_verify,
+        dev_auto_grant_claims=dev_auto_grant_claims,
         cluster_name=cluster_name,
     )
     with contextlib.suppress(KeyboardInterrupt):
@@ -157,8 +195,6 @@ def keygen(out: Path | None) -> None:
 
 
 def _read_key(key_file: Path | None, key_env: str) -> str:
-    import os
-
     if key_file is not None:
         return key_file.read_text().strip()
     value = os.environ.get(key_env, "").strip()

@@ -207,12 +207,12 @@ def datastore(secret_exists: bool, secret_name: str) -> Verdict:
     )
 
 
-def claim_ready(message: str) -> Verdict:
+def claim_ready(message: str, reason: str = "Granted") -> Verdict:
     return Verdict(
         phase="Ready",
         conditions=(
-            Wanted("Ready", "True", "Granted", message),
-            Wanted("Denied", "False", "Granted", message),
+            Wanted("Ready", "True", reason, message),
+            Wanted("Denied", "False", reason, message),
         ),
     )
 

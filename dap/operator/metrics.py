@@ -50,6 +50,11 @@ class Metrics:
             ["endpoint", "outcome"],
             registry=self.registry,
         )
+        self.claims_dev_auto_granted_total = Counter(
+            "dap_claims_dev_auto_granted_total",
+            "ResourceClaims granted without a valid owner signature by --dev-auto-grant-claims.",
+            registry=self.registry,
+        )
         self.workspaces = Gauge("dap_workspaces", "Workspaces per phase.", ["phase"], registry=self.registry)
         for controller in CONTROLLERS:
             self.reconcile_total.labels(controller)

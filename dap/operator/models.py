@@ -139,8 +139,13 @@ class ResourceClaimSpec(_Model):
     grantedBy: Annotated[str, Field(min_length=1)]
     grantedAt: Annotated[str, Field(min_length=1, description="RFC 3339 time, signed verbatim.")]
     signature: Annotated[
-        str, Field(pattern=HEX_ED25519_SIGNATURE, description="Hex ed25519 signature by the owner.")
-    ]
+        str | None,
+        Field(
+            pattern=HEX_ED25519_SIGNATURE,
+            description="Hex ed25519 signature by the owner; a claim without one is denied, except "
+            "on a local datastore under dev mode's --dev-auto-grant-claims.",
+        ),
+    ] = None
 
 
 ClusterState = Literal["active", "draining", "inactive"]

@@ -25,6 +25,8 @@ class Options:
     namespace: str = ""
     resource_image: str = DEFAULT_RESOURCE_IMAGE
     insecure_skip_signature_verify: bool = False
+    # Development mode: grant unsigned claims on local datastores at once (claims.is_local).
+    dev_auto_grant_claims: bool = False
     cluster_name: str = "default"
     node_name: str = dataclasses.field(
         default_factory=lambda: os.environ.get("NODE_NAME") or socket.gethostname()

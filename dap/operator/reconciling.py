@@ -65,6 +65,7 @@ class Reconciler:
         trust: Trust,
         workspace_concurrency: int = 10,
         skip_signature: bool = False,
+        dev_auto_grant: bool = False,
     ) -> None:
         self.client = client
         self.caches = caches
@@ -74,6 +75,7 @@ class Reconciler:
         self.control_cluster_url = control_cluster_url
         self.trust = trust
         self.skip_signature = skip_signature
+        self.dev_auto_grant = dev_auto_grant
         self._slots = asyncio.Semaphore(workspace_concurrency)
         self._locks: dict[tuple[str, str, str], tuple[asyncio.Lock, int]] = {}
         self._statuses: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -282,6 +284,7 @@ class Reconciler:
                 datastore,
                 secret_exists=self.caches.secret_exists((ds_key[0], endpoint_name)),
                 skip_signature=self.skip_signature,
+                dev_auto_grant=self.dev_auto_grant,
             )
             secret_name = builders.claim_secret_name(key[1])
             secret_key = (key[0], str(secret_name))
@@ -300,7 +303,43 @@ class Reconciler:
                 "secretName": str(secret_name) if want is not None else None,
                 "secretDigest": builders.data_digest(want["data"]) if want is not None else None,
             }
+            before = self._current_status("ResourceClaim", key, found)
             await self._simple_status("ResourceClaim", kube.RESOURCECLAIMS, key, found, verdict, extra)
+            if verdict.condition("Ready").reason == claims.AUTO_GRANTED:
+                self._audit_auto_grant(key, claim, before, verdict)
+
+    def _audit_auto_grant(
+        self,
+        key: caches.ObjectKey,
+        claim: bodies.ResourceClaimBody,
+        before: Mapping[str, Any],
+        verdict: conditions.Verdict,
+    ) -> None:
+        """Say once per grant (not per reconcile) that dev mode granted what production would not."""
+        was: Mapping[str, Any] = next(
+            (c for c in before.get("conditions", []) if c.get("type") == "Ready"), {}
+        )
+        ready = verdict.condition("Ready")
+        if was.get("reason") == ready.reason and was.get("message") == ready.message:
+            return  # already said for this grant (the status already carried it)
+        self.metrics.claims_dev_auto_granted_total.inc()
+        spec = claim.get("spec", {})
+        logger.warning(
+            "resource claim %s/%s auto-granted in dev mode: %s",
+            *key,
+            ready.message,
+            extra={
+                "ctx": {
+                    "audit": "dev_auto_grant",
+                    "claim": "/".join(key),
+                    "datastore": spec.get("datastore", ""),
+                    "workspace": spec.get("workspace", ""),
+                    "permission": spec.get("permission", ""),
+                    "granted_by": spec.get("grantedBy", ""),
+                    "signed": bool(spec.get("signature")),
+                }
+            },
+        )
 
     async def claim_deleted(self, key: caches.ObjectKey) -> None:
         """The claim is gone: its credentials go with it (GC would too; this is immediate)."""

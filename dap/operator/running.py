@@ -53,6 +53,7 @@ class Runtime:
             trust=self.trust,
             workspace_concurrency=options.workspace_concurrency,
             skip_signature=options.insecure_skip_signature_verify,
+            dev_auto_grant=options.dev_auto_grant_claims,
         )
         self.nudger = reconciling.Nudger(self.metrics)
         self.started = False

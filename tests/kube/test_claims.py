@@ -174,3 +174,45 @@ async def test_insecure_skip_signature_verify_accepts_unsigned_claims(
     ready = await condition(api, "resourceclaims", ns, "shop-orders", "Ready")
     assert ready is not None
     assert "NOT verified" in ready["message"]
+
+
+async def test_dev_auto_grant_grants_an_unsigned_claim_on_a_local_datastore_only(
+    api: Api, ns: str, start_operator: Operators, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``--dev-auto-grant-claims``: an unsigned claim on a sqlite Datastore of its own namespace is
+    Ready at once, says so in its condition, the log and the metric; on a postgres one, denied."""
+    await api.create("secrets", secret(ns))
+    await api.create("secrets", secret(ns, name="files-endpoint", path="/data/files.db"))
+    await api.create("datastores", datastore(ns))  # postgres: not local
+    files = datastore(ns)
+    files["metadata"]["name"] = "files"
+    files["spec"].update(driver="sqlite", endpointSecretRef={"name": "files-endpoint"})
+    await api.create("datastores", files)
+    runtime = await start_operator(dev_auto_grant_claims=True)
+    await api.create("workspaces", workspace(ns))
+    for name, store in (("shop-files", "files"), ("shop-orders", "orders")):
+        body = claim(ns, name=name)
+        body["spec"]["datastore"] = store
+        del body["spec"]["signature"]  # unsigned: the CRD accepts it, the operator judges it
+        await api.create("resourceclaims", body)
+
+    await wait_for(is_phase(api, "resourceclaims", ns, "shop-files", "Ready"), what="local claim Ready")
+    ready = await condition(api, "resourceclaims", ns, "shop-files", "Ready")
+    assert ready is not None
+    assert (ready["status"], ready["reason"]) == ("True", claims.AUTO_GRANTED)
+    assert "auto-granted in dev mode" in ready["message"]
+    creds = await api.get("secrets", ns, "dap-claim-shop-files")
+    assert creds is not None
+    assert base64.b64decode(creds["data"]["PATH"]) == b"/data/files.db"
+    assert base64.b64decode(creds["data"]["DRIVER"]) == b"sqlite"
+
+    await wait_for(is_phase(api, "resourceclaims", ns, "shop-orders", "Denied"), what="postgres claim Denied")
+    denied = await condition(api, "resourceclaims", ns, "shop-orders", "Denied")
+    assert denied is not None
+    assert (denied["status"], denied["reason"]) == ("True", "InvalidSignature")
+    assert "not signed" in denied["message"]
+    assert await api.get("secrets", ns, "dap-claim-shop-orders") is None
+
+    audits = [r for r in caplog.records if getattr(r, "ctx", {}).get("audit") == "dev_auto_grant"]
+    assert [r.ctx["claim"] for r in audits] == [f"{ns}/shop-files"]  # type: ignore[attr-defined]
+    assert runtime.metrics.registry.get_sample_value("dap_claims_dev_auto_granted_total") == 1.0

@@ -18,8 +18,9 @@ from aiohttp import web
 
 from dap import kube
 from dap.control.kube import devfleet as control_devfleet
+from dap.operator import claims
 from dap.resource_pod import devfleet, errors
-from tests.kube import controlplane, loopback
+from tests.kube import controlplane, loopback, objects
 from tests.kube.client import Api, wait_for
 from tests.kube.conftest import Cluster
 
@@ -31,6 +32,7 @@ def _control_dev_fleet(kubeconfig: Path, port: int, data: Path) -> tuple[str, li
     argv = [
         *(str(DAP), "control", "dev-fleet", "--kubeconfig", str(kubeconfig), "--clusters", "a=2,b=2"),
         *("--prefix", prefix, "--port", str(port), "--data-dir", str(data / "pg"), "--log-level", "info"),
+        "--no-operators",  # the dap-dev-fleet case runs them (and checks their dev mode)
     ]
     return prefix, argv, data / "pg"
 
@@ -98,6 +100,8 @@ async def test_dev_fleet_routes_and_moves_workspaces(
 
     for cluster in (a, b):
         await wait_for(lambda c=cluster: known(c), within=60, what=f"the region knowing Cluster {cluster}")
+    if prefix == devfleet.PREFIX:
+        await _an_unsigned_claim_on_a_local_datastore_is_auto_granted(api, a)
 
     async def host(name: str) -> str | None:
         """The cluster a management Workspace is bound to, once it exists there too."""
@@ -131,6 +135,25 @@ async def test_dev_fleet_routes_and_moves_workspaces(
         return await api.get("workspaces", one, "one") is None
 
     await wait_for(left, within=30, what=f"one removed from {one}")
+
+
+async def _an_unsigned_claim_on_a_local_datastore_is_auto_granted(api: Api, ns: str) -> None:
+    """``dap dev --fleet`` runs each cluster namespace's operator with --dev-auto-grant-claims."""
+    await api.create("secrets", objects.secret(ns, name="files-endpoint", path="/data/files.db"))
+    store = objects.datastore(ns)
+    store["metadata"]["name"] = "files"
+    store["spec"].update(driver="sqlite", endpointSecretRef={"name": "files-endpoint"})
+    await api.create("datastores", store)
+    body = objects.claim(ns, name="shop-files")
+    body["spec"]["datastore"] = "files"
+    del body["spec"]["signature"]
+    await api.create("resourceclaims", body)
+
+    async def reason() -> str | None:
+        found = await objects.condition(api, "resourceclaims", ns, "shop-files", "Ready")
+        return found["reason"] if found and found["status"] == "True" else None
+
+    assert await wait_for(reason, within=90, what="the claim auto-granted") == claims.AUTO_GRANTED
 
 
 def test_dev_fleet_kubeconfig_is_the_given_one_else_the_first_of_kubeconfig(tmp_path: Path) -> None:
@@ -204,3 +227,12 @@ async def test_an_api_server_without_dap_crds_is_refused_clearly() -> None:
                 await control_devfleet.prepare(client, "x", {"a": 1})
         finally:
             await client.close()
+
+
+def test_dev_fleet_operators_run_in_dev_mode_with_their_ports_off() -> None:
+    argv = control_devfleet.operator_command("dev-a", "debug")
+    assert argv[0] == sys.executable
+    assert argv[3:] == [
+        *("operator", "--namespace", "dev-a", "--cluster-name", "dev-a", "--dev-auto-grant-claims"),
+        *("--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--log-level", "debug"),
+    ]

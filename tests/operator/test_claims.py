@@ -151,3 +151,136 @@ def test_skip_signature_accepts_a_bad_signature_but_still_checks_tenants() -> No
 )
 def test_datastore_key(namespace: str, ref: str, key: tuple[str, str]) -> None:
     assert claims.datastore_key(namespace, ref) == key
+
+
+# -- dev mode: --dev-auto-grant-claims ---------------------------------------------------------
+
+
+def unsigned() -> bodies.ResourceClaimBody:
+    body = claim_body()
+    del body["spec"]["signature"]
+    return body
+
+
+def store_of(
+    driver: str, namespace: str = "tenants", allowed: list[str] | None = None
+) -> bodies.DatastoreBody:
+    body = datastore(allowed=allowed)
+    body["metadata"]["namespace"] = namespace
+    body["spec"]["driver"] = driver
+    return body
+
+
+def elsewhere(body: bodies.ResourceClaimBody) -> bodies.ResourceClaimBody:
+    body["spec"]["datastore"] = "stores/orders"
+    return body
+
+
+@pytest.mark.parametrize(
+    ("claim", "store", "secret_exists", "auto", "phase", "reason"),
+    [
+        # local (same namespace, embedded driver): unsigned or badly signed is granted at once
+        pytest.param(
+            unsigned(), store_of("sqlite"), True, True, "Ready", claims.AUTO_GRANTED, id="unsigned-sqlite"
+        ),
+        pytest.param(
+            unsigned(), store_of("memory"), True, True, "Ready", claims.AUTO_GRANTED, id="unsigned-memory"
+        ),
+        pytest.param(unsigned(), store_of("fs"), True, True, "Ready", claims.AUTO_GRANTED, id="unsigned-fs"),
+        pytest.param(
+            claim_body(signature="00" * 64),
+            store_of("sqlite"),
+            True,
+            True,
+            "Ready",
+            claims.AUTO_GRANTED,
+            id="bad-signature-local",
+        ),
+        # a valid signature is an ordinary grant, dev mode or not
+        pytest.param(claim_body(), store_of("sqlite"), True, True, "Ready", "Granted", id="signed-local"),
+        # still subject to allowedTenants and the endpoint Secret
+        pytest.param(
+            unsigned(),
+            store_of("sqlite", allowed=["other"]),
+            True,
+            True,
+            "Denied",
+            "TenantNotAllowed",
+            id="local-tenant-not-allowed",
+        ),
+        pytest.param(
+            unsigned(),
+            store_of("sqlite"),
+            False,
+            True,
+            "Pending",
+            "DatastoreNotValidated",
+            id="local-no-secret",
+        ),
+        pytest.param(unsigned(), None, True, True, "Pending", "DatastoreNotFound", id="no-datastore"),
+        # not local: a server driver, or another namespace's datastore, is judged as in production
+        pytest.param(
+            unsigned(), store_of("postgres"), True, True, "Denied", "InvalidSignature", id="postgres"
+        ),
+        pytest.param(unsigned(), store_of("valkey"), True, True, "Denied", "InvalidSignature", id="valkey"),
+        pytest.param(
+            elsewhere(unsigned()),
+            store_of("sqlite", namespace="stores"),
+            True,
+            True,
+            "Denied",
+            "InvalidSignature",
+            id="other-namespace-sqlite",
+        ),
+        # without the option nothing changes
+        pytest.param(
+            unsigned(), store_of("sqlite"), True, False, "Denied", "InvalidSignature", id="off-unsigned"
+        ),
+        pytest.param(
+            claim_body(signature="00" * 64),
+            store_of("memory"),
+            True,
+            False,
+            "Denied",
+            "InvalidSignature",
+            id="off-bad-signature",
+        ),
+    ],
+)
+def test_evaluate_with_dev_auto_grant(
+    claim: bodies.ResourceClaimBody,
+    store: bodies.DatastoreBody | None,
+    secret_exists: bool,
+    auto: bool,
+    phase: str,
+    reason: str,
+) -> None:
+    verdict = claims.evaluate(claim, store, secret_exists=secret_exists, dev_auto_grant=auto)
+    assert (verdict.phase, verdict.condition("Ready").reason) == (phase, reason)
+    assert (verdict.condition("Ready").status == "True") == (phase == "Ready")
+    assert (verdict.condition("Denied").status == "True") == (phase == "Denied")
+    message = verdict.condition("Ready").message
+    assert ("auto-granted in dev mode" in message) == (reason == claims.AUTO_GRANTED)
+
+
+def test_an_auto_grant_says_why_and_a_denial_says_unsigned() -> None:
+    granted = claims.evaluate(unsigned(), store_of("sqlite"), secret_exists=True, dev_auto_grant=True)
+    assert granted.condition("Ready").message == (
+        "read_write access to orders granted: auto-granted in dev mode (--dev-auto-grant-claims; "
+        "unsigned; local sqlite datastore); production waits for the owner's signature"
+    )
+    denied = claims.evaluate(unsigned(), store_of("postgres"), secret_exists=True, dev_auto_grant=True)
+    assert denied.condition("Denied").message == "the claim is not signed (no spec.signature)"
+
+
+@pytest.mark.parametrize(
+    ("claim_namespace", "store", "local"),
+    [
+        pytest.param("tenants", store_of("sqlite"), True, id="same-namespace-sqlite"),
+        pytest.param("tenants", store_of("postgres"), False, id="postgres"),
+        pytest.param("tenants", store_of("s3"), False, id="s3"),
+        pytest.param("tenants", store_of("fs", namespace="stores"), False, id="other-namespace"),
+    ],
+)
+def test_is_local(claim_namespace: str, store: bodies.DatastoreBody, local: bool) -> None:
+    assert claims.is_local(claim_namespace, store) is local

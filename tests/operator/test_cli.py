@@ -149,3 +149,24 @@ def test_sign_refuses_a_malformed_key(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     assert "64 hex characters" in result.output
+
+
+def test_dev_auto_grant_claims_is_refused_in_a_pod() -> None:
+    result = CliRunner().invoke(
+        main, ["operator", "--dev-auto-grant-claims"], env={"KUBERNETES_SERVICE_HOST": "10.0.0.1"}
+    )
+    assert result.exit_code == 2
+    assert "for development only" in result.output
+    assert "KUBERNETES_SERVICE_HOST" in result.output
+    by_env = CliRunner().invoke(
+        main, ["operator"], env={"KUBERNETES_SERVICE_HOST": "10.0.0.1", "DAP_DEV_AUTO_GRANT_CLAIMS": "1"}
+    )
+    assert by_env.exit_code == 2
+    assert "DAP_DEV_AUTO_GRANT_CLAIMS" in by_env.output
+
+
+def test_dev_mode_refusal_is_empty_off_cluster() -> None:
+    from dap.operator.cli import dev_mode_refusal
+
+    assert dev_mode_refusal({}) == ""
+    assert dev_mode_refusal({"KUBERNETES_SERVICE_HOST": "10.0.0.1"}) != ""

@@ -92,7 +92,15 @@ def cluster_control(**opts: Any) -> None:
     "--data-dir", type=click.Path(path_type=Path), default=Path(".dap") / "fleet-pg", show_default=True
 )
 @click.option("--log-level", type=click.Choice(sorted(logs.LEVELS)), default="info", envvar="DAP_LOG_LEVEL")
-def dev_fleet(kubeconfig: str, clusters: str, prefix: str, port: int, data_dir: Path, log_level: str) -> None:
+@click.option(
+    "--operators/--no-operators",
+    default=True,
+    show_default=True,
+    help="run a dev-mode operator per cluster namespace (--dev-auto-grant-claims)",
+)
+def dev_fleet(
+    kubeconfig: str, clusters: str, prefix: str, port: int, data_dir: Path, log_level: str, operators: bool
+) -> None:
     """One region and several namespace "clusters" on one machine (routing, moves, status)."""
     logs.configure(log_level)
     try:
@@ -100,6 +108,9 @@ def dev_fleet(kubeconfig: str, clusters: str, prefix: str, port: int, data_dir: 
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--clusters") from exc
     try:
-        asyncio.run(_until_signal(devfleet.run(kubeconfig, wanted, prefix, port, data_dir)))
+        run = devfleet.run(
+            kubeconfig, wanted, prefix, port, data_dir, operators=operators, log_level=log_level
+        )
+        asyncio.run(_until_signal(run))
     except (devfleet.NoCrdsError, kopf.LoginError, kube.KubeError) as exc:
         raise click.ClickException(f"dev-fleet on {kubeconfig}: {exc}") from exc

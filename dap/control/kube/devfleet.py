@@ -6,8 +6,11 @@ key) on loopback, the region control watching the management namespace ``PREFIX-
 cluster control per cluster, each keeping its placements in its own namespace ``PREFIX-NAME``
 (namespaces stand for clusters). The namespaces, the ClusterClass ``standard`` and the Cluster
 resources (labels ``dap.io/region=dev``, ``dap.io/cluster-class=standard``) are created if
-missing; the Clusters' maximum is set to the one given. Run an operator
-per cluster namespace (``dap operator --namespace PREFIX-NAME``) to see the workspaces run.
+missing; the Clusters' maximum is set to the one given. Unless ``--no-operators``, it also runs
+one operator per cluster namespace (``dap operator --namespace PREFIX-NAME``, a child process:
+``dap.control`` may not import ``dap.operator``) in development mode: ``--dev-auto-grant-claims``
+grants unsigned ResourceClaims on local Datastores at once, saying so in the claim's Ready
+condition and in an ``audit: dev_auto_grant`` log line. The children are stopped with the fleet.
 """
 
 from __future__ import annotations
@@ -15,7 +18,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+import os
+import signal
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import aiohttp
@@ -79,7 +85,57 @@ async def prepare(client: kube.Client, prefix: str, clusters: Mapping[str, int])
         await client.patch(kube.CLUSTERS, None, cluster, {"metadata": {"labels": labels}, "spec": spec})
 
 
-async def run(kubeconfig: str, clusters: Mapping[str, int], prefix: str, port: int, data_dir: Path) -> None:
+def operator_command(namespace: str, log_level: str) -> list[str]:
+    """The argv of the dev-mode operator of one cluster namespace, run by this very interpreter."""
+    return [
+        sys.executable,
+        "-c",
+        "import sys; from dap.cli import main; sys.exit(main())",
+        *("operator", "--namespace", namespace, "--cluster-name", namespace, "--dev-auto-grant-claims"),
+        *("--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--log-level", log_level),
+    ]
+
+
+async def start_operators(
+    kubeconfig: str, namespaces: Sequence[str], log_level: str
+) -> list[asyncio.subprocess.Process]:
+    """One operator per namespace, logged in with ``kubeconfig``; their logs go to ours."""
+    env = {**os.environ, "KUBECONFIG": kubeconfig}
+    started = []
+    for namespace in namespaces:
+        started.append(await asyncio.create_subprocess_exec(*operator_command(namespace, log_level), env=env))
+        log.info("dev operator for namespace %s started (--dev-auto-grant-claims)", namespace)
+    return started
+
+
+STOP_GRACE = 20.0  # seconds an operator gets to stop after SIGINT
+
+
+async def stop_operators(processes: Sequence[asyncio.subprocess.Process]) -> None:
+    """SIGINT (kopf stops gracefully), then SIGKILL whatever still runs after ``STOP_GRACE``."""
+    for process in processes:
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGINT)
+    for process in processes:
+        try:
+            await asyncio.wait_for(process.wait(), STOP_GRACE)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
+
+
+async def run(
+    kubeconfig: str,
+    clusters: Mapping[str, int],
+    prefix: str,
+    port: int,
+    data_dir: Path,
+    *,
+    operators: bool = True,
+    log_level: str = "info",
+) -> None:
     dsn, handle = await asyncio.to_thread(embedded.start, data_dir)
     client = kube.Client.connect(kube.login(kubeconfig=kubeconfig))
     pool = await store.connect(dsn, max_size=4)
@@ -89,8 +145,11 @@ async def run(kubeconfig: str, clusters: Mapping[str, int], prefix: str, port: i
         ),
         access_log=None,
     )
+    children: list[asyncio.subprocess.Process] = []
     try:
         await prepare(client, prefix, clusters)
+        if operators:
+            children = await start_operators(kubeconfig, [f"{prefix}-{name}" for name in clusters], log_level)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", port).start()
         url = f"http://127.0.0.1:{port}"
@@ -114,7 +173,14 @@ async def run(kubeconfig: str, clusters: Mapping[str, int], prefix: str, port: i
                 f"dev fleet: region {url}, management namespace {prefix}-mgmt, clusters "
                 + ", ".join(f"{prefix}-{n} (max {m})" for n, m in clusters.items())
                 + f"\n  kubectl apply -n {prefix}-mgmt a Workspace with spec region: {REGION}, "
-                f"clusterClass: {CLASS}; kubectl get dws -A; kubectl get dcl",
+                f"clusterClass: {CLASS}; kubectl get dws -A; kubectl get dcl"
+                + (
+                    "\n  operators (dev mode) in "
+                    + ", ".join(f"{prefix}-{n}" for n in clusters)
+                    + ": unsigned ResourceClaims on local (sqlite, memory, fs) Datastores are auto-granted"
+                    if children
+                    else ""
+                ),
                 flush=True,
             )
             try:
@@ -127,6 +193,7 @@ async def run(kubeconfig: str, clusters: Mapping[str, int], prefix: str, port: i
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
     finally:
+        await stop_operators(children)
         await runner.cleanup()
         await pool.close()
         await client.close()
