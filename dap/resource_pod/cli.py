@@ -297,7 +297,8 @@ def _fleet(raw: dict[str, Any]) -> NoReturn:
 @click.option(
     "--fleet",
     is_flag=True,
-    help="instead: one region and two namespace 'clusters' on a Kubernetes API server (dev-fleet)",
+    help="instead: one region and two namespace 'clusters' on a Kubernetes API server (dev-fleet), "
+    "each with a dev-mode operator (claims on local datastores auto-granted)",
 )
 @click.option(
     "--kubeconfig",

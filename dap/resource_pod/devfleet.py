@@ -6,7 +6,9 @@ That needs a Kubernetes API server with dap's CRDs installed; this module finds 
 (``--kubeconfig``, else the first file of ``$KUBECONFIG``), says clearly when there is none, and
 replaces this process with ``dap control dev-fleet`` (``exec``, not a child: the pod may not
 import ``dap.control``, and Ctrl-C then reaches the fleet directly, which stops everything it
-started, its embedded Postgres included).
+started, its embedded Postgres and its dev-mode operators included: ``dev-fleet`` runs one
+``dap operator --dev-auto-grant-claims`` per cluster namespace, so claims on local Datastores
+are auto-granted there, as the spec's development mode grants at once what production makes wait).
 """
 
 from __future__ import annotations
