@@ -6,6 +6,7 @@ live here because each only makes sense against one entity's fields and states.
 
 from __future__ import annotations
 
+import warnings
 from typing import Literal
 
 import pydantic
@@ -158,6 +159,24 @@ class EntitySpec(Record):
     filters: tuple[FilterSpec, ...] = ()
     fixed_filters: tuple[FilterSpec, ...] = ()
     extends: ExtendStorage | None = None
+
+    @pydantic.model_validator(mode="after")
+    def _guarded_display_fields(self) -> EntitySpec:
+        """A step's ``display_fields`` naming a field with a ``required_permission``: the inbox
+        shows it only to voters who hold that permission (as a read does), so say so."""
+        guarded = {f.name: f.required_permission for f in self.fields if f.required_permission}
+        for t in self.state_machine.transitions if self.state_machine else ():
+            for step in t.approval.steps if t.approval else ():
+                for name in step.display_fields:
+                    if name in guarded:
+                        warnings.warn(
+                            f"transition {t.name!r} step {step.name!r} displays {name!r}, which needs "
+                            f"the permission {guarded[name]}: the inbox hides it from voters without "
+                            "it; grant it to the step's voters or leave it out of display_fields",
+                            UserWarning,
+                            stacklevel=2,
+                        )
+        return self
 
     def field(self, name: str) -> Field | None:
         return next((f for f in self.fields if f.name == name), None)

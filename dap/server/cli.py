@@ -165,6 +165,14 @@ def _common(fn: F) -> F:
     show_default=True,
 )
 @click.option(
+    "--max-file-bytes",
+    default=options.DEFAULT_MAX_FILE,
+    envvar="DAP_MAX_FILE_BYTES",
+    type=int,
+    show_default=True,
+    help="largest upload to a file field that declares no storage.max_bytes (413 past it)",
+)
+@click.option(
     "--pool-size", default=options.DEFAULT_POOL_SIZE, envvar="DAP_POOL_SIZE", type=int, show_default=True
 )
 @click.option(

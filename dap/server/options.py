@@ -22,6 +22,8 @@ DEFAULT_ADDR = ":8080"
 DEFAULT_METRICS_ADDR = "127.0.0.1:9102"
 DEFAULT_ISSUER = "svc"
 DEFAULT_MAX_BODY = 1024 * 1024
+# a file field without storage.max_bytes takes at most this much (--max-file-bytes)
+DEFAULT_MAX_FILE = 25 * 1024 * 1024
 DEFAULT_POOL_SIZE = 10
 DEFAULT_JOB_LEASE = "30s"
 DEFAULT_CTX_LISTEN = "127.0.0.1:0"  # the bridge's /ctx listener for the app process
@@ -77,6 +79,7 @@ class ServeOptions:
     log_level: str = "info"
     log_debug: bool = False
     max_body_bytes: int = DEFAULT_MAX_BODY
+    max_file_bytes: int = DEFAULT_MAX_FILE
     pool_size: int = DEFAULT_POOL_SIZE
     callback_allow: tuple[str, ...] = ()  # CIDRs a job callback may reach despite being internal
     callback_secret: str | None = None  # Standard Webhooks secret (whsec_...) signing callbacks
@@ -141,6 +144,7 @@ def check(
     log_level: str = "info",
     log_debug: bool = False,
     max_body_bytes: int = DEFAULT_MAX_BODY,
+    max_file_bytes: int = DEFAULT_MAX_FILE,
     pool_size: int = DEFAULT_POOL_SIZE,
     callback_allow: tuple[str, ...] | list[str] = (),
     callback_secret: str | None = None,
@@ -211,6 +215,8 @@ def check(
             )
     if max_body_bytes < 1024:
         raise errors.BootRefused("--max-body-bytes must be at least 1024")
+    if max_file_bytes < 1:
+        raise errors.BootRefused("--max-file-bytes must be at least 1")
     if not 1 <= pool_size <= 1000:
         raise errors.BootRefused("--pool-size must be between 1 and 1000")
     allow = tuple(a.strip() for a in callback_allow if a.strip())
@@ -252,6 +258,7 @@ def check(
         log_level=log_level,
         log_debug=log_debug,
         max_body_bytes=max_body_bytes,
+        max_file_bytes=max_file_bytes,
         pool_size=pool_size,
         callback_allow=allow,
         callback_secret=hook_secret,

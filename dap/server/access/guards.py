@@ -218,8 +218,13 @@ def _derive_access(
         needed = pol.actions.get(name)
         if needed is not None and not allows(principal.roles, needed):
             raise _refuse(principal, f"{name} on {resource.key} needs the permission {needed}")
-    hidden = {name: p for name, p in pol.guarded if not allows(principal.roles, p)}
-    return Access(resource, principal, pol, hidden, scope_of(resource, principal))
+    return Access(resource, principal, pol, hidden(principal, resource), scope_of(resource, principal))
+
+
+def hidden(principal: auth.Principal, resource: Resource) -> dict[str, str]:
+    """Field → the permission it needs, for the fields of ``resource`` that ``principal`` may not read."""
+    allows = resource.grants.allows
+    return {name: p for name, p in policy(resource).guarded if not allows(principal.roles, p)}
 
 
 async def missing(

@@ -59,6 +59,10 @@ async def list_mine(request: web.Request) -> web.Response:
             )
         entities = list(found.entities) or None
     if "entity" in query:
+        if query["entity"] not in catalog.resources:
+            raise errors.NotFound(
+                f"no entity {query['entity']!r}; name one as module/name", code="SVC.ENTITY.NOT_FOUND"
+            )
         entities = [e for e in (entities or [query["entity"]]) if e == query["entity"]]
     limit = filters.integer("limit", query.get("limit", str(DEFAULT_LIMIT)), low=1, high=MAX_LIMIT)
     offset = filters.integer("offset", query.get("offset", "0"), low=0, high=filters.MAX_OFFSET)

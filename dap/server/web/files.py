@@ -1,22 +1,32 @@
 """File fields over REST: ``PUT`` and ``GET /{ws}/api/{module}/{entity}/{id}/_files/{field}``.
 
-``PUT`` streams the body (its ``Content-Type`` is the file's MIME type, ``X-File-Name`` its name)
-into ``storage.files`` under the tenant, refusing past the field's ``storage.max_bytes`` (413,
-checked from ``Content-Length`` first and while streaming) or a type outside ``storage.accept``
-(415; globs such as ``image/*``), then stores the file's token in the record's column in one
-transaction (``version + 1``; needs the ``update`` permission and the record in the caller's row
-scope) and answers the record. ``GET`` streams the stored bytes back with their type (``find``
-permission, row scope, a hidden field stays hidden). The record's files go when it is deleted
-(``rest.delete_record`` calls :func:`forget`), and so do those of the records its relations'
-``on_delete: cascade`` deleted with it. Only a ``file`` field's bytes live here; storage on
-an object store (``storage.datastore``) is not connected: such a field answers 501.
+``PUT`` is a write of that one field and follows every rule of a ``PATCH`` of it
+(``workflows.updating``): ``expose`` must open ``update`` (else 405), the caller needs the
+``update`` permission and the field's own ``required_permission`` (403), the record must be in the
+caller's row scope, at the ``If-Match`` version (412) and, for a document, a draft (409
+``SVC.DOC.UPDATE_NOT_DRAFT``); the change is audited and emits ``updated``. These are checked
+before the body is read and again in the transaction that stores the file's token. The body (its
+``Content-Type`` is the file's MIME type, ``X-File-Name`` its name) streams into ``storage.files``
+under the tenant, refused past the field's ``storage.max_bytes`` or, where the field sets none,
+``--max-file-bytes`` (413, from ``Content-Length`` first and while streaming), or for a type outside
+``storage.accept`` (415; globs such as ``image/*``).
+
+``GET`` (``find`` exposed and permitted, row scope, a hidden field stays hidden) streams the bytes
+back with their type, as an attachment unless the type is a raster image, with ``nosniff`` and a
+``sandbox`` CSP: an uploaded HTML or SVG file never runs as a page of the UI's origin. The
+record's files go when it is deleted (``rest.delete_record`` calls :func:`forget`), and so do those
+of the records its relations' ``on_delete: cascade`` deleted with it. Only a ``file`` field's bytes
+live here; storage on an object store (``storage.datastore``) is not connected: such a field
+answers 501.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import urllib.parse
 import uuid
 
+import asyncpg
 from aiohttp import web
 
 from dap.config.enums import FieldType
@@ -24,9 +34,10 @@ from dap.config.fields import Field
 from dap.server import errors, state
 from dap.server.access import guards
 from dap.server.catalog import Resource
-from dap.server.documents import reading
-from dap.server.storage import caching, db, files, sql
-from dap.server.web import requests
+from dap.server.documents import reading, writing
+from dap.server.storage import db, files
+from dap.server.web import delivery, requests
+from dap.server.workflows import updating
 
 FILES: web.AppKey[files.FileStore] = web.AppKey("files", files.FileStore)
 PATH = "/{ws}/api/{module}/{entity}/{id}/_files/{field}"
@@ -46,12 +57,23 @@ def _field(resource: Resource, name: str) -> tuple[Field, str]:
     return f, column.name
 
 
-def _resource(request: web.Request) -> Resource:
-    catalog = request.app[state.SPEC].current
-    resource = catalog.resource(request.match_info["module"], request.match_info["entity"])
-    if resource is None:
-        raise errors.NotFound("no such entity is exposed over REST", code="SVC.ENTITY.NOT_FOUND")
-    return resource
+_ITEM = (("find", "GET"), ("update", "PUT"))
+# Shown in the browser only these raster image types: none of them can carry script. Everything
+# else (HTML, SVG, PDF, XML, unknown) is a download, so a stored file never runs on the UI's origin.
+INLINE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "image/avif", "image/bmp"})
+
+
+def disposition(mime: str, name: str) -> str:
+    """``Content-Disposition`` for a stored file (RFC 6266): inline only for :data:`INLINE_TYPES`.
+
+    The plain ``filename`` is an ASCII stand-in (quotes, backslashes and controls replaced), the
+    exact name travels in ``filename*`` (RFC 8187). Pure.
+    """
+    kind = "inline" if mime.split(";")[0].strip().lower() in INLINE_TYPES else "attachment"
+    if not name:
+        return kind
+    plain = "".join(c if 32 <= ord(c) < 127 and c not in '"\\' else "_" for c in name)
+    return f"{kind}; filename=\"{plain}\"; filename*=UTF-8''{urllib.parse.quote(name, safe='')}"
 
 
 def _accepts(f: Field, mime: str) -> bool:
@@ -60,25 +82,37 @@ def _accepts(f: Field, mime: str) -> bool:
 
 
 async def upload(request: web.Request) -> web.Response:
-    workspace, principal, _catalog = await requests.resolve(request)
-    resource = _resource(request)
+    """A write of one field, like ``PATCH {field: …}``: the same expose, permission, row-scope,
+    ``If-Match`` and document-state rules (``workflows.updating``), checked before the bytes are
+    streamed and again in the transaction that stores the file's token."""
+    workspace, principal, catalog = await requests.resolve(request)
+    resource = requests.exposed(catalog, request, "update", siblings=_ITEM)
     access = guards.check(principal, resource, "update")
     f, column = _field(resource, request.match_info["field"])
+    updating.permitted(access, {f.name: None})  # 403 for a field the caller may not write
     record_id = requests.parse_record_id(request)
+    expected = requests.if_match(request)
     tenant = workspace.tenant_id
-    limit = f.storage.max_bytes if f.storage else None
+    limit = (
+        f.storage.max_bytes
+        if f.storage and f.storage.max_bytes
+        else request.app[state.OPTIONS].max_file_bytes
+    )
     mime = request.content_type or "application/octet-stream"
     if not _accepts(f, mime):
         raise errors.UnsupportedMediaType(
             f"{f.name} accepts {', '.join(f.storage.accept if f.storage else ())}, not {mime}",
             code="SVC.FILE.TYPE",
         )
-    if limit is not None and request.content_length is not None and request.content_length > limit:
+    if request.content_length is not None and request.content_length > limit:
         raise errors.PayloadTooLarge(f"{f.name} takes at most {limit} bytes", code="SVC.FILE.TOO_LARGE")
     store = request.app[FILES]
     pool = request.app[state.POOL]
-    async with db.connection(pool) as conn:  # the record must exist in the caller's scope first
-        await guards.select_record(conn, resource, tenant, record_id, principal=principal)
+    async with db.connection(pool) as conn:  # refuse what the write would refuse before streaming
+        current = await guards.select_for_write(
+            conn, resource, tenant, record_id, principal=principal, expected=expected
+        )
+        updating.refuse_unless_draft(access, current)
     try:
         stored = await store.receive(
             request.content.iter_chunked(files.CHUNK),
@@ -92,17 +126,27 @@ async def upload(request: web.Request) -> web.Response:
         )
     except files.TooLargeError as exc:
         raise errors.PayloadTooLarge(f"{f.name}: {exc}", code="SVC.FILE.TOO_LARGE") from exc
+    body = {f.name: stored.token}
+    values = writing.validate_body(resource, body, partial=True, catalog=catalog)
+    write = requests.write_of(request, principal, catalog, resource, tenant)
     try:
-        async with db.connection(pool) as conn, db.committed(conn):
-            current = await guards.select_record(
-                conn, resource, tenant, record_id, principal=principal, lock=True
-            )
-            before = current[column]
-            statement, args = sql.update(
-                resource.table, tenant, record_id, {column: stored.token}, expected_version=None
-            )
-            row = await conn.fetchrow(statement, *args)
-            await caching.announce(conn, resource, tenant, record_id)
+        async with db.connection(pool) as conn:
+            try:
+                async with db.committed(conn):
+                    before = (
+                        await guards.select_record(conn, resource, tenant, record_id, principal=principal)
+                    )[column]
+                    done = await updating.update(
+                        conn,
+                        write=write,
+                        access=access,
+                        record_id=record_id,
+                        body=body,
+                        values=values,
+                        expected=expected,
+                    )
+            except asyncpg.PostgresError as exc:
+                raise writing.translate(resource, exc) from exc
     except BaseException:
         store.drop(stored)
         raise
@@ -110,15 +154,19 @@ async def upload(request: web.Request) -> web.Response:
     if isinstance(before, str) and before:
         store.remove(tenant, resource.table.name, record_id, f.name, before)
     request.app[state.CACHE].invalidate((resource.table.name, tenant, record_id))
-    assert row is not None
-    return requests.reply(
-        {"data": access.view(reading.present(resource, row))}, headers={"ETag": f'"{row["version"]}"'}
+    settled = await delivery.settle(request, resource, "updated", done.event)
+    return delivery.stamp(
+        requests.reply(
+            {"data": access.view(reading.present(resource, done.row, done.children))},
+            headers={"ETag": f'"{done.row["version"]}"'},
+        ),
+        settled,
     )
 
 
 async def download(request: web.Request) -> web.StreamResponse:
-    workspace, principal, _catalog = await requests.resolve(request, action="find")
-    resource = _resource(request)
+    workspace, principal, catalog = await requests.resolve(request, action="find")
+    resource = requests.exposed(catalog, request, "find", siblings=_ITEM)
     access = guards.check(principal, resource, "find")
     f, column = _field(resource, request.match_info["field"])
     if f.name in access.hidden:
@@ -136,7 +184,16 @@ async def download(request: web.Request) -> web.StreamResponse:
         raise errors.NotFound(f"{f.name} of this record holds no file", code="SVC.FILE.EMPTY")
     meta = store.meta(path)
     mime = str(meta.get("mime") or "application/octet-stream")
-    return web.FileResponse(path, headers={"Content-Type": mime, "X-Content-Type-Options": "nosniff"})
+    return web.FileResponse(
+        path,
+        headers={
+            "Content-Type": mime,
+            "Content-Disposition": disposition(mime, str(meta.get("name") or "")),
+            "X-Content-Type-Options": "nosniff",
+            # a file opened anyway (typed URL, old browser) runs no script and reaches no origin
+            "Content-Security-Policy": "sandbox",
+        },
+    )
 
 
 def forget(app: web.Application, tenant: uuid.UUID, records: list[tuple[str, uuid.UUID]]) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -172,3 +172,26 @@ def write_of(
     return auditing.Write(
         catalog, resource, tenant, principal.sub, principal.username, request.get(state.REQUEST_ID)
     )
+
+
+def exposed(
+    catalog: Catalog, request: web.Request, action: str, *, siblings: Sequence[tuple[str, str]]
+) -> Resource:
+    """The resource the path names, opted into ``action`` over REST: 404 when the entity is not
+    exposed at all, 405 (``Allow``: the ``siblings`` methods it exposes) when only ``action`` is not."""
+    resource = catalog.resource(request.match_info["module"], request.match_info["entity"])
+    if resource is None:
+        raise errors.NotFound(
+            f"no entity {request.match_info['module']}/{request.match_info['entity']} is exposed over REST",
+            code="SVC.ENTITY.NOT_FOUND",
+        )
+    if action not in resource.actions:
+        allowed = [method for name, method in siblings if name in resource.actions]
+        if not allowed:
+            raise errors.NotFound(f"{resource.key} does not expose {action}", code="SVC.ACTION.NOT_EXPOSED")
+        raise errors.MethodNotAllowed(
+            f"{resource.key} does not expose {action}",
+            code="SVC.ACTION.NOT_EXPOSED",
+            allow=allowed,
+        )
+    return resource

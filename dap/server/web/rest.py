@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
@@ -26,29 +25,9 @@ from dap.server.documents import auditing, filling, idempotency, lifecycle, read
 from dap.server.events import builtin
 from dap.server.storage import caching, db, sql
 from dap.server.web import delivery, files, filters, requests, services
+from dap.server.workflows import updating
 
 log = logging.getLogger(__name__)
-
-
-def _resource(
-    catalog: Catalog, request: web.Request, action: str, *, siblings: Sequence[tuple[str, str]]
-) -> Resource:
-    resource = catalog.resource(request.match_info["module"], request.match_info["entity"])
-    if resource is None:
-        raise errors.NotFound(
-            f"no entity {request.match_info['module']}/{request.match_info['entity']} is exposed over REST",
-            code="SVC.ENTITY.NOT_FOUND",
-        )
-    if action not in resource.actions:
-        allowed = [method for name, method in siblings if name in resource.actions]
-        if not allowed:
-            raise errors.NotFound(f"{resource.key} does not expose {action}", code="SVC.ACTION.NOT_EXPOSED")
-        raise errors.MethodNotAllowed(
-            f"{resource.key} does not expose {action}",
-            code="SVC.ACTION.NOT_EXPOSED",
-            allow=allowed,
-        )
-    return resource
 
 
 _COLLECTION = (("list", "GET"), ("create", "POST"))
@@ -60,7 +39,7 @@ _ITEM = (("find", "GET"), ("update", "PATCH"), ("delete", "DELETE"))
 
 async def list_records(request: web.Request) -> web.Response:
     workspace, principal, catalog = await requests.resolve(request, action="list")
-    resource = _resource(catalog, request, "list", siblings=_COLLECTION)
+    resource = requests.exposed(catalog, request, "list", siblings=_COLLECTION)
     access = guards.check(principal, resource, "list")  # permission, hidden fields, row scope
     pairs = list(request.query.items())
     guards.check_named(access, pairs)
@@ -98,7 +77,7 @@ async def list_records(request: web.Request) -> web.Response:
 
 async def find_record(request: web.Request) -> web.Response:
     workspace, principal, catalog = await requests.resolve(request, action="find")
-    resource = _resource(catalog, request, "find", siblings=_ITEM)
+    resource = requests.exposed(catalog, request, "find", siblings=_ITEM)
     access = guards.check(principal, resource, "find")
     record_id = requests.parse_record_id(request)
     cache = request.app[state.CACHE]
@@ -127,7 +106,7 @@ async def find_record(request: web.Request) -> web.Response:
 
 async def create_record(request: web.Request) -> web.Response:
     workspace, principal, catalog = await requests.resolve(request)
-    resource = _resource(catalog, request, "create", siblings=_COLLECTION)
+    resource = requests.exposed(catalog, request, "create", siblings=_COLLECTION)
     key = idempotency.key_of(request.headers)
     body = await requests.read_body(request)
     digest = idempotency.fingerprint(principal.sub, request.path_qs, body) if key is not None else b""
@@ -185,48 +164,34 @@ async def _children(
 
 async def update_record(request: web.Request) -> web.Response:
     workspace, principal, catalog = await requests.resolve(request)
-    resource = _resource(catalog, request, "update", siblings=_ITEM)
+    resource = requests.exposed(catalog, request, "update", siblings=_ITEM)
     access = guards.check(principal, resource, "update")
     record_id = requests.parse_record_id(request)
     expected = requests.if_match(request)
-    body = await requests.read_body(request)
-    values = writing.validate_body(resource, guards.writable(access, body), partial=True, catalog=catalog)
+    body = updating.permitted(access, await requests.read_body(request))
+    values = writing.validate_body(resource, body, partial=True, catalog=catalog)
     tenant = workspace.tenant_id
+    write = requests.write_of(request, principal, catalog, resource, tenant)
     async with db.connection(request.app[state.POOL]) as conn:
         try:
             async with db.committed(conn):
-                current = await guards.select_for_write(
-                    conn, resource, tenant, record_id, principal=principal, expected=expected
+                done = await updating.update(
+                    conn,
+                    write=write,
+                    access=access,
+                    record_id=record_id,
+                    body=body,
+                    values=values,
+                    expected=expected,
                 )
-                if resource.lifecycle and current["docstatus"] != 0:
-                    raise errors.Conflict(
-                        "only draft documents can be updated", code="SVC.DOC.UPDATE_NOT_DRAFT"
-                    )
-                await writing.check_relations(conn, resource, tenant, values)
-                values = await filling.prepare_update(  # derived values over the merged record, guards
-                    conn, resource, tenant, principal, current, body, values
-                )
-                await guards.before_update(conn, access, tenant, current, values)  # scopes, dates
-                columns, children = writing.split(resource, values)
-                write = requests.write_of(request, principal, catalog, resource, tenant)
-                trail = await auditing.begin(conn, write, "update", current)
-                row = await conn.fetchrow(
-                    *sql.flat(sql.update(resource.table, tenant, record_id, columns, expected_version=None))
-                )
-                assert row is not None
-                await caching.announce(conn, resource, tenant, record_id)  # every process, at commit
-                await writing.write_children(conn, resource, tenant, record_id, children)
-                await trail.finish(conn, row)
-                kids = await _children(conn, resource, tenant, record_id, catalog)
-                event = await builtin.record(conn, write, "update", row, kids, changed=values.keys())
         except asyncpg.PostgresError as exc:
             raise writing.translate(resource, exc) from exc
     request.app[state.CACHE].invalidate((resource.table.name, tenant, record_id))
-    settled = await delivery.settle(request, resource, "updated", event)
+    settled = await delivery.settle(request, resource, "updated", done.event)
     return delivery.stamp(
         requests.reply(
-            {"data": access.view(reading.present(resource, row, kids))},
-            headers={"ETag": f'"{row["version"]}"'},
+            {"data": access.view(reading.present(resource, done.row, done.children))},
+            headers={"ETag": f'"{done.row["version"]}"'},
         ),
         settled,
     )
@@ -234,7 +199,7 @@ async def update_record(request: web.Request) -> web.Response:
 
 async def delete_record(request: web.Request) -> web.Response:
     workspace, principal, catalog = await requests.resolve(request)
-    resource = _resource(catalog, request, "delete", siblings=_ITEM)
+    resource = requests.exposed(catalog, request, "delete", siblings=_ITEM)
     guards.check(principal, resource, "delete")
     record_id = requests.parse_record_id(request)
     tenant = workspace.tenant_id

@@ -24,7 +24,7 @@ from dap.server.access import auth
 from dap.server.catalog import Catalog, Resource, machines
 from dap.server.documents import auditing, reading
 from dap.server.events import outbox
-from dap.server.storage import caching, db, tables
+from dap.server.storage import caching, db, records, tables
 from dap.server.workflows import approvals, gates, handlers
 from dap.server.workflows import machines as states
 
@@ -349,6 +349,14 @@ def comment_of(body: Any, *, required: bool) -> str | None:
         problems.append(errors.FieldProblem("comment", "must be a string"))
     elif required and not (comment or "").strip():
         problems.append(errors.FieldProblem("comment", "is required: say why you reject"))
+    elif comment is not None:
+        try:
+            records.check_text(comment)  # what Postgres text cannot store
+        except records.InvalidValueError as exc:
+            problems.append(errors.FieldProblem("comment", str(exc)))
     if problems:
-        raise errors.ValidationFailed("the vote's body is invalid", code=A.COMMENT_REQUIRED, errors=problems)
+        missing = required and not (isinstance(comment, str) and comment.strip())
+        raise errors.ValidationFailed(
+            "the vote's body is invalid", code=A.COMMENT_REQUIRED if missing else None, errors=problems
+        )
     return comment.strip() if isinstance(comment, str) and comment.strip() else None

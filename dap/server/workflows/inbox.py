@@ -18,7 +18,7 @@ from typing import Any
 
 import asyncpg
 
-from dap.server.access import auth
+from dap.server.access import auth, guards
 from dap.server.catalog import Catalog, machines
 from dap.server.documents import reading
 from dap.server.storage import db, tables
@@ -75,7 +75,7 @@ async def mine(
         limit,
         offset,
     )
-    shown = await _display(conn, catalog, tenant, rows)
+    shown = await _display(conn, catalog, tenant, principal, rows)
     out = []
     for row in rows:
         display = shown.get((row["entity"], row["record_id"]))
@@ -88,9 +88,14 @@ async def mine(
 
 
 async def _display(
-    conn: db.Connection, catalog: Catalog, tenant: uuid.UUID, rows: Sequence[asyncpg.Record]
+    conn: db.Connection,
+    catalog: Catalog,
+    tenant: uuid.UUID,
+    principal: auth.Principal,
+    rows: Sequence[asyncpg.Record],
 ) -> dict[tuple[str, uuid.UUID], dict[str, Any]]:
-    """``(entity, id)`` → the current step's display fields of each record (as the API shows them)."""
+    """``(entity, id)`` → the current step's display fields of each record, as a read by
+    ``principal`` shows them: a field that needs a permission the caller lacks is left out."""
     wanted: dict[str, list[asyncpg.Record]] = {}
     for row in rows:
         wanted.setdefault(row["entity"], []).append(row)
@@ -106,6 +111,7 @@ async def _display(
             [r["record_id"] for r in items],
         )
         by_id = {r["id"]: reading.present(resource, r) for r in found}
+        unreadable = guards.hidden(principal, resource)
         for item in items:
             record = by_id.get(item["record_id"])
             plan = resource.workflow.get(item["action"])
@@ -117,5 +123,5 @@ async def _display(
             if (record.get(machines.STATE) or plan.move.initial) not in plan.move.origins:
                 continue
             fields = gate.steps[item["step"]].display_fields
-            out[(entity, item["record_id"])] = {f: record.get(f) for f in fields}
+            out[(entity, item["record_id"])] = {f: record.get(f) for f in fields if f not in unreadable}
     return out
