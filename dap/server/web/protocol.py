@@ -13,7 +13,7 @@ aiohttp answers every such refusal 400. The ones with a status of their own get 
 field past :data:`MAX_HEADER_FIELD` bytes (a long bearer token, a cookie) or more than
 :data:`MAX_HEADERS` fields is 431, a request line past :data:`MAX_REQUEST_LINE` bytes is 414.
 aiohttp's ``LineTooLong`` does not say which of the two it measured, only the limit it passed, so
-the two limits differ by a byte and the limit tells them apart. Every other refusal stays 400,
+the two limits differ (8 KiB and 8190 bytes) and the limit tells them apart. Every other refusal stays 400,
 titled ``Bad request``.
 """
 
@@ -31,7 +31,7 @@ from dap.server import errors
 
 log = logging.getLogger(__name__)
 MAX_REQUEST_LINE = 8190  # bytes of the request line (aiohttp's default)
-MAX_HEADER_FIELD = 8191  # bytes of one header field, name and value (aiohttp's default + 1: see above)
+MAX_HEADER_FIELD = 8192  # bytes of one header field, name and value (8 KiB; not the line limit: see above)
 MAX_HEADERS = 128  # header fields (aiohttp's default)
 
 
