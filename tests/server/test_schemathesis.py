@@ -281,3 +281,18 @@ async def test_a_real_approvals_audit_rows_and_notifications_match_their_documen
         jsonschema.validate(body, {**schema, "components": document["components"]})
     assert {row["action"] for row in answers["/api/desk/doc/{id}/_audit"]["data"]} >= {"approval.requested"}
     assert answers["/api/_notifications"]["data"], "the created event notified its reader"
+
+
+async def test_an_upload_replaces_a_file_value_the_store_never_made(surfaces: Running) -> None:
+    """schemathesis found it: a JSON body may set a file field's column to any string; the upload
+    that replaces it then removed "the old file" by that value and answered 500 after committing."""
+    srv, auth = surfaces, surfaces.auth()
+    url = f"{srv.api}/default/api/desk/doc"
+    async with srv.http.post(url, json={"title": "T", "attachment": "\U000e882f/../x"}, headers=auth) as resp:
+        assert resp.status == 201, await resp.text()
+        record = (await resp.json())["data"]
+    async with srv.http.put(f"{url}/{record['id']}/_files/attachment", data=b"bytes", headers=auth) as resp:
+        assert resp.status == 200, await resp.text()
+        assert (await resp.json())["data"]["attachment"] != record["attachment"]
+    async with srv.http.get(f"{url}/{record['id']}/_files/attachment", headers=auth) as resp:
+        assert (resp.status, await resp.read()) == (200, b"bytes")
