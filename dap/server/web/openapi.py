@@ -104,10 +104,13 @@ TRAIL = {
 }
 
 
+REFUSED = (414, 431)  # any request: a request line or header field past the limits (web.protocol)
+
+
 def _responses(ok: dict[str, Any], *errors_: int) -> dict[str, Any]:
     problem = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
     out = dict(ok)
-    for status in (401, 404, *errors_):
+    for status in (401, 404, *errors_, *REFUSED):
         out[str(status)] = {"description": "problem document", "content": problem}
     return out
 
