@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("dap.bridge.cli:serve", "run the production server (with the app-process bridge)"),
     "bridge": ("dap.bridge.cli:bridge", "deprecated: the bridge runs inside `dap serve`"),
     "migrate": ("dap.server.cli:migrate", "apply pending schema changes, destructive ones included"),
+    "seed": ("dap.server.cli:seed", "load a spec's seed records into a workspace through the API's rules"),
     "control": ("dap.control.cli:control", "control plane: serve (region, cluster, standalone), keys"),
     "register": ("dap.control.cli:register", "register a manifest directory with a control plane"),
     "operator": ("dap.operator.cli:operator", "run the Kubernetes operator"),

@@ -31,6 +31,8 @@ if TYPE_CHECKING:  # jsonschema is imported only to explain a document that fail
     from jsonschema.exceptions import ValidationError as SchemaError
 
 MANIFEST_SUFFIXES = (".yaml", ".yml")
+# seed records (``dap seed``, ``dap dev``) live beside the manifests and are not manifests
+SEED_DIR = "seed/"
 _JSON_TYPES = {dict: "object", list: "array", str: "string", bool: "boolean", int: "integer", float: "number"}
 
 
@@ -47,8 +49,9 @@ def read_files(root: Path) -> dict[str, bytes]:
         )
     files: dict[str, bytes] = {}
     for path in sorted(root.rglob("*")):
-        if path.suffix in MANIFEST_SUFFIXES and path.is_file():
-            files[path.relative_to(root).as_posix()] = path.read_bytes()
+        relative = path.relative_to(root).as_posix()
+        if path.suffix in MANIFEST_SUFFIXES and path.is_file() and not relative.startswith(SEED_DIR):
+            files[relative] = path.read_bytes()
     return files
 
 
@@ -120,7 +123,7 @@ def _load_files(files: Mapping[str, bytes | str], *, staged: list[tuple[str, Any
     broken: set[tuple[str, str]] = set()
     unknown = False  # a broken document whose kind or name cannot be read
     for name in sorted(files):
-        if not name.endswith(MANIFEST_SUFFIXES):
+        if not name.endswith(MANIFEST_SUFFIXES) or name.startswith(SEED_DIR):
             continue
         content = files[name]
         text = content.decode("utf-8", errors="replace") if isinstance(content, bytes) else content

@@ -12,11 +12,13 @@ Routes per mode (spec, Endpoints: Control plane):
 | PUT  /v1/clusters/{id}, GET /v1/clusters | yes |  |            |
 | GET  /v1/placements?cluster=   | yes    |         | yes        |
 | POST /v1/poll                  |        |         | dev only   |
+| GET  /v1/log/head, entries, proof, consistency | yes | relayed | yes |
 | GET  /health                   | yes    | yes     | yes        |
 
 Start-up loads the desired state into memory and LISTENs on ``dap_control_changed`` so changes
 made by other processes (``dap control revoke``, another replica) reach the in-memory snapshot;
-cluster mode restores its cached region snapshot and starts the sync and relay agent.
+region and standalone also end freezes past their end time (``freeze_store.expire``); cluster
+mode restores its cached region snapshot and starts the sync and relay agent.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from dap.control import (
     cluster,
     cluster_store,
     errors,
+    freeze_store,
     handlers,
     http,
     live,
@@ -44,6 +47,9 @@ from dap.control import (
     settings,
     signing,
     snapshots,
+    store,
+    tlog_api,
+    tlog_store,
 )
 from dap.control.ids import KeyId
 from dap.control.kube import api as placements_api
@@ -53,6 +59,7 @@ log = logging.getLogger(__name__)
 LISTENER: web.AppKey[asyncpg.pool.PoolConnectionProxy[asyncpg.Record]] = web.AppKey("listener")
 ON_CHANGE: web.AppKey[Callable[..., None]] = web.AppKey("on_change")
 RELOADS: web.AppKey[set[asyncio.Task[None]]] = web.AppKey("reloads")
+FREEZE_TASK: web.AppKey[asyncio.Task[None]] = web.AppKey("freeze_task")
 SESSION = web.AppKey("session", aiohttp.ClientSession)
 CLUSTER_AGENT = web.AppKey("cluster_agent", cluster.Agent)
 
@@ -90,6 +97,15 @@ def build_app(
     if config.accepts_artifacts:
         routes.append(web.post("/v1/artifacts", handlers.post_artifact))
         routes.append(web.get("/v1/placements", placements_api.get_placements))
+    if config.mode == "cluster":
+        routes += [web.get(f"/v1/log/{name}", tlog_api.relay) for name in tlog_api.ROUTES]
+    else:
+        routes += [
+            web.get("/v1/log/head", tlog_api.get_head),
+            web.get("/v1/log/entries", tlog_api.get_entries),
+            web.get("/v1/log/proof", tlog_api.get_proof),
+            web.get("/v1/log/consistency", tlog_api.get_consistency),
+        ]
     if config.mode == "region":
         routes += [
             web.put("/v1/clusters/{cluster_id}", reports.put_cluster),
@@ -118,6 +134,7 @@ async def _start(app: web.Application) -> None:
             app[http.LIVE].set_region(live.RegionSnapshot(etag=etag, body=body, version=version))
         session = aiohttp.ClientSession()
         app[SESSION] = session
+        app[tlog_api.SESSION] = session
         trusted: dict[KeyId, bytes] = app[http.TRUSTED]
         agent = cluster.Agent(
             pool=pool, config=config, state=app[http.LIVE], trusted=trusted, session=session
@@ -139,10 +156,39 @@ async def _start(app: web.Application) -> None:
     app[ON_CHANGE] = changed
     # Listen first, then load: a change committed in between is seen by one or the other.
     await listener.add_listener(schema.NOTIFY_CHANNEL, changed)
+    # The log records this control's key and any artifact registered before the log existed.
+    await tlog_store.record_key(pool, app[http.SIGNER])
+    await tlog_store.backfill(pool, app[http.SIGNER])
     await http.reload_state(app)
+    app[FREEZE_TASK] = asyncio.get_running_loop().create_task(_end_freezes(app))
+
+
+async def _end_freezes(app: web.Application) -> None:
+    """End freezes past their end time and promote what soaked long enough in staging.
+
+    Time passing alone changes the desired state in both cases; the snapshot bump reaches every
+    process by NOTIFY.
+    """
+    config = app[http.SETTINGS]
+    while True:
+        await asyncio.sleep(config.freeze_check_interval)
+        try:
+            if not await freeze_store.expire(app[http.POOL]):
+                version, deployments = await store.snapshot_content(
+                    app[http.POOL], environment=config.environment
+                )
+                current = app[http.LIVE].state
+                if version == current.version and tuple(deployments) != current.deployments:
+                    async with app[http.POOL].acquire() as conn, conn.transaction():
+                        await store.bump_snapshot(conn)
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+            log.warning("cannot check freezes and promotions: %r", exc)
 
 
 async def _stop(app: web.Application) -> None:
+    if FREEZE_TASK in app:
+        app[FREEZE_TASK].cancel()
+        await asyncio.gather(app[FREEZE_TASK], return_exceptions=True)
     if CLUSTER_AGENT in app:
         await app[CLUSTER_AGENT].stop()
     if SESSION in app:

@@ -13,7 +13,7 @@ import json
 import re
 import sys
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,18 +21,25 @@ import aiohttp
 import click
 
 from dap import embedded, logs
+from dap.config import canonical
 from dap.control import app as control_app
-from dap.control import errors, packing, registration, settings, signing, store
+from dap.control import (
+    errors,
+    freeze_cli,
+    packing,
+    policy_cli,
+    registration,
+    settings,
+    signing,
+    store,
+    tlog_cli,
+    tlog_store,
+)
 from dap.control.ids import ClusterId
 from dap.control.kube import commands as kube_commands
 
 MIB = 1024 * 1024
 HEX_KEY = re.compile(r"[0-9a-fA-F]{64}")
-NOT_IMPLEMENTED = {
-    "freeze": "freeze a workspace's desired state",
-    "policy": "manage deployment policies",
-    "log": "read the transparency log",
-}
 
 
 @click.group()
@@ -154,6 +161,9 @@ async def _serve(
 control.add_command(kube_commands.region_control)
 control.add_command(kube_commands.cluster_control)
 control.add_command(kube_commands.dev_fleet)
+control.add_command(tlog_cli.log_group)
+control.add_command(freeze_cli.freeze_group)
+control.add_command(policy_cli.policy_group)
 
 
 @control.group()
@@ -209,23 +219,17 @@ async def _revoke(artifact_id: str, dsn: str) -> list[str]:
     pool = await store.connect(dsn, min_size=1, max_size=1)
     try:
         async with pool.acquire() as conn, conn.transaction():
-            return list(await store.revoke(conn, artifact_id))
+            row = await store.artifact(conn, artifact_id)
+            moved: list[str] = list(await store.revoke(conn, artifact_id))
+            if row is not None and row.status == "active":
+                # Logged without a signature here; the serving control signs the new head.
+                entry = tlog_store.revocation_entry(
+                    app=row.app, version=row.version, artifact_id=artifact_id, at=datetime.now(UTC)
+                )
+                await tlog_store.append(conn, [entry], signer=None)
+            return moved
     finally:
         await pool.close()
-
-
-def _not_implemented(name: str, what: str) -> click.Command:
-    @click.command(name, context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-    def command() -> None:
-        click.echo(f"dap control {name}: not implemented ({what}); see the spec's discovery verbs", err=True)
-        sys.exit(1)
-
-    command.help = f"Not implemented: {what}."
-    return command
-
-
-for _name, _what in NOT_IMPLEMENTED.items():
-    control.add_command(_not_implemented(_name, _what))
 
 
 # --- dap register ----------------------------------------------------------------------------
@@ -241,8 +245,24 @@ for _name, _what in NOT_IMPLEMENTED.items():
 )
 @click.option("--workspace", multiple=True, help="bind this workspace to the app (repeatable)")
 @click.option("--timeout", type=float, default=600.0, show_default=True, help="seconds for the whole upload")
+@click.option(
+    "--approve-with",
+    "approve_with",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="approve the content with this key file (repeatable; the app's signing policy counts them)",
+)
+@click.option(
+    "--approval", "approval_texts", multiple=True, help="an approval JSON from `dap control policy approve`"
+)
 def register(
-    directory: Path, control_url: str, app_name: str | None, workspace: tuple[str, ...], timeout: float
+    directory: Path,
+    control_url: str,
+    app_name: str | None,
+    workspace: tuple[str, ...],
+    timeout: float,
+    approve_with: tuple[Path, ...],
+    approval_texts: tuple[str, ...],
 ) -> None:
     """Register a directory (manifests, scripts, app code, assets) with a control plane."""
     files = packing.collect(directory)
@@ -250,8 +270,18 @@ def register(
         raise click.ClickException(f"{directory} holds no file to register")
     default = re.sub(r"[^a-z0-9_-]", "-", directory.resolve().name.lower()).strip("-") or "app"
     app = app_name or default
+    found: list[Any] = []
+    for text in approval_texts:
+        try:
+            found.append(json.loads(text))
+        except ValueError as exc:
+            raise click.BadParameter(f"{text[:60]!r} is not JSON", param_hint="--approval") from exc
+    if approve_with:
+        digest = canonical.aggregate_sha256({p: canonical.file_sha256(c) for p, c in files.items()})
+        found += [policy_cli.approval(key, app, digest) for key in approve_with]
     body = json.dumps(
         {
+            "approvals": found,
             # Without --app the name is only a default: a bound workspace keeps its app.
             ("app" if app_name else "default_app"): app,
             "workspaces": list(workspace),

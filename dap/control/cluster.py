@@ -12,6 +12,13 @@
   batch only after the region answered 202. Records carry their idempotency ids, so a batch
   resent after a lost answer is stored once.
 
+Each sync also takes the region's signed tree head (``GET /v1/log/head``), checks its signature
+and, with the region's consistency proof, that it extends the last head this cluster anchored,
+then records it as ``audit_anchor`` evidence (``log``, ``sequence`` = tree size, ``root_sha256``)
+relayed like any other: the region's own evidence store then holds, from every cluster, the heads
+it showed them, so a split view between clusters is visible by comparing anchors. A head that
+does not extend the last one is not anchored and is reported as ``anchor_error``.
+
 Trust: the region's public keys come from ``--trusted-key`` when given; otherwise they are
 fetched from the region's ``GET /v1/keys`` on first contact and pinned in the database (trust on
 first use; production deployments should pass the keys).
@@ -28,10 +35,12 @@ from typing import Any
 
 import aiohttp
 
+from dap.config import tlog
 from dap.control import (
     cluster_store,
     envelopes,
     errors,
+    evidence,
     evidence_store,
     live,
     registry,
@@ -69,6 +78,7 @@ class Agent:
             "relay_error": None,
         }
         self._tasks: list[asyncio.Task[None]] = []
+        self._anchored: tuple[int, bytes] | None = None  # (tree size, root) of the last anchor
 
     def status(self) -> dict[str, Any]:
         return dict(self.last)
@@ -143,6 +153,13 @@ class Agent:
         else:
             self.last["announce_error"] = None
         await self._ensure_keys()
+        try:
+            await self._anchor()
+        except errors.ControlError as exc:  # the snapshot matters more; reported in the health
+            self.last["anchor_error"] = exc.detail
+            log.warning("tree head not anchored: %s", exc.detail)
+        else:
+            self.last["anchor_error"] = None
         headers = {"If-None-Match": self.live.region.etag} if self.live.region else {}
         status, body, etag = await self._request(
             "GET", "/v1/snapshot", params={"cluster": self.config.cluster_id}, headers=headers
@@ -162,6 +179,38 @@ class Agent:
         self.live.set_region(live.RegionSnapshot(etag=etag, body=body, version=snapshot["version"]))
         log.info("snapshot synced", extra={"ctx": {"version": snapshot["version"], "etag": etag}})
         return True
+
+    async def _anchor(self) -> None:
+        status, body, _ = await self._request("GET", "/v1/log/head")
+        if status != 200:
+            raise errors.UpstreamError(f"region tree head unavailable ({status})")
+        head = json.loads(body)
+        signing.verify(head, self.trusted)
+        try:
+            size, root = tlog.parse_head(head)
+            if self._anchored is not None:
+                old_size, old_root = self._anchored
+                if size == old_size and root == old_root:
+                    return
+                status, body, _ = await self._request(
+                    "GET", "/v1/log/consistency", params={"first": old_size, "second": size}
+                )
+                proof = tlog.parse_proof(json.loads(body).get("proof")) if status == 200 else []
+                tlog.verify_consistency(old_size, size, old_root, root, proof)
+        except tlog.ProofError as exc:
+            raise errors.LogInconsistentError(f"the region's log forked (split view): {exc}") from exc
+        record = evidence.AuditAnchor(
+            type="audit_anchor",
+            id=f"anchor:{self.config.cluster_id}:{size}:{root.hex()[:16]}",
+            at=datetime.now(UTC),
+            cluster_id=self.config.cluster_id,
+            log=str(head.get("log") or tlog.LOG_NAME),
+            sequence=size,
+            root_sha256=root.hex(),
+        )
+        async with self.pool.acquire() as conn, conn.transaction():
+            await evidence_store.insert(conn, [record], outbox=True)
+        self._anchored = (size, root)
 
     async def _fetch_artifact(self, artifact_id: str) -> None:
         status, body, _ = await self._request("GET", f"/v1/artifacts/{artifact_id}")

@@ -83,6 +83,7 @@ def build(
     prev_sha256: str | None,
     created_at: str,
     signer: signing.Signer,
+    approvals: list[dict[str, str]] | None = None,
 ) -> Envelope:
     """Assemble and sign an envelope; ``file_hashes``/``sha256`` come from ``dap.config.canonical``."""
     entries: list[FileEntry] = [
@@ -101,6 +102,8 @@ def build(
         "prev_sha256": prev_sha256,
         "created_at": created_at,
     }
+    if approvals:  # the authors' k-of-n approvals (``dap.config.approvals``), under the signature
+        unsigned["approvals"] = approvals
     signed = signer.sign(unsigned)
     return cast(Envelope, signed)
 

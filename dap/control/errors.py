@@ -16,6 +16,8 @@ boundary with ``raise ... from exc``::
     ├── SigningKeyError                 500  SVC.KEY.INVALID           (missing or unreadable key)
     ├── NoCandidateError                409  SVC.ROUTING.NO_CANDIDATE  (recorded on the binding)
     ├── AppAmbiguousError               409  SVC.ARTIFACT.APP_AMBIGUOUS (bound to several apps, none named)
+    ├── LogInconsistentError            409  SVC.LOG.INCONSISTENT      (a forked or rewritten log)
+    ├── PolicyRefusedError              422  SVC.POLICY.REFUSED        (approvals short of the threshold)
     ├── StoreUnavailableError           503  SVC.STORE.UNAVAILABLE
     └── UpstreamError                   502  SVC.UPSTREAM.UNAVAILABLE  (region unreachable)
 """
@@ -114,6 +116,18 @@ class AppAmbiguousError(ControlError):
     status = 409
     code = "SVC.ARTIFACT.APP_AMBIGUOUS"
     title = "The workspaces are bound to different apps"
+
+
+class LogInconsistentError(ControlError):
+    status = 409
+    code = "SVC.LOG.INCONSISTENT"
+    title = "Transparency log inconsistent"
+
+
+class PolicyRefusedError(ControlError):
+    status = 422
+    code = "SVC.POLICY.REFUSED"
+    title = "Refused by the app's signing policy"
 
 
 class StoreUnavailableError(ControlError):

@@ -15,7 +15,7 @@ Per type (unknown keys are errors, as in manifests):
   loaded, failed, rolled_back), ``message``, ``restart_required``.
 - ``health``: ``status`` (healthy, degraded, unhealthy), ``pod``, ``checks`` (name -> text).
 - ``metering``: ``period_start`` < ``period_end``, ``usage`` (metric -> non-negative number).
-- ``violation``: ``kind`` (rollback, freeze, signature, policy), ``detail``, ``artifact_id``,
+- ``violation``: ``kind`` (rollback, freeze, signature, policy, log, split_view), ``detail``, ``artifact_id``,
   ``snapshot_version``.
 - ``audit_anchor``: ``log``, ``sequence`` (>= 0), ``root_sha256``.
 
@@ -80,7 +80,7 @@ class Metering(_Record):
 
 class Violation(_Record):
     type: Literal["violation"]
-    kind: Literal["rollback", "freeze", "signature", "policy"]
+    kind: Literal["rollback", "freeze", "signature", "policy", "log", "split_view"]
     detail: Annotated[str, pydantic.StringConstraints(min_length=1, max_length=4096)]
     artifact_id: Name | None = None
     snapshot_version: Annotated[int, pydantic.Field(ge=0)] | None = None

@@ -7,6 +7,9 @@ Registration accepts two bodies (``POST /v1/artifacts``):
   file whose ``filename`` is the file's relative path (percent-decoded: some clients encode
   ``/`` as ``%2F``).
 
+``approvals`` (JSON key; form field ``approval``, repeatable, one JSON object each) carries the
+authors' ``{key_id, signature}`` approvals of the content that the app's signing policy asks for.
+
 Instead of ``app`` a client may send ``default_app`` (JSON key or form field): a name to use only
 when no workspace of the registration is bound to an app yet (``dap register`` without ``--app``
 sends the directory's name so); ``registration.choose_app`` decides.
@@ -80,7 +83,9 @@ async def _read_json(request: web.Request, limits: registration.Limits) -> regis
     workspaces = body.get("workspaces") or []
     if not isinstance(workspaces, list) or not all(isinstance(w, str) for w in workspaces):
         raise errors.RequestError("workspaces must be a list of ids")
-    return _upload(body.get("app"), body.get("default_app"), collector.files, workspaces)
+    return _upload(
+        body.get("app"), body.get("default_app"), collector.files, workspaces, body.get("approvals") or []
+    )
 
 
 async def _read_multipart(request: web.Request, limits: registration.Limits) -> registration.Upload:
@@ -89,6 +94,7 @@ async def _read_multipart(request: web.Request, limits: registration.Limits) -> 
     app: str | None = None
     default_app: str | None = None
     workspaces: list[str] = []
+    approvals: list[Any] = []
     while (part := await reader.next()) is not None:
         if not isinstance(part, aiohttp.BodyPartReader):
             raise errors.RequestError("nested multipart bodies are not accepted")
@@ -100,6 +106,8 @@ async def _read_multipart(request: web.Request, limits: registration.Limits) -> 
                 default_app = value
             elif part.name == "workspace":
                 workspaces.append(value)
+            elif part.name == "approval":
+                approvals.append(http.parse_json(value, "approval"))
             else:
                 raise errors.RequestError(f"unknown form field {part.name!r}")
             continue
@@ -114,11 +122,11 @@ async def _read_multipart(request: web.Request, limits: registration.Limits) -> 
             chunks.append(chunk)
         # aiohttp's client percent-encodes "/" in filenames; curl sends them raw. Accept both.
         collector.add(urllib.parse.unquote(part.filename), b"".join(chunks))
-    return _upload(app, default_app, collector.files, workspaces)
+    return _upload(app, default_app, collector.files, workspaces, approvals)
 
 
 def _upload(
-    app: Any, default_app: Any, files: dict[str, bytes], workspaces: list[str]
+    app: Any, default_app: Any, files: dict[str, bytes], workspaces: list[str], approvals: Any
 ) -> registration.Upload:
     explicit = app is not None
     if not explicit:
@@ -129,7 +137,16 @@ def _upload(
         )
     if not files:
         raise errors.RequestError("the artifact has no file", [errors.ErrorItem("files", "required")])
+    if not isinstance(approvals, list) or not all(
+        isinstance(a, dict) and isinstance(a.get("key_id"), str) and isinstance(a.get("signature"), str)
+        for a in approvals
+    ):
+        raise errors.RequestError(
+            "approvals must be a list of {key_id, signature}",
+            [errors.ErrorItem("approvals", "a list of {key_id, signature}")],
+        )
     return registration.Upload(
+        approvals=tuple({"key_id": a["key_id"], "signature": a["signature"]} for a in approvals),
         app=AppName(envelopes.check_app_name(app)),
         files=files,
         workspaces=tuple(registration.check_workspace_id(w) for w in dict.fromkeys(workspaces)),

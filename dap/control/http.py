@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import asyncpg
 from aiohttp import web
 
-from dap.control import errors, live, settings, signing, store
+from dap.control import errors, live, settings, signing, store, tlog_store
 from dap.control.ids import KeyId
 
 log = logging.getLogger(__name__)
@@ -107,9 +107,21 @@ async def json_body(request: web.Request) -> Any:
         raise errors.RequestError(f"request body is not JSON: {exc}") from exc
 
 
+def parse_json(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise errors.RequestError(f"the {what} is not JSON: {exc}") from exc
+
+
 async def reload_state(app: web.Application) -> None:
-    """Reload the desired state from Postgres into ``Live`` (region and standalone)."""
-    version, deployments = await store.snapshot_content(app[POOL])
+    """Reload the desired state from Postgres into ``Live`` (region and standalone).
+
+    Also signs the log's head when another process appended without the key (``revoke``).
+    """
+    if SIGNER in app:
+        await tlog_store.ensure_head(app[POOL], app[SIGNER])
+    version, deployments = await store.snapshot_content(app[POOL], environment=app[SETTINGS].environment)
     current = app[LIVE].state
     if version < current.version:
         return  # a reload that read earlier finished later: the snapshot never goes back

@@ -5,16 +5,20 @@ The rule of the spec, with the deployments update the reference behaviour forgot
 1. validate the manifests (dap.config); on failure nothing is stored;
 2. hash every file and the aggregate (``dap.config.canonical``);
 3. under a per-app advisory lock: when the app's newest artifact is active and has the same
-   aggregate, reuse it (idempotent re-registration, no new version); otherwise build and sign the
-   next version, chained to the newest one by ``prev_version``/``prev_sha256``;
+   aggregate, reuse it (idempotent re-registration, no new version); otherwise check the app's
+   signing policy (``policy_store``: fewer valid approvals than its threshold is refused, nothing
+   stored), then build and sign the next version, chained to the newest one by
+   ``prev_version``/``prev_sha256``, with the valid approvals embedded;
 4. bind workspaces (from the request and from the artifact's Workspace manifests) to the app,
    point every binding of the app at this artifact, route each to a cluster (``registry.place``);
    an upload whose app is only a default (``dap register`` without ``--app``) keeps the app its
    workspaces are already bound to, so versions chain and revoke falls back within that app;
    moving a workspace to another app takes an explicitly named app (``choose_app``);
-5. bump the snapshot version when an artifact was created or a binding changed.
+5. append the registration (envelope hash) to the transparency log and sign the new tree head
+   (``tlog_store``);
+6. bump the snapshot version when an artifact was created or a binding changed.
 
-Steps 3-5 are one transaction: a crash leaves either everything or nothing. CPU-heavy work
+Steps 3-6 are one transaction: a crash leaves either everything or nothing. CPU-heavy work
 (validation, hashing, canonical JSON and signing) runs in a worker thread so the event loop keeps
 answering snapshot polls meanwhile.
 """
@@ -31,8 +35,19 @@ from datetime import UTC, datetime
 
 import asyncpg
 
-from dap.config import canonical
-from dap.control import envelopes, errors, registry, routing, signing, snapshots, store, validation
+from dap.config import approvals, canonical
+from dap.control import (
+    envelopes,
+    errors,
+    policy_store,
+    registry,
+    routing,
+    signing,
+    snapshots,
+    store,
+    tlog_store,
+    validation,
+)
 from dap.control.ids import AppName, ArtifactId, ClusterId, WorkspaceId
 
 WORKSPACE_ID = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
@@ -53,6 +68,7 @@ class Upload:
     # False: ``app`` is a default (the directory's name) that yields to the app the workspaces
     # are bound to; True: the author named the app, and bound workspaces move to it.
     app_explicit: bool = True
+    approvals: tuple[dict[str, str], ...] = ()  # authors' approvals (dap.config.approvals)
 
 
 @dataclass(frozen=True)
@@ -114,6 +130,7 @@ def _sign(
     previous: store.ArtifactRow | None,
     created_at: datetime,
     signer: signing.Signer,
+    approved: list[dict[str, str]],
 ) -> tuple[envelopes.Envelope, bytes, float]:
     started = time.perf_counter()
     envelope = envelopes.build(
@@ -126,6 +143,7 @@ def _sign(
         prev_sha256=previous.sha256 if previous else None,
         created_at=snapshots.timestamp(created_at),
         signer=signer,
+        approvals=approved,
     )
     body = signing.canonical_json(envelope)
     return envelope, body, time.perf_counter() - started
@@ -180,9 +198,10 @@ async def _store(
         if latest is not None and latest.sha256 == sha256 and latest.status == "active":
             artifact_id, version, created = latest.artifact_id, latest.version, False
         else:
+            approved = check_policy(await policy_store.get(conn, upload.app), upload, sha256)
             version = latest.version + 1 if latest else 1
             envelope, body, sign_seconds = await asyncio.to_thread(
-                _sign, upload, hashes, sha256, version, latest, created_at, signer
+                _sign, upload, hashes, sha256, version, latest, created_at, signer, approved
             )
             artifact_id, created = ArtifactId(envelope["artifact_id"]), True
             await store.insert_artifact(
@@ -195,6 +214,21 @@ async def _store(
                 envelope=body,
                 files=[(p, hashes[p], len(c)) for p, c in upload.files.items()],
                 created_at=created_at,
+            )
+            await tlog_store.append(
+                conn,
+                [
+                    tlog_store.registration_entry(
+                        app=upload.app,
+                        version=version,
+                        artifact_id=artifact_id,
+                        sha256=sha256,
+                        envelope=body,
+                        key_id=signer.key_id,
+                        at=created_at,
+                    )
+                ],
+                signer=signer,
             )
         bindings = _bindings(upload, placements, await store.deployments(conn), artifact_id)
         changed = await registry.place(conn, bindings, standalone=standalone)
@@ -212,6 +246,21 @@ async def _store(
         sign_seconds=sign_seconds,
         kept_app_for=kept_for,
     )
+
+
+def check_policy(policy: policy_store.Policy | None, upload: Upload, sha256: str) -> list[dict[str, str]]:
+    """The valid approvals to embed; ``PolicyRefusedError`` when fewer than the threshold."""
+    if policy is None:
+        return []
+    keys = {str(k): v for k, v in policy.keys.items()}
+    valid = approvals.approved_by(list(upload.approvals), keys, upload.app, sha256)
+    if len(valid) < policy.threshold:
+        raise errors.PolicyRefusedError(
+            f"app {upload.app} needs {policy.threshold} approval(s) by its policy keys "
+            f"({', '.join(sorted(policy.keys))}); {len(valid)} valid of {len(upload.approvals)} given",
+            [errors.ErrorItem("approvals", f"at least {policy.threshold} valid approvals of the content")],
+        )
+    return valid
 
 
 def choose_app(

@@ -19,6 +19,13 @@ tables empty and uses ``outbox``, ``region_snapshot`` and ``trusted_keys``):
 - ``outbox``: evidence a cluster still has to relay to its region (survives restarts).
 - ``region_snapshot``: the last region-signed snapshot a cluster serves to its pods.
 - ``trusted_keys``: public keys a cluster trusts for region signatures.
+- ``log_leaves``, ``log_nodes``, ``log_heads``: the transparency log (``tlog_store``): each
+  entry's exact leaf bytes, every complete perfect subtree hash, every signed tree head.
+- ``freezes``, ``freeze_holds``: change freezes and the artifact each covered workspace keeps
+  while one holds (``freezes``, ``freeze_store``).
+- ``policies``: per app, the approval keys and threshold a registration needs (``policy_store``).
+- ``promotions``: per app, the staging and production workspaces and the soak time between them
+  (``promotions``).
 """
 
 from __future__ import annotations
@@ -136,6 +143,72 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE dap_control.deployments ADD COLUMN workspace_spec jsonb;
     CREATE INDEX deployments_cluster ON dap_control.deployments (cluster_id);
     ALTER TABLE dap_control.clusters ADD COLUMN last_pull timestamptz;
+    """,
+    # 3: the transparency log (dap.control.tlog_store, dap.config.tlog). Leaves keep the exact
+    # bytes that were hashed; nodes are perfect subtrees, written once when they complete.
+    """
+    CREATE TABLE dap_control.log_leaves (
+        idx          bigint PRIMARY KEY CHECK (idx >= 0),
+        kind         text NOT NULL,
+        app          text,
+        artifact_id  text,
+        data         bytea NOT NULL,
+        appended_at  timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE INDEX log_leaves_artifact ON dap_control.log_leaves (artifact_id, kind);
+    CREATE INDEX log_leaves_app ON dap_control.log_leaves (app, idx);
+    CREATE TABLE dap_control.log_nodes (
+        level  smallint NOT NULL CHECK (level >= 0),
+        idx    bigint NOT NULL CHECK (idx >= 0),
+        hash   bytea NOT NULL,
+        PRIMARY KEY (level, idx)
+    );
+    CREATE TABLE dap_control.log_heads (
+        tree_size  bigint PRIMARY KEY CHECK (tree_size >= 0),
+        root_hash  bytea NOT NULL,
+        head       bytea NOT NULL,
+        signed_at  timestamptz NOT NULL DEFAULT now()
+    );
+    """,
+    # 4: change freezes (dap.control.freezes). ``ended`` marks a freeze whose end time passed and
+    # whose snapshot change was made, so exactly one control process bumps the snapshot for it.
+    """
+    CREATE TABLE dap_control.freezes (
+        freeze_id   text PRIMARY KEY,
+        scope       text NOT NULL CHECK (scope IN ('app', 'workspace', 'environment')),
+        target      text NOT NULL,
+        reason      text NOT NULL CHECK (length(reason) > 0),
+        created_at  timestamptz NOT NULL DEFAULT now(),
+        ends_at     timestamptz NOT NULL,
+        lifted_at   timestamptz,
+        ended       boolean NOT NULL DEFAULT false
+    );
+    CREATE TABLE dap_control.freeze_holds (
+        freeze_id     text NOT NULL REFERENCES dap_control.freezes ON DELETE CASCADE,
+        workspace_id  text NOT NULL,
+        artifact_id   text NOT NULL REFERENCES dap_control.artifacts,
+        PRIMARY KEY (freeze_id, workspace_id)
+    );
+    """,
+    # 5: signing policies (dap.control.policy_store): k of n approval keys per app.
+    """
+    CREATE TABLE dap_control.policies (
+        app         text PRIMARY KEY,
+        keys        jsonb NOT NULL,
+        threshold   integer NOT NULL CHECK (threshold >= 1),
+        updated_at  timestamptz NOT NULL DEFAULT now()
+    );
+    """,
+    # 6: promotion rules (dap.control.promotions) and the evidence index their check reads.
+    """
+    CREATE TABLE dap_control.promotions (
+        app            text PRIMARY KEY,
+        sources        text[] NOT NULL,
+        targets        text[] NOT NULL,
+        after_seconds  integer NOT NULL CHECK (after_seconds >= 0),
+        updated_at     timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE INDEX evidence_artifact ON dap_control.evidence ((record->>'artifact_id'), workspace_id);
     """,
 )
 

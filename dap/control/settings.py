@@ -27,6 +27,8 @@ class Settings:
     snapshot_ttl: timedelta = timedelta(hours=1)
     limits: registration.Limits = field(default_factory=registration.Limits)
     long_poll_max_seconds: float = 30.0
+    # how often a serving control ends freezes past their end and re-checks promotions
+    freeze_check_interval: float = 5.0
     # cluster mode
     region_url: str | None = None
     cluster_id: ClusterId = DEFAULT_CLUSTER

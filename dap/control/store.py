@@ -15,12 +15,12 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import asyncpg
 
-from dap.control import errors, schema, snapshots
+from dap.control import errors, freezes, promotions, schema, snapshots
 from dap.control.ids import AppName, ArtifactId, ClusterId, WorkspaceId
 
 log = logging.getLogger(__name__)
@@ -201,24 +201,98 @@ async def bump_snapshot(conn: Conn) -> int:
     return version
 
 
-async def snapshot_content(conn: Executor) -> tuple[int, list[snapshots.Deployment]]:
-    """The snapshot version and every deployment that points at an active artifact."""
+async def snapshot_content(
+    conn: Executor, *, environment: str = "", now: datetime | None = None
+) -> tuple[int, list[snapshots.Deployment]]:
+    """The snapshot version and the deployments it names: active artifacts, promotion rules and
+    freezes applied (``promotions``, ``freezes``)."""
     async with _maybe_acquire(conn) as c, c.transaction(isolation="repeatable_read", readonly=True):
         version: int = await c.fetchval("SELECT version FROM dap_control.snapshot_state")
+        moment: datetime = now or await c.fetchval("SELECT now()")
         rows = await c.fetch(
-            "SELECT d.workspace_id, d.artifact_id, a.sha256, d.cluster_id FROM dap_control.deployments d"
-            " JOIN dap_control.artifacts a ON a.artifact_id = d.artifact_id"
-            " WHERE a.status = 'active' ORDER BY d.workspace_id"
+            "SELECT d.workspace_id, d.app, d.cluster_id, a.artifact_id, a.sha256"
+            " FROM dap_control.deployments d"
+            " LEFT JOIN dap_control.artifacts a ON a.artifact_id = d.artifact_id AND a.status = 'active'"
+            " WHERE d.artifact_id IS NOT NULL ORDER BY d.workspace_id"
         )
-    return version, [
-        snapshots.Deployment(
-            workspace_id=r["workspace_id"],
-            artifact_id=r["artifact_id"],
-            sha256=r["sha256"],
-            cluster_id=r["cluster_id"],
+        frozen = await c.fetch(
+            "SELECT freeze_id, scope, target, reason, created_at, ends_at, lifted_at FROM dap_control.freezes"
+            " WHERE lifted_at IS NULL AND ends_at > $1",
+            moment,
         )
-        for r in rows
-    ]
+        promoted = await _promotion_choices(c, [r for r in rows if r["artifact_id"]], moment)
+        holds = await c.fetch(
+            "SELECT h.freeze_id, h.workspace_id, h.artifact_id, a.sha256, a.status = 'active' AS active"
+            " FROM dap_control.freeze_holds h JOIN dap_control.artifacts a USING (artifact_id)"
+            " WHERE h.freeze_id = ANY($1::text[])",
+            [f["freeze_id"] for f in frozen],
+        )
+    bindings = []
+    for r in rows:
+        artifact, sha256 = r["artifact_id"], r["sha256"]
+        if r["workspace_id"] in promoted:  # a production workspace of a promotion rule
+            choice = promoted[r["workspace_id"]]
+            artifact, sha256 = (choice.artifact_id, choice.sha256) if choice else (None, None)
+        bindings.append(freezes.Binding(r["workspace_id"], r["app"], r["cluster_id"], artifact, sha256))
+    return version, freezes.desired(
+        bindings,
+        [freezes.Freeze(**dict(f)) for f in frozen],
+        {
+            (h["freeze_id"], h["workspace_id"]): freezes.Hold(h["artifact_id"], h["sha256"], h["active"])
+            for h in holds
+        },
+        environment=environment,
+        now=moment,
+    )
+
+
+async def _promotion_choices(
+    conn: Conn, rows: list[asyncpg.Record], now: datetime
+) -> dict[str, promotions.Candidate | None]:
+    """For each production workspace of a promotion rule, the artifact it may run (or None)."""
+    rules = await conn.fetch("SELECT app, sources, targets, after_seconds FROM dap_control.promotions")
+    out: dict[str, promotions.Candidate | None] = {}
+    for rule in rules:
+        targets = [r for r in rows if r["app"] == rule["app"] and r["workspace_id"] in rule["targets"]]
+        if not targets:
+            continue
+        artifacts = await conn.fetch(
+            "SELECT artifact_id, version, sha256 FROM dap_control.artifacts"
+            " WHERE app = $1 AND status = 'active'",
+            rule["app"],
+        )
+        versions = {a["artifact_id"]: a["version"] for a in artifacts}
+        evidence = await conn.fetch(
+            "SELECT record->>'artifact_id' AS artifact_id,"
+            " min(at) FILTER (WHERE type = 'deploy_status'"
+            " AND record->>'phase' IN ('loaded', 'up_to_date')) AS first_running,"
+            " coalesce(bool_or(type = 'violation' OR (type = 'deploy_status'"
+            " AND record->>'phase' IN ('failed', 'rolled_back'))), false) AS failed"
+            " FROM dap_control.evidence WHERE workspace_id = ANY($1::text[])"
+            " AND record->>'artifact_id' = ANY($2::text[]) GROUP BY 1",
+            list(rule["sources"]),
+            list(versions),
+        )
+        unhealthy = await conn.fetch(
+            "SELECT at FROM dap_control.evidence WHERE type = 'health' AND workspace_id = ANY($1::text[])"
+            " AND record->>'status' = 'unhealthy' ORDER BY at DESC LIMIT 1000",
+            list(rule["sources"]),
+        )
+        records = {e["artifact_id"]: promotions.Record(e["first_running"], e["failed"]) for e in evidence}
+        for target in targets:
+            ceiling = versions.get(target["artifact_id"], 0)
+            out[target["workspace_id"]] = promotions.promoted(
+                [
+                    promotions.Candidate(a["artifact_id"], a["version"], a["sha256"])
+                    for a in artifacts
+                    if a["version"] <= ceiling
+                ],
+                records,
+                [u["at"] for u in unhealthy],
+                after=timedelta(seconds=rule["after_seconds"]),
+                now=now,
+            )
+    return out
 
 
 class _maybe_acquire:  # noqa: N801 - used as a context manager like a function

@@ -59,6 +59,8 @@ POD_OPTIONS = (
     "workspace_id",
     "pull_interval",
     "trusted_keys",
+    "policy_keys",
+    "policy_threshold",
     "state_dir",
     "dev",
     "long_poll",
@@ -89,6 +91,18 @@ POD_OPTIONS = (
     "--trusted-keys",
     envvar=names.ENV_TRUSTED_KEYS,
     help="comma-separated hex ed25519 public keys trusted for artifacts  [env: DAP_TRUSTED_KEYS]",
+)
+@click.option(
+    "--policy-keys",
+    envvar="DAP_POLICY_KEYS",
+    help="comma-separated hex public keys of the app's approvers (signing policy, with --policy-threshold)",
+)
+@click.option(
+    "--policy-threshold",
+    type=int,
+    default=0,
+    envvar="DAP_POLICY_THRESHOLD",
+    help="approvals by --policy-keys an artifact needs (k of n; 0: no policy)",
 )
 @click.option(
     "--state-dir",
@@ -156,6 +170,8 @@ def pod_settings(mine: dict[str, Any]) -> settings.Settings:
         state_dir=mine["state_dir"] or (DEV_STATE_DIR if dev else PROD_STATE_DIR),
         pull_interval=_seconds(interval, "--pull-interval"),
         trusted_keys=trusted,
+        policy_keys=verifying.trusted_keys([mine["policy_keys"] or ""]),
+        policy_threshold=mine["policy_threshold"] or 0,
         dev=dev,
         fetch_keys=dev and not trusted,
         long_poll=long_poll,
@@ -266,6 +282,19 @@ def _fleet(raw: dict[str, Any]) -> NoReturn:
 )
 @click.option("--invoke-timeout", default="30s", show_default=True, envvar="DAP_INVOKE_TIMEOUT")
 @click.option(
+    "--seed/--no-seed",
+    default=True,
+    show_default=True,
+    envvar="DAP_SEED",
+    help="load the spec's seed/ records into the workspace once it is served (idempotent)",
+)
+@click.option(
+    "--auto-approve",
+    is_flag=True,
+    envvar="DAP_AUTO_APPROVE",
+    help="grant approval gates at once, saying so in the log and the audit trail (off: approve by hand)",
+)
+@click.option(
     "--fleet",
     is_flag=True,
     help="instead: one region and two namespace 'clusters' on a Kubernetes API server (dev-fleet)",
@@ -308,6 +337,8 @@ def dev(**raw: Any) -> None:
             runtime=raw["runtime"],
             app_dir=raw["app_dir"],
             invoke_timeout=raw["invoke_timeout"],
+            auto_approve=raw["auto_approve"],
+            seed=raw["seed"],
         )
         code = asyncio.run(dev_mode.run(config))
     except (errors.PodError, server_errors.BootRefused, embedded.EmbeddedPostgresError) as exc:

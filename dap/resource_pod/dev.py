@@ -9,7 +9,10 @@
    with the dev HS256 secret of ``tokens`` (so ``dap token`` makes tokens it accepts); it long-polls,
    so a registration reaches it at once;
 5. the wait for that version ends as soon as the pod serves it (same artifact, or the same
-   content under another id) or fails to load it; a failure is one line saying what to do;
+   content under another id) or fails to load it; a failure is one line saying what to do; once
+   served, the spec's ``seed/`` records are loaded into the workspace (``devseed``: idempotent, so
+   a second start loads nothing twice); with ``--auto-approve`` approval gates are granted at
+   once (``devapprove``);
 6. the banner (``devbanner``): addresses that answer, a token, curl lines;
 7. with ``--watch``: file modification times are polled every second (no new dependency),
    starting from the moment the files were first read, so an edit saved while the first version
@@ -38,9 +41,11 @@ import click
 from dap import embedded
 from dap.resource_pod import (
     converging,
+    devapprove,
     devbanner,
     devcontrol,
     devdata,
+    devseed,
     errors,
     hosting,
     loading,
@@ -76,6 +81,8 @@ class DevConfig:
     runtime: str | None = None  # child-process mode: the pod starts the app
     app_dir: Path | None = None
     invoke_timeout: str = "30s"
+    auto_approve: bool = False  # approval gates granted at once (``devapprove``); off: testable by hand
+    seed: bool = True  # load ``<spec>/seed`` once served (``devseed``); --no-seed starts empty
 
 
 def say(text: str) -> None:
@@ -249,12 +256,14 @@ class Parts:
     control: devcontrol.Control | None = None
     pod: hosting.Running | None = None
     watcher: asyncio.Task[None] | None = None
+    approver: asyncio.Task[None] | None = None
 
     async def stop(self, session: aiohttp.ClientSession) -> None:
         began = time.monotonic()
-        if self.watcher is not None:
-            self.watcher.cancel()
-            await asyncio.gather(self.watcher, return_exceptions=True)
+        for task in (self.watcher, self.approver):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         await _step("the pod (in-flight requests finish)", self.pod.stop if self.pod else None)
         control = self.control
         await _step("the control plane", (lambda: control.stop(session)) if control else None)
@@ -346,8 +355,11 @@ async def _serve(config: DevConfig, parts: Parts, session: aiohttp.ClientSession
     )
     say("starting the resource pod …")
     parts.pod = pod = await hosting.start(opts, pod_config, shutdown_timeout=SERVE_SHUTDOWN)
-    if answer is not None:
-        await report(config, pod, answer, files, started)
+    served = answer is not None and await report(config, pod, answer, files, started) is Outcome.SERVED
+    if served and config.seed:
+        await devseed.load(config.spec_dir, dsn, config.workspace, loading.current(pod.server.app), say)
+    if config.auto_approve:
+        parts.approver = asyncio.create_task(devapprove.run(dsn, config.workspace, pod, say))
     code = await _setup_code(session, pod.server.urls.get("admin"), config.workspace)
     _banner(config, control, pod, where, code)
     if config.watch:

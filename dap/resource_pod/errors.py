@@ -12,21 +12,25 @@ pull loop decides what to do from the class alone::
      ├── VerificationError         the document cannot be trusted; reported as a violation
      │    ├── SignatureInvalid     unknown key, bad signature, bad hash, mismatch with the snapshot
      │    ├── RollbackRefused      snapshot version lower than the one running
-     │    └── SnapshotExpired      snapshot past ``expires_at`` (freeze)
+     │    ├── SnapshotExpired      snapshot past ``expires_at`` (freeze)
+     │    ├── LogProofInvalid      artifact not in the transparency log, or a forged proof or head
+     │    ├── SplitView            a tree head that does not extend the last one accepted (fork)
+     │    └── PolicyRefused        an envelope without the signatures its app's policy requires
      ├── LoadError                 verified artifact that cannot be loaded (manifests, schema)
      │    └── DestructivePending   the new version needs a destructive migration
      ├── SelfCheckFailed           the loaded version failed its self-check: rolled back
      └── StateDirError             the state directory cannot be read or written
 
 ``VerificationError.kind`` is the ``kind`` of the violation evidence it produces (``signature``,
-``rollback``, ``freeze``), so the evidence module never has to branch on classes.
+``rollback``, ``freeze``, ``log``, ``split_view``, ``policy``), so the evidence module never has
+to branch on classes.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-ViolationKind = Literal["rollback", "freeze", "signature", "policy"]
+ViolationKind = Literal["rollback", "freeze", "signature", "policy", "log", "split_view"]
 
 
 class PodError(Exception):
@@ -65,6 +69,18 @@ class RollbackRefused(VerificationError):  # noqa: N818 -- a condition of the do
 
 class SnapshotExpired(VerificationError):  # noqa: N818 -- a condition of the document
     kind = "freeze"
+
+
+class LogProofInvalid(VerificationError):  # noqa: N818 -- a condition of the document
+    kind = "log"
+
+
+class SplitView(VerificationError):  # noqa: N818 -- a condition of the log
+    kind = "split_view"
+
+
+class PolicyRefused(VerificationError):  # noqa: N818 -- a condition of the document
+    kind = "policy"
 
 
 class LoadError(PodError):

@@ -7,6 +7,8 @@ this is the one place that knows the paths and statuses of ``docs/control.md``:
   mode, ``wait=SECONDS`` (the control parks the request until a change or a ``POST /v1/poll``);
 - ``GET /v1/artifacts/{id}``: the signed envelope bytes;
 - ``GET /v1/keys``: the control's public keys (trusted by a ``--dev`` pod only);
+- ``GET /v1/log/proof?artifact_id=ID&from_size=M``: the artifact's inclusion proof and the
+  consistency proof from the pod's last accepted tree head (``logproof``);
 - ``POST /v1/evidence``: ``{records: [...]}``, 202.
 
 aiohttp's errors are translated here: connection failures, timeouts and 5xx become
@@ -101,6 +103,15 @@ class Client:
     async def artifact(self, artifact_id: str) -> bytes:
         _, data, _ = await self._request(
             "GET", f"/v1/artifacts/{artifact_id}", what=f"artifact {artifact_id}"
+        )
+        return data
+
+    async def log_proof(self, artifact_id: str, *, from_size: int | None) -> bytes:
+        params = {"artifact_id": artifact_id}
+        if from_size is not None:
+            params["from_size"] = str(from_size)
+        _, data, _ = await self._request(
+            "GET", "/v1/log/proof", what=f"log proof of {artifact_id}", params=params
         )
         return data
 

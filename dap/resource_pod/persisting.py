@@ -6,10 +6,12 @@ share a volume)::
     <state-dir>/<workspace>/current.json    {"format": 1, "snapshot_version": n,
                                              "deployment": {...}, "envelope": {...signed...}}
     <state-dir>/<workspace>/keys.json       {"keys": ["<hex public key>", ...]}   (--dev only)
+    <state-dir>/<workspace>/log.json        the last signed tree head accepted (``logproof``)
 
 The envelope is stored as the control plane signed it and is verified again at boot with the
 trusted keys, so a file edited on disk is refused like a tampered download. ``snapshot_version``
-keeps rollback refusal working across restarts.
+keeps rollback refusal working across restarts, and ``log.json`` split-view refusal (its
+signature is checked again at boot).
 
 Every write is atomic: a temporary file in the same directory, ``fsync``, ``rename`` over the old
 one, ``fsync`` of the directory. A crash leaves either the old or the new file, never half of one.
@@ -31,6 +33,7 @@ from dap.resource_pod.documents import KeyId
 FORMAT = 1
 CURRENT = "current.json"
 KEYS = "keys.json"
+LOG = "log.json"
 
 
 @dataclass(frozen=True)
@@ -131,3 +134,18 @@ class StateDir:
             return verifying.trusted_keys(str(k) for k in keys)
         except errors.ConfigError as exc:
             raise errors.StateDirError(f"{path}: {exc}") from exc
+
+    def save_log_head(self, head: dict[str, Any]) -> None:
+        try:
+            write_atomic(self.path / LOG, json.dumps(head, separators=(",", ":")).encode())
+        except OSError as exc:
+            raise errors.StateDirError(f"cannot write {self.path / LOG}: {exc.strerror or exc}") from exc
+
+    def load_log_head(self) -> dict[str, Any] | None:
+        path = self.path / LOG
+        try:
+            return documents.json_object(path.read_bytes(), "saved tree head")
+        except FileNotFoundError:
+            return None
+        except (OSError, errors.ProtocolError) as exc:
+            raise errors.StateDirError(f"cannot read {path}: {exc}") from exc

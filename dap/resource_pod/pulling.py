@@ -7,7 +7,10 @@ the spec in order, recording each outcome in the immutable ``converging.Status``
 ``deploy_status`` record whenever the status changes:
 
 - ``fetched``: the envelope was downloaded (only the artifact that changed);
-- ``verified``: signature by a trusted key, the snapshot binding, every file hash, the aggregate;
+- ``verified``: signature by a trusted key, the snapshot binding, every file hash, the aggregate,
+  and the transparency log: the envelope is the one its registration entry records, included in
+  a signed tree head that extends the last head this pod accepted (``logproof``), and the
+  approvals its signing policy needs (``verifying.check_policy``);
 - ``loaded``: safe schema steps applied, catalog swapped atomically (``loading``);
 - then the self-check; its failure swaps the previous catalog back → ``rolled_back``;
 - finally the envelope is persisted to the state directory for restarts without control.
@@ -43,6 +46,8 @@ from dap.resource_pod import (
     evidence,
     fetching,
     loading,
+    logkeeping,
+    logproof,
     persisting,
     reporting,
     settings,
@@ -88,10 +93,16 @@ class Pod:
         self.cycles = 0
         self._etag: str | None = None
         self._snapshot: dict[str, Any] | None = None  # last verified raw snapshot
+        self.transparency = logkeeping.LogKeeper(self.client, self.state_dir, self.trusted)
         self._reported: set[tuple[str, str]] = set()  # violations already sent
         self._wake = asyncio.Event()
         self._last_requests = 0.0
         self._period_start = datetime.now(UTC)
+
+    @property
+    def log_head(self) -> logproof.Head | None:
+        """The last tree head of the transparency log this pod accepted."""
+        return self.transparency.head
 
     # --- status and evidence -----------------------------------------------------------------
 
@@ -150,6 +161,7 @@ class Pod:
 
     async def restore(self) -> bool:
         """Load the artifact saved in the state directory (verified again); ``True`` if one was."""
+        await self.transparency.restore()
         try:
             saved = await asyncio.to_thread(self.state_dir.load)
         except errors.StateDirError as exc:
@@ -296,10 +308,17 @@ class Pod:
                 if not await self.refresh_keys():
                     raise
                 artifact = verifying.verify_envelope(raw, self.trusted, deployment)
+            verifying.check_policy(raw, artifact, self.config.policy_keys, self.config.policy_threshold)
+            head = await self.transparency.check(artifact_id, body)
+        except errors.ControlUnreachable as exc:
+            self._control_failed(exc)
+            self._fail(f"the transparency log is unavailable: {exc}")
+            return
         except errors.VerificationError as exc:
             self._violation(exc, key=None, artifact_id=artifact_id, snapshot_version=snapshot_version)
             self._fail(f"verification failed: {exc}")
             return
+        await self.transparency.accept(head)
         self._set(converging.verified(self.status, artifact.key_id))
         try:
             catalog = await loading.catalog_for(artifact.files)

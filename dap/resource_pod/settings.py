@@ -33,6 +33,10 @@ class Settings:
     state_dir: Path
     pull_interval: float = PROD_PULL_INTERVAL
     trusted_keys: Mapping[KeyId, bytes] = field(default_factory=dict)
+    # The app's signing policy as given to the pod (not taken from the control): an artifact needs
+    # ``policy_threshold`` approvals by distinct ``policy_keys`` (``dap.config.approvals``).
+    policy_keys: Mapping[KeyId, bytes] = field(default_factory=dict)
+    policy_threshold: int = 0
     dev: bool = False
     fetch_keys: bool = False  # trust GET /v1/keys (dev only)
     long_poll: bool = False  # GET /v1/snapshot?wait=: react at once to changes and /v1/poll
@@ -63,6 +67,11 @@ class Settings:
             raise errors.ConfigError(
                 "no trusted key: give --trusted-keys (DAP_TRUSTED_KEYS, hex ed25519 public keys), "
                 "or use --dev to take the control plane's key from /v1/keys"
+            )
+        if not 0 <= self.policy_threshold <= len(self.policy_keys):
+            raise errors.ConfigError(
+                f"--policy-threshold {self.policy_threshold} must be between 0 and the number of "
+                f"--policy-keys ({len(self.policy_keys)})"
             )
         if self.fetch_keys and not self.dev:
             raise errors.ConfigError("taking keys from the control plane is allowed with --dev only")

@@ -16,7 +16,8 @@ The contract (ARCHITECTURE.md, docs/decisions/control.md):
 
 On top of the signature the pod checks what only it can know: the envelope is the one the
 snapshot names (artifact id and aggregate), a snapshot is not older than the one it runs
-(rollback), and a snapshot is not past ``expires_at`` (freeze: a replayed or stuck control).
+(rollback), a snapshot is not past ``expires_at`` (freeze: a replayed or stuck control), and
+an envelope carries the approvals the signing policy given to the pod asks for (``check_policy``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any
 import nacl.exceptions
 import nacl.signing
 
-from dap.config import canonical
+from dap.config import approvals, canonical
 from dap.resource_pod import documents, errors
 from dap.resource_pod.documents import KeyId
 
@@ -171,3 +172,24 @@ def verify_snapshot(
             "the control plane is frozen or replaying an old answer"
         )
     return snapshot
+
+
+def check_policy(
+    raw: Mapping[str, Any], artifact: Artifact, keys: Mapping[KeyId, bytes], threshold: int
+) -> int:
+    """``PolicyRefused`` unless the envelope carries ``threshold`` valid approvals by ``keys``.
+
+    The approvals sign the app and aggregate (``dap.config.approvals``); the pod counts them
+    itself against the policy it was given, whatever the control claims. Returns the count.
+    """
+    if threshold <= 0:
+        return 0
+    valid = approvals.approved_by(
+        raw.get("approvals"), {str(k): v for k, v in keys.items()}, artifact.app, artifact.sha256
+    )
+    if len(valid) < threshold:
+        raise errors.PolicyRefused(
+            f"artifact {artifact.artifact_id} has {len(valid)} valid approval(s); "
+            f"the signing policy needs {threshold} of {len(keys)}"
+        )
+    return len(valid)

@@ -1,4 +1,4 @@
-"""``dap serve`` and ``dap migrate``.
+"""``dap serve``, ``dap migrate`` and ``dap seed``.
 
 Every option is also read from ``DAP_<OPTION>`` (``DAP_DSN``, ``DAP_JWT_SECRET``, ...). A refusal
 is one line on stderr and a non-zero exit (2 for an unsupported ``--mode``), never a traceback:
@@ -14,7 +14,7 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -283,5 +283,87 @@ async def _migrate(dsn: str, catalog: Catalog, *, dry_run: bool) -> None:
                 return
         await booting.prepare_database(pool, catalog, allow_destructive=True)
         click.echo(f"applied {len(plan.steps)} step(s)")
+    finally:
+        await pool.close()
+
+
+@click.command()
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--dsn", envvar="DAP_DSN", help="postgresql:// DSN (required)")
+@click.option("--workspace", default="default", show_default=True, envvar="DAP_WORKSPACE")
+@click.option(
+    "--spec",
+    "spec",
+    default=None,
+    envvar="DAP_SPEC",
+    help="manifest directory (default: DIRECTORY, whose seed/ folder holds the records)",
+)
+@click.option(
+    "--log-level",
+    default="info",
+    envvar="DAP_LOG_LEVEL",
+    show_default=True,
+    type=click.Choice(options.LOG_LEVELS),
+)
+def seed(directory: Path, dsn: str | None, workspace: str, spec: str | None, log_level: str) -> None:
+    """Load seed records (DIRECTORY/seed/*.yaml|csv) into a workspace through the API's rules.
+
+    One transaction: a bad row names its file, line and field and nothing is loaded. A second run
+    adds nothing; a changed record is updated where the API allows it, else the run says why not.
+    The database's schema is brought up to the manifests the way `dap serve` does at boot.
+    """
+    from dap.server.workflows import seeding, seeds
+
+    logs.configure(log_level)
+    spec_dir = Path(spec) if spec else directory
+    seed_dir = directory / "seed" if (directory / "seed").is_dir() else directory
+    try:
+        dsn = options.check_dsn(dsn)
+        catalog = load_catalog(spec_dir)
+        rows = seeds.parse_files(_seed_files(seed_dir))
+        if not rows:
+            _refuse(f"no seed records in {seed_dir} (*.yaml, *.yml, *.csv)")
+        report = asyncio.run(_seed(dsn, catalog, workspace, rows))
+    except seeds.SeedFileError as exc:
+        _refuse_problems(exc.problems)
+    except seeding.SeedError as exc:
+        _refuse_problems(exc.problems, str(exc))
+    except errors.ServerError as exc:
+        _refuse(str(exc), getattr(exc, "exit_code", 1))
+    click.echo(f"seeded {workspace} from {seed_dir}: {report.summary()}")
+    for note in report.notes:
+        click.echo(f"  not applied: {note}")
+
+
+def _seed_files(seed_dir: Path) -> list[tuple[str, str]]:
+    from dap.server.workflows import seeds
+
+    return [
+        (path.relative_to(seed_dir).as_posix(), path.read_text())
+        for path in sorted(seed_dir.rglob("*"))
+        if path.is_file() and path.suffix in seeds.SUFFIXES
+    ]
+
+
+def _refuse_problems(problems: Sequence[Any], headline: str | None = None) -> NoReturn:
+    for problem in problems:
+        click.echo(f"dap seed: {problem}", err=True)
+    _refuse(headline or f"{len(problems)} problem(s) in the seed files; nothing was loaded")
+
+
+async def _seed(dsn: str, catalog: Catalog, slug: str, rows: Sequence[Any]) -> Any:
+    from dap.server.storage import workspaces
+    from dap.server.workflows import seeding
+
+    pool = await db.open_pool(dsn, 2)
+    try:
+        await booting.prepare_database(pool, catalog)  # as `dap serve` boots: safe steps only
+        async with pool.acquire() as conn:
+            found = await workspaces.find(conn, slug)
+            if found is None:
+                raise errors.BootRefused(f"no workspace {slug!r} in this database: register it first")
+            return await seeding.load(conn, catalog, found.tenant_id, rows)
+    except errors.MigrationError as exc:
+        raise errors.BootRefused(f"{exc}; run `dap migrate` first") from exc
     finally:
         await pool.close()

@@ -95,6 +95,7 @@ def main() -> None:
         {
             "store/order/reserve": reserve,
             "store/order/run": run,
+            "store/order/touch": run,
             "store/order/ship": ship,
             "store/order/later": later,
             "store/desk/tally": tally,

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
+import asyncpg
 import pytest
 
 from .conftest import Bridged
@@ -170,3 +172,32 @@ async def test_200_concurrent_decrements_on_a_stock_of_100(srv: Bridged) -> None
     statuses = [s for s, _ in answers]
     assert statuses.count(200) == 100 and statuses.count(500) == 100, sorted(set(statuses))
     assert await stock(srv, it) == 0
+
+
+async def test_an_action_whose_app_writes_its_record_answers_and_emits_the_record_after(
+    srv: Bridged, pg_dsn: str
+) -> None:
+    """The app updates the very record its action runs on, twice, through /ctx: the answer, its
+    ETag and the action's ``emits`` event carry the record as stored, so the ETag is usable."""
+    it = await item(srv)
+    o = await order(srv, it)
+    writes = [step("entity", "update", named="store/order", key=o["id"], fields={"note": n}) for n in "ab"]
+    url = f"{srv.api}/default/api/store/order/{o['id']}/touch"
+    async with srv.http.post(url, json={"steps": writes}, headers=srv.auth()) as resp:
+        answer = await resp.json()
+        assert resp.status == 200, answer
+        etag = resp.headers["ETag"]
+    assert (answer["data"]["version"], answer["data"]["note"]) == (o["version"] + 2, "b")
+    assert etag == f'"{o["version"] + 2}"'
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        payload = await conn.fetchval(
+            "SELECT payload FROM dap.outbox WHERE record_id = $1::uuid AND event = 'touched'", o["id"]
+        )
+    finally:
+        await conn.close()
+    assert json.loads(payload)["record"]["version"] == o["version"] + 2
+    headers = {**srv.auth(), "If-Match": etag, "Content-Type": "application/json"}
+    patch_url = f"{srv.api}/default/api/store/order/{o['id']}"
+    async with srv.http.patch(patch_url, json={"note": "c"}, headers=headers) as resp:
+        assert resp.status == 200, await resp.text()  # the answer's ETag is the current version

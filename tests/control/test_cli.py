@@ -99,13 +99,6 @@ async def test_key_generate_and_show(tmp_path: Path) -> None:
     assert "refusing to overwrite" in err
 
 
-async def test_not_implemented_verbs_exit_1() -> None:
-    for verb in ("freeze", "policy", "log"):
-        code, _, err = await run("control", verb, "anything")
-        assert code == 1
-        assert "not implemented" in err
-
-
 async def test_serve_refuses_to_start_without_a_key() -> None:
     code, _, err = await run("control", "serve", "--mode", "region", "--db", "postgresql://127.0.0.1:9/x")
     assert code == 2

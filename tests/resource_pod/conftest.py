@@ -165,6 +165,7 @@ class Proxy:
     tamper: bool = False  # change one file of every artifact (its declared hash kept)
     replay: bytes | None = None  # serve these snapshot bytes instead of the control's answer
     down: bool = False
+    forge_log: bool = False  # flip a byte of every inclusion proof
     seen_snapshots: list[bytes] = field(default_factory=list)
     runner: web.AppRunner | None = None
     url: str = ""
@@ -194,6 +195,12 @@ class Proxy:
             first = envelope["files"][-1]
             first["content"] = base64.b64encode(base64.b64decode(first["content"]) + b"\n# evil\n").decode()
             body = json.dumps(envelope).encode()
+        if request.path == "/v1/log/proof" and status == 200 and self.forge_log:
+            answer = json.loads(body)
+            first = bytearray.fromhex(answer["inclusion"][0])
+            first[0] ^= 1
+            answer["inclusion"][0] = first.hex()
+            body = json.dumps(answer).encode()
         response = web.Response(status=status, body=body, content_type="application/json")
         if etag:
             response.headers["ETag"] = etag

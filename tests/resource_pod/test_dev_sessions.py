@@ -57,11 +57,12 @@ def test_first_session_serves_procurement_and_stops_quickly(data_dir: Path) -> N
         assert ("UI at" if built else "API only (no UI bundle found)") in session.output
         assert f"{session.base}/default/api/" in session.output
         assert "token --role buyer" in session.output, "the banner shows how to make a role's token"
-        code = re.search(r'"setup_code": "([^"]+)"', session.output)
-        assert code is not None, "the banner gives the first-admin setup code of an empty workspace"
-        admin = {"username": "root", "password": "correct horse", "setup_code": code.group(1)}
-        status, body = session.call("POST", "/default/_ui/setup", admin)
-        assert (status, body["data"]["roles"]) == (201, ["admin"]), body
+        # the spec's seed/ was loaded once served: a populated desk, its people can sign in
+        assert re.search(r"seed: .*30 created, 0 updated, 0 unchanged", session.output), session.output
+        assert '"setup_code"' not in session.output, "a workspace with data has no first-admin setup"
+        admin = {"username": "admin", "password": "procurement-demo"}
+        status, body = session.call("POST", "/default/_ui/login", admin)
+        assert (status, body["token_type"]) == (200, "Bearer"), body
         status, body = session.call(
             "POST", "/default/api/stock/item", {"code": "A1", "title": "Bolt", "unit_price": "1.25"}, TOKEN
         )
@@ -97,13 +98,15 @@ def test_a_copied_spec_is_served_without_a_stall_and_the_original_keeps_its_data
         session.wait_for("Ctrl-C stops everything")
         assert served_in(session) < SERVED_WITHIN
         assert "not loaded" not in session.output and "not served yet" not in session.output
-        status, body = session.call("GET", "/default/api/stock/item", token=TOKEN)
-        assert (status, body["data"]) == (200, []), "a copy is another spec: its own, empty data"
+        status, body = session.call("GET", "/default/api/stock/item?sort=code", token=TOKEN)
+        assert (status, len(body["data"])) == (200, 8), "a copy is another spec: its own data, seeded"
         session.stop()
     with DevSession("--spec", str(EXAMPLE), data_dir=data_dir) as session:
         session.wait_for("Ctrl-C stops everything")
-        status, body = session.call("GET", "/default/api/stock/item", token=TOKEN)
-        assert [item["code"] for item in body["data"]] == ["A1"], "coming back finds the records"
+        assert "seed: nothing new" in session.output, "a second start loads nothing twice"
+        status, body = session.call("GET", "/default/api/stock/item?sort=code", token=TOKEN)
+        codes = [item["code"] for item in body["data"]]
+        assert "A1" in codes and len(codes) == 9, "coming back finds the records"
         session.stop()
 
 

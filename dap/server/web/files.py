@@ -1,7 +1,7 @@
 """File fields over REST: ``PUT`` and ``GET /{ws}/api/{module}/{entity}/{id}/_files/{field}``.
 
 ``PUT`` is a write of that one field and follows every rule of a ``PATCH`` of it
-(``workflows.updating``): ``expose`` must open ``update`` (else 405), the caller needs the
+(``workflows.recording``): ``expose`` must open ``update`` (else 405), the caller needs the
 ``update`` permission and the field's own ``required_permission`` (403), the record must be in the
 caller's row scope, at the ``If-Match`` version (412) and, for a document, a draft (409
 ``SVC.DOC.UPDATE_NOT_DRAFT``); the change is audited and emits ``updated``. These are checked
@@ -37,7 +37,7 @@ from dap.server.catalog import Resource
 from dap.server.documents import reading, writing
 from dap.server.storage import db, files
 from dap.server.web import delivery, requests
-from dap.server.workflows import updating
+from dap.server.workflows import recording
 
 FILES: web.AppKey[files.FileStore] = web.AppKey("files", files.FileStore)
 PATH = "/{ws}/api/{module}/{entity}/{id}/_files/{field}"
@@ -83,13 +83,13 @@ def _accepts(f: Field, mime: str) -> bool:
 
 async def upload(request: web.Request) -> web.Response:
     """A write of one field, like ``PATCH {field: …}``: the same expose, permission, row-scope,
-    ``If-Match`` and document-state rules (``workflows.updating``), checked before the bytes are
+    ``If-Match`` and document-state rules (``workflows.recording``), checked before the bytes are
     streamed and again in the transaction that stores the file's token."""
     workspace, principal, catalog = await requests.resolve(request)
     resource = requests.exposed(catalog, request, "update", siblings=_ITEM)
     access = guards.check(principal, resource, "update")
     f, column = _field(resource, request.match_info["field"])
-    updating.permitted(access, {f.name: None})  # 403 for a field the caller may not write
+    recording.permitted(access, {f.name: None})  # 403 for a field the caller may not write
     record_id = requests.parse_record_id(request)
     expected = requests.if_match(request)
     tenant = workspace.tenant_id
@@ -112,7 +112,7 @@ async def upload(request: web.Request) -> web.Response:
         current = await guards.select_for_write(
             conn, resource, tenant, record_id, principal=principal, expected=expected
         )
-        updating.refuse_unless_draft(access, current)
+        recording.refuse_unless_draft(access, current)
     try:
         stored = await store.receive(
             request.content.iter_chunked(files.CHUNK),
@@ -136,14 +136,8 @@ async def upload(request: web.Request) -> web.Response:
                     before = (
                         await guards.select_record(conn, resource, tenant, record_id, principal=principal)
                     )[column]
-                    done = await updating.update(
-                        conn,
-                        write=write,
-                        access=access,
-                        record_id=record_id,
-                        body=body,
-                        values=values,
-                        expected=expected,
+                    done = await recording.update(
+                        conn, write, access, record_id, body, values, expected=expected
                     )
             except asyncpg.PostgresError as exc:
                 raise writing.translate(resource, exc) from exc

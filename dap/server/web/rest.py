@@ -20,12 +20,11 @@ from aiohttp import web
 
 from dap.server import errors, state
 from dap.server.access import guards
-from dap.server.catalog import Catalog, Resource
 from dap.server.documents import auditing, filling, idempotency, lifecycle, reading, writing
 from dap.server.events import builtin
 from dap.server.storage import caching, db, sql
 from dap.server.web import delivery, files, filters, requests, services
-from dap.server.workflows import updating
+from dap.server.workflows import recording
 
 log = logging.getLogger(__name__)
 
@@ -122,20 +121,8 @@ async def create_record(request: web.Request) -> web.Response:
                 stored = await idempotency.claim(conn, tenant, key, digest) if key is not None else None
                 if stored is not None:
                     return requests.respond(stored)
-                await writing.check_relations(conn, resource, tenant, values)
-                values = await filling.prepare_create(  # derived values, natural keys, guards
-                    conn, resource, tenant, principal, body, values, submitting=submit
-                )
-                await guards.before_create(conn, access, tenant, values)  # scopes, dates
-                columns, children = writing.split(resource, values)
-                columns.update(lifecycle.initial_state(submit))
-                statement, args = sql.insert(resource.table, tenant, columns, owner=principal.username)
-                row = await conn.fetchrow(statement, *args)
-                assert row is not None
-                await writing.write_children(conn, resource, tenant, row["id"], children)
-                await lifecycle.created(conn, write, row, submitted=submit)
-                kids = await _children(conn, resource, tenant, row["id"], catalog)
-                event = await builtin.record(conn, write, "create", row, kids)
+                done = await recording.create(conn, write, access, body, values, submit=submit)
+                row, kids, event = done.row, done.children, done.event
                 answer = idempotency.Answer(
                     201,
                     requests.dumps({"data": access.view(reading.present(resource, row, kids))}),
@@ -152,38 +139,20 @@ async def create_record(request: web.Request) -> web.Response:
     return delivery.stamp(requests.respond(answer), settled)
 
 
-async def _children(
-    conn: db.Connection, resource: Resource, tenant: uuid.UUID, record_id: uuid.UUID, catalog: Catalog
-) -> dict[str, list[dict[str, Any]]] | None:
-    """The child rows of one record, read in the write's transaction (before its commit, so that an
-    answer never needs the connection after it: see ``db``)."""
-    if not resource.children:
-        return None
-    return (await reading.load_children(conn, resource, tenant, [record_id], catalog)).get(record_id)
-
-
 async def update_record(request: web.Request) -> web.Response:
     workspace, principal, catalog = await requests.resolve(request)
     resource = _item(catalog, request, "update")
     access = guards.check(principal, resource, "update")
     record_id = requests.parse_record_id(request)
     expected = requests.if_match(request)
-    body = updating.permitted(access, await requests.read_body(request))
+    body = recording.permitted(access, await requests.read_body(request))
     values = writing.validate_body(resource, body, partial=True, catalog=catalog)
     tenant = workspace.tenant_id
     write = requests.write_of(request, principal, catalog, resource, tenant)
     async with db.connection(request.app[state.POOL]) as conn:
         try:
             async with db.committed(conn):
-                done = await updating.update(
-                    conn,
-                    write=write,
-                    access=access,
-                    record_id=record_id,
-                    body=body,
-                    values=values,
-                    expected=expected,
-                )
+                done = await recording.update(conn, write, access, record_id, body, values, expected=expected)
         except asyncpg.PostgresError as exc:
             raise writing.translate(resource, exc) from exc
     request.app[state.CACHE].invalidate((resource.table.name, tenant, record_id))

@@ -20,6 +20,11 @@ package applies them to a request::
     worker     the job worker loop of one process (runs jobs, delivers callbacks)
     callbacks  where a job's callback may go, its Standard Webhooks signature, its retries
     sidecars   actions run by the app process: the ``Invoker`` the bridge provides, its reply applied
+    recording  a record's create and update, the one pipeline REST and the seed loader share
+    seeds      seed files (YAML, CSV) read into rows that know their file, line and fields (pure)
+    seeding    seed rows loaded through the API's rules, in one transaction, idempotent
+    seeding_steps  a seed row's ``_actions`` and ``_votes``, through the operations of their routes
+    seeding_users  seeded password accounts (``entity: users``), so a demo's people can sign in
 
 Modules load on first import (none is imported here): the boot path needs ``approvals_schema``
 and ``jobs`` (their tables) only. The events an action emits are written by
@@ -38,6 +43,11 @@ __all__ = [
     "inbox",
     "jobs",
     "machines",
+    "recording",
+    "seeding",
+    "seeding_steps",
+    "seeding_users",
+    "seeds",
     "services",
     "sidecars",
     "worker",

@@ -40,7 +40,7 @@ from dap.server.access import auth, guards, throttling
 from dap.server.catalog import machines as compiled
 from dap.server.documents import auditing, filling, idempotency, reading
 from dap.server.events import outbox
-from dap.server.storage import caching, db, records, tables
+from dap.server.storage import caching, db, records, sql, tables
 from dap.server.workflows import approvals, handlers, machines, sidecars
 
 NOT_IMPLEMENTED = "SVC.ACTION.NOT_IMPLEMENTED"
@@ -148,6 +148,14 @@ def _values(resource: Any, row: asyncpg.Record) -> dict[str, Any]:
     return out
 
 
+async def _reread(
+    conn: db.Connection, resource: Any, tenant: uuid.UUID, record_id: uuid.UUID
+) -> asyncpg.Record | None:
+    """The record as this transaction sees it now (``None`` when the handler deleted it)."""
+    statement, args = sql.select_one(resource.table, tenant, record_id)
+    return await conn.fetchrow(statement, *args)
+
+
 async def run(conn: db.Connection, call: Call, handler: Runner | None, render: Render) -> idempotency.Answer:
     """Run ``call`` in one transaction (see the module's docstring); the answer ``render`` made."""
     write, plan = call.write, call.plan
@@ -214,6 +222,10 @@ async def run(conn: db.Connection, call: Call, handler: Runner | None, render: R
                 )
             )
         row = current
+        if handler is not None and moved is None:
+            # the handler may have written the record itself (a sidecar's /ctx ``entity update``
+            # joins this transaction): the answer, its ETag and the event show it as it is now
+            row = await _reread(conn, resource, tenant, call.record_id) or current
         if moved is not None:
             assert state_column is not None
             found = await conn.fetchrow(

@@ -1,0 +1,135 @@
+"""A record's create and update, protocol-neutral: the one pipeline every caller of these verbs runs.
+
+REST (``web.rest``), file uploads (``web.files``: an upload is an update of its field) and the
+seed loader (``workflows.seeding``) all write records through here,
+so a rule of creating or updating -- relations, derived values and natural keys, row and create
+scope, backdating, children, the document lifecycle, the audit trail, the built-in event -- is
+written once (ARCHITECTURE.md, "Protocols are adapters"). Each function runs inside the caller's
+transaction and opens none: a request commits one record, a seed run commits all of its records
+together. What stays with the caller is what belongs to its protocol: decoding the body, the
+permission check that yields ``access``, the ``Idempotency-Key``, the answer and its delivery.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+from dap.server import errors
+from dap.server.access import auth, guards
+from dap.server.catalog import Catalog, Resource
+from dap.server.documents import auditing, filling, lifecycle, reading, writing
+from dap.server.events import builtin
+from dap.server.storage import caching, db, sql
+
+Children = dict[str, list[dict[str, Any]]] | None
+
+
+@dataclass(frozen=True)
+class Written:
+    """A record after its write: the row, its child rows (read in the transaction) and the built-in
+    event's public id in the outbox."""
+
+    row: asyncpg.Record
+    children: Children
+    event: uuid.UUID
+
+
+def permitted(access: guards.Access, body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` as the caller may write it: 403 for a field whose permission the caller lacks
+    (``guards.writable``). A file upload asks it of ``{field: None}`` before reading its bytes."""
+    return guards.writable(access, body)
+
+
+def refuse_unless_draft(access: guards.Access, current: asyncpg.Record | Mapping[str, Any]) -> None:
+    """409 ``SVC.DOC.UPDATE_NOT_DRAFT`` when ``current`` is a document past draft."""
+    if access.resource.lifecycle and current["docstatus"] != 0:
+        raise errors.Conflict("only draft documents can be updated", code="SVC.DOC.UPDATE_NOT_DRAFT")
+
+
+async def children_of(
+    conn: db.Connection, resource: Resource, tenant: uuid.UUID, record_id: uuid.UUID, catalog: Catalog
+) -> Children:
+    """The child rows of one record, read in the write's transaction (before its commit, so that an
+    answer never needs the connection after it: see ``db``)."""
+    if not resource.children:
+        return None
+    return (await reading.load_children(conn, resource, tenant, [record_id], catalog)).get(record_id)
+
+
+async def create(
+    conn: db.Connection,
+    write: auditing.Write,
+    access: guards.Access,
+    body: Mapping[str, Any],
+    values: dict[str, Any],
+    *,
+    submit: bool,
+) -> Written:
+    """Insert one record (submitted at once when ``submit``) in the caller's transaction.
+
+    ``body`` is the decoded input after ``guards.writable``; ``values`` its validation
+    (``writing.validate_body``). Raises the package's errors (422, 403, 409) before or after the
+    insert; the caller's transaction then undoes it.
+    """
+    resource, tenant, catalog = write.resource, write.tenant, write.catalog
+    principal = access.principal
+    await writing.check_relations(conn, resource, tenant, values)
+    values = await filling.prepare_create(  # derived values, natural keys, guards
+        conn, resource, tenant, principal, body, values, submitting=submit
+    )
+    await guards.before_create(conn, access, tenant, values)  # scopes, dates
+    columns, children = writing.split(resource, values)
+    columns.update(lifecycle.initial_state(submit))
+    statement, args = sql.insert(resource.table, tenant, columns, owner=principal.username)
+    row = await conn.fetchrow(statement, *args)
+    assert row is not None
+    await writing.write_children(conn, resource, tenant, row["id"], children)
+    await lifecycle.created(conn, write, row, submitted=submit)
+    kids = await children_of(conn, resource, tenant, row["id"], catalog)
+    event = await builtin.record(conn, write, "create", row, kids)
+    return Written(row, kids, event)
+
+
+async def update(
+    conn: db.Connection,
+    write: auditing.Write,
+    access: guards.Access,
+    record_id: uuid.UUID,
+    body: Mapping[str, Any],
+    values: dict[str, Any],
+    *,
+    expected: int | None,
+) -> Written:
+    """Update one record (drafts only, for documents) in the caller's transaction.
+
+    The row is locked ``FOR UPDATE`` through ``guards.select_for_write`` (row scope, ``expected``
+    version); 409 ``SVC.DOC.UPDATE_NOT_DRAFT`` for a submitted or cancelled document.
+    """
+    resource, tenant, catalog = write.resource, write.tenant, write.catalog
+    principal: auth.Principal = access.principal
+    current = await guards.select_for_write(
+        conn, resource, tenant, record_id, principal=principal, expected=expected
+    )
+    refuse_unless_draft(access, current)
+    await writing.check_relations(conn, resource, tenant, values)
+    values = await filling.prepare_update(  # derived values over the merged record, guards
+        conn, resource, tenant, principal, current, body, values
+    )
+    await guards.before_update(conn, access, tenant, current, values)  # scopes, dates
+    columns, children = writing.split(resource, values)
+    trail = await auditing.begin(conn, write, "update", current)
+    row = await conn.fetchrow(
+        *sql.flat(sql.update(resource.table, tenant, record_id, columns, expected_version=None))
+    )
+    assert row is not None
+    await caching.announce(conn, resource, tenant, record_id)  # every process, at commit
+    await writing.write_children(conn, resource, tenant, record_id, children)
+    await trail.finish(conn, row)
+    kids = await children_of(conn, resource, tenant, record_id, catalog)
+    event = await builtin.record(conn, write, "update", row, kids, changed=values.keys())
+    return Written(row, kids, event)
