@@ -20,6 +20,7 @@ from aiohttp import web
 
 from dap.server import errors, state
 from dap.server.access import guards
+from dap.server.catalog import Catalog, Resource
 from dap.server.documents import auditing, filling, idempotency, lifecycle, reading, writing
 from dap.server.events import builtin
 from dap.server.storage import caching, db, sql
