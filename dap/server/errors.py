@@ -17,14 +17,17 @@ rest of the package, and the HTTP layer in particular, only ever sees this tree:
           ├── Conflict               409  lifecycle, unique value, first admin exists
           ├── PreconditionFailed     412  ``If-Match`` version mismatch
           ├── PayloadTooLarge        413
+          ├── UriTooLong             414  a request line past the server's limit (``web.protocol``)
           ├── UnsupportedMediaType   415  a body that is not JSON on a JSON endpoint
           ├── ValidationFailed       422  one entry in ``errors`` per offending field
           ├── RateLimited            429  with Retry-After
+          ├── HeaderFieldsTooLarge   431  a header field past the limit, or too many of them
           ├── NotImplementedHere     501  e.g. login without an HS256 secret
           ├── InternalError          500  carries a request id, never internals
           ├── ServiceUnavailable     503  Postgres unreachable; with Retry-After
           ├── GatewayTimeout         504  the app process gave no answer in the invoke timeout
-          └── OtherHttpError         any other status aiohttp raised itself, kept as it was
+          └── OtherHttpError         any other status aiohttp raised itself, kept as it was (and
+                                     titled by it: ``http.HTTPStatus``'s phrase)
 
 The problem document is fixed by ARCHITECTURE.md: ``type`` ``urn:dap:error:<code>``, ``title``,
 ``status``, ``detail``, ``code`` and ``errors`` (``[{path, message}]``).
@@ -35,6 +38,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:  # the boot path (options, migrations) raises these errors without the web stack
@@ -159,6 +163,12 @@ class PayloadTooLarge(ApiError):  # noqa: N818 -- named for the HTTP status, as 
     title = "Payload too large"
 
 
+class UriTooLong(ApiError):  # noqa: N818 -- named for the HTTP status, as aiohttp's are
+    status = 414
+    default_code = "SVC.REQUEST.URI_TOO_LONG"
+    title = "URI too long"
+
+
 class UnsupportedMediaType(ApiError):  # noqa: N818 -- named for the HTTP status, as aiohttp's are
     status = 415
     default_code = "SVC.REQUEST.UNSUPPORTED_MEDIA_TYPE"
@@ -175,6 +185,12 @@ class RateLimited(ApiError):  # noqa: N818 -- named for the HTTP status, as aioh
     status = 429
     default_code = "SVC.RATE.LIMITED"
     title = "Too many requests"
+
+
+class HeaderFieldsTooLarge(ApiError):  # noqa: N818 -- named for the HTTP status, as aiohttp's are
+    status = 431
+    default_code = "SVC.REQUEST.HEADERS_TOO_LARGE"
+    title = "Request header fields too large"
 
 
 class NotImplementedHere(ApiError):  # noqa: N818 -- named for the HTTP status, as aiohttp's are
@@ -212,7 +228,15 @@ class OtherHttpError(ApiError):
         self.http_status = status
 
     def problem(self) -> dict[str, Any]:
-        return {**super().problem(), "status": self.http_status}
+        return {**super().problem(), "status": self.http_status, "title": title_of(self.http_status)}
+
+
+def title_of(status: int) -> str:
+    """The standard reason phrase of ``status`` (RFC 9110), ``HTTP <status>`` for an unknown one."""
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return f"HTTP {status}"
 
 
 def problem_response(error: ApiError, *, request_id: str | None = None) -> web.Response:
@@ -245,9 +269,11 @@ _BY_STATUS: dict[int, type[ApiError]] = {
         Conflict,
         PreconditionFailed,
         PayloadTooLarge,
+        UriTooLong,
         UnsupportedMediaType,
         ValidationFailed,
         RateLimited,
+        HeaderFieldsTooLarge,
         NotImplementedHere,
         InternalError,
         ServiceUnavailable,

@@ -268,3 +268,62 @@ async def test_a_socket_is_closed_when_its_token_expires(srv: Running) -> None:
         assert not lasting.closed  # a token valid for ten minutes is not closed
     finally:
         await lasting.close()
+
+
+@pytest.mark.parametrize(
+    "after",
+    [10**30, 2**63, -1, True, "5", 1.5],
+    ids=["1e30", "past-bigint", "negative", "bool", "str", "float"],
+)
+async def test_an_after_no_seq_can_have_is_an_error_frame_and_the_socket_goes_on(
+    srv: Running, after: Any
+) -> None:
+    ws = await connect(srv)
+    try:
+        answer = await subscribe(ws, "far", "sales/customer", after=after)
+        assert (answer["type"], answer["id"], answer["code"]) == ("error", "far", "SVC.VALIDATE.INVALID")
+        await ws.send_json({"type": "ping"})
+        assert (await ws.receive_json(timeout=5)) == {"type": "pong"}
+        assert (await subscribe(ws, "near", "sales/customer", after=2**63 - 1))["type"] == "subscribed"
+        await ws.send_json({"type": "ping"})
+        assert (await ws.receive_json(timeout=5)) == {"type": "pong"}
+    finally:
+        await ws.close()
+
+
+@pytest.mark.parametrize("depth", [65, 100_000], ids=["past-limit", "recursion"])
+async def test_a_frame_nested_too_deep_is_an_error_frame_and_the_socket_goes_on(
+    srv: Running, depth: int
+) -> None:
+    ws = await connect(srv)
+    try:
+        await ws.send_str("[" * depth + "]" * depth)
+        answer = await ws.receive_json(timeout=5)
+        assert (answer["type"], answer["code"]) == ("error", "SVC.WS.FRAME")
+        assert "deeper than 64" in answer["detail"]
+        await ws.send_str('{"type": "ping", "x": ' + "[" * depth + "]" * depth + "}")
+        assert (await ws.receive_json(timeout=5))["code"] == "SVC.WS.FRAME"
+        await ws.send_json({"type": "ping"})
+        assert (await ws.receive_json(timeout=5)) == {"type": "pong"}
+    finally:
+        await ws.close()
+
+
+async def test_a_frame_that_fails_inside_is_an_error_frame_and_the_socket_goes_on(
+    srv: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever else goes wrong while answering one frame (here: the feed's read fails)."""
+
+    async def broken(*_args: Any, **_kw: Any) -> Any:
+        raise RuntimeError("the feed broke")
+
+    ws = await connect(srv)
+    try:
+        monkeypatch.setattr(sockets.feed, "since", broken)
+        assert (await subscribe(ws, "s", "sales/customer", after=0))["type"] == "subscribed"
+        answer = await ws.receive_json(timeout=5)
+        assert (answer["type"], answer["id"], answer["code"]) == ("error", "s", "SVC.SERVER.INTERNAL")
+        await ws.send_json({"type": "ping"})
+        assert (await ws.receive_json(timeout=5)) == {"type": "pong"}
+    finally:
+        await ws.close()

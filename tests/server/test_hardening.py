@@ -139,13 +139,41 @@ async def test_offsets_beyond_bigint_are_400(srv: Running, offset: str) -> None:
         assert (status, problem["code"]) == (400, "SVC.QUERY.INVALID"), path
 
 
-async def test_an_oversized_header_is_a_problem_document(srv: Running) -> None:
-    async with srv.http.get(srv.api + P, headers={**srv.auth(), "X-Big": "x" * 20_000}) as resp:
-        assert resp.status in (400, 431)
+@pytest.mark.parametrize(
+    ("headers", "status", "code"),
+    [
+        pytest.param({"Authorization": "Bearer " + "x" * 9_000}, 431, "HEADERS_TOO_LARGE", id="bearer-9k"),
+        pytest.param({"X-Big": "x" * 20_000}, 431, "HEADERS_TOO_LARGE", id="other-20k"),
+        pytest.param({"Cookie": "c=" + "x" * 8_200}, 431, "HEADERS_TOO_LARGE", id="cookie"),
+        pytest.param({f"X-H{n}": "x" for n in range(200)}, 431, "HEADERS_TOO_LARGE", id="200-fields"),
+        pytest.param({"Authorization": "Bearer " + "x" * 8_000}, 401, "INVALID_TOKEN", id="bearer-8000"),
+    ],
+)
+async def test_an_oversized_header_is_a_problem_document_with_a_true_title(
+    srv: Running, headers: dict[str, str], status: int, code: str
+) -> None:
+    async with srv.http.get(srv.api + P, headers={**srv.auth(), **headers}) as resp:
+        assert resp.status == status
         assert resp.content_type == "application/problem+json"
         problem = await resp.json()
-        assert problem["status"] == resp.status
-        assert "xxxx" not in problem["detail"]  # the offending bytes are not echoed back
+    assert (problem["status"], problem["code"].rsplit(".", 1)[1]) == (status, code)
+    assert problem["title"] == {431: "Request header fields too large", 401: "Unauthorized"}[status]
+    assert "xxxx" not in problem["detail"]  # the offending bytes are not echoed back
+
+
+async def test_an_oversized_request_line_is_414(srv: Running) -> None:
+    async with srv.http.get(srv.api + P + "?q=" + "x" * 9_000, headers=srv.auth()) as resp:
+        assert resp.status == 414
+        problem = await resp.json(content_type=None)
+    assert (problem["title"], problem["code"]) == ("URI too long", "SVC.REQUEST.URI_TOO_LONG")
+    assert "xxxx" not in problem["detail"]
+
+
+async def test_a_status_without_a_class_is_titled_by_its_phrase() -> None:
+    from dap.server import errors
+
+    assert errors.OtherHttpError(418, "short and stout").problem()["title"] == "I'm a Teapot"
+    assert errors.OtherHttpError(499, "?").problem()["title"] == "HTTP 499"
 
 
 # --- first-admin setup and login ----------------------------------------------------------------

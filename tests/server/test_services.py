@@ -179,8 +179,13 @@ async def test_the_record_routes_beside_services_are_unchanged(srv: Running) -> 
     assert status == 405 and set(headers["allow"].split(", ")) == {"GET", "PATCH", "DELETE"}
     status, answer, _ = await post(srv, "ops/nothing/x", {})
     assert status == 404
-    async with srv.http.get(f"{srv.api}/default/api/ops/tools/echo", headers=srv.auth()) as resp:
-        assert resp.status == 404  # GET on a service path: no such entity
+    for method in ("GET", "PATCH", "DELETE", "PUT", "TRACE"):  # a service action takes POST only
+        async with srv.http.request(
+            method, f"{srv.api}/default/api/ops/tools/echo", headers=srv.auth()
+        ) as resp:
+            assert (resp.status, resp.headers["Allow"]) == (405, "POST"), method
+    async with srv.http.get(f"{srv.api}/default/api/ops/tools/nope", headers=srv.auth()) as resp:
+        assert resp.status == 404  # no such action
 
 
 async def test_openapi_describes_service_actions_and_jobs(srv: Running) -> None:

@@ -94,7 +94,12 @@ class FileStore:
         stored.final.with_suffix(".json").unlink(missing_ok=True)
 
     def remove(self, tenant: uuid.UUID, table: str, record_id: uuid.UUID, field: str, token: str) -> None:
-        path = self.path(tenant, table, record_id, field, token)
+        """Remove the file ``token`` names; a value this store never made (a JSON body may have set
+        the column to any string) names nothing to remove."""
+        try:
+            path = self.path(tenant, table, record_id, field, token)
+        except FileNotFoundError:
+            return
         path.unlink(missing_ok=True)
         path.with_suffix(".json").unlink(missing_ok=True)
 

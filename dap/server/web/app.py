@@ -37,6 +37,7 @@ from dap.server.web import (
     approvals,
     files,
     jobs,
+    methods,
     moves,
     notifications,
     openapi,
@@ -260,6 +261,7 @@ def build_app(
     trails.add_routes(app)  # before moves: /{id}/_audit is not an action
     jobs.add_routes(app)  # GET …/_jobs/{id}
     files.add_routes(app)  # before moves: /{id}/_files/… is not an action
+    methods.add_routes(app)  # the 405s of the three above, before moves' POST …/{id}/{action}
     moves.add_routes(app)
     app.router.add_get("/{ws}/api/openapi.json", openapi.handler)
     ui_meta.add_routes(app)

@@ -4,6 +4,8 @@ read ones, ``?limit=``) and ``POST /{ws}/api/_notifications/read`` (``{"ids": [.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -49,3 +51,83 @@ async def mark_read(request: web.Request) -> web.Response:
 def add_routes(app: web.Application) -> None:
     app.router.add_get("/{ws}/api/_notifications", listing, allow_head=False)
     app.router.add_post("/{ws}/api/_notifications/read", mark_read)
+
+
+NOTIFICATION: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string", "format": "uuid"},
+        "event_id": {"type": "string", "format": "uuid"},
+        "entity": {"type": ["string", "null"], "description": "module/name"},
+        "record_id": {"type": ["string", "null"], "format": "uuid"},
+        "event": {"type": ["string", "null"]},
+        "subject": {"type": ["string", "null"]},
+        "body": {"type": ["string", "null"]},
+        "created_at": {"type": "string", "format": "date-time"},
+        "read_at": {"type": ["string", "null"], "format": "date-time"},
+    },
+}
+
+
+def openapi_paths(responses: Callable[..., dict[str, Any]]) -> dict[str, Any]:
+    """The OpenAPI paths of the two routes (``responses`` adds the problem answers)."""
+    tag = ["Notifications"]
+    listing_ = {
+        "type": "object",
+        "properties": {"data": {"type": "array", "items": {"$ref": "#/components/schemas/Notification"}}},
+    }
+    ids = {
+        "type": "object",
+        "required": ["ids"],
+        "properties": {"ids": {"type": "array", "items": {"type": "string", "format": "uuid"}}},
+    }
+    return {
+        "/api/_notifications": {
+            "get": {
+                "operationId": "my_notifications",
+                "tags": tag,
+                "summary": "My notifications, newest first (unread ones unless all=true)",
+                "parameters": [
+                    {"name": "all", "in": "query", "schema": {"type": "boolean"}},
+                    {
+                        "name": "limit",
+                        "in": "query",
+                        "schema": {"type": "integer", "minimum": 1, "maximum": 500},
+                    },
+                ],
+                "responses": responses(
+                    {
+                        "200": {
+                            "description": "notifications",
+                            "content": {"application/json": {"schema": listing_}},
+                        }
+                    },
+                    422,
+                ),
+            }
+        },
+        "/api/_notifications/read": {
+            "post": {
+                "operationId": "read_notifications",
+                "tags": tag,
+                "summary": "Mark my notifications read",
+                "requestBody": {"required": True, "content": {"application/json": {"schema": ids}}},
+                "responses": responses(
+                    {
+                        "200": {
+                            "description": "how many were unread",
+                            "content": {
+                                "application/json": {
+                                    "schema": {"type": "object", "properties": {"read": {"type": "integer"}}}
+                                }
+                            },
+                        }
+                    },
+                    400,
+                    413,
+                    415,
+                    422,
+                ),
+            }
+        },
+    }

@@ -18,7 +18,7 @@ from dap.server import state
 from dap.server.catalog import Catalog, Resource
 from dap.server.documents import lifecycle
 from dap.server.storage import tables
-from dap.server.web import approvals, filters, openapi_jobs, schemas
+from dap.server.web import approvals, filters, notifications, openapi_files, openapi_jobs, schemas
 from dap.server.workflows import actions, sidecars
 
 PROBLEM = {
@@ -87,7 +87,9 @@ TRAIL = {
                             "version": {"type": ["integer", "null"]},
                             "changes": {
                                 "type": "object",
-                                "description": "field → [before, after]",
+                                "description": "field → [before, after]; an approval's rows "
+                                "(action approval.*) hold approval → what happened",
+                                "properties": {"approval": {"type": "object"}},
                                 "additionalProperties": {"type": "array", "minItems": 2, "maxItems": 2},
                             },
                             "request_id": {"type": ["string", "null"]},
@@ -102,10 +104,13 @@ TRAIL = {
 }
 
 
+REFUSED = (414, 431)  # any request: a request line or header field past the limits (web.protocol)
+
+
 def _responses(ok: dict[str, Any], *errors_: int) -> dict[str, Any]:
     problem = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
     out = dict(ok)
-    for status in (401, 404, *errors_):
+    for status in (401, 404, *errors_, *REFUSED):
         out[str(status)] = {"description": "problem document", "content": problem}
     return out
 
@@ -314,6 +319,9 @@ def document(catalog: Catalog, slug: str, *, bridged: bool = False) -> dict[str,
                     },
                 }
         paths.update(_actions(r, catalog, tag, id_param, name, bridged))
+        paths.update(
+            openapi_files.paths(r, responses=_responses, if_match=IF_MATCH, id_param=id_param, tag=tag)
+        )
         if collection:
             paths[f"/api/{r.module}/{r.name}"] = collection
         if item:
@@ -328,6 +336,8 @@ def document(catalog: Catalog, slug: str, *, bridged: bool = False) -> dict[str,
         paths.update(approvals.openapi_paths(_responses, readable))
         components["Approval"] = approvals.APPROVAL_SCHEMA
     paths.update(openapi_jobs.service_paths(catalog, bridged=bridged))
+    paths.update(notifications.openapi_paths(_responses))
+    components["Notification"] = notifications.NOTIFICATION
     return {
         "openapi": "3.1.0",
         "info": {"title": f"dap workspace {slug}", "version": __version__},

@@ -87,7 +87,10 @@ def job_path(module: str, name: str, tag: list[str]) -> dict[str, Any]:
                 "summary": "A job started by an async action (only its caller sees it)",
                 "responses": {
                     "200": {"description": "the job", "content": {"application/json": {"schema": _ONE_JOB}}},
-                    **{str(s): {"description": "problem document", "content": _PROBLEM} for s in (401, 404)},
+                    **{
+                        str(s): {"description": "problem document", "content": _PROBLEM}
+                        for s in (401, 404, 414, 431)
+                    },
                 },
             },
         }
@@ -142,7 +145,7 @@ def service_paths(catalog: Catalog, *, bridged: bool = False) -> dict[str, Any]:
                     **ok,
                     **{
                         str(s): {"description": "problem document", "content": _PROBLEM}
-                        for s in (400, 401, 403, 404, 409, 413, 415, 422, 429)
+                        for s in (400, 401, 403, 404, 409, 413, 414, 415, 422, 429, 431)
                     },
                 },
             }

@@ -8,20 +8,48 @@ their servers' protocol handlers answer client errors with ``errors.problem_resp
 aiohttp offers no hook for this, so :class:`AppRunner` swaps the class of the low-level server it
 builds for a subclass whose protocol handler overrides ``handle_error`` (aiohttp's documented
 low-level ``RequestHandler``). Server errors (5xx) keep aiohttp's own answer.
+
+aiohttp answers every such refusal 400. The ones with a status of their own get it: a header
+field past :data:`MAX_HEADER_FIELD` bytes (a long bearer token, a cookie) or more than
+:data:`MAX_HEADERS` fields is 431, a request line past :data:`MAX_REQUEST_LINE` bytes is 414.
+aiohttp's ``LineTooLong`` does not say which of the two it measured, only the limit it passed, so
+the two limits differ (8 KiB and 8190 bytes) and the limit tells them apart. Every other refusal stays 400,
+titled ``Bad request``.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from aiohttp import web
-from aiohttp.http_exceptions import LineTooLong
+from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
 from dap.server import errors
 
 log = logging.getLogger(__name__)
+MAX_REQUEST_LINE = 8190  # bytes of the request line (aiohttp's default)
+MAX_HEADER_FIELD = 8192  # bytes of one header field, name and value (8 KiB; not the line limit: see above)
+MAX_HEADERS = 128  # header fields (aiohttp's default)
+
+
+def refusal(exc: BaseException | None, message: str | None) -> errors.ApiError:
+    """The problem of a request aiohttp's parser refused (pure; never quotes the offending bytes)."""
+    if isinstance(exc, LineTooLong) and str(exc.args[1]) == str(MAX_HEADER_FIELD):
+        return errors.HeaderFieldsTooLarge(
+            f"a header field is longer than this server accepts ({MAX_HEADER_FIELD} bytes, name and "
+            "value): send a shorter one (a bearer token this long is no token this server issued)"
+        )
+    if isinstance(exc, LineTooLong):
+        return errors.UriTooLong(
+            f"the request line is longer than this server accepts ({MAX_REQUEST_LINE} bytes): "
+            "shorten the path and query"
+        )
+    if isinstance(exc, BadHttpMessage) and "too many headers" in str(exc.message).lower():
+        return errors.HeaderFieldsTooLarge(f"the request has more than {MAX_HEADERS} header fields")
+    return errors.BadRequest(f"the request could not be read: {(message or 'malformed HTTP')[:200]}")
 
 
 class _ProblemRequestHandler(RequestHandler):
@@ -34,12 +62,10 @@ class _ProblemRequestHandler(RequestHandler):
     ) -> web.StreamResponse:
         if not 400 <= status < 500 or request.writer.output_size > 0:
             return super().handle_error(request, status, exc, message)
-        log.debug("refused an unparsable request from %s: %s", request.remote, message)
-        if isinstance(exc, LineTooLong):  # its message quotes the offending bytes back
-            detail = "the request line or a header field is longer than this server accepts"
-        else:
-            detail = f"the request could not be read: {(message or 'malformed HTTP')[:200]}"
-        response = errors.problem_response(errors.OtherHttpError(status, detail))
+        log.debug("refused an unparsable request from %s: %s", request.remote, type(exc).__name__)
+        response = errors.problem_response(
+            refusal(exc, message) if status == 400 else errors.OtherHttpError(status, message or "")
+        )
         response.force_close()
         return response
 
@@ -51,6 +77,12 @@ class _ProblemServer(web.Server):
 
 class AppRunner(web.AppRunner):
     """``web.AppRunner`` whose connections answer aiohttp's own 4xx refusals as problem documents."""
+
+    def __init__(self, app: web.Application, **kwargs: Any) -> None:
+        kwargs.setdefault("max_line_size", MAX_REQUEST_LINE)
+        kwargs.setdefault("max_field_size", MAX_HEADER_FIELD)
+        kwargs.setdefault("max_headers", MAX_HEADERS)
+        super().__init__(app, **kwargs)
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()

@@ -95,7 +95,7 @@ MAX_JSON_DEPTH = 64  # deeper bodies are refused before anything recurses over t
 _JSON_TYPES = ("application/json",)
 
 
-def _too_deep(value: Any, limit: int) -> bool:
+def too_deep(value: Any, limit: int) -> bool:
     """Whether ``value`` nests objects and arrays deeper than ``limit`` (iterative: no recursion)."""
     stack = [(value, 1)]
     while stack:
@@ -119,7 +119,7 @@ async def read_json(request: web.Request, *, exact_numbers: bool = False) -> dic
         raise errors.UnsupportedMediaType(
             f"the body must be JSON sent as Content-Type: application/json, not {media}"
         )
-    too_deep = errors.BadRequest(
+    deep = errors.BadRequest(
         f"the body nests objects and arrays deeper than {MAX_JSON_DEPTH} levels", code="SVC.REQUEST.TOO_DEEP"
     )
     try:
@@ -129,9 +129,9 @@ async def read_json(request: web.Request, *, exact_numbers: bool = False) -> dic
             f"the body is not valid JSON: {exc}", code="SVC.REQUEST.MALFORMED_JSON"
         ) from exc
     except RecursionError as exc:
-        raise too_deep from exc
-    if _too_deep(body, MAX_JSON_DEPTH):
-        raise too_deep
+        raise deep from exc
+    if too_deep(body, MAX_JSON_DEPTH):
+        raise deep
     if not isinstance(body, dict):
         raise errors.BadRequest("the body must be a JSON object", code="SVC.REQUEST.MALFORMED_JSON")
     return body

@@ -20,6 +20,7 @@ from aiohttp import web
 
 from dap.server import errors, state
 from dap.server.access import guards
+from dap.server.catalog import Catalog, Resource
 from dap.server.documents import auditing, filling, idempotency, lifecycle, reading, writing
 from dap.server.events import builtin
 from dap.server.storage import caching, db, sql
@@ -76,7 +77,7 @@ async def list_records(request: web.Request) -> web.Response:
 
 async def find_record(request: web.Request) -> web.Response:
     workspace, principal, catalog = await requests.resolve(request, action="find")
-    resource = requests.exposed(catalog, request, "find", siblings=_ITEM)
+    resource = _item(catalog, request, "find")
     access = guards.check(principal, resource, "find")
     record_id = requests.parse_record_id(request)
     cache = request.app[state.CACHE]
@@ -141,7 +142,7 @@ async def create_record(request: web.Request) -> web.Response:
 
 async def update_record(request: web.Request) -> web.Response:
     workspace, principal, catalog = await requests.resolve(request)
-    resource = requests.exposed(catalog, request, "update", siblings=_ITEM)
+    resource = _item(catalog, request, "update")
     access = guards.check(principal, resource, "update")
     record_id = requests.parse_record_id(request)
     expected = requests.if_match(request)
@@ -168,7 +169,7 @@ async def update_record(request: web.Request) -> web.Response:
 
 async def delete_record(request: web.Request) -> web.Response:
     workspace, principal, catalog = await requests.resolve(request)
-    resource = requests.exposed(catalog, request, "delete", siblings=_ITEM)
+    resource = _item(catalog, request, "delete")
     guards.check(principal, resource, "delete")
     record_id = requests.parse_record_id(request)
     tenant = workspace.tenant_id
@@ -200,11 +201,31 @@ async def delete_record(request: web.Request) -> web.Response:
     )
 
 
+def _not_a_service_action(catalog: Catalog, request: web.Request) -> None:
+    """``/{module}/{service}/{action}`` takes POST only (``web.services``): 405 for any other method
+    of a served action, 404 for an action the service does not serve over REST."""
+    module, name = request.match_info["module"], request.match_info["entity"]
+    if services.target(catalog, module, name) != "service":
+        return
+    if not services.serves(catalog, module, name, request.match_info["id"]):
+        raise errors.NotFound(f"{module}/{name} serves no such action", code="SVC.ACTION.NOT_FOUND")
+    raise errors.MethodNotAllowed(f"{request.method} is not a method of a service action", allow=["POST"])
+
+
+def _item(catalog: Catalog, request: web.Request, action: str) -> Resource:
+    """The resource of a record's path opted into ``action``, after the service-action check."""
+    _not_a_service_action(catalog, request)
+    return requests.exposed(catalog, request, action, siblings=_ITEM)
+
+
 async def _other_method(request: web.Request) -> web.Response:
     """Any other method on an entity's paths: 405 whose ``Allow`` lists what this entity exposes
     (the router's own 405 would list every route, exposed or not)."""
     catalog = request.app[state.SPEC].current
-    resource = catalog.resource(request.match_info["module"], request.match_info["entity"])
+    module, name = request.match_info["module"], request.match_info["entity"]
+    if "id" in request.match_info:
+        _not_a_service_action(catalog, request)
+    resource = catalog.resource(module, name)
     siblings = _ITEM if "id" in request.match_info else _COLLECTION
     exposed = [method for action, method in siblings if resource is not None and action in resource.actions]
     if resource is None or not exposed:

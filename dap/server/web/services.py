@@ -39,6 +39,15 @@ def target(catalog: Catalog, module: str, name: str) -> Literal["service", "enti
     return "entity"
 
 
+def serves(catalog: Catalog, module: str, name: str, action: str) -> bool:
+    """Whether service ``module/name`` has ``action`` open over REST (else POST answers 404). Pure."""
+    plan = catalog.services[f"{module}/{name}"].actions.get(action)
+    declared = plan.declared if plan is not None else None
+    return (
+        declared is not None and not declared.disabled and (not declared.expose or "rest" in declared.expose)
+    )
+
+
 async def service_action(request: web.Request) -> web.Response:
     """The service action the path names (:func:`target` said it is one)."""
     workspace = await request.app[state.REGISTRY].resolve(request.match_info["ws"])

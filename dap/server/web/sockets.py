@@ -18,6 +18,11 @@ event with a larger ``seq`` is sent first, then live ones, with no gap and no re
 ``LIMIT`` is closed with code 4008 (it reconnects and resumes), never buffered without bound.
 A socket is closed with code 4001 when the token it connected with expires (its ``exp``): the
 client reconnects with a fresh token and resumes with ``after``.
+
+A frame the server cannot use never costs the client its socket: JSON nested deeper than
+``requests.MAX_JSON_DEPTH`` (parsed without recursing past it), an ``after`` beyond a Postgres
+``bigint``, or any failure while answering one frame is answered with an ``error`` frame and the
+socket goes on (the failure is logged with the socket's request id).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import time
 import uuid
 from dataclasses import dataclass
@@ -38,12 +44,15 @@ from dap.server.access import auth, guards
 from dap.server.catalog import Resource
 from dap.server.events import channels, feed
 from dap.server.storage import db
+from dap.server.web import requests
 
+log = logging.getLogger(__name__)
 HEARTBEAT = 20.0
 LIMIT = 256  # events queued for one client before it is dropped
 BACKLOG = 10_000  # events a resume may ask for
 SLOW = 4008
 EXPIRED = 4001  # the token's exp passed: reconnect with a fresh token, resume with after
+MAX_SEQ = 2**63 - 1  # seq is a Postgres bigint: a larger after names no event, ever
 SOCKETS: web.AppKey[set[web.WebSocketResponse]] = web.AppKey("sockets", set)
 
 
@@ -120,15 +129,27 @@ async def handler(request: web.Request) -> web.WebSocketResponse:
         async for msg in ws:
             if msg.type is not WSMsgType.TEXT:
                 continue
-            try:
-                frame = json.loads(msg.data)
-            except ValueError:
-                frame = None
-            if not isinstance(frame, dict):
-                await ws.send_json({"type": "error", "code": "SVC.WS.FRAME", "detail": "send JSON objects"})
+            frame, refusal = parse(msg.data)
+            if frame is None:
+                await ws.send_json({"type": "error", "code": "SVC.WS.FRAME", "detail": refusal})
                 continue
             async with lock:
-                await _frame(request, ws, frame, principal, workspace.tenant_id, subscriptions)
+                try:
+                    await _frame(request, ws, frame, principal, workspace.tenant_id, subscriptions)
+                except ConnectionResetError:
+                    raise
+                except Exception:  # one bad frame must not cost the client its socket
+                    request_id = request.get(state.REQUEST_ID)
+                    log.exception("websocket frame failed", extra={"ctx": {"request_id": request_id}})
+                    if not ws.closed:
+                        await ws.send_json(
+                            {
+                                "type": "error",
+                                "id": str(frame.get("id", "")),
+                                "code": errors.InternalError.default_code,
+                                "detail": f"internal error; quote request id {request_id}",
+                            }
+                        )
     finally:
         for task in (writer, expiry):
             task.cancel()
@@ -171,6 +192,24 @@ async def _send(ws: web.WebSocketResponse, s: Subscription, seq: int, event: cha
         await ws.send_json({"type": "event", "seq": seq, "subscription": s.id, "event": shown}, dumps=_dumps)
 
 
+def parse(text: str) -> tuple[dict[str, Any] | None, str]:
+    """A client frame as a JSON object, or ``None`` and why not (pure; never recurses without bound)."""
+    try:
+        frame = json.loads(text)
+    except ValueError:
+        return None, "send JSON objects"
+    except RecursionError:
+        frame = None
+        too_deep = True
+    else:
+        too_deep = requests.too_deep(frame, requests.MAX_JSON_DEPTH)
+    if too_deep:
+        return None, f"the frame nests objects and arrays deeper than {requests.MAX_JSON_DEPTH} levels"
+    if not isinstance(frame, dict):
+        return None, "send JSON objects"
+    return frame, ""
+
+
 def _dumps(data: Any) -> str:
     return json.dumps(data, default=db.json_default)
 
@@ -205,8 +244,12 @@ async def _frame(
         if record is not None:
             record = str(uuid.UUID(str(record)))
         after = frame.get("after")
-        if after is not None and (not isinstance(after, int) or after < 0):
-            raise errors.ValidationFailed("after is the seq of the last event received (an integer)")
+        if after is not None and (
+            isinstance(after, bool) or not isinstance(after, int) or not 0 <= after <= MAX_SEQ
+        ):
+            raise errors.ValidationFailed(
+                f"after is the seq of the last event received (an integer from 0 to {MAX_SEQ})"
+            )
     except errors.ApiError as exc:
         await ws.send_json({"type": "error", "id": sid, "code": exc.code, "detail": exc.detail})
         return
