@@ -117,6 +117,8 @@ async def test_openapi_describes_exactly_what_is_exposed(pg_dsn: str) -> None:
     assert status == 200 and doc["openapi"] == "3.1.0"
     assert doc["servers"] == [{"url": "/default"}]
     assert set(doc["paths"]) == {
+        "/api/_notifications",  # every workspace's in-app notifications
+        "/api/_notifications/read",
         "/api/shop/product",
         "/api/shop/product/{id}",
         "/api/shop/order",

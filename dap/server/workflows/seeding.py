@@ -179,9 +179,9 @@ async def load(
             raise SeedError(problems[:MAX_PROBLEMS])
         await conn.executemany(
             "INSERT INTO dap.seed_records (tenant_id, entity, key, record_id, digest, source) "
-            "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tenant_id, entity, key) DO UPDATE "
-            "SET record_id = EXCLUDED.record_id, digest = EXCLUDED.digest, source = EXCLUDED.source, "
-            "updated_at = now()",
+            "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tenant_id, entity, key) "
+            "DO UPDATE SET record_id = EXCLUDED.record_id, digest = EXCLUDED.digest, "
+            "source = EXCLUDED.source, updated_at = now()",
             run.remembered,
         )
     run.report.seconds = time.perf_counter() - started
