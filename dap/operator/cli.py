@@ -81,6 +81,13 @@ def _env(name: str) -> str:
     help="Image of the generic resource pod (pinned by tag or digest).",
 )
 @click.option(
+    "--pod-env-secret",
+    envvar=_env("pod-env-secret"),
+    default="",
+    help="A Secret in each workspace's namespace that its pods read as environment (optional), "
+    "e.g. DAP_DSN and DAP_JWT_SECRET.",
+)
+@click.option(
     "--insecure-skip-signature-verify",
     envvar=_env("insecure-skip-signature-verify"),
     is_flag=True,
@@ -109,6 +116,7 @@ def operator(
     workspace_concurrency: int,
     namespace: str,
     resource_image: str,
+    pod_env_secret: str,
     insecure_skip_signature_verify: bool,
     cluster_name: str,
     log_level: str,
@@ -125,6 +133,7 @@ def operator(
         workspace_concurrency=workspace_concurrency,
         namespace=namespace,
         resource_image=resource_image,
+        pod_env_secret=pod_env_secret,
         insecure_skip_signature_verify=insecure_skip_signature_verify,
         cluster_name=cluster_name,
     )

@@ -65,6 +65,7 @@ class Reconciler:
         trust: Trust,
         workspace_concurrency: int = 10,
         skip_signature: bool = False,
+        pod_env_secret: str = "",
     ) -> None:
         self.client = client
         self.caches = caches
@@ -74,6 +75,7 @@ class Reconciler:
         self.control_cluster_url = control_cluster_url
         self.trust = trust
         self.skip_signature = skip_signature
+        self.pod_env_secret = pod_env_secret
         self._slots = asyncio.Semaphore(workspace_concurrency)
         self._locks: dict[tuple[str, str, str], tuple[asyncio.Lock, int]] = {}
         self._statuses: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -85,6 +87,7 @@ class Reconciler:
             resource_image=self.resource_image,
             control_cluster_url=self.control_cluster_url,
             trusted_keys=self.trust.keys,
+            pod_env_secret=self.pod_env_secret,
         )
 
     @contextlib.asynccontextmanager

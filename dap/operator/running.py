@@ -53,6 +53,7 @@ class Runtime:
             trust=self.trust,
             workspace_concurrency=options.workspace_concurrency,
             skip_signature=options.insecure_skip_signature_verify,
+            pod_env_secret=options.pod_env_secret,
         )
         self.nudger = reconciling.Nudger(self.metrics)
         self.started = False
