@@ -110,7 +110,7 @@ e2e: $(STAMP) ui
 	@bash tools/kind/prepare.sh; rc=$$?; \
 	if [ $$rc -eq 3 ]; then echo "e2e: no Docker engine or Go toolchain here: the suite skips"; \
 	elif [ $$rc -ne 0 ]; then exit $$rc; fi
-	$(BIN)/python -m pytest e2e-kind -m e2e -q
+	DAP_E2E=1 $(BIN)/python -m pytest e2e-kind -m e2e -q
 
 clean:
 	rm -rf $(VENV) .dap .pytest_cache .mypy_cache .ruff_cache

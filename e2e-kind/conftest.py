@@ -4,7 +4,8 @@ Everything comes from this machine: ``make e2e`` (tools/kind/prepare.sh) starts 
 builds the dap image, kind's node image, the kind CLI and kubectl, and writes their names to
 ``.dap/e2e.env``, which this file reads (``DAP_E2E_*`` variables override it). Skipped, with the
 reason, where no Docker engine runs (``docker info`` must succeed: a client binary is not enough)
-or the prepared parts are missing. The cluster is created once per session and deleted at the end
+or the prepared parts are missing, and everywhere unless ``DAP_E2E=1`` (``make e2e`` sets it: the
+suite creates a cluster of its own, minutes of work kept out of ``make test``). The cluster is created once per session and deleted at the end
 unless ``DAP_E2E_KEEP=1``; ``DAP_E2E_CLUSTER`` names it (default ``dap-e2e``), and an existing
 cluster of that name is reused. The kind CLI is driven directly (no pytest-kind dependency).
 """
@@ -50,6 +51,8 @@ NODE_IMAGE = PARTS.get("DAP_E2E_NODE_IMAGE", "")
 
 
 def _missing() -> str | None:
+    if os.environ.get("DAP_E2E") != "1":
+        return "the kind suite runs with make e2e (DAP_E2E=1), not inside make test"
     if shutil.which("docker") is None:
         return "docker is not installed"
     try:
