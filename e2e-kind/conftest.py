@@ -5,9 +5,10 @@ builds the dap image, kind's node image, the kind CLI and kubectl, and writes th
 ``.dap/e2e.env``, which this file reads (``DAP_E2E_*`` variables override it). Skipped, with the
 reason, where no Docker engine runs (``docker info`` must succeed: a client binary is not enough)
 or the prepared parts are missing, and everywhere unless ``DAP_E2E=1`` (``make e2e`` sets it: the
-suite creates a cluster of its own, minutes of work kept out of ``make test``). The cluster is created once per session and deleted at the end
-unless ``DAP_E2E_KEEP=1``; ``DAP_E2E_CLUSTER`` names it (default ``dap-e2e``), and an existing
-cluster of that name is reused. The kind CLI is driven directly (no pytest-kind dependency).
+suite creates a cluster of its own, minutes of work kept out of ``make test``). The cluster is
+created once per session and deleted at the end unless ``DAP_E2E_KEEP=1``; ``DAP_E2E_CLUSTER``
+names it (default ``dap-e2e``), and an existing cluster of that name is reused. The kind CLI is
+driven directly (no pytest-kind dependency).
 """
 
 from __future__ import annotations
