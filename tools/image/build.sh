@@ -40,7 +40,8 @@ if [[ $base == dap-base:bookworm ]] && ! docker image inspect "$base" >/dev/null
 fi
 
 echo "tools/image: downloading wheels (dap[embedded] and its dependencies) ..." >&2
-rm -f tools/image/wheels/*.whl tools/image/wheels/*.tar.gz
+# dependencies already downloaded stay (pip download skips them); dap's own wheel is rebuilt.
+rm -f tools/image/wheels/dap-*.whl
 # dap's own wheel (with the UI bundle) by the host's pip; its dependencies by pip inside the base,
 # so that markers such as python_full_version < "3.11.3" are decided for the image's Python. The
 # host's CA bundle is lent read-only to that pip (the registries are reached through it here).
