@@ -27,7 +27,7 @@ def _runtime_dir_beside(data_dir: Path) -> None:
     imported. Recent platformdirs refuse any directory below a path writable by others, and in a
     pod every writable mount is one (an emptyDir is mode 0777): the import raised
     "PermissionError: ... set XDG_RUNTIME_DIR instead" and the control plane of the kind overlay
-    never started. Only then is the lookup pointed at ``<data>/run`` (mode 0700) from then on.
+    never started. Only then is the lookup pointed at ``<data>.run`` (mode 0700) from then on.
     """
     try:
         import platformdirs
@@ -40,7 +40,7 @@ def _runtime_dir_beside(data_dir: Path) -> None:
         return
     except PermissionError:
         pass
-    runtime = data_dir.resolve() / "run"
+    runtime = data_dir.resolve().parent / f"{data_dir.name}.run"  # not inside: initdb wants it empty
     runtime.mkdir(mode=0o700, parents=True, exist_ok=True)
 
     def beside(appname: str | None = None, *_args: Any, **_kwargs: Any) -> Path:

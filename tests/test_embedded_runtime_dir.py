@@ -20,7 +20,8 @@ def test_a_refused_runtime_directory_is_replaced_by_a_private_one_beside_the_dat
     monkeypatch.setattr(platformdirs, "user_runtime_path", refuse)
     embedded._runtime_dir_beside(tmp_path / "pg")
     path = platformdirs.user_runtime_path("python_PostgresServer")
-    assert path == (tmp_path / "pg" / "run" / "python_PostgresServer").resolve()
+    assert path == (tmp_path / "pg.run" / "python_PostgresServer").resolve()
+    assert not (tmp_path / "pg").exists()  # initdb wants the data directory empty
     assert stat.S_IMODE(path.stat().st_mode) == 0o700
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
 
@@ -32,4 +33,4 @@ def test_an_accepted_runtime_directory_is_left_alone(tmp_path: Path, monkeypatch
     monkeypatch.setattr(platformdirs, "user_runtime_path", accept)
     embedded._runtime_dir_beside(tmp_path / "pg")
     assert platformdirs.user_runtime_path("x") == tmp_path / "xdg" / "x"
-    assert not (tmp_path / "pg").exists()
+    assert not (tmp_path / "pg.run").exists()
