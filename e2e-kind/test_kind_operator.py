@@ -72,7 +72,7 @@ def test_deleting_the_claim_removes_the_credentials(kube: Kube) -> None:
     kube.wait_for(lambda: kube.get("secret", "dap-claim-shop-orders", NS) is None, what="claim Secret gone")
     kube.wait_for(
         lambda: all(
-            "secretRef" not in s
+            s.get("secretRef", {}).get("name") != "dap-claim-shop-orders"
             for s in kube.get("deployment", "dap-shop", NS)["spec"]["template"]["spec"]["containers"][0][
                 "envFrom"
             ]
