@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install dev test lint unit bench bench-quick crds e2e clean k8s ui ui-test chromium wrk
+.PHONY: install dev test lint unit bench bench-quick crds e2e clean k8s ui ui-test chromium wrk image kind-node
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -95,8 +95,24 @@ bench-quick: $(STAMP) k8s ui chromium
 crds: $(STAMP)
 	$(BIN)/python -m dap.operator.crds crds
 
-e2e: $(STAMP)
-	$(BIN)/python -m pytest e2e-kind -m e2e
+# The dap image (dap:dev) with no registry: a Debian base from mmdebstrap, wheels from PyPI, the UI
+# bundle inside (tools/image/build.sh; starts or installs a Docker engine, tools/kind/dockerd.sh).
+# With a registry: docker build --build-arg BASE=python:3.11-slim -t dap:dev .
+image: $(STAMP) ui
+	bash tools/image/build.sh
+
+# kind's node image, built here (tools/kind/node-image.sh): Debian's systemd, containerd, runc and
+# CNI plugins, Kubernetes and CoreDNS from the Go module proxy. Cached under ~/.cache/dap/kind.
+kind-node:
+	bash tools/kind/node-image.sh
+
+# The kind suite (e2e-kind/): creates a cluster from kind-node, loads dap:dev, applies
+# kustomize/overlays/kind and drives Workspaces with kubectl. Skips, saying why, without Docker.
+e2e: $(STAMP) ui
+	@bash tools/kind/prepare.sh; rc=$$?; \
+	if [ $$rc -eq 3 ]; then echo "e2e: no Docker engine or Go toolchain here: the suite skips"; \
+	elif [ $$rc -ne 0 ]; then exit $$rc; fi
+	DAP_E2E=1 $(BIN)/python -m pytest e2e-kind -m e2e -q
 
 clean:
 	rm -rf $(VENV) .dap .pytest_cache .mypy_cache .ruff_cache

@@ -20,17 +20,46 @@ class EmbeddedPostgresError(RuntimeError):
     """The embedded Postgres could not be started."""
 
 
+def _runtime_dir_beside(data_dir: Path) -> None:
+    """Give pgserver a runtime directory beside the data when platformdirs refuses every other.
+
+    pgserver asks ``platformdirs.user_runtime_path`` for its lock file's directory when it is
+    imported. Recent platformdirs refuse any directory below a path writable by others, and in a
+    pod every writable mount is one (an emptyDir is mode 0777): the import raised
+    "PermissionError: ... set XDG_RUNTIME_DIR instead" and the control plane of the kind overlay
+    never started. Only then is the lookup pointed at ``<data>.run`` (mode 0700) from then on.
+    """
+    try:
+        import platformdirs
+    except ImportError:
+        return
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            platformdirs.user_runtime_path("python_PostgresServer")
+        return
+    except PermissionError:
+        pass
+    runtime = data_dir.resolve().parent / f"{data_dir.name}.run"  # not inside: initdb wants it empty
+    runtime.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+    def beside(appname: str | None = None, *_args: Any, **_kwargs: Any) -> Path:
+        path = runtime / appname if appname else runtime
+        path.mkdir(mode=0o700, exist_ok=True)
+        return path
+
+    setattr(platformdirs, "user_runtime_path", beside)  # noqa: B010 (read by pgserver at import)
+
+
 def start(data_dir: Path = DEFAULT_DATA_DIR, database: str = "postgres") -> tuple[str, Any]:
     """Start (or reuse) an embedded server in ``data_dir``; return ``(dsn, server handle)``.
 
     The handle stops the server when its ``cleanup()`` is called or the process exits, unless
     another process still uses the same data directory (pgserver counts its users).
     """
+    _runtime_dir_beside(data_dir)
     try:
         with warnings.catch_warnings():
-            # pgserver asks platformdirs for a runtime directory at import; without
-            # XDG_RUNTIME_DIR (containers, CI, ssh) platformdirs warns and falls back to
-            # /tmp/runtime-<uid>, which serves pgserver's lock file just as well.
             warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR")
             import pgserver
     except ImportError as exc:

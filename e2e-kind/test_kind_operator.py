@@ -36,7 +36,8 @@ def test_samples_reconcile_into_a_workspace_with_injected_credentials(kube: Kube
     )
     assert store
     kube.wait_for(
-        lambda: condition(kube.get("resourceclaim", "shop-orders", NS), "Ready") == "True", what="claim Ready"
+        lambda: condition(kube.get("resourceclaims.dap.io", "shop-orders", NS), "Ready") == "True",
+        what="claim Ready",
     )
     secret = kube.wait_for(lambda: kube.get("secret", "dap-claim-shop-orders", NS), what="claim Secret")
     assert base64.b64decode(secret["data"]["PERMISSION"]) == b"read_write"
@@ -67,11 +68,11 @@ def test_samples_reconcile_into_a_workspace_with_injected_credentials(kube: Kube
 def test_deleting_the_claim_removes_the_credentials(kube: Kube) -> None:
     kube.run("apply", "-k", str(SAMPLES))
     kube.wait_for(lambda: kube.get("secret", "dap-claim-shop-orders", NS), what="claim Secret")
-    kube.run("delete", "resourceclaim", "shop-orders", "-n", NS)
+    kube.run("delete", "resourceclaims.dap.io", "shop-orders", "-n", NS)
     kube.wait_for(lambda: kube.get("secret", "dap-claim-shop-orders", NS) is None, what="claim Secret gone")
     kube.wait_for(
         lambda: all(
-            "secretRef" not in s
+            s.get("secretRef", {}).get("name") != "dap-claim-shop-orders"
             for s in kube.get("deployment", "dap-shop", NS)["spec"]["template"]["spec"]["containers"][0][
                 "envFrom"
             ]

@@ -48,6 +48,9 @@ class OperatorSettings:
     resource_image: str
     control_cluster_url: str
     trusted_keys: tuple[str, ...] = ()
+    # A Secret of the workspace's namespace that every pod reads as environment (optional: a pod
+    # starts without it): what the cluster's administrator gives all pods, such as DAP_DSN.
+    pod_env_secret: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,8 +213,12 @@ def _probe(initial_delay: int, period: int, failures: int) -> dict[str, object]:
     }
 
 
-def _env_from(config_map: str, grants: Sequence[ClaimGrant]) -> list[dict[str, object]]:
+def _env_from(
+    config_map: str, grants: Sequence[ClaimGrant], pod_env_secret: str = ""
+) -> list[dict[str, object]]:
     sources: list[dict[str, object]] = [{"configMapRef": {"name": config_map}}]
+    if pod_env_secret:
+        sources.append({"secretRef": {"name": pod_env_secret, "optional": True}})
     for grant in sorted(grants, key=lambda g: g.claim):
         sources.append(
             {"prefix": f"DAP_DATASTORE_{env_key(grant.datastore)}_", "secretRef": {"name": grant.secret}}
@@ -246,7 +253,7 @@ def deployment(
             _env(names.ENV_CONTROL_CLUSTER_URL, settings.control_cluster_url),
             _env(names.ENV_WORKSPACE_ID, ws),
         ],
-        "envFrom": _env_from(name, grants),
+        "envFrom": _env_from(name, grants, settings.pod_env_secret),
         "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
         "readinessProbe": _probe(initial_delay=2, period=5, failures=3),
         "livenessProbe": _probe(initial_delay=10, period=10, failures=6),

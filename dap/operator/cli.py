@@ -100,6 +100,13 @@ def dev_mode_refusal(environ: Mapping[str, str]) -> str:
     help="Image of the generic resource pod (pinned by tag or digest).",
 )
 @click.option(
+    "--pod-env-secret",
+    envvar=_env("pod-env-secret"),
+    default="",
+    help="A Secret in each workspace's namespace that its pods read as environment (optional), "
+    "e.g. DAP_DSN and DAP_JWT_SECRET.",
+)
+@click.option(
     "--insecure-skip-signature-verify",
     envvar=_env("insecure-skip-signature-verify"),
     is_flag=True,
@@ -136,6 +143,7 @@ def operator(
     workspace_concurrency: int,
     namespace: str,
     resource_image: str,
+    pod_env_secret: str,
     insecure_skip_signature_verify: bool,
     dev_auto_grant_claims: bool,
     cluster_name: str,
@@ -162,6 +170,7 @@ def operator(
         workspace_concurrency=workspace_concurrency,
         namespace=namespace,
         resource_image=resource_image,
+        pod_env_secret=pod_env_secret,
         insecure_skip_signature_verify=insecure_skip_signature_verify,
         dev_auto_grant_claims=dev_auto_grant_claims,
         cluster_name=cluster_name,

@@ -24,6 +24,7 @@ class Options:
     workspace_concurrency: int = 10
     namespace: str = ""
     resource_image: str = DEFAULT_RESOURCE_IMAGE
+    pod_env_secret: str = ""
     insecure_skip_signature_verify: bool = False
     # Development mode: grant unsigned claims on local datastores at once (claims.is_local).
     dev_auto_grant_claims: bool = False

@@ -66,6 +66,7 @@ class Reconciler:
         workspace_concurrency: int = 10,
         skip_signature: bool = False,
         dev_auto_grant: bool = False,
+        pod_env_secret: str = "",
     ) -> None:
         self.client = client
         self.caches = caches
@@ -76,6 +77,7 @@ class Reconciler:
         self.trust = trust
         self.skip_signature = skip_signature
         self.dev_auto_grant = dev_auto_grant
+        self.pod_env_secret = pod_env_secret
         self._slots = asyncio.Semaphore(workspace_concurrency)
         self._locks: dict[tuple[str, str, str], tuple[asyncio.Lock, int]] = {}
         self._statuses: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -87,6 +89,7 @@ class Reconciler:
             resource_image=self.resource_image,
             control_cluster_url=self.control_cluster_url,
             trusted_keys=self.trust.keys,
+            pod_env_secret=self.pod_env_secret,
         )
 
     @contextlib.asynccontextmanager

@@ -54,6 +54,7 @@ class Runtime:
             workspace_concurrency=options.workspace_concurrency,
             skip_signature=options.insecure_skip_signature_verify,
             dev_auto_grant=options.dev_auto_grant_claims,
+            pod_env_secret=options.pod_env_secret,
         )
         self.nudger = reconciling.Nudger(self.metrics)
         self.started = False

@@ -230,6 +230,21 @@ def test_ready_claims_are_injected_as_prefixed_env_from_their_secrets() -> None:
     ]
 
 
+def test_the_pod_env_secret_is_read_optionally_by_every_pod_before_the_claims() -> None:
+    grant = builders.ClaimGrant(bodies.ClaimName("a"), "cache", bodies.SecretName("dap-claim-a"))
+    settings = builders.OperatorSettings(
+        resource_image="dap:dev", control_cluster_url="http://control", pod_env_secret="dap-pod"
+    )
+    env_from = container(builders.deployment(ws(), None, [grant], settings))["envFrom"]
+    assert env_from == [
+        {"configMapRef": {"name": "dap-shop"}},
+        {"secretRef": {"name": "dap-pod", "optional": True}},
+        {"prefix": "DAP_DATASTORE_CACHE_", "secretRef": {"name": "dap-claim-a"}},
+    ]
+    without = container(builders.deployment(ws(), None, [grant], SETTINGS))["envFrom"]
+    assert all("optional" not in source.get("secretRef", {}) for source in without)
+
+
 def test_claim_secret_copies_credentials_with_env_safe_keys_and_is_owned_by_the_claim() -> None:
     claim: bodies.ResourceClaimBody = {
         "metadata": {"name": "shop-orders", "namespace": "tenants", "uid": "uid-claim"},
