@@ -8,35 +8,12 @@ controls by NOTIFY; the serving control signs the new tree head.
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import TypeVar
 
 import click
 
-from dap.control import errors, freeze_store, freezes, store
-
-T = TypeVar("T")
-DB = click.option(
-    "--db", required=True, envvar="DAP_DB", help="postgresql:// DSN of the region or standalone"
-)
-
-
-def _run(dsn: str, work: Callable[[store.Conn], Awaitable[T]]) -> T:
-    async def main() -> T:
-        pool = await store.connect(dsn, min_size=1, max_size=1)
-        try:
-            async with pool.acquire() as conn, conn.transaction():
-                return await work(conn)
-        finally:
-            await pool.close()
-
-    try:
-        return asyncio.run(main())
-    except errors.ControlError as exc:
-        raise click.ClickException(exc.detail) from exc
+from dap.control import db_commands, errors, freeze_store, freezes, store
 
 
 @click.group("freeze")
@@ -51,7 +28,7 @@ def freeze_group() -> None:
 @click.option("--until", "until", type=click.DateTime(["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%SZ"]))
 @click.option("--for", "duration", help="length of the freeze: 90s, 30m, 2h, 1d, 1h30m")
 @click.option("--reason", required=True, help="why (shown by list and written to the log)")
-@DB
+@db_commands.DB
 def set_command(
     app: str | None,
     workspace: str | None,
@@ -76,24 +53,24 @@ def set_command(
             conn, scope=scope, target=target, reason=reason, ends_at=end, now=now
         )
 
-    click.echo(json.dumps(_run(db, work).as_json(now)))
+    click.echo(json.dumps(db_commands.in_transaction(db, work).as_json(now)))
 
 
 @freeze_group.command("lift")
 @click.argument("freeze_id")
-@DB
+@db_commands.DB
 def lift(freeze_id: str, db: str) -> None:
     """End a freeze now; held workspaces converge on the next pull."""
 
     async def work(conn: store.Conn) -> freezes.Freeze:
         return await freeze_store.lift(conn, freeze_id)
 
-    click.echo(json.dumps(_run(db, work).as_json(datetime.now(UTC))))
+    click.echo(json.dumps(db_commands.in_transaction(db, work).as_json(datetime.now(UTC))))
 
 
 @freeze_group.command("list")
 @click.option("--all", "include_ended", is_flag=True, help="also lifted and ended freezes")
-@DB
+@db_commands.DB
 def list_command(include_ended: bool, db: str) -> None:
     """Print the active freezes (one JSON object per line)."""
 
@@ -101,5 +78,5 @@ def list_command(include_ended: bool, db: str) -> None:
         return await freeze_store.listing(conn, include_ended=include_ended)
 
     now = datetime.now(UTC)
-    for freeze in _run(db, work):
+    for freeze in db_commands.in_transaction(db, work):
         click.echo(json.dumps(freeze.as_json(now)))

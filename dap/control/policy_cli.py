@@ -10,36 +10,13 @@ content (or of an aggregate sha256) by one key file, to pass to ``dap register -
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
 
 import click
 
 from dap.config import approvals, canonical
-from dap.control import errors, freezes, packing, policy_store, promotions, signing, store
-
-T = TypeVar("T")
-DB = click.option(
-    "--db", required=True, envvar="DAP_DB", help="postgresql:// DSN of the region or standalone"
-)
-
-
-def _run(dsn: str, work: Callable[[store.Conn], Awaitable[T]]) -> T:
-    async def main() -> T:
-        pool = await store.connect(dsn, min_size=1, max_size=1)
-        try:
-            async with pool.acquire() as conn, conn.transaction():
-                return await work(conn)
-        finally:
-            await pool.close()
-
-    try:
-        return asyncio.run(main())
-    except errors.ControlError as exc:
-        raise click.ClickException(exc.detail) from exc
+from dap.control import db_commands, errors, freezes, packing, policy_store, promotions, signing, store
 
 
 def aggregate_of(directory: Path) -> str:
@@ -67,7 +44,7 @@ def policy_group() -> None:
     "--key", "keys", multiple=True, required=True, help="an approver's public key (hex), repeatable"
 )
 @click.option("--threshold", type=int, required=True, help="how many of the keys must approve (k)")
-@DB
+@db_commands.DB
 def set_command(app: str, keys: tuple[str, ...], threshold: int, db: str) -> None:
     """Require ``threshold`` approvals by ``--key``s for every new artifact of ``app``."""
     try:
@@ -78,13 +55,13 @@ def set_command(app: str, keys: tuple[str, ...], threshold: int, db: str) -> Non
     async def work(conn: store.Conn) -> None:
         await policy_store.put(conn, policy)
 
-    _run(db, work)
+    db_commands.in_transaction(db, work)
     click.echo(json.dumps(policy.as_json()))
 
 
 @policy_group.command("show")
 @click.option("--app", help="only this app")
-@DB
+@db_commands.DB
 def show(app: str | None, db: str) -> None:
     """Print the signing policies and promotion rules (one JSON object per line)."""
 
@@ -95,7 +72,7 @@ def show(app: str | None, db: str) -> None:
             raise errors.NotFoundError(f"app {app} has no policy")
         return policies, rules
 
-    policies, rules = _run(db, work)
+    policies, rules = db_commands.in_transaction(db, work)
     for policy in policies:
         click.echo(json.dumps(policy.as_json()))
     for rule in rules:
@@ -104,14 +81,14 @@ def show(app: str | None, db: str) -> None:
 
 @policy_group.command("remove")
 @click.option("--app", required=True)
-@DB
+@db_commands.DB
 def remove(app: str, db: str) -> None:
     """Drop an app's policy (logged)."""
 
     async def work(conn: store.Conn) -> None:
         await policy_store.remove(conn, app)
 
-    _run(db, work)
+    db_commands.in_transaction(db, work)
     click.echo(json.dumps({"app": app, "policy": None}))
 
 
@@ -124,7 +101,7 @@ def remove(app: str, db: str) -> None:
     "--to-workspace", "targets", multiple=True, required=True, help="a production workspace (repeatable)"
 )
 @click.option("--after", "soak", required=True, help="time in staging first: 90s, 30m, 2h, 1d")
-@DB
+@db_commands.DB
 def promote(app: str, sources: tuple[str, ...], targets: tuple[str, ...], soak: str, db: str) -> None:
     """An artifact reaches the --to-workspaces only after it ran healthy --after long in --from."""
     try:
@@ -135,7 +112,7 @@ def promote(app: str, sources: tuple[str, ...], targets: tuple[str, ...], soak: 
     async def work(conn: store.Conn) -> None:
         await policy_store.put_promotion(conn, rule)
 
-    _run(db, work)
+    db_commands.in_transaction(db, work)
     click.echo(json.dumps(rule.as_json()))
 
 
