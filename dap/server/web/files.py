@@ -133,9 +133,12 @@ async def upload(request: web.Request) -> web.Response:
         async with db.connection(pool) as conn:
             try:
                 async with db.committed(conn):
-                    before = (
-                        await guards.select_record(conn, resource, tenant, record_id, principal=principal)
-                    )[column]
+                    # locked first: a concurrent upload's token read unlocked here would be stale
+                    # by the time the update holds the row, and the wrong file would be removed
+                    locked = await guards.select_record(
+                        conn, resource, tenant, record_id, principal=principal, lock=True
+                    )
+                    before = locked[column]
                     done = await recording.update(
                         conn, write, access, record_id, body, values, expected=expected
                     )
