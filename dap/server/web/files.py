@@ -89,7 +89,7 @@ async def upload(request: web.Request) -> web.Response:
     resource = requests.exposed(catalog, request, "update", siblings=_ITEM)
     access = guards.check(principal, resource, "update")
     f, column = _field(resource, request.match_info["field"])
-    recording.permitted(access, {f.name: None})  # 403 for a field the caller may not write
+    guards.writable(access, {f.name: None})  # 403 for a field the caller may not write
     record_id = requests.parse_record_id(request)
     expected = requests.if_match(request)
     tenant = workspace.tenant_id

@@ -146,7 +146,7 @@ async def update_record(request: web.Request) -> web.Response:
     access = guards.check(principal, resource, "update")
     record_id = requests.parse_record_id(request)
     expected = requests.if_match(request)
-    body = recording.permitted(access, await requests.read_body(request))
+    body = guards.writable(access, await requests.read_body(request))
     values = writing.validate_body(resource, body, partial=True, catalog=catalog)
     tenant = workspace.tenant_id
     write = requests.write_of(request, principal, catalog, resource, tenant)

@@ -39,12 +39,6 @@ class Written:
     event: uuid.UUID
 
 
-def permitted(access: guards.Access, body: dict[str, Any]) -> dict[str, Any]:
-    """``body`` as the caller may write it: 403 for a field whose permission the caller lacks
-    (``guards.writable``). A file upload asks it of ``{field: None}`` before reading its bytes."""
-    return guards.writable(access, body)
-
-
 def refuse_unless_draft(access: guards.Access, current: asyncpg.Record | Mapping[str, Any]) -> None:
     """409 ``SVC.DOC.UPDATE_NOT_DRAFT`` when ``current`` is a document past draft."""
     if access.resource.lifecycle and current["docstatus"] != 0:
