@@ -40,6 +40,7 @@ from dap.server.web import (
     methods,
     moves,
     notifications,
+    oidc,
     openapi,
     protocol,
     rest,
@@ -267,6 +268,7 @@ def build_app(
     ui_meta.add_routes(app)
     app.router.add_post("/{ws}/_ui/setup", users.setup)
     app.router.add_post("/{ws}/_ui/login", users.login)
+    oidc.add_routes(app)  # sign-in through the workspace's OpenID providers
     if web_dir is not None:
         index = web_dir / "index.html"
         if (web_dir / "assets").is_dir():
