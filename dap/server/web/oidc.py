@@ -96,16 +96,17 @@ async def start(request: web.Request) -> web.Response:
 async def _token_request(provider: providers.Provider, endpoint: str, form: dict[str, str]) -> dict[str, Any]:
     """POST to the provider's token endpoint with client_secret_basic (RFC 6749 §2.3.1)."""
     secret = provider.client_secret
-    auth = None
+    headers = {"Accept": "application/json"}
     if secret is not None:
         quote = urllib.parse.quote
-        auth = aiohttp.BasicAuth(quote(provider.client_id, safe=""), quote(secret, safe=""))
+        pair = f"{quote(provider.client_id, safe='')}:{quote(secret, safe='')}"
+        headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
     else:
         form = {**form, "client_id": provider.client_id}
     try:
         async with (
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=keysets.FETCH_TIMEOUT)) as http,
-            http.post(endpoint, data=form, auth=auth, headers={"Accept": "application/json"}) as response,
+            http.post(endpoint, data=form, headers=headers) as response,
         ):
             body = await response.json(content_type=None)
             status = response.status
