@@ -1,9 +1,10 @@
-// First-admin setup (with the workspace's one-time code) and password login.
-import { useState } from "preact/hooks";
+// First-admin setup (with the workspace's one-time code), password login and provider sign-in.
+import { useEffect, useState } from "preact/hooks";
 import { Problem, call, session } from "../api";
 import { html } from "../html";
 import { problemsByPath } from "../logic";
 import { forgetSession } from "../store";
+import { type Provider, claim, listProviders, startHref } from "../oidc";
 
 type Props = { title: string; onDone: () => void };
 
@@ -27,6 +28,34 @@ function useForm(initial: Record<string, string>) {
   return { values, set, problem, setProblem, busy, setBusy };
 }
 
+function Providers() {
+  const [found, setFound] = useState<Provider[]>([]);
+  useEffect(() => {
+    void listProviders().then(setFound);
+  }, []);
+  if (!found.length) return null;
+  return html`<nav class="providers" aria-label="Sign in with">
+    ${found.map((p) => html`<a class="button primary" href=${startHref(p.name)}>Sign in with ${p.title}</a>`)}
+    <p class="muted">or with a password:</p>
+  </nav>`;
+}
+
+/** After the provider's callback (#/signed-in): the server's session becomes the UI's token. */
+export function SignedIn({ onDone }: { onDone: () => void }) {
+  const [problem, setProblem] = useState<string | null>(null);
+  useEffect(() => {
+    claim()
+      .then(() => {
+        forgetSession();
+        onDone();
+      })
+      .catch((err: unknown) => setProblem(err instanceof Problem ? err.detail : String(err)));
+  }, []);
+  return html`<main class="auth" id="main" aria-busy=${problem ? "false" : "true"}>
+    ${problem ? html`<p class="error" role="alert">${problem} <a href="#/login">Back to sign in</a></p>` : html`<p>Signing in…</p>`}
+  </main>`;
+}
+
 export function Login({ title, onDone }: Props) {
   const f = useForm({ username: "", password: "" });
   const errors = problemsByPath(f.problem?.errors ?? []);
@@ -47,6 +76,7 @@ export function Login({ title, onDone }: Props) {
   return html`<main class="auth" id="main">
     <form class="card" onSubmit=${submit} aria-labelledby="login-title">
       <h1 id="login-title">Sign in to ${title}</h1>
+      <${Providers} />
       ${f.problem && !errors.size && html`<p class="error" role="alert">${f.problem.detail}</p>`}
       <${Field} id="username" label="Username" value=${f.values.username} onInput=${f.set("username")} error=${errors.get("username")} autocomplete="username" />
       <${Field} id="password" label="Password" type="password" value=${f.values.password} onInput=${f.set("password")} error=${errors.get("password")} autocomplete="current-password" />

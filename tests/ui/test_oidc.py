@@ -1,0 +1,109 @@
+"""Sign-in and sign-out through Dex in Chromium: a real ``dap serve`` of the procurement example
+whose workspace declares Dex (tests/dex.py) as a provider.
+
+The login page offers "Sign in with Dex"; Dex's own login form takes alice's password; back in
+the UI she is signed in (her name in the header), the address holds no token or code, and the
+API answers her ID token. Sign-out ends the provider session on the server: a reload stays on
+the login page and the session cookie no longer yields a token.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from tests import dex
+from tests.conftest import fresh_database
+
+from .conftest import ARTIFACTS, BUNDLE, CHROMIUM_ARGS, DAP, SECRET, chromium_path, shot
+
+
+@pytest.fixture(scope="module")
+def served(pg_server_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if not (BUNDLE / "index.html").is_file():
+        pytest.skip("no UI bundle: run `make ui` (needs npm) to build dap/server/web/bundle")
+    if chromium_path() is None:
+        pytest.skip("Chromium not found: `apt-get install -y chromium` (make test does it when root)")
+    port = dex.free_port()
+    base = f"http://127.0.0.1:{port}"
+    work = tmp_path_factory.mktemp("oidc-ui")
+    with dex.running([f"{base}/default/_ui/oidc/callback"], work) as provider:
+        spec = dex.write_spec(dex.procurement_files(provider.issuer), work / "spec")
+        _name, dsn = fresh_database(pg_server_dsn)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DAP_")}
+        env.update({"DAP_DSN": dsn, "DAP_JWT_SECRET": SECRET, "DAP_CORS_ORIGIN": "http://ui.example"})
+        env[dex.SECRET_ENV] = dex.CLIENT_SECRET
+        args = [DAP, "serve", "--spec", str(spec), "--addr", f"127.0.0.1:{port}", "--web-dir", str(BUNDLE)]
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        log = ARTIFACTS / "oidc-server.log"
+        with log.open("w") as sink:
+            proc = subprocess.Popen(args, env=env, stderr=sink, stdout=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while "dap serve: listening" not in (said := log.read_text()):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"dap serve did not start: {said[-2000:]}")
+                time.sleep(0.1)
+            yield f"{base}/default/"
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+@pytest.fixture(scope="module")
+def chromium(served: str) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def test_sign_in_and_out_through_dex(served: str, chromium: Any) -> None:
+    context = chromium.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(served)
+    page.get_by_role("link", name="Sign in with Dex").click()
+    page.wait_for_url("**/dex/**")  # Dex's own login form
+    page.locator("input[name=login]").fill("alice@example.com")
+    page.locator("input[name=password]").fill(dex.PASSWORD)
+    page.locator("button[type=submit]").click()
+    expect(page.get_by_role("heading", name="Purchase orders", level=1)).to_be_visible()
+    expect(page.get_by_text("alice").first).to_be_visible()
+    url = page.url
+    assert "code=" not in url and "state=" not in url and "token" not in url, url
+    token = page.evaluate("() => sessionStorage.getItem('dap.token.default')")
+    assert token and token.count(".") == 2
+    answer = page.evaluate(
+        "async (t) => (await fetch('/default/api/buying/purchase_order',"
+        " {headers: {Authorization: 'Bearer ' + t}})).status",
+        token,
+    )
+    assert answer == 200
+    shot(page, "oidc-signed-in")
+    page.get_by_role("button", name="Sign out").click()
+    expect(page.get_by_role("link", name="Sign in with Dex")).to_be_visible()
+    status = page.evaluate(
+        "async () => (await fetch('/default/_ui/oidc/session', {method: 'POST',"
+        " headers: {'Content-Type': 'application/json'}, body: '{}'})).status"
+    )
+    assert status == 401  # the provider session ended on the server
+    page.reload()
+    expect(page.get_by_role("link", name="Sign in with Dex")).to_be_visible()
+    assert not errors, errors
+    context.close()
