@@ -31,6 +31,13 @@ MIN_REFRESH = 5.0  # seconds between two key-set fetches of one issuer
 FETCH_TIMEOUT = 10.0
 
 
+RETRY_AFTER = 10  # seconds a caller waits when the provider cannot be reached
+
+
+def unavailable(message: str, *, code: str = "SVC.AUTH.PROVIDER_UNAVAILABLE") -> errors.ServiceUnavailable:
+    return errors.ServiceUnavailable(message, retry_after=RETRY_AFTER, code=code)
+
+
 def _invalid(message: str, code: str = "SVC.AUTH.INVALID_TOKEN") -> errors.Unauthorized:
     return errors.Unauthorized(message, code=code)
 
@@ -63,18 +70,18 @@ class KeySets:
         try:
             async with self._http.get(url, headers={"Accept": "application/json"}) as response:
                 if response.status != 200:
-                    raise errors.ServiceUnavailable(
+                    raise unavailable(
                         f"the identity provider answered {response.status} for {url}",
                         code="SVC.AUTH.PROVIDER_UNAVAILABLE",
                     )
                 body = await response.json(content_type=None)
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            raise errors.ServiceUnavailable(
+            raise unavailable(
                 f"the identity provider is unreachable at {url}: {exc!r}",
                 code="SVC.AUTH.PROVIDER_UNAVAILABLE",
             ) from exc
         if not isinstance(body, dict):
-            raise errors.ServiceUnavailable(
+            raise unavailable(
                 f"the identity provider sent no JSON object at {url}", code="SVC.AUTH.PROVIDER_UNAVAILABLE"
             )
         return body
@@ -88,13 +95,13 @@ class KeySets:
         if entry.discovery is None:
             doc = await self._get_json(provider.issuer.rstrip("/") + "/.well-known/openid-configuration")
             if doc.get("issuer") != provider.issuer:
-                raise errors.ServiceUnavailable(
+                raise unavailable(
                     f"the discovery document names issuer {doc.get('issuer')!r}, not {provider.issuer!r}",
                     code="SVC.AUTH.PROVIDER_MISCONFIGURED",
                 )
             for key in ("authorization_endpoint", "token_endpoint", "jwks_uri"):
                 if not isinstance(doc.get(key), str):
-                    raise errors.ServiceUnavailable(
+                    raise unavailable(
                         f"the discovery document of {provider.issuer} lacks {key}",
                         code="SVC.AUTH.PROVIDER_MISCONFIGURED",
                     )

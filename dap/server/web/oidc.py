@@ -111,7 +111,7 @@ async def _token_request(provider: providers.Provider, endpoint: str, form: dict
             body = await response.json(content_type=None)
             status = response.status
     except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-        raise errors.ServiceUnavailable(
+        raise keysets.unavailable(
             f"the identity provider's token endpoint is unreachable: {exc!r}",
             code="SVC.AUTH.PROVIDER_UNAVAILABLE",
         ) from exc
