@@ -42,6 +42,7 @@ from dap.server.web import (
     notifications,
     oidc,
     openapi,
+    passwords,
     protocol,
     rest,
     sockets,
@@ -269,6 +270,7 @@ def build_app(
     app.router.add_post("/{ws}/_ui/setup", users.setup)
     app.router.add_post("/{ws}/_ui/login", users.login)
     oidc.add_routes(app)  # sign-in through the workspace's OpenID providers
+    passwords.add_routes(app)  # local users: change, reset by mailed link
     if web_dir is not None:
         index = web_dir / "index.html"
         if (web_dir / "assets").is_dir():

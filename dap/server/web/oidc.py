@@ -30,7 +30,7 @@ import aiohttp
 from aiohttp import web
 
 from dap.server import errors, state
-from dap.server.access import keysets, providers, signins
+from dap.server.access import keysets, providers, signins, throttling
 from dap.server.storage import db
 from dap.server.storage.workspaces import Workspace
 from dap.server.web import identity, requests
@@ -77,8 +77,11 @@ async def start(request: web.Request) -> web.Response:
     nonce = secrets.token_urlsafe(24)
     redirect_uri = str(request.url.with_path(f"/{workspace.slug}/_ui/oidc/callback").with_query(None))
     flow = signins.Flow(provider.name, nonce, verifier, redirect_uri)
-    async with db.connection(request.app[state.POOL]) as conn, db.committed(conn):
-        state_value = await signins.start_flow(conn, workspace.tenant_id, flow)
+    async with db.connection(request.app[state.POOL]) as conn:
+        # each start stores a row: as many a minute per address as password logins
+        await throttling.check(conn, throttling.LOGIN_PER_ADDRESS, request.remote or "unknown")
+        async with db.committed(conn):
+            state_value = await signins.start_flow(conn, workspace.tenant_id, flow)
     query = {
         "response_type": "code",
         "client_id": provider.client_id,
