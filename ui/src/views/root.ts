@@ -7,7 +7,7 @@ import { html } from "../html";
 import { type Route, pageHref, parseRoute } from "../route";
 import { appDetail, forgetSession, listApps, whoAmI } from "../store";
 import { signOut as endProviderSession } from "../oidc";
-import { Login, Setup, SignedIn } from "./auth";
+import { ChangePassword, Forgot, Login, Reset, Setup, SignedIn } from "./auth";
 import { PageView, RegionBlock } from "./page";
 import { Shell, applyLook } from "./shell";
 
@@ -38,6 +38,9 @@ export function Root() {
     setSignedIn((n) => n + 1); // also when the hash already was "#/"
   };
   if (route.kind === "signed-in") return html`<${SignedIn} onDone=${home} />`;
+  if (route.kind === "forgot") return html`<${Forgot} title=${title} />`;
+  if (route.kind === "reset") return html`<${Reset} title=${title} token=${route.token} />`;
+  if (route.kind === "password" && session.token) return html`<${ChangePassword} title=${title} />`;
   if (route.kind === "setup") return html`<${Setup} title=${title} onDone=${home} />`;
   if (route.kind === "login" || !session.token) return html`<${Login} title=${title} onDone=${home} />`;
   if (route.kind === "home") {
