@@ -7,55 +7,33 @@ once, and not after it expires; the request's answer is the same for an unknown 
 
 from __future__ import annotations
 
-import email
 import re
 from collections.abc import AsyncIterator, Iterator
-from email.message import Message
 from typing import Any
 
 import pytest
 
-aiosmtpd = pytest.importorskip(
-    "aiosmtpd.controller", reason="aiosmtpd is a test dependency (pip install -e .[test])"
-)
+pytest.importorskip("aiosmtpd", reason="aiosmtpd is a test dependency (pip install -e .[test])")
 
-from dap.server import state  # noqa: E402
-from tests import dex  # noqa: E402
+from dap.server import state
+from tests import mailbox
+from tests.mailbox import Inbox
 
-from .conftest import Running, running  # noqa: E402
+from .conftest import Running, running
 
 PUBLIC = "https://dap.example.com"
 
 
-class Inbox:
-    def __init__(self) -> None:
-        self.messages: list[Message] = []
-
-    async def handle_DATA(self, _server: Any, _session: Any, envelope: Any) -> str:  # noqa: N802 -- aiosmtpd's name
-        self.messages.append(email.message_from_bytes(envelope.content))
-        return "250 OK"
+@pytest.fixture
+def inbox() -> Iterator[Inbox]:
+    with mailbox.smtp_server() as box:
+        yield box
 
 
 @pytest.fixture
-def inbox() -> Iterator[tuple[Inbox, int]]:
-    box = Inbox()
-    port = dex.free_port()
-    controller = aiosmtpd.Controller(box, hostname="127.0.0.1", port=port)
-    controller.start()
-    try:
-        yield box, port
-    finally:
-        controller.stop()
-
-
-@pytest.fixture
-async def srv(
-    pg_dsn: str, inbox: tuple[Inbox, int], monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[Running]:
-    monkeypatch.setenv("DAP_SMTP_HOST", "127.0.0.1")
-    monkeypatch.setenv("DAP_SMTP_PORT", str(inbox[1]))
-    monkeypatch.setenv("DAP_SMTP_FROM", "dap@example.com")
-    monkeypatch.setenv("DAP_SMTP_TLS", "none")
+async def srv(pg_dsn: str, inbox: Inbox, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Running]:
+    for key, value in inbox.env().items():
+        monkeypatch.setenv(key, value)
     monkeypatch.setenv("DAP_PUBLIC_URL", PUBLIC)
     async with running(pg_dsn) as found:
         yield found
@@ -81,8 +59,8 @@ async def _login(srv: Running, password: str, ws: str = "acme") -> int:
     return (await _post(srv, "_ui/login", {"username": "root", "password": password}, ws=ws))[0]
 
 
-async def test_a_reset_link_is_mailed_and_works_once(srv: Running, inbox: tuple[Inbox, int]) -> None:
-    box, _port = inbox
+async def test_a_reset_link_is_mailed_and_works_once(srv: Running, inbox: Inbox) -> None:
+    box = inbox
     await _first_admin(srv)
     status, answer = await _post(srv, "_ui/password-reset", {"username": "nobody"})
     assert status == 202, answer
@@ -92,7 +70,7 @@ async def test_a_reset_link_is_mailed_and_works_once(srv: Running, inbox: tuple[
     assert len(box.messages) == 1
     mail = box.messages[0]
     assert mail["To"] == "root@example.com" and "Reset your password" in mail["Subject"]
-    body = mail.get_payload(decode=True).decode()  # type: ignore[union-attr]
+    body = box.body()
     found = re.search(rf"{re.escape(PUBLIC)}/acme/#/reset\?token=([A-Za-z0-9_-]+)", body)
     assert found, body
     token = found.group(1)
@@ -108,7 +86,7 @@ async def test_a_reset_link_is_mailed_and_works_once(srv: Running, inbox: tuple[
     assert status == 403 and answer["code"] == "SVC.AUTH.RESET_INVALID", answer
     # an expired link does not work either
     await _post(srv, "_ui/password-reset", {"username": "root"})
-    late = re.search(r"token=([A-Za-z0-9_-]+)", box.messages[-1].get_payload(decode=True).decode())  # type: ignore[union-attr]
+    late = re.search(r"token=([A-Za-z0-9_-]+)", box.body())
     assert late
     async with srv.server.app[state.POOL].acquire() as conn:
         await conn.execute("UPDATE dap.password_resets SET expires_at = now() - interval '1 second'")
