@@ -226,3 +226,9 @@ def test_claims_map_to_roles_and_attributes() -> None:
     assert who.sub == "corp:7" and who.username == "a@x"
     assert who.roles == ("buyer", "finance")  # "admin" is not mapped, so not granted
     assert who.attrs == {"region": "north", "provider": "corp"}
+
+
+async def test_a_wrong_declaration_refuses_the_boot(pg_dsn: str) -> None:
+    with pytest.raises(providers.ProviderRefused, match="https"):
+        async with running(pg_dsn, _catalog("http://id.example.com")):
+            pass

@@ -341,6 +341,7 @@ def _url(runner: web.AppRunner, scheme: str) -> str:
 
 async def create_server(opts: options.ServeOptions, catalog: Catalog) -> Server:
     """Open the pool, migrate safely, seed; return a :class:`Server` ready to ``start``."""
+    oidc.check_declarations(catalog)  # before the pool opens: a refusal leaves nothing open
     verifier = auth.JwtVerifier(
         issuer=opts.jwt_issuer, secret=opts.jwt_secret, public_key_pem=opts.jwt_public_key
     )

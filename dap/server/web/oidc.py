@@ -31,6 +31,7 @@ from aiohttp import web
 
 from dap.server import errors, state
 from dap.server.access import keysets, providers, signins, throttling
+from dap.server.catalog import Catalog
 from dap.server.storage import db
 from dap.server.storage.workspaces import Workspace
 from dap.server.web import identity, requests
@@ -248,6 +249,13 @@ async def logout(request: web.Request) -> web.Response:
     )
     response.del_cookie(COOKIE, path=_cookie_path(workspace.slug))
     return response
+
+
+def check_declarations(catalog: Catalog) -> None:
+    """Every workspace's providers parse; else ``ProviderRefused`` (a boot refusal) names the first."""
+    for spec in catalog.workspaces.values():
+        if spec.auth is not None:
+            providers.parse_all(spec.auth.providers)
 
 
 async def _close(app: web.Application) -> None:
