@@ -91,7 +91,8 @@ class Dex:
 
 
 @contextmanager
-def running(redirect_uris: list[str], workdir: Path) -> Iterator[Dex]:
+def running(redirect_uris: list[str], workdir: Path, *, id_tokens: str = "10m") -> Iterator[Dex]:
+    """Dex on a free loopback port; ``id_tokens`` is the ID tokens' lifetime (a Go duration)."""
     port = free_port()
     issuer = f"http://127.0.0.1:{port}/dex"
     users = [
@@ -110,7 +111,7 @@ def running(redirect_uris: list[str], workdir: Path) -> Iterator[Dex]:
         "storage": {"type": "memory"},
         "web": {"http": f"127.0.0.1:{port}"},
         "oauth2": {"skipApprovalScreen": True, "passwordConnector": "local"},
-        "expiry": {"idTokens": "10m"},
+        "expiry": {"idTokens": id_tokens},
         "logger": {"level": "warn"},
         "staticClients": [
             {"id": CLIENT_ID, "name": "dap", "secret": CLIENT_SECRET, "redirectURIs": redirect_uris}

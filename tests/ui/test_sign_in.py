@@ -3,8 +3,9 @@ declares Dex (tests/dex.py) as a provider, mailing through an SMTP server on loo
 
 The login page offers "Sign in with Dex"; Dex's own login form takes alice's password; back in
 the UI she is signed in (her name in the header), the address holds no token or code, and the
-API answers her ID token. Sign-out ends the provider session on the server: a reload stays on
-the login page and the session cookie no longer yields a token.
+API answers her ID token, which the UI renews before it expires (Dex issues 75 s tokens here).
+Sign-out ends the provider session on the server: a reload stays on the login page and the
+session cookie no longer yields a token.
 
 A local user who forgot their password asks for a link, opens it from the mail (the token leaves
 the address bar at once), sets a new password and signs in with it; the link does not work twice.
@@ -49,7 +50,8 @@ def served(pg_server_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
     base = f"http://127.0.0.1:{port}"
     work = tmp_path_factory.mktemp("oidc-ui")
     with (
-        dex.running([f"{base}/default/_ui/oidc/callback"], work) as provider,
+        # ID tokens of 75 s: the UI renews them 60 s before expiry, so 15 s after sign-in
+        dex.running([f"{base}/default/_ui/oidc/callback"], work, id_tokens="75s") as provider,
         mailbox.smtp_server() as inbox,
     ):
         spec = dex.write_spec(dex.procurement_files(provider.issuer), work / "spec")
@@ -115,6 +117,12 @@ def test_sign_in_and_out_through_dex(served: Served, chromium: Any) -> None:
     )
     assert answer == 200
     shot(page, "oidc-signed-in")
+    # the UI renews the ID token through the server's refresh grant before it expires
+    page.wait_for_function(
+        "(old) => sessionStorage.getItem('dap.token.default') !== old", arg=token, timeout=40_000
+    )
+    renewed = page.evaluate("() => sessionStorage.getItem('dap.token.default')")
+    assert renewed and renewed != token
     page.get_by_role("button", name="Sign out").click()
     expect(page.get_by_role("link", name="Sign in with Dex")).to_be_visible()
     status = page.evaluate(
