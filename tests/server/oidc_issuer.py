@@ -74,6 +74,7 @@ class Issuer:
                 "authorization_endpoint": f"{self.url}/auth",
                 "token_endpoint": f"{self.url}/token",
                 "jwks_uri": f"{self.url}/keys",
+                "end_session_endpoint": f"{self.url}/logout",
                 "id_token_signing_alg_values_supported": ["RS256", "ES256", "EdDSA"],
             }
         )

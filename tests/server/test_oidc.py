@@ -21,7 +21,8 @@ import jwt
 import pytest
 
 from dap import config
-from dap.server.access import providers
+from dap.server import state
+from dap.server.access import providers, signins
 from dap.server.catalog import Catalog
 from dap.server.web import identity
 
@@ -232,3 +233,26 @@ async def test_a_wrong_declaration_refuses_the_boot(pg_dsn: str) -> None:
     with pytest.raises(providers.ProviderRefused, match="https"):
         async with running(pg_dsn, _catalog("http://id.example.com")):
             pass
+
+
+async def test_sign_out_ends_the_session_and_points_at_the_providers_logout(
+    srv: Running, issuer: Issuer
+) -> None:
+    app = srv.server.app
+    workspace = await app[state.REGISTRY].resolve("default")
+    async with app[state.POOL].acquire() as conn:
+        session = signins.Session("corp", issuer.token(groups=["staff"]), None)
+        handle = await signins.open_session(conn, workspace.tenant_id, session)
+    cookie = {"Cookie": f"dap_oidc={handle}"}
+    async with srv.http.post(f"{srv.api}/default/_ui/oidc/session", json={}, headers=cookie) as resp:
+        assert resp.status == 200 and (await resp.json())["data"]["token"] == session.id_token
+    async with srv.http.post(f"{srv.api}/default/_ui/oidc/session", data="x", headers=cookie) as resp:
+        assert resp.status in (400, 415, 422), "a session POST needs a JSON body (no cross-site form)"
+    async with srv.http.post(f"{srv.api}/default/_ui/oidc/logout", json={}, headers=cookie) as resp:
+        ended = await resp.json()
+        assert resp.status == 200, ended
+    url = ended["data"]["end_session_url"]
+    assert url.startswith(f"{issuer.url}/logout?") and "client_id=dap" in url, url
+    assert "post_logout_redirect_uri=" in url and session.id_token not in url
+    async with srv.http.post(f"{srv.api}/default/_ui/oidc/session", json={}, headers=cookie) as resp:
+        assert resp.status == 401

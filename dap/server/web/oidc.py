@@ -13,7 +13,9 @@ browser is sent to ``/{ws}/#/signed-in`` with no token or code in the address.
 The UI then ``POST``s ``_ui/oidc/session`` (the ID token, its expiry, the provider),
 ``_ui/oidc/refresh`` before the expiry (the refresh token's grant, verified again) and
 ``_ui/oidc/logout`` (the session is deleted; the answer carries the provider's
-``end_session_endpoint`` URL where its discovery document has one, for RP-initiated logout).
+``end_session_endpoint`` URL with ``client_id`` and ``post_logout_redirect_uri`` where its
+discovery document has one, for RP-initiated logout). The redirect URIs are built on
+``DAP_PUBLIC_URL`` when it is set (a proxy that ends TLS), else on the request's address.
 These POSTs need a JSON body, so a cross-site form cannot send them. The ID token is the bearer
 token of the API (``identity``).
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 import secrets
 import urllib.parse
 from typing import Any
@@ -56,6 +59,13 @@ def _provider(request: web.Request, workspace: str, name: str) -> providers.Prov
     return found
 
 
+def public_base(request: web.Request) -> str:
+    """The server's address as browsers reach it: ``DAP_PUBLIC_URL`` (behind a proxy that ends
+    TLS, the request's own scheme would be http), else the request's scheme and host."""
+    configured = os.environ.get("DAP_PUBLIC_URL", "").rstrip("/")
+    return configured or str(request.url.origin())
+
+
 def pkce_pair() -> tuple[str, str]:
     """A PKCE verifier and its S256 challenge (RFC 7636)."""
     verifier = secrets.token_urlsafe(48)
@@ -76,7 +86,7 @@ async def start(request: web.Request) -> web.Response:
     doc = await request.app[identity.KEYSETS].discovery(provider)
     verifier, challenge = pkce_pair()
     nonce = secrets.token_urlsafe(24)
-    redirect_uri = str(request.url.with_path(f"/{workspace.slug}/_ui/oidc/callback").with_query(None))
+    redirect_uri = f"{public_base(request)}/{workspace.slug}/_ui/oidc/callback"
     flow = signins.Flow(provider.name, nonce, verifier, redirect_uri)
     async with db.connection(request.app[state.POOL]) as conn:
         # each start stores a row: as many a minute per address as password logins
@@ -173,7 +183,7 @@ async def callback(request: web.Request) -> web.Response:
         path=_cookie_path(workspace.slug),
         httponly=True,
         samesite="Lax",
-        secure=request.secure,
+        secure=request.secure or public_base(request).startswith("https://"),
         max_age=signins.SESSION_TTL,
     )
     raise response
@@ -241,8 +251,10 @@ async def logout(request: web.Request) -> web.Response:
             doc = await request.app[identity.KEYSETS].discovery(provider)
             endpoint = doc.get("end_session_endpoint")
             if isinstance(endpoint, str):
-                back = str(request.url.with_path(f"/{workspace.slug}/").with_query(None))
-                query = {"id_token_hint": ended.id_token, "post_logout_redirect_uri": back}
+                back = f"{public_base(request)}/{workspace.slug}/"
+                # client_id, not id_token_hint: the URL stays in the browser's history, and the
+                # ID token would still open the API until it expires
+                query = {"client_id": provider.client_id, "post_logout_redirect_uri": back}
                 end_url = endpoint + "?" + urllib.parse.urlencode(query)
     response = web.json_response(
         {"data": {"end_session_url": end_url}}, headers={"Cache-Control": "no-store"}
