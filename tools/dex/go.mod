@@ -1,5 +1,5 @@
 // Builds Dex, the OpenID Connect provider the sign-in tests run on loopback. Nothing here is our
-// code; the module only pins the version: Dex v2.45.1 (the first release whose staticPasswords
+// code; the module only pins the version: Dex v2.45.1 (2.45 is the first minor whose staticPasswords
 // carry groups). Dex's go.mod has no /v2 suffix, so its release tags are not module versions:
 // the release commit is pinned by its pseudo-version.
 module dap.io/tools/dex
