@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 
 from dap.server import errors, options
-from dap.server.access import accounts, throttling
+from dap.server.access import accounts, resets, signins, throttling
 from dap.server.catalog import Catalog
 from dap.server.documents import auditing, idempotency
 from dap.server.events import outbox
@@ -79,6 +79,8 @@ async def prepare_database(
     async with pool.acquire() as conn:
         await workspaces.ensure_schema(conn)
         await accounts.ensure_schema(conn)
+        await signins.ensure_schema(conn)
+        await resets.ensure_schema(conn)
         await throttling.ensure_schema(conn)
         await auditing.ensure_schema(conn)
         await idempotency.ensure_schema(conn)

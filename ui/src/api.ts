@@ -35,7 +35,8 @@ export const session = {
     if (!token) return null;
     try {
       const body = token.split(".")[1].replace(/-/g, "+").replace(/_/g, "/");
-      return (JSON.parse(atob(body)) as { username?: string }).username ?? null;
+      const claims = JSON.parse(atob(body)) as { username?: string; preferred_username?: string; email?: string };
+      return claims.username ?? claims.preferred_username ?? claims.email ?? null; // local, then ID tokens
     } catch {
       return null;
     }

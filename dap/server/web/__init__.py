@@ -14,6 +14,9 @@ and their plumbing::
     openapi    OpenAPI 3.1 of a workspace
     ui_meta    UI metadata of apps, pages, forms
     users      first-admin setup and password login
+    passwords  password change; reset by a single-use link sent by mail
+    identity   the caller of a bearer token: a workspace's provider or the local key
+    oidc       sign-in through OpenID providers: code flow with PKCE, sessions, refresh, logout
     admin      /metrics, /health, /workspaces
 """
 

@@ -40,7 +40,9 @@ from dap.server.web import (
     methods,
     moves,
     notifications,
+    oidc,
     openapi,
+    passwords,
     protocol,
     rest,
     sockets,
@@ -267,6 +269,8 @@ def build_app(
     ui_meta.add_routes(app)
     app.router.add_post("/{ws}/_ui/setup", users.setup)
     app.router.add_post("/{ws}/_ui/login", users.login)
+    oidc.add_routes(app)  # sign-in through the workspace's OpenID providers
+    passwords.add_routes(app)  # local users: change, reset by mailed link
     if web_dir is not None:
         index = web_dir / "index.html"
         if (web_dir / "assets").is_dir():
@@ -337,6 +341,7 @@ def _url(runner: web.AppRunner, scheme: str) -> str:
 
 async def create_server(opts: options.ServeOptions, catalog: Catalog) -> Server:
     """Open the pool, migrate safely, seed; return a :class:`Server` ready to ``start``."""
+    oidc.check_declarations(catalog)  # before the pool opens: a refusal leaves nothing open
     verifier = auth.JwtVerifier(
         issuer=opts.jwt_issuer, secret=opts.jwt_secret, public_key_pem=opts.jwt_public_key
     )

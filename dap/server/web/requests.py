@@ -22,6 +22,7 @@ from dap.server.catalog import Catalog, Resource
 from dap.server.documents import auditing, idempotency
 from dap.server.storage import db
 from dap.server.storage.workspaces import Workspace
+from dap.server.web import identity
 
 
 async def resolve(
@@ -39,8 +40,8 @@ async def resolve(
     if header is None and guards.open_to_anonymous(catalog, request.match_info, action):
         return workspace, guards.anonymous(workspace.slug), catalog
     # bind: a token naming no workspace gets the URL's, which row scope and session values see
-    principal = request.app[state.VERIFIER].verify(
-        auth.bearer_token(header), workspace=workspace.slug, bind=True
+    principal = await identity.authenticate(
+        request, auth.bearer_token(header), workspace=workspace.slug, bind=True
     )
     return workspace, principal, catalog
 

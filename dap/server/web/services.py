@@ -27,7 +27,7 @@ from dap.server.access import auth, guards
 from dap.server.catalog import Catalog
 from dap.server.documents import idempotency
 from dap.server.storage import db
-from dap.server.web import jobs, requests
+from dap.server.web import identity, jobs, requests
 from dap.server.workflows import actions, services, sidecars
 
 
@@ -71,8 +71,8 @@ async def service_action(request: web.Request) -> web.Response:
     if header is None and declared.public:
         principal = guards.anonymous(workspace.slug)
     else:
-        principal = request.app[state.VERIFIER].verify(
-            auth.bearer_token(header), workspace=workspace.slug, bind=True
+        principal = await identity.authenticate(
+            request, auth.bearer_token(header), workspace=workspace.slug, bind=True
         )
     services.permit(catalog, principal, service, plan)
     # 501s before anything is read or counted (sidecar without an app process attached)

@@ -44,7 +44,7 @@ from dap.server.access import auth, guards
 from dap.server.catalog import Resource
 from dap.server.events import channels, feed
 from dap.server.storage import db
-from dap.server.web import requests
+from dap.server.web import identity, requests
 
 log = logging.getLogger(__name__)
 HEARTBEAT = 20.0
@@ -82,13 +82,13 @@ class Subscription:
         return message
 
 
-def _principal(request: web.Request, slug: str) -> tuple[auth.Principal, float]:
+async def _principal(request: web.Request, slug: str) -> tuple[auth.Principal, float]:
     """The verified caller and when its token expires (epoch seconds)."""
     header = request.headers.get("Authorization")
     token = auth.bearer_token(header) if header else request.query.get("access_token", "")
     if not token:
         raise errors.Unauthorized("the websocket needs a token: 'Authorization: Bearer …' or ?access_token=")
-    principal = request.app[state.VERIFIER].verify(token, workspace=slug, bind=True)
+    principal = await identity.authenticate(request, token, workspace=slug, bind=True)
     return principal, expires(token)
 
 
@@ -108,7 +108,7 @@ async def _expire(ws: web.WebSocketResponse, at: float) -> None:
 async def handler(request: web.Request) -> web.WebSocketResponse:
     workspace = await request.app[state.REGISTRY].resolve(request.match_info["ws"])
     request[state.WORKSPACE] = workspace.slug
-    principal, exp = _principal(request, workspace.slug)  # 401 before the upgrade
+    principal, exp = await _principal(request, workspace.slug)  # 401 before the upgrade
     ws = web.WebSocketResponse(heartbeat=HEARTBEAT)
     await ws.prepare(request)
     hub: feed.Feed = request.app[state.EVENTS].feed

@@ -6,7 +6,8 @@ import { useLoad } from "../hooks";
 import { html } from "../html";
 import { type Route, pageHref, parseRoute } from "../route";
 import { appDetail, forgetSession, listApps, whoAmI } from "../store";
-import { Login, Setup } from "./auth";
+import { signOut as endProviderSession } from "../oidc";
+import { ChangePassword, Forgot, Login, Reset, Setup, SignedIn } from "./auth";
 import { PageView, RegionBlock } from "./page";
 import { Shell, applyLook } from "./shell";
 
@@ -36,6 +37,10 @@ export function Root() {
     location.hash = "#/";
     setSignedIn((n) => n + 1); // also when the hash already was "#/"
   };
+  if (route.kind === "signed-in") return html`<${SignedIn} onDone=${home} />`;
+  if (route.kind === "forgot") return html`<${Forgot} title=${title} />`;
+  if (route.kind === "reset") return html`<${Reset} title=${title} token=${route.token} />`;
+  if (route.kind === "password" && session.token) return html`<${ChangePassword} title=${title} />`;
   if (route.kind === "setup") return html`<${Setup} title=${title} onDone=${home} />`;
   if (route.kind === "login" || !session.token) return html`<${Login} title=${title} onDone=${home} />`;
   if (route.kind === "home") {
@@ -54,11 +59,13 @@ function AppPage({ route }: { route: Extract<Route, { kind: "page" }> }) {
   if (!loaded.value) return html`<main id="main" aria-busy="true">Loading…</main>`;
   const [{ apps, workspace: look }, app, me] = loaded.value;
   const page = app.pages.find((p) => p.name === route.page || p.name.endsWith(`/${route.page}`)) ?? null;
-  const signOut = () => {
+  const signOut = async () => {
+    const endUrl = await endProviderSession(); // a provider session ends on the server too
     session.token = null;
     forgetSession();
     drop(); // the socket carried the old token
-    location.hash = "#/login";
+    if (endUrl) location.assign(endUrl); // RP-initiated logout at the provider
+    else location.hash = "#/login";
   };
   const region = (name: string, ref: string) => html`<${RegionBlock} app=${app} me=${me} name=${name} refName=${ref} />`;
   return html`<${Shell} apps=${apps} look=${look} app=${app} page=${page} crumb=${crumb} onSignOut=${signOut} region=${region}>

@@ -1,0 +1,258 @@
+"""Provider tokens at the API, against an issuer on loopback whose keys the test holds.
+
+A dap server (in process) serves the shop spec with a workspace declaring one provider, the
+issuer of ``oidc_issuer``; its discovery document and JWKS are real HTTP on loopback. Covered:
+claims mapped to roles (a mapped group may write, an unmapped one may not) and to attributes;
+the provider named in the audit trail; a rotated key accepted without restart (and the old one
+refused); RS256, ES256 and EdDSA; tokens of another issuer, of another audience, expired, with
+``alg: none``, forged with the right ``kid`` or an HMAC algorithm refused; made-up ``kid`` values
+do not make the server refetch the key set faster than its floor.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import jwt
+import pytest
+
+from dap import config
+from dap.server import state
+from dap.server.access import providers, signins
+from dap.server.catalog import Catalog
+from dap.server.web import identity
+
+from .conftest import SHOP, Running, running
+from .oidc_issuer import Issuer
+
+PRODUCT = {"value": "gold"}
+# an entity whose create needs a permission, and the role that holds it (mapped from "staff")
+VAULT = {
+    "shop/vault.yaml": """
+apiVersion: dap.io/v1
+kind: Entity
+metadata: {name: vault, module: shop}
+spec:
+  fields:
+    - {name: value, type: string, audited: true}
+  actions:
+    - {name: create, required_permission: shop.vault.create, audit: true}
+  expose: [{type: rest}]
+""",
+    "roles.yaml": """
+apiVersion: dap.io/v1
+kind: Role
+metadata: {name: keeper}
+spec:
+  permissions: [shop.vault.create]
+""",
+}
+
+
+def _catalog(issuer_url: str) -> Catalog:
+    workspace = f"""
+apiVersion: dap.io/v1
+kind: Workspace
+metadata: {{name: default}}
+spec:
+  title: Shop
+  auth:
+    providers:
+      corp:
+        title: Corp sign-in
+        issuer: {issuer_url}
+        client_id: dap
+        roles_claim: groups
+        roles: {{staff: [keeper]}}
+        attributes: {{team: team}}
+"""
+    return Catalog.from_spec(config.load_files({**SHOP, **VAULT, "workspace.yaml": workspace}))
+
+
+@pytest.fixture
+async def issuer() -> AsyncIterator[Issuer]:
+    found = Issuer()
+    await found.start()
+    try:
+        yield found
+    finally:
+        await found.stop()
+
+
+@pytest.fixture
+async def srv(pg_dsn: str, issuer: Issuer) -> AsyncIterator[Running]:
+    async with running(pg_dsn, _catalog(issuer.url)) as running_server:
+        yield running_server
+
+
+async def _call(srv: Running, token: str, method: str = "GET", body: Any = None) -> tuple[int, Any]:
+    headers = {"Authorization": f"Bearer {token}"}
+    url = f"{srv.api}/default/api/shop/vault"
+    async with srv.http.request(method, url, json=body, headers=headers) as resp:
+        return resp.status, await resp.json(content_type=None)
+
+
+def _code(answer: Any) -> str:
+    return str(answer.get("code", "")) if isinstance(answer, dict) else ""
+
+
+async def test_mapped_roles_write_unmapped_do_not_and_the_trail_names_the_provider(
+    srv: Running, issuer: Issuer
+) -> None:
+    staff = issuer.token(sub="ann", groups=["staff"], preferred_username="ann", team="blue")
+    status, answer = await _call(srv, staff, "POST", PRODUCT)
+    assert status == 201, answer
+    record = answer["data"]["id"]
+    guest = issuer.token(
+        sub="bob", groups=["guests"], roles=["admin"]
+    )  # a token's own roles count for nothing
+    status, answer = await _call(srv, guest, "POST", PRODUCT)
+    assert status == 403, answer
+    url = f"{srv.api}/default/api/shop/vault/{record}/_audit"
+    async with srv.http.get(url, headers={"Authorization": f"Bearer {staff}"}) as resp:
+        trail = await resp.json()
+    assert resp.status == 200, trail
+    entry = trail["data"][0]
+    assert entry["actor"] == {"sub": "corp:ann", "username": "ann"}, entry
+
+
+async def test_a_rotated_key_is_taken_without_restart(srv: Running, issuer: Issuer) -> None:
+    keys = srv.server.app[identity.KEYSETS]
+    keys.min_refresh = 0.0
+    before = issuer.token(groups=["staff"])
+    assert (await _call(srv, before))[0] == 200
+    fetched = issuer.jwks_requests
+    for alg in ("ES256", "EdDSA", "RS256"):
+        issuer.rotate(alg)
+        status, answer = await _call(srv, issuer.token(groups=["staff"]))
+        assert status == 200, (alg, answer)
+    assert issuer.jwks_requests == fetched + 3  # one refetch per new kid, none per request
+    status, answer = await _call(srv, before)  # its key is no longer published
+    assert status == 401 and _code(answer) == "SVC.AUTH.UNKNOWN_KEY", answer
+
+
+async def test_made_up_kids_do_not_hammer_the_provider(srv: Running, issuer: Issuer) -> None:
+    srv.server.app[identity.KEYSETS].min_refresh = 60.0
+    assert (await _call(srv, issuer.token(groups=["staff"])))[0] == 200
+    fetched = issuer.jwks_requests
+    for n in range(5):
+        forged = jwt.encode(
+            {
+                "iss": issuer.url,
+                "sub": "x",
+                "aud": "dap",
+                "iat": int(time.time()),
+                "exp": int(time.time()) + 60,
+            },
+            issuer.key,
+            algorithm=issuer.alg,
+            headers={"kid": f"made-up-{n}"},
+        )
+        status, answer = await _call(srv, forged)
+        assert status == 401 and _code(answer) == "SVC.AUTH.UNKNOWN_KEY", answer
+    assert issuer.jwks_requests == fetched
+
+
+def _b64(data: dict[str, Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(data).encode()).rstrip(b"=").decode()
+
+
+async def test_foreign_expired_and_unsigned_tokens_are_refused(srv: Running, issuer: Issuer) -> None:
+    assert (await _call(srv, issuer.token(groups=["staff"])))[0] == 200
+    other = Issuer()
+    await other.start()
+    try:
+        status, answer = await _call(srv, other.token(groups=["staff"]))  # an issuer not declared
+        assert status == 401, answer
+    finally:
+        await other.stop()
+    status, answer = await _call(srv, issuer.token(aud="another-client", groups=["staff"]))
+    assert status == 401 and _code(answer) == "SVC.AUTH.BAD_AUDIENCE", answer
+    status, answer = await _call(srv, issuer.token(ttl=-120, groups=["staff"]))  # past the 30 s leeway
+    assert status == 401 and _code(answer) == "SVC.AUTH.TOKEN_EXPIRED", answer
+    now = int(time.time())
+    claims = {"iss": issuer.url, "sub": "x", "aud": "dap", "iat": now, "exp": now + 60, "groups": ["staff"]}
+    unsigned = f"{_b64({'alg': 'none', 'kid': issuer.kid})}.{_b64(claims)}."
+    status, answer = await _call(srv, unsigned)
+    assert status == 401 and _code(answer) == "SVC.AUTH.BAD_ALGORITHM", answer
+    hmac = jwt.encode(
+        claims, "a-public-key-is-no-secret-at-all-32b", algorithm="HS256", headers={"kid": issuer.kid}
+    )
+    status, answer = await _call(srv, hmac)
+    assert status == 401 and _code(answer) == "SVC.AUTH.BAD_ALGORITHM", answer
+    stranger = Issuer()  # the right kid, another key
+    forged = jwt.encode(claims, stranger.key, algorithm="RS256", headers={"kid": issuer.kid})
+    status, answer = await _call(srv, forged)
+    assert status == 401 and _code(answer) == "SVC.AUTH.INVALID_TOKEN", answer
+    future = issuer.token(groups=["staff"], nbf=now + 600)
+    status, answer = await _call(srv, future)
+    assert status == 401, answer
+
+
+def test_declarations_are_checked() -> None:
+    ok = providers.parse("corp", {"issuer": "https://id.example", "client_id": "dap"})
+    assert ok.audience == "dap" and ok.algorithms == providers.ALGORITHMS
+    for raw, words in (
+        ({"issuer": "http://id.example", "client_id": "dap"}, "https"),
+        ({"issuer": "https://id.example"}, "client_id"),
+        ({"issuer": "https://id.example", "client_id": "d", "leeway": 3600}, "leeway"),
+        ({"issuer": "https://id.example", "client_id": "d", "algorithms": ["HS256"]}, "algorithms"),
+        ({"issuer": "https://id.example", "client_id": "d", "scopes": ["email"]}, "openid"),
+        ({"issuer": "https://id.example", "client_id": "d", "secret": "x"}, "unknown keys"),
+    ):
+        with pytest.raises(providers.ProviderRefused, match=words):
+            providers.parse("corp", raw)
+
+
+def test_claims_map_to_roles_and_attributes() -> None:
+    corp = providers.parse(
+        "corp",
+        {
+            "issuer": "https://id.example",
+            "client_id": "dap",
+            "roles_claim": "groups",
+            "roles": {"approvers": ["finance", "buyer"], "buyers": ["buyer"]},
+            "attributes": {"region": "office"},
+        },
+    )
+    who = providers.principal(
+        corp,
+        {"sub": "7", "email": "a@x", "groups": ["buyers", "approvers", "admin"], "office": "north"},
+        workspace="w",
+    )
+    assert who.sub == "corp:7" and who.username == "a@x"
+    assert who.roles == ("buyer", "finance")  # "admin" is not mapped, so not granted
+    assert who.attrs == {"region": "north", "provider": "corp"}
+
+
+async def test_a_wrong_declaration_refuses_the_boot(pg_dsn: str) -> None:
+    with pytest.raises(providers.ProviderRefused, match="https"):
+        async with running(pg_dsn, _catalog("http://id.example.com")):
+            pass
+
+
+async def test_sign_out_ends_the_session_and_points_at_the_providers_logout(
+    srv: Running, issuer: Issuer
+) -> None:
+    app = srv.server.app
+    workspace = await app[state.REGISTRY].resolve("default")
+    async with app[state.POOL].acquire() as conn:
+        session = signins.Session("corp", issuer.token(groups=["staff"]), None)
+        handle = await signins.open_session(conn, workspace.tenant_id, session)
+    cookie = {"Cookie": f"dap_oidc={handle}"}
+    async with srv.http.post(f"{srv.api}/default/_ui/oidc/session", json={}, headers=cookie) as resp:
+        assert resp.status == 200 and (await resp.json())["data"]["token"] == session.id_token
+    async with srv.http.post(f"{srv.api}/default/_ui/oidc/session", data="x", headers=cookie) as resp:
+        assert resp.status in (400, 415, 422), "a session POST needs a JSON body (no cross-site form)"
+    async with srv.http.post(f"{srv.api}/default/_ui/oidc/logout", json={}, headers=cookie) as resp:
+        ended = await resp.json()
+        assert resp.status == 200, ended
+    url = ended["data"]["end_session_url"]
+    assert url.startswith(f"{issuer.url}/logout?") and "client_id=dap" in url, url
+    assert "post_logout_redirect_uri=" in url and session.id_token not in url
+    async with srv.http.post(f"{srv.api}/default/_ui/oidc/session", json={}, headers=cookie) as resp:
+        assert resp.status == 401
