@@ -8,6 +8,7 @@ reflection, an entity without ``grpc`` in ``expose`` having no service, ``dap sc
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -269,7 +270,7 @@ async def test_an_entity_without_grpc_has_no_service(both: Both) -> None:
     }
     assert names == {f"{PACKAGE}.CustomerService", f"{PACKAGE}.OrderService", f"{PACKAGE}.TicketService"}
     ticket = pool.FindServiceByName(f"{PACKAGE}.TicketService")
-    assert sorted(m.name for m in ticket.methods) == ["Create", "Get"]  # expose actions: [find, create]
+    assert sorted(m.name for m in ticket.methods) == ["Create", "Get", "Watch"]  # expose: [find, create]
     with pytest.raises(grpc.aio.AioRpcError) as raised:
         await both.rpc.channel.unary_unary(f"/{PACKAGE}.MemoService/Get")(
             b"", metadata=both.rpc.metadata(ADMIN)
@@ -317,3 +318,37 @@ async def test_schema_proto_prints_the_services(tmp_path: Any) -> None:
     assert "MemoService" not in result.output
     assert "optional string number = 16;" in result.output
     assert descriptors.proto_text([]) == ""
+
+
+async def test_watch_resumes_after_a_seq_then_streams_live_events(both: Both) -> None:
+    c = both.rpc
+    row = await created(c, "customer", {"name": "watched", "credit": "9.00"})
+    watch = c._method("customer", "Watch", streaming=True)
+    request = c.request("customer", "Watch", record=row["id"], after=0)
+    events = watch(request, metadata=c.metadata(CLERK))  # the clerk may not read credit
+
+    first = await asyncio.wait_for(events.read(), 30)
+    assert first.event == "created" and first.record.name == "watched" and first.record_id == row["id"]
+    assert not first.record.HasField("credit")  # field permissions, as the websocket's
+    assert first.seq > 0
+    assert (await c.update("customer", row["id"], {"visits": 4}, ADMIN))[0] == "ok"
+    live = await asyncio.wait_for(events.read(), 30)
+    assert live.event == "updated" and live.record.visits == 4 and live.seq > first.seq
+    events.cancel()
+
+    resumed = watch(
+        c.request("customer", "Watch", record=row["id"], after=first.seq), metadata=c.metadata(ADMIN)
+    )
+    again = await asyncio.wait_for(resumed.read(), 30)
+    assert again.seq == live.seq and again.record.credit == "9.00"  # no repeat, no gap
+    resumed.cancel()
+
+
+async def test_watch_refuses_a_caller_without_a_token(both: Both) -> None:
+    c = both.rpc
+    stream = c._method("customer", "Watch", streaming=True)(
+        c.request("customer", "Watch"), metadata=[("dap-workspace", "default")]
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await stream.read()
+    assert raised.value.code() is grpc.StatusCode.UNAUTHENTICATED

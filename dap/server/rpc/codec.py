@@ -39,8 +39,8 @@ def decode(record: message.Message, only: Iterable[str] | None = None) -> dict[s
     return out
 
 
-def _value(fd: descriptor.FieldDescriptor, value: Any) -> Any:
-    if fd.type == _FD.TYPE_MESSAGE and fd.message_type.full_name == VALUE:
+def _value(fd: Any, value: Any) -> Any:
+    if fd.type == _FD.TYPE_MESSAGE and fd.message_type is not None and fd.message_type.full_name == VALUE:
         return _exact(json_format.MessageToDict(value))
     return value
 

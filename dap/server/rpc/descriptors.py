@@ -10,6 +10,7 @@ Pure functions: a :class:`Catalog` in, one ``FileDescriptorProto`` per module ou
     rpc Create(CreateProductRequest) returns (Product);
     rpc Update(UpdateProductRequest) returns (Product);                // update_mask; version: If-Match
     rpc Delete(DeleteProductRequest) returns (google.protobuf.Empty);
+    rpc Watch(WatchProductRequest) returns (stream ProductEvent);     // resumable with after
 
 A record message carries the system fields (numbers 1-7) and then the REST-visible fields in
 manifest order from 16 on. Exact numbers (``decimal``, ``money``, ``percent``) and dates are
@@ -47,6 +48,8 @@ SYSTEM: tuple[tuple[str, int, bool], ...] = (  # name, type, optional
     ("owner", FD.TYPE_STRING, False),
 )
 FIRST_FIELD = 16
+# an event of Watch: the websocket's event frame (seq, then the event message), then the record
+EVENT_FIELDS = ("seq", "id", "type", "event", "action", "record_id", "version", "actor", "at")
 
 _SCALARS = {
     FieldType.INTEGER: FD.TYPE_INT64,
@@ -125,7 +128,7 @@ def _add(
     optional: bool = False,
     repeated: bool = False,
 ) -> None:
-    field = message.field.add(name=name, number=number, type=kind)  # type: ignore[arg-type]
+    field = message.field.add(name=name, number=number, type=kind)
     field.label = FD.LABEL_REPEATED if repeated else FD.LABEL_OPTIONAL
     field.json_name = name  # the JSON names of the REST API, not camelCase
     if type_name is not None:
@@ -167,6 +170,17 @@ def _entity_messages(e: Entity) -> Iterable[descriptor_pb2.DescriptorProto]:
         get = descriptor_pb2.DescriptorProto(name=f"Get{e.message}Request")
         _add(get, "id", 1, FD.TYPE_STRING)
         yield get
+        watch = descriptor_pb2.DescriptorProto(name=f"Watch{e.message}Request")
+        _add(watch, "record", 1, FD.TYPE_STRING)  # one record's events ("" for all)
+        _add(watch, "mine", 2, FD.TYPE_BOOL)  # the caller's own records only
+        _add(watch, "after", 3, FD.TYPE_INT64, optional=True)  # resume past this seq
+        yield watch
+        event = descriptor_pb2.DescriptorProto(name=f"{e.message}Event")
+        for number, name in enumerate(EVENT_FIELDS, start=1):
+            _add(event, name, number, FD.TYPE_INT64 if name in ("seq", "version") else FD.TYPE_STRING)
+        _add(event, "record", len(EVENT_FIELDS) + 1, FD.TYPE_MESSAGE, ref)
+        _add(event, "payload", len(EVENT_FIELDS) + 2, FD.TYPE_MESSAGE, VALUE)
+        yield event
     if "list" in verbs:
         query = descriptor_pb2.DescriptorProto(name=f"List{e.message}Request")
         _add(query, "query", 1, FD.TYPE_STRING)  # the REST query string: filters, limit, order, fields
@@ -199,6 +213,7 @@ def _entity_messages(e: Entity) -> Iterable[descriptor_pb2.DescriptorProto]:
 METHODS: tuple[tuple[str, str, str, str, bool], ...] = (
     ("list", "List", "List{}Request", "List{}Page", True),
     ("find", "Get", "Get{}Request", "{}", False),
+    ("find", "Watch", "Watch{}Request", "{}Event", True),
     ("create", "Create", "Create{}Request", "{}", False),
     ("update", "Update", "Update{}Request", "{}", False),
     ("delete", "Delete", "Delete{}Request", ".google.protobuf.Empty", False),

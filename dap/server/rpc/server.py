@@ -14,7 +14,16 @@ import logging
 
 import grpc
 from aiohttp import web
-from google.protobuf import descriptor_pb2, descriptor_pool, empty_pb2, field_mask_pb2, struct_pb2
+from google.protobuf import (
+    any_pb2,
+    descriptor_pb2,
+    descriptor_pool,
+    duration_pb2,
+    empty_pb2,
+    field_mask_pb2,
+    struct_pb2,
+)
+from google.rpc import error_details_pb2, status_pb2
 from grpc_reflection.v1alpha import reflection
 
 from dap.server import options, state
@@ -26,10 +35,12 @@ GRACE = 5.0  # seconds in-flight calls get at shutdown
 
 
 def pool_of(protos: list[descriptor_pb2.FileDescriptorProto]) -> descriptor_pool.DescriptorPool:
-    """A descriptor pool holding the well-known files the schema imports, then ``protos``."""
+    """A descriptor pool holding the well-known files the schema imports, the error details a
+    status carries (so that reflection lets a client decode them), then ``protos``."""
     pool = descriptor_pool.DescriptorPool()
-    for known in (struct_pb2, empty_pb2, field_mask_pb2):
-        pool.AddSerializedFile(known.DESCRIPTOR.serialized_pb)
+    known = (struct_pb2, empty_pb2, field_mask_pb2, any_pb2, duration_pb2, error_details_pb2, status_pb2)
+    for module in known:
+        pool.AddSerializedFile(module.DESCRIPTOR.serialized_pb)
     for proto in protos:
         pool.Add(proto)
     return pool

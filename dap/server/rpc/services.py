@@ -28,7 +28,7 @@ from dap.server.access import auth, guards
 from dap.server.catalog import Resource
 from dap.server.documents import idempotency, lifecycle
 from dap.server.rpc import codec, descriptors, status
-from dap.server.workflows import operations
+from dap.server.workflows import operations, watching
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class EntityService:
         page_class = self.classes[f"List{self.entity.message}Page"]
         for _ in range(MAX_PAGES):
             page = await operations.list_records(call, pairs)
-            out = page_class(limit=page.limit, offset=page.offset)
+            out: Any = page_class(limit=page.limit, offset=page.offset)
             if page.total is not None:
                 out.total = page.total
             for row in self._json(page.data):
@@ -120,6 +120,27 @@ class EntityService:
                 return
             pairs = [(k, v) for k, v in pairs if k not in ("offset", "count")]
             pairs.append(("offset", str(page.offset + page.limit)))
+
+    async def watch(self, request: Any, context: Any) -> AsyncIterator[message.Message]:
+        """The entity's delivered events the caller may see (the websocket's rules), resumable
+        with ``after``; the stream ends when the caller cancels it or the server stops."""
+        call = await self._call(context, "find")
+        access = guards.check(call.principal, call.resource, "find")
+        watch = watching.Watch(call.resource, access, watching.record_of(request.record), request.mine)
+        after = request.after if request.HasField("after") else None
+        event_class = self.classes[f"{self.entity.message}Event"]
+        hub = self.app[state.EVENTS].feed
+        async for seq, shown in watching.stream(hub, call.pool, call.tenant, watch, after):
+            out: Any = event_class(seq=seq)
+            for name in descriptors.EVENT_FIELDS[1:]:
+                if shown.get(name) is not None:
+                    setattr(out, name, shown[name])
+            payload = self._json(shown.get("payload") or {})
+            record = payload.get("record") if isinstance(payload, dict) else None
+            if isinstance(record, dict):
+                codec.encode(record, out.record)
+            codec.encode({"payload": payload}, out)
+            yield out
 
     async def create(self, request: Any, context: Any) -> message.Message:
         call = await self._call(context, "create")
@@ -194,7 +215,7 @@ def handlers(
                 )
         classes[e.message] = message_factory.GetMessageClass(pool.FindMessageTypeByName(e.full(e.message)))
         service = EntityService(app, e, classes)
-        methods: dict[str, grpc.RpcMethodHandler] = {}
+        methods: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
         for m in service_desc.methods:
             request_class = message_factory.GetMessageClass(m.input_type)
             response_class = message_factory.GetMessageClass(m.output_type)

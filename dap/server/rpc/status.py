@@ -40,7 +40,7 @@ _CODES: dict[int, int] = {
 
 
 def code_of(http_status: int) -> int:
-    return _CODES.get(http_status, code_pb2.INTERNAL)
+    return int(_CODES.get(http_status, code_pb2.INTERNAL))
 
 
 def of(exc: errors.ApiError) -> grpc.Status:
@@ -58,7 +58,8 @@ def of(exc: errors.ApiError) -> grpc.Status:
         )
         details.append(_pack(bad))
     status = status_pb2.Status(code=code_of(exc.status), message=exc.detail, details=details)
-    return rpc_status.to_status(status)
+    converted: grpc.Status = rpc_status.to_status(status)
+    return converted
 
 
 def _pack(detail: error_details_pb2.ErrorInfo | error_details_pb2.BadRequest) -> any_pb2.Any:
@@ -77,5 +78,5 @@ def reason(trailing: object) -> str | None:
         for detail in status.details:
             info = error_details_pb2.ErrorInfo()
             if detail.Is(info.DESCRIPTOR) and detail.Unpack(info) and info.domain == DOMAIN:
-                return info.reason
+                return str(info.reason)
     return None

@@ -45,6 +45,7 @@ from dap.server.catalog import Resource
 from dap.server.events import channels, feed
 from dap.server.storage import db
 from dap.server.web import requests
+from dap.server.workflows import watching
 
 log = logging.getLogger(__name__)
 HEARTBEAT = 20.0
@@ -66,20 +67,9 @@ class Subscription:
     cursor: int = 0
 
     def shows(self, event: channels.Event) -> dict[str, Any] | None:
-        """The event as this subscription may see it, or ``None`` (pure)."""
-        if event.entity != self.resource.key:
-            return None
-        if self.record is not None and str(event.record_id) != self.record:
-            return None
-        record = event.payload.get("record")
-        record = record if isinstance(record, dict) else {}
-        if self.mine and record.get("owner") != self.access.principal.username:
-            return None
-        if not self.access.sees(record):
-            return None
-        message = event.message()
-        message["payload"] = {**message["payload"], "record": self.access.view(record)}
-        return message
+        """The event as this subscription may see it, or ``None`` (pure; ``workflows.watching``,
+        which gRPC's Watch shares)."""
+        return watching.Watch(self.resource, self.access, self.record, self.mine).shows(event)
 
 
 def _principal(request: web.Request, slug: str) -> tuple[auth.Principal, float]:
