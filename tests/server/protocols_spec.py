@@ -173,6 +173,10 @@ class Rest:
         status, answer, _ = await self._call("DELETE", f"{entity}/{record_id}", who)
         return self._outcome(status, answer)
 
+    async def act(self, entity: str, record_id: str, action: str, who: str | None) -> Outcome:
+        status, answer, _ = await self._call("POST", f"{entity}/{record_id}/{action}", who)
+        return self._outcome(status, answer)
+
 
 def camel(name: str) -> str:
     return "".join(p.capitalize() for p in name.split("_"))
@@ -269,3 +273,9 @@ class Grpc:
         return await self._unary(
             entity, "Delete", self.request(entity, "Delete", id=record_id), self.metadata(who)
         )
+
+    async def act(self, entity: str, record_id: str, action: str, who: str | None) -> Outcome:
+        method = camel(action)
+        request = self.request(entity, method, id=record_id)
+        code, data = await self._unary(entity, method, request, self.metadata(who))
+        return code, data["data"] if data is not None else None

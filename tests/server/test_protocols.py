@@ -171,6 +171,15 @@ async def idempotency_replays(c: Client, tag: str) -> Any:
     return pick(first, "name"), pick(again, "name"), same, other[0]
 
 
+async def lifecycle_moves_as_actions(c: Client, tag: str) -> Any:
+    row = await created(c, "order", {"number": f"{tag}-m", "buyer": "carl"}, MANAGER)
+    refused = await c.act("order", row["id"], "submit", CLERK)  # submit needs sales.order.submit
+    submitted = pick(await c.act("order", row["id"], "submit", MANAGER), "docstatus", "version")
+    again = await c.act("order", row["id"], "submit", MANAGER)
+    cancelled = pick(await c.act("order", row["id"], "cancel", MANAGER), "docstatus")
+    return refused[0], submitted, again[0], cancelled
+
+
 CASES: dict[str, tuple[Case, Any]] = {
     # name: (case, the outcome both protocols must give; ... where the value is checked otherwise)
     "create_and_read_back": (
@@ -202,6 +211,15 @@ CASES: dict[str, tuple[Case, Any]] = {
     "submit_needs_its_permission": (submit_needs_its_permission, ...),
     "delete_draft": (delete_draft, ("ok", "SVC.RECORD.NOT_FOUND")),
     "idempotency_replays": (idempotency_replays, ...),
+    "lifecycle_moves_as_actions": (
+        lifecycle_moves_as_actions,
+        (
+            "SVC.AUTH.FORBIDDEN",
+            ("ok", {"docstatus": "submitted", "version": "2"}),
+            "SVC.DOC.ALREADY_SUBMITTED",
+            ("ok", {"docstatus": "cancelled"}),
+        ),
+    ),
 }
 
 
@@ -269,6 +287,10 @@ async def test_an_entity_without_grpc_has_no_service(both: Both) -> None:
         s.full_name for f in [pool.FindFileByName("acme/sales/v1.proto")] for s in f.services_by_name.values()
     }
     assert names == {f"{PACKAGE}.CustomerService", f"{PACKAGE}.OrderService", f"{PACKAGE}.TicketService"}
+    order = pool.FindServiceByName(f"{PACKAGE}.OrderService")
+    assert sorted(m.name for m in order.methods) == [
+        *("Cancel", "Create", "Delete", "Get", "List", "Submit", "Update", "Watch")
+    ]
     ticket = pool.FindServiceByName(f"{PACKAGE}.TicketService")
     assert sorted(m.name for m in ticket.methods) == ["Create", "Get", "Watch"]  # expose: [find, create]
     with pytest.raises(grpc.aio.AioRpcError) as raised:

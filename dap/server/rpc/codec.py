@@ -71,3 +71,9 @@ def encode(data: Mapping[str, Any], record: message.Message) -> message.Message:
         else:
             setattr(record, name, value)
     return record
+
+
+def decode_struct(value: message.Message) -> dict[str, Any]:
+    """A ``google.protobuf.Struct`` as a JSON object (exact numbers as REST parses them)."""
+    decoded = _exact(json_format.MessageToDict(value))
+    return decoded if isinstance(decoded, dict) else {}

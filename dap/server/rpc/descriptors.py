@@ -11,6 +11,7 @@ Pure functions: a :class:`Catalog` in, one ``FileDescriptorProto`` per module ou
     rpc Update(UpdateProductRequest) returns (Product);                // update_mask; version: If-Match
     rpc Delete(DeleteProductRequest) returns (google.protobuf.Empty);
     rpc Watch(WatchProductRequest) returns (stream ProductEvent);     // resumable with after
+    rpc Submit(SubmitProductRequest) returns (ProductActionResult);    // one per exposed action
 
 A record message carries the system fields (numbers 1-7) and then the REST-visible fields in
 manifest order from 16 on. Exact numbers (``decimal``, ``money``, ``percent``) and dates are
@@ -28,9 +29,10 @@ from dataclasses import dataclass
 
 from google.protobuf import descriptor_pb2
 
-from dap.config.enums import FieldType
+from dap.config.enums import CallMode, FieldType, ProtocolType
 from dap.config.fields import Field
 from dap.server.catalog import Catalog, Resource
+from dap.server.documents import lifecycle
 
 FD = descriptor_pb2.FieldDescriptorProto
 STRUCT = "google/protobuf/struct.proto"
@@ -109,6 +111,34 @@ def entities(catalog: Catalog) -> list[Entity]:
         for _key, r in sorted(catalog.grpc.items())
         if r.actions and r.module not in off
     ]
+
+
+VERBS = frozenset({"List", "Get", "Create", "Update", "Delete", "Watch"})
+
+
+def exposed_actions(resource: Resource) -> list[str]:
+    """The record actions served over gRPC, one method each: ``submit``/``cancel`` of a lifecycle
+    entity whose grpc entry opens ``update``, and the synchronous custom actions and transitions
+    whose own ``expose`` is empty or names ``grpc`` (``call: async`` ones are REST's tracked jobs,
+    not served here); none whose method name would be a verb's."""
+    out: list[str] = []
+    for name in sorted(set(resource.workflow) | set(lifecycle.MOVES)):
+        declared = resource.spec.action(name)
+        if (declared is not None and declared.disabled) or camel(name) in VERBS:
+            continue
+        if name in lifecycle.MOVES and resource.lifecycle:
+            if lifecycle.move_open(resource, name):
+                out.append(name)
+            continue
+        plan = resource.workflow.get(name)
+        if plan is None or name in ("list", "find", "create", "update", "delete"):
+            continue
+        if declared is not None and declared.expose and ProtocolType.GRPC not in declared.expose:
+            continue
+        if declared is not None and declared.call is CallMode.ASYNC:
+            continue
+        out.append(name)
+    return out
 
 
 def field_kind(f: Field) -> tuple[int, str | None]:
@@ -207,6 +237,22 @@ def _entity_messages(e: Entity) -> Iterable[descriptor_pb2.DescriptorProto]:
         delete = descriptor_pb2.DescriptorProto(name=f"Delete{e.message}Request")
         _add(delete, "id", 1, FD.TYPE_STRING)
         yield delete
+    acts = exposed_actions(e.resource)
+    if acts:
+        result = descriptor_pb2.DescriptorProto(name=f"{e.message}ActionResult")
+        _add(result, "data", 1, FD.TYPE_MESSAGE, ref)
+        _add(result, "result", 2, FD.TYPE_MESSAGE, VALUE)
+        _add(result, "transition_from", 3, FD.TYPE_STRING, optional=True)
+        _add(result, "transition_to", 4, FD.TYPE_STRING, optional=True)
+        _add(result, "event", 5, FD.TYPE_STRING, optional=True)
+        _add(result, "approval", 6, FD.TYPE_MESSAGE, VALUE)
+        yield result
+    for action in acts:
+        request = descriptor_pb2.DescriptorProto(name=f"{camel(action)}{e.message}Request")
+        _add(request, "id", 1, FD.TYPE_STRING)
+        _add(request, "version", 2, FD.TYPE_INT64, optional=True)  # If-Match
+        _add(request, "params", 3, FD.TYPE_MESSAGE, ".google.protobuf.Struct")
+        yield request
 
 
 # verb -> (method, request message pattern, response message pattern, server streaming)
@@ -231,6 +277,12 @@ def _service(e: Entity) -> descriptor_pb2.ServiceDescriptorProto:
             input_type=f".{e.full(request.format(e.message))}",
             output_type=out,
             server_streaming=streaming,
+        )
+    for action in exposed_actions(e.resource):
+        service.method.add(
+            name=camel(action),
+            input_type=f".{e.full(f'{camel(action)}{e.message}Request')}",
+            output_type=f".{e.full(f'{e.message}ActionResult')}",
         )
     return service
 

@@ -27,8 +27,9 @@ from dap.server import errors, state
 from dap.server.access import auth, guards
 from dap.server.catalog import Resource
 from dap.server.documents import idempotency, lifecycle
+from dap.server.events import builtin, plans
 from dap.server.rpc import codec, descriptors, status
-from dap.server.workflows import operations, watching
+from dap.server.workflows import actions, operations, sidecars, watching
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,9 @@ class EntityService:
     def key(self) -> str:
         return self.entity.resource.key
 
-    async def _call(self, context: grpc.aio.ServicerContext[Any, Any], verb: str) -> operations.Call:
+    async def _call(
+        self, context: grpc.aio.ServicerContext[Any, Any], verb: str, *, action: bool = False
+    ) -> operations.Call:
         app, md = self.app, _metadata(context)
         slug = md.get(WORKSPACE) or app[state.OPTIONS].workspace
         if not slug:
@@ -68,7 +71,10 @@ class EntityService:
         workspace = await app[state.REGISTRY].resolve(slug)
         catalog = app[state.SPEC].current
         resource: Resource | None = catalog.grpc.get(self.key)
-        if resource is None or verb not in resource.actions:  # a catalog swapped since the boot
+        served = resource is not None and (
+            verb in descriptors.exposed_actions(resource) if action else verb in resource.actions
+        )
+        if resource is None or not served:  # a catalog swapped since the boot
             raise errors.NotFound(
                 f"{self.key} does not expose {verb} over gRPC", code="SVC.ACTION.NOT_EXPOSED"
             )
@@ -170,6 +176,57 @@ class EntityService:
         await self._settle(context, "deleted", event, call.resource)
         return self.classes["google.protobuf.Empty"]()
 
+    def action(self, name: str) -> Handler:
+        """The handler of the record action ``name`` (a lifecycle move or a custom action)."""
+
+        async def run(request: Any, context: Any) -> message.Message:
+            call = await self._call(context, name, action=True)
+            resource = call.resource
+            access = guards.check(call.principal, resource, name)  # required_permission, hidden fields
+            expected = request.version if request.HasField("version") else None
+            out: Any = self.classes[f"{self.entity.message}ActionResult"]()
+            if name in lifecycle.MOVES and resource.lifecycle:
+                moved = await operations.move(call, access, name, request.id, expected=expected)
+                await self._settle(context, builtin.NAMES[name], moved.event, resource)
+                codec.encode(self._json(moved.data), out.data)
+                return out  # type: ignore[no-any-return]
+            plan = resource.workflow[name]
+            declared = plan.declared
+            handler = actions.runner(resource.key, plan, self.app.get(sidecars.INVOKER))  # 501 first
+            if declared is not None and declared.emits is not None:
+                plans.event_type(resource.spec, declared.emits, declared)  # 422 for a mismatched event
+            record_id = operations.parse_id(request.id)
+            body = codec.decode_struct(request.params) if request.HasField("params") else {}
+            key = None
+            if declared is not None and declared.idempotent:
+                header = declared.idempotency_key.header if declared.idempotency_key else idempotency.HEADER
+                key = idempotency.key_of(_metadata(context), header.lower())
+            done = await operations.act(
+                call,
+                access,
+                plan,
+                handler,
+                record_id,
+                body,
+                expected=expected,
+                key=key,
+                target=f"{call.location(record_id)}/{name}",
+                ip=context.peer() or "",
+            )
+            if declared is not None and declared.emits and done.event is not None:
+                await self._settle(context, declared.emits, done.event, resource)
+            answer = orjson.loads(done.answer.body)
+            codec.encode(answer["data"], out.data)
+            if answer.get("transition"):
+                out.transition_from = answer["transition"]["from"]
+                out.transition_to = answer["transition"]["to"]
+            codec.encode(
+                {k: answer.get(k) for k in ("result", "event", "approval") if answer.get(k) is not None}, out
+            )
+            return out  # type: ignore[no-any-return]
+
+        return run
+
 
 def _unary(fn: Handler) -> Handler:
     async def handler(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
@@ -215,11 +272,16 @@ def handlers(
                 )
         classes[e.message] = message_factory.GetMessageClass(pool.FindMessageTypeByName(e.full(e.message)))
         service = EntityService(app, e, classes)
+        actions_by_method = {descriptors.camel(a): a for a in descriptors.exposed_actions(e.resource)}
         methods: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
         for m in service_desc.methods:
             request_class = message_factory.GetMessageClass(m.input_type)
             response_class = message_factory.GetMessageClass(m.output_type)
-            fn = getattr(service, m.name.lower())
+            fn: Any = (
+                getattr(service, m.name.lower())
+                if m.name in descriptors.VERBS
+                else service.action(actions_by_method[m.name])
+            )
             if m.server_streaming:
                 methods[m.name] = grpc.unary_stream_rpc_method_handler(
                     _streaming(fn),

@@ -26,12 +26,12 @@ import orjson
 from dap.config.enums import CallMode
 from dap.server import errors
 from dap.server.access import auth, guards
-from dap.server.catalog import Catalog, Resource
+from dap.server.catalog import Catalog, Resource, machines
 from dap.server.documents import auditing, filling, idempotency, lifecycle, reading, writing
 from dap.server.events import builtin, feed, plans
 from dap.server.storage import caching, db, files, sql
 from dap.server.storage.workspaces import Workspace
-from dap.server.workflows import filters, recording
+from dap.server.workflows import actions, filters, recording
 
 SETTLE_WAIT = 10.0  # seconds a write waits for its sync event's delivery (``Event-Delivery``)
 
@@ -119,7 +119,7 @@ class Updated:
 
     data: dict[str, Any]
     version: int
-    event: uuid.UUID
+    event: uuid.UUID | None
 
 
 async def list_records(call: Call, pairs: list[tuple[str, str]]) -> Page:
@@ -300,3 +300,91 @@ def parse_id(value: str) -> uuid.UUID:
         return uuid.UUID(value)
     except ValueError as exc:
         raise errors.NotFound("no such record", code="SVC.RECORD.NOT_FOUND") from exc
+
+
+# --- actions on one record: lifecycle moves, custom actions and transitions ------------------
+
+
+async def move(
+    call: Call, access: guards.Access, action: str, record_id: str | uuid.UUID, *, expected: int | None
+) -> Updated:
+    """``submit`` or ``cancel`` of a lifecycle document (``documents.lifecycle.move``) in its own
+    transaction; ``access`` is the action's permission check (the caller made it first)."""
+    resource, tenant = call.resource, call.tenant
+    record_id = parse_id(record_id) if isinstance(record_id, str) else record_id
+    write = call.write()
+    emitted: list[uuid.UUID] = []
+
+    async def emit(conn: db.Connection, row: Any, kids: dict[str, list[dict[str, Any]]] | None) -> None:
+        emitted.append(await builtin.record(conn, write, action, row, kids))
+
+    async with db.connection(call.pool) as conn:
+        row, kids = await lifecycle.move(
+            conn, write, call.principal, action, record_id, expected=expected, after=emit
+        )
+    call.cache.invalidate((resource.table.name, tenant, record_id))
+    data = access.view(reading.present(resource, row, kids))
+    return Updated(data, row["version"], emitted[0] if emitted else None)
+
+
+@dataclass(frozen=True)
+class Acted:
+    """A custom action's answer as kept text (``{"data", "result", "transition"?, "event"?,
+    "approval"?}``, 202 for a gated transition) and the event to settle, if it emits one."""
+
+    answer: idempotency.Answer
+    event: uuid.UUID | None
+
+
+async def act(
+    call: Call,
+    access: guards.Access,
+    plan: machines.ActionPlan,
+    handler: actions.Runner | None,
+    record_id: uuid.UUID,
+    body: dict[str, Any],
+    *,
+    expected: int | None,
+    key: str | None,
+    target: str,
+    ip: str,
+) -> Acted:
+    """A synchronous custom action or transition on one record (``workflows.actions.run``): its
+    params from ``body``, its rate limit, its idempotency key (``idempotent`` actions), one
+    transaction. ``handler`` is ``actions.runner``'s (the caller resolved it first: 501 before
+    anything is read)."""
+    resource, tenant, principal = call.resource, call.tenant, call.principal
+    declared = plan.declared
+    params = actions.parse_params(plan, body)
+    keyed = (key, idempotency.fingerprint(principal.sub, target, body)) if key is not None else None
+    run = actions.Call(
+        write=call.write(),
+        principal=principal,
+        access=access,
+        plan=plan,
+        record_id=record_id,
+        params=params,
+        expected=expected,
+        idempotency=keyed,
+    )
+
+    def render(outcome: actions.Outcome) -> idempotency.Answer:
+        data: dict[str, object] = {
+            "data": access.view(reading.present(resource, outcome.row, outcome.children)),
+            "result": outcome.result,
+        }
+        if outcome.moved is not None:
+            data["transition"] = {"from": outcome.moved[0], "to": outcome.moved[1]}
+        if outcome.event is not None:
+            data["event"] = str(outcome.event)
+        if outcome.approval is not None:  # a gated transition: accepted, waiting for its votes
+            data["approval"] = outcome.approval
+        status = 202 if outcome.approval is not None else 200
+        return idempotency.Answer(status, encode(data).decode(), {"ETag": f'"{outcome.row["version"]}"'})
+
+    async with db.connection(call.pool) as conn:
+        await actions.limit(conn, resource.key, plan, tenant=tenant, sub=principal.sub, ip=ip)
+        answer = await actions.run(conn, run, handler, render)
+    call.cache.invalidate((resource.table.name, tenant, record_id))
+    event = json.loads(answer.body).get("event") if declared is not None and declared.emits else None
+    return Acted(answer, uuid.UUID(event) if event else None)
