@@ -11,3 +11,5 @@ An adapter, as REST is (ARCHITECTURE.md, "Protocols are adapters"): the verbs ar
 
 Imported only when ``--grpc-addr`` is given (``dap.server.cli``) or the schema is printed.
 """
+
+__all__ = ["codec", "descriptors", "server", "services", "status"]

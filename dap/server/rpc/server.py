@@ -62,7 +62,8 @@ class RpcServer:
         protos = descriptors.files(catalog)
         pool = self.pool = pool_of(protos)
         entities = descriptors.entities(catalog)
-        server = grpc.aio.server()
+        # a request as large as REST's --max-body-bytes at most (RESOURCE_EXHAUSTED past it)
+        server = grpc.aio.server(options=[("grpc.max_receive_message_length", self.opts.max_body_bytes)])
         server.add_generic_rpc_handlers(services.handlers(self.app, pool, entities))
         self.services = [e.service for e in entities]
         reflection.enable_server_reflection([*self.services, reflection.SERVICE_NAME], server, pool=pool)
