@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import aiohttp
 import grpc
 from google.protobuf import json_format, message_factory
 from google.protobuf.descriptor_pool import DescriptorPool
@@ -53,7 +54,7 @@ spec:
     - {name: visits, type: integer}
     - {name: vip, type: boolean}
     - {name: tags, type: string, multiple: true}
-  expose: [{type: rest}, {type: grpc}]
+  expose: [{type: rest}, {type: grpc}, {type: ws}]
 """,
     "sales/order.yaml": """
 apiVersion: dap.io/v1
@@ -71,7 +72,7 @@ spec:
     - {name: submit, required_permission: sales.order.submit}
   assignments:
     - {dimension: buyer, field: buyer, principal_field: username}
-  expose: [{type: rest}, {type: grpc}]
+  expose: [{type: rest}, {type: grpc}, {type: ws}]
 """,
     "sales/memo.yaml": """
 apiVersion: dap.io/v1
@@ -99,6 +100,93 @@ Outcome = tuple[str, Any]
 
 def bearer(username: str, *roles: str) -> str:
     return f"Bearer {token(sub=f'u-{username}', username=username, roles=list(roles))}"
+
+
+class Ws:
+    """The request/response frames of the ``/{ws}/_ws`` socket, one socket per call (its caller)."""
+
+    name = "ws"
+
+    def __init__(self, srv: Running) -> None:
+        self.srv = srv
+        self.n = 0
+
+    async def _call(self, who: str | None, **frame: Any) -> Outcome:
+        url = f"{self.srv.api}/default/_ws"
+        headers = {"Authorization": who} if who is not None else {}
+        try:
+            ws = await self.srv.http.ws_connect(url, headers=headers)
+        except aiohttp.WSServerHandshakeError:
+            async with self.srv.http.get(url, headers=headers) as resp:  # the refusal's problem
+                return (await resp.json())["code"], None
+        async with ws:
+            self.n += 1
+            cid = f"c{self.n}"
+            await ws.send_json({"type": "call", "id": cid, **frame})
+            async for msg in ws:
+                answer = json.loads(msg.data)
+                if answer.get("id") != cid:
+                    continue  # welcome
+                if answer["type"] == "error":
+                    return answer["code"], None
+                return "ok", answer
+        raise AssertionError("the socket closed without an answer")
+
+    async def create(
+        self,
+        entity: str,
+        body: dict[str, Any],
+        who: str | None,
+        *,
+        key: str | None = None,
+        submit: bool = False,
+    ) -> Outcome:
+        extra = {"idempotency_key": key} if key else {}
+        code, answer = await self._call(
+            who, entity=f"sales/{entity}", verb="create", body=body, submit=submit, **extra
+        )
+        return code, answer["data"] if answer else None
+
+    async def find(self, entity: str, record_id: str, who: str | None) -> Outcome:
+        code, answer = await self._call(who, entity=f"sales/{entity}", verb="find", record=record_id)
+        return code, answer["data"] if answer else None
+
+    async def list(self, entity: str, query: str, who: str | None) -> Outcome:
+        rows: list[dict[str, Any]] = []
+        offset = 0
+        while True:
+            code, answer = await self._call(
+                who, entity=f"sales/{entity}", verb="list", query=f"{query}&offset={offset}"
+            )
+            if answer is None:
+                return code, None
+            rows += answer["data"]
+            if len(answer["data"]) < answer["limit"]:
+                return "ok", rows
+            offset += answer["limit"]
+
+    async def update(
+        self,
+        entity: str,
+        record_id: str,
+        body: dict[str, Any],
+        who: str | None,
+        *,
+        version: int | None = None,
+    ) -> Outcome:
+        extra = {"version": version} if version is not None else {}
+        code, answer = await self._call(
+            who, entity=f"sales/{entity}", verb="update", record=record_id, body=body, **extra
+        )
+        return code, answer["data"] if answer else None
+
+    async def delete(self, entity: str, record_id: str, who: str | None) -> Outcome:
+        code, answer = await self._call(who, entity=f"sales/{entity}", verb="delete", record=record_id)
+        return code, answer["data"] if answer else None
+
+    async def act(self, entity: str, record_id: str, action: str, who: str | None) -> Outcome:
+        code, answer = await self._call(who, entity=f"sales/{entity}", verb=action, record=record_id)
+        return code, answer["data"] if answer else None
 
 
 class Rest:

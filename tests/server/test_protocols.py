@@ -27,7 +27,7 @@ from dap.server.rpc import server as rpc_server
 from dap.server.web import app
 
 from .conftest import Running, load, serve_options
-from .protocols_spec import PACKAGE, SPEC, Grpc, Outcome, Rest, bearer
+from .protocols_spec import PACKAGE, SPEC, Grpc, Outcome, Rest, Ws, bearer
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -39,8 +39,8 @@ NOBODY = bearer("nils")
 
 
 class Both:
-    def __init__(self, rest: Rest, rpc: Grpc, port: int) -> None:
-        self.rest, self.rpc, self.port = rest, rpc, port
+    def __init__(self, rest: Rest, rpc: Grpc, ws: Ws, port: int) -> None:
+        self.rest, self.rpc, self.ws, self.port = rest, rpc, ws, port
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -53,12 +53,13 @@ async def both(pg_dsn: str) -> AsyncIterator[Both]:
     try:
         async with aiohttp.ClientSession() as http, grpc.aio.insecure_channel(f"127.0.0.1:{rpc.port}") as ch:
             assert rpc.pool is not None
-            yield Both(Rest(Running(server, http)), Grpc(ch, rpc.pool), rpc.port)
+            running = Running(server, http)
+            yield Both(Rest(running), Grpc(ch, rpc.pool), Ws(running), rpc.port)
     finally:
         await server.stop()
 
 
-Client = Rest | Grpc
+Client = Rest | Grpc | Ws
 Case = Callable[[Client, str], Awaitable[Any]]
 
 
@@ -163,7 +164,7 @@ async def delete_draft(c: Client, tag: str) -> Any:
 
 
 async def idempotency_replays(c: Client, tag: str) -> Any:
-    key = f"{c.name}-{tag}"
+    key = f"{c.name}-{tag}"  # noqa: RUF100
     first = await c.create("customer", {"name": f"{tag}-i"}, ADMIN, key=key)
     again = await c.create("customer", {"name": f"{tag}-i"}, ADMIN, key=key)
     other = await c.create("customer", {"name": f"{tag}-other"}, ADMIN, key=key)
@@ -251,12 +252,14 @@ def _strip_tag(value: Any, tags: tuple[str, str]) -> Any:
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-async def test_rest_and_grpc_give_the_same_outcome(both: Both, name: str) -> None:
+async def test_rest_grpc_and_ws_give_the_same_outcome(both: Both, name: str) -> None:
     case, expected = CASES[name]
-    tags = (uuid.uuid4().hex[:8], uuid.uuid4().hex[:8])
+    tags = (uuid.uuid4().hex[:8], uuid.uuid4().hex[:8], uuid.uuid4().hex[:8])
     rest = _strip_tag(await case(both.rest, tags[0]), tags)
     rpc = _strip_tag(await case(both.rpc, tags[1]), tags)
+    ws = _strip_tag(await case(both.ws, tags[2]), tags)
     assert rest == rpc, f"REST {rest!r} != gRPC {rpc!r}"
+    assert rest == ws, f"REST {rest!r} != ws {ws!r}"
     assert _matches(rest, expected), rest
 
 
@@ -374,3 +377,11 @@ async def test_watch_refuses_a_caller_without_a_token(both: Both) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as raised:
         await stream.read()
     assert raised.value.code() is grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_ws_calls_are_refused_for_an_entity_without_ws(both: Both) -> None:
+    assert await both.ws._call(ADMIN, entity="sales/memo", verb="find", record=str(uuid.uuid4())) == (
+        "SVC.ENTITY.NOT_FOUND",
+        None,
+    )
+    assert (await both.ws._call(ADMIN, entity="sales/customer", verb="purge"))[0] == "SVC.ACTION.NOT_EXPOSED"

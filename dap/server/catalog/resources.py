@@ -238,6 +238,8 @@ class Catalog:
     resources: Mapping[str, Resource]  # only entities exposed over REST
     # entities exposed over gRPC (``expose`` has ``grpc``), each with the verbs that entry opens
     grpc: Mapping[str, Resource] = field(default_factory=dict)
+    # entities whose ``expose`` has ``ws``: the request/response calls of the ``/{ws}/_ws`` socket
+    ws: Mapping[str, Resource] = field(default_factory=dict)
     module_grpc: Mapping[str, ApiGRPCConfig] = field(default_factory=dict)  # Module ``api.grpc``, by name
     titles: Mapping[str, str] = field(default_factory=dict)
     apps: Mapping[str, AppSpec] = field(default_factory=dict)
@@ -293,13 +295,19 @@ class Catalog:
                 extending.setdefault(target, {})[spec.extends.namespace] = spec.stored_fields
         grants = Grants.of(roles or {})
         grpc: dict[str, Resource] = {}
+        sockets: dict[str, Resource] = {}
         for key, spec in entities.items():
             rest = spec.rest()
             rpc = _exposed(spec, ProtocolType.GRPC)
+            socket = _exposed(spec, ProtocolType.WS)
             module, name = key.split("/", 1)
             title = spec.title or names.get(key) or name.replace("_", " ").capitalize()
             names[key] = title
-            if (rest is None and rpc is None) or spec.extends is not None or key not in by_entity:
+            if (
+                (rest is None and rpc is None and socket is None)
+                or spec.extends is not None
+                or key not in by_entity
+            ):
                 continue
             owned = by_entity[key]
             main = next(t for t in owned if t.kind == "entity")
@@ -347,11 +355,14 @@ class Catalog:
                 resources[key] = resource
             if rpc is not None:  # the same resource, opened to the verbs of its grpc entry
                 grpc[key] = dataclasses.replace(resource, actions=_verbs(spec, rpc))
+            if socket is not None:
+                sockets[key] = dataclasses.replace(resource, actions=_verbs(spec, socket))
         return cls(
             entities=MappingProxyType(dict(entities)),
             tables=all_tables,
             resources=MappingProxyType(resources),
             grpc=MappingProxyType(grpc),
+            ws=MappingProxyType(sockets),
             module_grpc=MappingProxyType(dict(module_grpc or {})),
             titles=MappingProxyType(names),
             apps=MappingProxyType(dict(apps or {})),

@@ -7,6 +7,7 @@ headers on a websocket). Text frames of JSON, client to server::
      "record": "<uuid>"?, "scope": "workspace"|"user"?, "after": 41?}
     {"type": "unsubscribe", "id": "s1"}
     {"type": "ping"}
+    {"type": "call", "id": "c1", "entity": "shop/order", "verb": "find", …}   (``socket_calls``)
 
 server to client: ``welcome`` (``position``: the feed's last ``seq``), ``subscribed``,
 ``unsubscribed``, ``pong``, ``error`` (``code``, ``detail``) and ``event`` (``seq``,
@@ -44,7 +45,7 @@ from dap.server.access import auth, guards
 from dap.server.catalog import Resource
 from dap.server.events import channels, feed
 from dap.server.storage import db
-from dap.server.web import requests
+from dap.server.web import requests, socket_calls
 from dap.server.workflows import watching
 
 log = logging.getLogger(__name__)
@@ -215,6 +216,9 @@ async def _frame(
     kind, sid = frame.get("type"), str(frame.get("id", ""))
     if kind == "ping":
         await ws.send_json({"type": "pong"})
+        return
+    if kind == "call":  # a verb as a request/response frame (``socket_calls``)
+        await socket_calls.answer(request, ws, frame, principal)
         return
     if kind == "unsubscribe":
         subscriptions.pop(sid, None)
