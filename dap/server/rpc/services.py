@@ -263,14 +263,12 @@ def handlers(
     empty = message_factory.GetMessageClass(pool.FindMessageTypeByName("google.protobuf.Empty"))
     for e in entities:
         service_desc = pool.FindServiceByName(e.service)
-        classes: dict[str, type[message.Message]] = {"google.protobuf.Empty": empty}
-        for m in service_desc.methods:
-            for d in (m.input_type, m.output_type):
-                classes.setdefault(
-                    d.name if d.full_name.startswith(e.package + ".") else d.full_name,
-                    message_factory.GetMessageClass(d),
-                )
-        classes[e.message] = message_factory.GetMessageClass(pool.FindMessageTypeByName(e.full(e.message)))
+        # the messages of the entity's package by short name (its file holds them all), and Empty
+        classes: dict[str, type[message.Message]] = {
+            name: message_factory.GetMessageClass(d)
+            for name, d in service_desc.file.message_types_by_name.items()
+        }
+        classes["google.protobuf.Empty"] = empty
         service = EntityService(app, e, classes)
         actions_by_method = {descriptors.camel(a): a for a in descriptors.exposed_actions(e.resource)}
         methods: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
