@@ -143,7 +143,7 @@ def baseline_main(port_: int, dsn: str, tenant: str, fifo: bool = False) -> None
     from dap import config
     from dap.server.catalog import Catalog
     from dap.server.storage import db, gates, sql
-    from dap.server.web import filters
+    from dap.server.workflows import filters
 
     catalog = Catalog.from_spec(config.load_files({"spec.yaml": SPEC}))
     resource = catalog.resources["bench/item"]

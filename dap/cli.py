@@ -15,7 +15,10 @@ from dap import __version__
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "validate": ("dap.config.cli:validate", "validate a manifest directory"),
-    "schema": ("dap.config.cli:schema", "print the JSON Schema (draft-07) of every manifest kind"),
+    "schema": (
+        "dap.server.cli:schema",
+        "print the JSON Schema (draft-07) of every manifest kind, or --proto DIR: the gRPC .proto",
+    ),
     "serve": ("dap.bridge.cli:serve", "run the production server (with the app-process bridge)"),
     "bridge": ("dap.bridge.cli:bridge", "deprecated: the bridge runs inside `dap serve`"),
     "migrate": ("dap.server.cli:migrate", "apply pending schema changes, destructive ones included"),

@@ -18,7 +18,7 @@ import pytest
 import dap
 
 ROOT = Path(dap.__file__).parent
-SUBPACKAGES = ("storage", "catalog", "access", "documents", "workflows", "web")
+SUBPACKAGES = ("storage", "catalog", "access", "documents", "workflows", "web", "rpc")
 
 
 @pytest.fixture(scope="module")

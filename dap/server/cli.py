@@ -35,7 +35,18 @@ log = logging.getLogger(__name__)
 # bridge): each is called with the server's application and options before it starts. The server
 # never imports those parts itself.
 Attach = Callable[["web.Application", options.ServeOptions], object]
-ATTACH: list[Attach] = []
+
+
+def _attach_rpc(app: web.Application, opts: options.ServeOptions) -> object:
+    """The gRPC listener (``dap.server.rpc``), imported only when ``--grpc-addr`` asks for it."""
+    if opts.grpc_addr is None:
+        return None
+    from dap.server.rpc import server as rpc_server
+
+    return rpc_server.attach(app, opts)
+
+
+ATTACH: list[Attach] = [_attach_rpc]
 
 
 def _refuse(message: str, code: int = 1) -> NoReturn:
@@ -154,6 +165,12 @@ def _common(fn: F) -> F:
     envvar="DAP_METRICS_ADDR",
     show_default=True,
     help="admin listener; empty = off",
+)
+@click.option(
+    "--grpc-addr",
+    default="",
+    envvar="DAP_GRPC_ADDR",
+    help="gRPC listener of the entities exposed over grpc (host:port); empty = off",
 )
 @click.option("--admin-secret", envvar="DAP_ADMIN_SECRET")
 @click.option("--log-debug", is_flag=True, envvar="DAP_LOG_DEBUG")
@@ -367,3 +384,28 @@ async def _seed(dsn: str, catalog: Catalog, slug: str, rows: Sequence[Any]) -> A
         raise errors.BootRefused(f"{exc}; run `dap migrate` first") from exc
     finally:
         await pool.close()
+
+
+@click.command()
+@click.option("--indent", type=int, default=2, show_default=True, help="indentation of the JSON output")
+@click.option(
+    "--proto",
+    "proto_spec",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="print instead the .proto text of the gRPC services of this manifest directory",
+)
+def schema(indent: int, proto_spec: Path | None) -> None:
+    """Print the JSON Schema (draft-07) of every manifest kind, or with --proto DIR the .proto text
+    of the gRPC services DIR's entities expose (the schema `dap serve --grpc-addr` reflects)."""
+    if proto_spec is None:
+        from dap.config import cli as config_cli
+
+        config_cli.schema.callback(indent)  # type: ignore[misc]
+        return
+    try:
+        catalog = load_catalog(proto_spec)
+    except errors.BootRefused as exc:
+        _refuse(str(exc), exc.exit_code)
+    from dap.server.rpc import descriptors
+
+    click.echo(descriptors.proto_text(descriptors.files(catalog)))

@@ -75,6 +75,7 @@ class ServeOptions:
     app_dir: Path | None = None
     app_entrypoint: str | None = None
     metrics_addr: Address | None = field(default_factory=lambda: parse_address(DEFAULT_METRICS_ADDR))
+    grpc_addr: Address | None = None  # the gRPC listener (``dap.server.rpc``); None: off
     admin_secret: str | None = None
     log_level: str = "info"
     log_debug: bool = False
@@ -140,6 +141,7 @@ def check(
     app_dir: str | Path | None = None,
     app_entrypoint: str | None = None,
     metrics_addr: str = DEFAULT_METRICS_ADDR,
+    grpc_addr: str = "",
     admin_secret: str | None = None,
     log_level: str = "info",
     log_debug: bool = False,
@@ -254,6 +256,7 @@ def check(
         app_dir=Path(app_dir) if app_dir else None,
         app_entrypoint=app_entrypoint or None,
         metrics_addr=metrics,
+        grpc_addr=parse_address(grpc_addr) if grpc_addr.strip() else None,
         admin_secret=admin,
         log_level=log_level,
         log_debug=log_debug,

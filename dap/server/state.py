@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from dap.server import catalog, metrics, options
     from dap.server.access import auth
     from dap.server.events import dispatcher, feed
-    from dap.server.storage import caching, workspaces
+    from dap.server.storage import caching, files, workspaces
 
 
 @dataclass
@@ -41,6 +41,8 @@ METRICS: web.AppKey[metrics.Metrics] = web.AppKey("metrics")
 VERIFIER: web.AppKey[auth.JwtVerifier] = web.AppKey("verifier")
 OPTIONS: web.AppKey[options.ServeOptions] = web.AppKey("options")
 CACHE: web.AppKey[caching.FindCache] = web.AppKey("find_cache")
+# the file fields' store (``web.files`` sets it; a host, the resource pod, may root it elsewhere)
+FILES: web.AppKey[files.FileStore] = web.AppKey("files")
 
 
 @dataclass

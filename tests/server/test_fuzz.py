@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from dap.server import errors
 from dap.server.catalog import Catalog
-from dap.server.web import filters
+from dap.server.workflows import filters
 
 from .conftest import Running, load, running
 

@@ -14,7 +14,7 @@ from dap.config.fields import Field
 from dap.server import errors
 from dap.server.catalog import Catalog
 from dap.server.storage import queries, records, sql
-from dap.server.web import filters
+from dap.server.workflows import filters
 
 from .conftest import load
 

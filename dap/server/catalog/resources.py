@@ -8,6 +8,7 @@ end, so a swap by the resource pod never mixes two specs inside one request.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -17,10 +18,10 @@ from typing import Any
 from dap.config import Spec
 from dap.config.apps import ApprovalInboxSpec, AppSpec, FormSpec, PageSpec, TableSpec
 from dap.config.base import Record
-from dap.config.entities import EntitySpec
-from dap.config.enums import REST_ACTIONS, FieldType
+from dap.config.entities import EntitySpec, ExposeConfig
+from dap.config.enums import REST_ACTIONS, FieldType, ProtocolType
 from dap.config.fields import Field
-from dap.config.platform import DatastoreSpec, ServiceSpec, WorkspaceSpec
+from dap.config.platform import ApiGRPCConfig, DatastoreSpec, ServiceSpec, WorkspaceSpec
 from dap.config.roles import RoleSpec
 from dap.server.catalog import machines, plans
 from dap.server.catalog.grants import Grants
@@ -108,6 +109,18 @@ def _disabled(spec: EntitySpec, action: str) -> bool:
     """A standard action re-declared with ``disabled: true`` is removed from every surface."""
     declared = spec.action(action)
     return declared is not None and declared.disabled
+
+
+def _exposed(spec: EntitySpec, protocol: ProtocolType) -> ExposeConfig | None:
+    """The entity's enabled ``expose`` entry for ``protocol``, if it opted in."""
+    return next((e for e in spec.expose if e.type is protocol and e.enabled), None)
+
+
+def _verbs(spec: EntitySpec, entry: ExposeConfig | None) -> frozenset[str]:
+    """The standard verbs an ``expose`` entry opens (none without one), less the disabled ones."""
+    if entry is None:
+        return frozenset()
+    return frozenset(str(a) for a in REST_ACTIONS if entry.allows(a) and not _disabled(spec, a))
 
 
 def _main_table(by_entity: Mapping[str, list[Table]], key: str) -> Table | None:
@@ -223,6 +236,11 @@ class Catalog:
     entities: Mapping[str, EntitySpec]
     tables: tuple[Table, ...]
     resources: Mapping[str, Resource]  # only entities exposed over REST
+    # entities exposed over gRPC (``expose`` has ``grpc``), each with the verbs that entry opens
+    grpc: Mapping[str, Resource] = field(default_factory=dict)
+    # entities whose ``expose`` has ``ws``: the request/response calls of the ``/{ws}/_ws`` socket
+    ws: Mapping[str, Resource] = field(default_factory=dict)
+    module_grpc: Mapping[str, ApiGRPCConfig] = field(default_factory=dict)  # Module ``api.grpc``, by name
     titles: Mapping[str, str] = field(default_factory=dict)
     apps: Mapping[str, AppSpec] = field(default_factory=dict)
     pages: Mapping[str, PageSpec] = field(default_factory=dict)
@@ -256,6 +274,7 @@ class Catalog:
         ui_parts: Mapping[str, Record] | None = None,
         workspaces: Mapping[str, WorkspaceSpec] | None = None,
         datastores: Mapping[str, DatastoreSpec] | None = None,
+        module_grpc: Mapping[str, ApiGRPCConfig] | None = None,
     ) -> Catalog:
         """Derive tables and REST resources from entity specs keyed ``module/name``.
 
@@ -275,12 +294,20 @@ class Catalog:
                 target = tables.resolve_ref(spec.extends.target, key.split("/", 1)[0])
                 extending.setdefault(target, {})[spec.extends.namespace] = spec.stored_fields
         grants = Grants.of(roles or {})
+        grpc: dict[str, Resource] = {}
+        sockets: dict[str, Resource] = {}
         for key, spec in entities.items():
             rest = spec.rest()
+            rpc = _exposed(spec, ProtocolType.GRPC)
+            socket = _exposed(spec, ProtocolType.WS)
             module, name = key.split("/", 1)
             title = spec.title or names.get(key) or name.replace("_", " ").capitalize()
             names[key] = title
-            if rest is None or spec.extends is not None or key not in by_entity:
+            if (
+                (rest is None and rpc is None and socket is None)
+                or spec.extends is not None
+                or key not in by_entity
+            ):
                 continue
             owned = by_entity[key]
             main = next(t for t in owned if t.kind == "entity")
@@ -305,14 +332,14 @@ class Catalog:
             slots += tuple(
                 Slot(ns, column, _masker(extensions[ns]), frozenset()) for ns, column in ext_columns.items()
             )
-            resources[key] = Resource(
+            resource = Resource(
                 key=key,
                 module=module,
                 name=name,
                 spec=spec,
                 table=main,
                 children=MappingProxyType(children),
-                actions=frozenset(str(a) for a in REST_ACTIONS if rest.allows(a) and not _disabled(spec, a)),
+                actions=_verbs(spec, rest),
                 title=title,
                 fields=MappingProxyType(visible),
                 slots=slots,
@@ -324,10 +351,19 @@ class Catalog:
                 grants=grants,
                 workflow=machines.compile_actions(spec),
             )
+            if rest is not None:
+                resources[key] = resource
+            if rpc is not None:  # the same resource, opened to the verbs of its grpc entry
+                grpc[key] = dataclasses.replace(resource, actions=_verbs(spec, rpc))
+            if socket is not None:
+                sockets[key] = dataclasses.replace(resource, actions=_verbs(spec, socket))
         return cls(
             entities=MappingProxyType(dict(entities)),
             tables=all_tables,
             resources=MappingProxyType(resources),
+            grpc=MappingProxyType(grpc),
+            ws=MappingProxyType(sockets),
+            module_grpc=MappingProxyType(dict(module_grpc or {})),
             titles=MappingProxyType(names),
             apps=MappingProxyType(dict(apps or {})),
             pages=MappingProxyType(dict(pages or {})),
@@ -367,4 +403,9 @@ class Catalog:
             },
             workspaces={k: m.spec for k, m in spec.workspaces.items()},
             datastores={k: m.spec for k, m in spec.datastores.items()},
+            module_grpc={
+                m.metadata.name: m.spec.api.grpc
+                for m in spec.modules.values()
+                if m.spec.api is not None and m.spec.api.grpc is not None
+            },
         )

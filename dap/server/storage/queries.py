@@ -1,6 +1,6 @@
 """The typed list query that ``sql`` builds statements from, and the system columns as fields. Pure.
 
-``dap.server.web.filters`` parses a request's query string into a :class:`ListQuery`; row scope
+``dap.server.workflows.filters`` parses a request's query string into a :class:`ListQuery`; row scope
 (``dap.server.access.scoping``) appends its conditions to it. Keeping the shape here, below both,
 lets each of them and the SQL builder agree on it without importing one another.
 """

@@ -28,8 +28,8 @@ from dap.server import errors, state
 from dap.server.access import auth, guards
 from dap.server.catalog import Resource
 from dap.server.storage import db
-from dap.server.web import filters, requests
-from dap.server.workflows import approvals, approvals_flow, escalations, gates, inbox
+from dap.server.web import requests
+from dap.server.workflows import approvals, approvals_flow, escalations, filters, gates, inbox
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500

@@ -20,9 +20,10 @@ from dap.config.enums import CallMode
 from dap.server import state
 from dap.server.catalog import Resource
 from dap.server.events import plans
+from dap.server.workflows import operations
 
 R = TypeVar("R", bound=web.StreamResponse)
-WAIT = 10.0
+WAIT = operations.SETTLE_WAIT
 HEADER = "Event-Delivery"
 
 
@@ -35,10 +36,7 @@ async def settle(
     request: web.Request, resource: Resource, event: str, public_id: uuid.UUID | None
 ) -> str | None:
     """Wait for a sync event's delivery; the ``Event-Delivery`` header value (``None``: async)."""
-    if public_id is None or check(resource, event) is not CallMode.SYNC:
-        return None
-    done = await request.app[state.EVENTS].feed.delivered([public_id], WAIT)
-    return "settled" if done else "pending"
+    return await operations.settle(request.app[state.EVENTS].feed, resource, event, public_id)
 
 
 def stamp(response: R, value: str | None) -> R:

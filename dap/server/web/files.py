@@ -39,7 +39,7 @@ from dap.server.storage import db, files
 from dap.server.web import delivery, requests
 from dap.server.workflows import recording
 
-FILES: web.AppKey[files.FileStore] = web.AppKey("files", files.FileStore)
+FILES = state.FILES
 PATH = "/{ws}/api/{module}/{entity}/{id}/_files/{field}"
 
 

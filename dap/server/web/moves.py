@@ -13,22 +13,18 @@ record does not move until the approval's last step reaches its quorum.
 
 from __future__ import annotations
 
-import json
-import uuid
-from typing import Any
-
 from aiohttp import web
 
 from dap.config.enums import CallMode
 from dap.server import errors, state
 from dap.server.access import auth, guards
 from dap.server.catalog import Catalog, Resource, machines
-from dap.server.documents import idempotency, lifecycle, reading
+from dap.server.documents import idempotency, lifecycle
 from dap.server.events import builtin
 from dap.server.storage import db
 from dap.server.storage.workspaces import Workspace
 from dap.server.web import delivery, jobs, requests
-from dap.server.workflows import actions, sidecars
+from dap.server.workflows import actions, operations, sidecars
 
 _CRUD = frozenset({"list", "find", "create", "update", "delete"})
 
@@ -56,24 +52,19 @@ async def record_action(request: web.Request) -> web.Response:
         )
     record_id = requests.parse_record_id(request)
     expected = requests.if_match(request)
-    tenant = workspace.tenant_id
-    write = requests.write_of(request, principal, catalog, resource, tenant)
-    emitted: list[uuid.UUID] = []
-
-    async def emit(conn: db.Connection, row: Any, kids: dict[str, list[dict[str, Any]]] | None) -> None:
-        emitted.append(await builtin.record(conn, write, action, row, kids))
-
-    async with db.connection(request.app[state.POOL]) as conn:
-        row, kids = await lifecycle.move(
-            conn, write, principal, action, record_id, expected=expected, after=emit
-        )
-    request.app[state.CACHE].invalidate((resource.table.name, tenant, record_id))
-    settled = await delivery.settle(request, resource, builtin.NAMES[action], emitted[0] if emitted else None)
+    call = operations.Call(
+        request.app[state.POOL],
+        request.app[state.CACHE],
+        workspace,
+        principal,
+        catalog,
+        resource,
+        request.get(state.REQUEST_ID),
+    )
+    done = await operations.move(call, access, action, record_id, expected=expected)
+    settled = await delivery.settle(request, resource, builtin.NAMES[action], done.event)
     return delivery.stamp(
-        requests.reply(
-            {"data": access.view(reading.present(resource, row, kids))},
-            headers={"ETag": f'"{row["version"]}"'},
-        ),
+        requests.reply({"data": done.data}, headers={"ETag": f'"{done.version}"'}),
         settled,
     )
 
@@ -99,7 +90,7 @@ async def _custom(
     record_id = requests.parse_record_id(request)
     expected = requests.if_match(request)
     body = await requests.read_body(request) if request.body_exists else {}
-    params = actions.parse_params(plan, body)
+    actions.parse_params(plan, body)  # 422 before anything is counted (operations.act parses again)
     keyed = None
     if declared is not None and declared.idempotent:
         header = declared.idempotency_key.header if declared.idempotency_key else idempotency.HEADER
@@ -124,42 +115,31 @@ async def _custom(
             principal=principal,
             keyed=keyed,
         )
-    call = actions.Call(
-        write=requests.write_of(request, principal, catalog, resource, tenant),
-        principal=principal,
-        access=access,
-        plan=plan,
-        record_id=record_id,
-        params=params,
-        expected=expected,
-        idempotency=keyed,
+    call = operations.Call(
+        request.app[state.POOL],
+        request.app[state.CACHE],
+        workspace,
+        principal,
+        catalog,
+        resource,
+        request.get(state.REQUEST_ID),
     )
-
-    def render(outcome: actions.Outcome) -> idempotency.Answer:
-        data: dict[str, object] = {
-            "data": access.view(reading.present(resource, outcome.row, outcome.children)),
-            "result": outcome.result,
-        }
-        if outcome.moved is not None:
-            data["transition"] = {"from": outcome.moved[0], "to": outcome.moved[1]}
-        if outcome.event is not None:
-            data["event"] = str(outcome.event)
-        if outcome.approval is not None:  # a gated transition: accepted, waiting for its votes
-            data["approval"] = outcome.approval
-        status = 202 if outcome.approval is not None else 200
-        return idempotency.Answer(status, requests.dumps(data), {"ETag": f'"{outcome.row["version"]}"'})
-
-    async with db.connection(request.app[state.POOL]) as conn:
-        await actions.limit(
-            conn, resource.key, plan, tenant=tenant, sub=principal.sub, ip=request.remote or ""
-        )
-        answer = await actions.run(conn, call, handler, render)
-    request.app[state.CACHE].invalidate((resource.table.name, tenant, record_id))
-    event = json.loads(answer.body).get("event") if declared is not None and declared.emits else None
+    done = await operations.act(
+        call,
+        access,
+        plan,
+        handler,
+        record_id,
+        body,
+        expected=expected,
+        key=keyed[0] if keyed is not None else None,
+        target=request.path_qs,
+        ip=request.remote or "",
+    )
     settled = None
-    if declared is not None and declared.emits and event:
-        settled = await delivery.settle(request, resource, declared.emits, uuid.UUID(event))
-    return delivery.stamp(requests.respond(answer), settled)
+    if declared is not None and declared.emits and done.event is not None:
+        settled = await delivery.settle(request, resource, declared.emits, done.event)
+    return delivery.stamp(requests.respond(done.answer), settled)
 
 
 def add_routes(app: web.Application) -> None:

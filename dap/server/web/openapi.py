@@ -18,8 +18,8 @@ from dap.server import state
 from dap.server.catalog import Catalog, Resource
 from dap.server.documents import lifecycle
 from dap.server.storage import tables
-from dap.server.web import approvals, filters, notifications, openapi_files, openapi_jobs, schemas
-from dap.server.workflows import actions, sidecars
+from dap.server.web import approvals, notifications, openapi_files, openapi_jobs, schemas
+from dap.server.workflows import actions, filters, sidecars
 
 PROBLEM = {
     "type": "object",

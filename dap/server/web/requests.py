@@ -13,16 +13,15 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
-import orjson
 from aiohttp import web
 
 from dap.server import errors, state
 from dap.server.access import auth, guards
 from dap.server.catalog import Catalog, Resource
 from dap.server.documents import auditing, idempotency
-from dap.server.storage import db
 from dap.server.storage.workspaces import Workspace
 from dap.server.web import identity
+from dap.server.workflows import operations
 
 
 async def resolve(
@@ -54,18 +53,7 @@ def parse_record_id(request: web.Request) -> uuid.UUID:
         raise errors.NotFound("no such record", code="SVC.RECORD.NOT_FOUND") from exc
 
 
-def encode(data: Any) -> bytes:
-    """The JSON of an answer, as the bytes sent: orjson where it can, the standard encoder where not.
-
-    orjson encodes a record several times faster than ``json`` and writes the same JSON for what
-    records hold (strings, numbers, booleans, lists, objects; ``Decimal`` through
-    ``db.json_default`` as exact strings). What it refuses -- integers past 64 bits from a jsonb
-    value, keys that are not strings -- goes to ``json.dumps``, which writes them as before.
-    """
-    try:
-        return orjson.dumps(data, default=db.json_default)
-    except TypeError:  # orjson.JSONEncodeError: see above
-        return json.dumps(data, default=db.json_default, separators=(",", ":")).encode()
+encode = operations.encode  # the JSON of an answer (see there)
 
 
 def dumps(data: Any) -> str:

@@ -23,7 +23,7 @@ from dap.config.enums import FieldType, FilterOp
 from dap.config.fields import Field
 from dap.server.catalog import Catalog, Resource
 from dap.server.storage import numbering, queries, records, tables
-from dap.server.web import filters
+from dap.server.workflows import filters
 
 INT64 = {"type": "integer", "format": "int64", "minimum": -(2**63), "maximum": 2**63 - 1}
 _TEXTUAL = (FieldType.STRING, FieldType.TEXT, FieldType.RICHTEXT, FieldType.FILE, FieldType.ENUM)

@@ -7,6 +7,7 @@ headers on a websocket). Text frames of JSON, client to server::
      "record": "<uuid>"?, "scope": "workspace"|"user"?, "after": 41?}
     {"type": "unsubscribe", "id": "s1"}
     {"type": "ping"}
+    {"type": "call", "id": "c1", "entity": "shop/order", "verb": "find", …}   (``socket_calls``)
 
 server to client: ``welcome`` (``position``: the feed's last ``seq``), ``subscribed``,
 ``unsubscribed``, ``pong``, ``error`` (``code``, ``detail``) and ``event`` (``seq``,
@@ -44,7 +45,8 @@ from dap.server.access import auth, guards
 from dap.server.catalog import Resource
 from dap.server.events import channels, feed
 from dap.server.storage import db
-from dap.server.web import identity, requests
+from dap.server.web import identity, requests, socket_calls
+from dap.server.workflows import watching
 
 log = logging.getLogger(__name__)
 HEARTBEAT = 20.0
@@ -66,20 +68,9 @@ class Subscription:
     cursor: int = 0
 
     def shows(self, event: channels.Event) -> dict[str, Any] | None:
-        """The event as this subscription may see it, or ``None`` (pure)."""
-        if event.entity != self.resource.key:
-            return None
-        if self.record is not None and str(event.record_id) != self.record:
-            return None
-        record = event.payload.get("record")
-        record = record if isinstance(record, dict) else {}
-        if self.mine and record.get("owner") != self.access.principal.username:
-            return None
-        if not self.access.sees(record):
-            return None
-        message = event.message()
-        message["payload"] = {**message["payload"], "record": self.access.view(record)}
-        return message
+        """The event as this subscription may see it, or ``None`` (pure; ``workflows.watching``,
+        which gRPC's Watch shares)."""
+        return watching.Watch(self.resource, self.access, self.record, self.mine).shows(event)
 
 
 async def _principal(request: web.Request, slug: str) -> tuple[auth.Principal, float]:
@@ -225,6 +216,9 @@ async def _frame(
     kind, sid = frame.get("type"), str(frame.get("id", ""))
     if kind == "ping":
         await ws.send_json({"type": "pong"})
+        return
+    if kind == "call":  # a verb as a request/response frame (``socket_calls``)
+        await socket_calls.answer(request, ws, frame, principal)
         return
     if kind == "unsubscribe":
         subscriptions.pop(sid, None)

@@ -16,7 +16,8 @@ from dap.server import errors, state
 from dap.server.access import guards
 from dap.server.documents import auditing
 from dap.server.storage import db
-from dap.server.web import filters, requests
+from dap.server.web import requests
+from dap.server.workflows import filters
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000

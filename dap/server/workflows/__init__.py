@@ -21,6 +21,9 @@ package applies them to a request::
     callbacks  where a job's callback may go, its Standard Webhooks signature, its retries
     sidecars   actions run by the app process: the ``Invoker`` the bridge provides, its reply applied
     recording  a record's create and update, the one pipeline REST and the seed loader share
+    operations the entity verbs and record actions, protocol-neutral: REST and gRPC adapt them
+    filters    a list's query string (filters, sort, limit, fields) as a ``ListQuery`` (pure)
+    watching   an entity's delivered events as one caller may see them (websocket, gRPC Watch)
     seeds      seed files (YAML, CSV) read into rows that know their file, line and fields (pure)
     seeding    seed rows loaded through the API's rules, in one transaction, idempotent
     seeding_steps  a seed row's ``_actions`` and ``_votes``, through the operations of their routes
@@ -38,11 +41,13 @@ __all__ = [
     "approvals_schema",
     "callbacks",
     "escalations",
+    "filters",
     "gates",
     "handlers",
     "inbox",
     "jobs",
     "machines",
+    "operations",
     "recording",
     "seeding",
     "seeding_steps",
@@ -50,5 +55,6 @@ __all__ = [
     "seeds",
     "services",
     "sidecars",
+    "watching",
     "worker",
 ]

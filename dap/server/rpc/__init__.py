@@ -1,0 +1,15 @@
+"""dap.server.rpc — gRPC exposure of the entities whose ``expose`` has ``grpc``: a sibling of ``web``.
+
+An adapter, as REST is (ARCHITECTURE.md, "Protocols are adapters"): the verbs are those of
+``workflows.operations``; this package only builds the schema, decodes, calls and encodes::
+
+    descriptors  the catalog's gRPC schema as descriptors, and its ``.proto`` text (pure)
+    codec        record messages to and from the JSON values of the operations
+    status       the package's errors as gRPC statuses with a google.rpc.Status detail
+    services     the handlers of each entity's service
+    server       the listener of ``dap serve --grpc-addr``, with server reflection
+
+Imported only when ``--grpc-addr`` is given (``dap.server.cli``) or the schema is printed.
+"""
+
+__all__ = ["codec", "descriptors", "server", "services", "status"]

@@ -1,0 +1,296 @@
+"""The gRPC handlers of the exposed entities: thin adapters over ``workflows.operations``.
+
+A call names its workspace in the metadata ``dap-workspace`` (else the server's ``--workspace``)
+and its caller in ``authorization: Bearer <token>``, verified as REST verifies it (the same
+verifier, bound to the workspace). The verb then runs through the same operation REST runs --
+permissions, field permissions, row scope, the document lifecycle, ``idempotency-key`` (metadata)
+-- and its errors become statuses (``status``). Output-only fields of a record message (``id``,
+``version``, ``docstatus``, dates, ``owner``) are ignored on input, as AIP-203 has it.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl
+
+import grpc
+import orjson
+from aiohttp import web
+from google.protobuf import message, message_factory
+from google.protobuf.descriptor_pool import DescriptorPool
+
+from dap.server import errors, state
+from dap.server.access import auth, guards
+from dap.server.catalog import Resource
+from dap.server.documents import idempotency, lifecycle
+from dap.server.events import builtin, plans
+from dap.server.rpc import codec, descriptors, status
+from dap.server.workflows import actions, operations, sidecars, watching
+
+log = logging.getLogger(__name__)
+
+WORKSPACE = "dap-workspace"
+IDEMPOTENCY = "idempotency-key"
+DELIVERY = "event-delivery"  # trailing metadata: REST's Event-Delivery header
+OUTPUT_ONLY = frozenset(name for name, _t, _o in descriptors.SYSTEM)
+MAX_PAGES = 10_000  # a List stream ends past this many pages, whatever the table holds
+
+Metadata = Mapping[str, str]
+Handler = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
+
+
+def _metadata(context: grpc.aio.ServicerContext[Any, Any]) -> dict[str, str]:
+    return {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+
+
+@dataclass(frozen=True)
+class EntityService:
+    """The handlers of one entity's service, over the application's shared state."""
+
+    app: web.Application
+    entity: descriptors.Entity
+    classes: Mapping[str, type[message.Message]]  # message name -> class
+
+    @property
+    def key(self) -> str:
+        return self.entity.resource.key
+
+    async def _call(
+        self, context: grpc.aio.ServicerContext[Any, Any], verb: str, *, action: bool = False
+    ) -> operations.Call:
+        app, md = self.app, _metadata(context)
+        slug = md.get(WORKSPACE) or app[state.OPTIONS].workspace
+        if not slug:
+            raise errors.NotFound(
+                f"name the workspace in the metadata {WORKSPACE}", code="SVC.WORKSPACE.NOT_FOUND"
+            )
+        workspace = await app[state.REGISTRY].resolve(slug)
+        catalog = app[state.SPEC].current
+        resource: Resource | None = catalog.grpc.get(self.key)
+        served = resource is not None and (
+            verb in descriptors.exposed_actions(resource) if action else verb in resource.actions
+        )
+        if resource is None or not served:  # a catalog swapped since the boot
+            raise errors.NotFound(
+                f"{self.key} does not expose {verb} over gRPC", code="SVC.ACTION.NOT_EXPOSED"
+            )
+        header = md.get("authorization")
+        module, name = self.key.split("/", 1)
+        if header is None and guards.open_to_anonymous(catalog, {"module": module, "entity": name}, verb):
+            principal = guards.anonymous(workspace.slug)
+        else:
+            principal = app[state.VERIFIER].verify(
+                auth.bearer_token(header), workspace=workspace.slug, bind=True
+            )
+        request_id = md.get("x-request-id") or uuid.uuid4().hex
+        return operations.Call(
+            app[state.POOL], app[state.CACHE], workspace, principal, catalog, resource, request_id
+        )
+
+    def _record(self, data: Mapping[str, Any]) -> message.Message:
+        return codec.encode(data, self.classes[self.entity.message]())
+
+    def _json(self, data: Any) -> Any:
+        """The JSON REST answers for ``data`` (exact numbers as strings, dates as ISO text)."""
+        return orjson.loads(operations.encode(data))
+
+    async def _settle(
+        self, context: Any, event: str, public_id: uuid.UUID | None, resource: Resource
+    ) -> None:
+        settled = await operations.settle(self.app[state.EVENTS].feed, resource, event, public_id)
+        if settled is not None:
+            context.set_trailing_metadata(((DELIVERY, settled),))
+
+    async def get(self, request: Any, context: Any) -> message.Message:
+        call = await self._call(context, "find")
+        found = await operations.find(call, request.id)
+        return self._record(orjson.loads(found.body)["data"])
+
+    async def list(self, request: Any, context: Any) -> AsyncIterator[message.Message]:
+        call = await self._call(context, "list")
+        pairs = parse_qsl(request.query, keep_blank_values=True)
+        page_class = self.classes[f"List{self.entity.message}Page"]
+        for _ in range(MAX_PAGES):
+            page = await operations.list_records(call, pairs)
+            out: Any = page_class(limit=page.limit, offset=page.offset)
+            if page.total is not None:
+                out.total = page.total
+            for row in self._json(page.data):
+                codec.encode(row, out.data.add())
+            yield out
+            if page.limit <= 0 or len(page.data) < page.limit:
+                return
+            pairs = [(k, v) for k, v in pairs if k not in ("offset", "count")]
+            pairs.append(("offset", str(page.offset + page.limit)))
+
+    async def watch(self, request: Any, context: Any) -> AsyncIterator[message.Message]:
+        """The entity's delivered events the caller may see (the websocket's rules), resumable
+        with ``after``; the stream ends when the caller cancels it or the server stops."""
+        call = await self._call(context, "find")
+        access = guards.check(call.principal, call.resource, "find")
+        watch = watching.Watch(call.resource, access, watching.record_of(request.record), request.mine)
+        after = request.after if request.HasField("after") else None
+        event_class = self.classes[f"{self.entity.message}Event"]
+        hub = self.app[state.EVENTS].feed
+        async for seq, shown in watching.stream(hub, call.pool, call.tenant, watch, after):
+            out: Any = event_class(seq=seq)
+            for name in descriptors.EVENT_FIELDS[1:]:
+                if shown.get(name) is not None:
+                    setattr(out, name, shown[name])
+            payload = self._json(shown.get("payload") or {})
+            record = payload.get("record") if isinstance(payload, dict) else None
+            if isinstance(record, dict):
+                codec.encode(record, out.record)
+            codec.encode({"payload": payload}, out)
+            yield out
+
+    async def create(self, request: Any, context: Any) -> message.Message:
+        call = await self._call(context, "create")
+        key = idempotency.key_of(_metadata(context), IDEMPOTENCY)
+        body = {k: v for k, v in codec.decode(request.record).items() if k not in OUTPUT_ONLY}
+        query = {"submit": "true"} if request.submit else {}
+        submit = lifecycle.create_submits(call.resource, query, body)
+        target = call.location("").rstrip("/") + ("?submit=true" if submit else "")
+        done = await operations.create(call, body, submit=submit, key=key, target=target)
+        if not done.replayed:
+            await self._settle(context, "created", done.event, call.resource)
+        return self._record(orjson.loads(done.answer.body)["data"])
+
+    async def update(self, request: Any, context: Any) -> message.Message:
+        call = await self._call(context, "update")
+        paths = list(request.update_mask.paths) if request.HasField("update_mask") else None
+        body = codec.decode(request.record, only=paths or None)
+        body = {k: v for k, v in body.items() if k not in OUTPUT_ONLY}
+        expected = request.version if request.HasField("version") else None
+        done = await operations.update(call, request.id, body, expected=expected)
+        await self._settle(context, "updated", done.event, call.resource)
+        return self._record(self._json(done.data))
+
+    async def delete(self, request: Any, context: Any) -> message.Message:
+        call = await self._call(context, "delete")
+        event = await operations.delete(call, request.id, self.app.get(state.FILES))
+        await self._settle(context, "deleted", event, call.resource)
+        return self.classes["google.protobuf.Empty"]()
+
+    def action(self, name: str) -> Handler:
+        """The handler of the record action ``name`` (a lifecycle move or a custom action)."""
+
+        async def run(request: Any, context: Any) -> message.Message:
+            call = await self._call(context, name, action=True)
+            resource = call.resource
+            access = guards.check(call.principal, resource, name)  # required_permission, hidden fields
+            expected = request.version if request.HasField("version") else None
+            out: Any = self.classes[f"{self.entity.message}ActionResult"]()
+            if name in lifecycle.MOVES and resource.lifecycle:
+                moved = await operations.move(call, access, name, request.id, expected=expected)
+                await self._settle(context, builtin.NAMES[name], moved.event, resource)
+                codec.encode(self._json(moved.data), out.data)
+                return out  # type: ignore[no-any-return]
+            plan = resource.workflow[name]
+            declared = plan.declared
+            handler = actions.runner(resource.key, plan, self.app.get(sidecars.INVOKER))  # 501 first
+            if declared is not None and declared.emits is not None:
+                plans.event_type(resource.spec, declared.emits, declared)  # 422 for a mismatched event
+            record_id = operations.parse_id(request.id)
+            body = codec.decode_struct(request.params) if request.HasField("params") else {}
+            key = None
+            if declared is not None and declared.idempotent:
+                header = declared.idempotency_key.header if declared.idempotency_key else idempotency.HEADER
+                key = idempotency.key_of(_metadata(context), header.lower())
+            done = await operations.act(
+                call,
+                access,
+                plan,
+                handler,
+                record_id,
+                body,
+                expected=expected,
+                key=key,
+                target=f"{call.location(record_id)}/{name}",
+                ip=context.peer() or "",
+            )
+            if declared is not None and declared.emits and done.event is not None:
+                await self._settle(context, declared.emits, done.event, resource)
+            answer = orjson.loads(done.answer.body)
+            codec.encode(answer["data"], out.data)
+            if answer.get("transition"):
+                out.transition_from = answer["transition"]["from"]
+                out.transition_to = answer["transition"]["to"]
+            codec.encode(
+                {k: answer.get(k) for k in ("result", "event", "approval") if answer.get(k) is not None}, out
+            )
+            return out  # type: ignore[no-any-return]
+
+        return run
+
+
+def _unary(fn: Handler) -> Handler:
+    async def handler(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        try:
+            return await fn(request, context)
+        except errors.ApiError as exc:
+            await context.abort_with_status(status.of(exc))
+        except Exception:
+            log.exception("gRPC call failed")
+            await context.abort_with_status(status.of(errors.InternalError("internal server error")))
+
+    return handler
+
+
+def _streaming(fn: Callable[[Any, Any], AsyncIterator[Any]]) -> Callable[[Any, Any], AsyncIterator[Any]]:
+    async def handler(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+        try:
+            async for item in fn(request, context):
+                yield item
+        except errors.ApiError as exc:
+            await context.abort_with_status(status.of(exc))
+        except Exception:
+            log.exception("gRPC stream failed")
+            await context.abort_with_status(status.of(errors.InternalError("internal server error")))
+
+    return handler
+
+
+def handlers(
+    app: web.Application, pool: DescriptorPool, entities: list[descriptors.Entity]
+) -> list[grpc.GenericRpcHandler]:
+    """One generic handler per entity service, its methods bound to :class:`EntityService`."""
+    out: list[grpc.GenericRpcHandler] = []
+    empty = message_factory.GetMessageClass(pool.FindMessageTypeByName("google.protobuf.Empty"))
+    for e in entities:
+        service_desc = pool.FindServiceByName(e.service)
+        # the messages of the entity's package by short name (its file holds them all), and Empty
+        classes: dict[str, type[message.Message]] = {
+            name: message_factory.GetMessageClass(d)
+            for name, d in service_desc.file.message_types_by_name.items()
+        }
+        classes["google.protobuf.Empty"] = empty
+        service = EntityService(app, e, classes)
+        actions_by_method = {descriptors.camel(a): a for a in descriptors.exposed_actions(e.resource)}
+        methods: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+        for m in service_desc.methods:
+            request_class = message_factory.GetMessageClass(m.input_type)
+            response_class = message_factory.GetMessageClass(m.output_type)
+            fn: Any = (
+                getattr(service, m.name.lower())
+                if m.name in descriptors.VERBS
+                else service.action(actions_by_method[m.name])
+            )
+            if m.server_streaming:
+                methods[m.name] = grpc.unary_stream_rpc_method_handler(
+                    _streaming(fn),
+                    request_deserializer=request_class.FromString,
+                    response_serializer=response_class.SerializeToString,
+                )
+            else:
+                methods[m.name] = grpc.unary_unary_rpc_method_handler(
+                    _unary(fn),
+                    request_deserializer=request_class.FromString,
+                    response_serializer=response_class.SerializeToString,
+                )
+        out.append(grpc.method_handlers_generic_handler(e.service, methods))
+    return out

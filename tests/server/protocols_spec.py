@@ -1,0 +1,369 @@
+"""A spec exposed over REST and gRPC, and one client per protocol speaking the same verbs.
+
+The protocol tests run each case through :class:`Rest` and :class:`Grpc` and compare the
+outcomes: ``(code, values)`` where ``code`` is ``"ok"`` or the ``SVC.*`` code of the failure (the
+problem document's ``code`` over REST, the ``google.rpc.ErrorInfo`` reason over gRPC).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+import grpc
+from google.protobuf import json_format, message_factory
+from google.protobuf.descriptor_pool import DescriptorPool
+
+from dap.server.rpc import status
+
+from .conftest import Running, token
+
+SPEC = {
+    "sales/module.yaml": """
+apiVersion: dap.io/v1
+kind: Module
+metadata: {name: sales}
+spec:
+  title: Sales
+  api: {grpc: {enabled: true, package: acme.sales.v1}}
+""",
+    "roles.yaml": """
+apiVersion: dap.io/v1
+kind: Role
+metadata: {name: clerk}
+spec:
+  permissions: [sales.order.create]
+---
+apiVersion: dap.io/v1
+kind: Role
+metadata: {name: manager}
+spec:
+  includes: [clerk]
+  permissions: ['sales.order.*', sales.customer.read_credit]
+""",
+    "sales/customer.yaml": """
+apiVersion: dap.io/v1
+kind: Entity
+metadata: {name: customer, module: sales}
+spec:
+  fields:
+    - {name: name, type: string, required: true}
+    - {name: credit, type: money, scale: 2, required_permission: sales.customer.read_credit}
+    - {name: visits, type: integer}
+    - {name: vip, type: boolean}
+    - {name: tags, type: string, multiple: true}
+  expose: [{type: rest}, {type: grpc}, {type: ws}]
+""",
+    "sales/order.yaml": """
+apiVersion: dap.io/v1
+kind: Entity
+metadata: {name: order, module: sales}
+spec:
+  lifecycle: true
+  fields:
+    - {name: number, type: string, required: true}
+    - {name: buyer, type: string}
+    - {name: amount, type: money, scale: 2}
+  actions:
+    - {name: create, required_permission: sales.order.create}
+    - {name: delete, required_permission: sales.order.delete}
+    - {name: submit, required_permission: sales.order.submit}
+  assignments:
+    - {dimension: buyer, field: buyer, principal_field: username}
+  expose: [{type: rest}, {type: grpc}, {type: ws}]
+""",
+    "sales/memo.yaml": """
+apiVersion: dap.io/v1
+kind: Entity
+metadata: {name: memo, module: sales}
+spec:
+  fields:
+    - {name: title, type: string}
+  expose: [{type: rest}]
+""",
+    "sales/ticket.yaml": """
+apiVersion: dap.io/v1
+kind: Entity
+metadata: {name: ticket, module: sales}
+spec:
+  fields:
+    - {name: title, type: string}
+  expose: [{type: grpc, actions: [find, create]}]
+""",
+}
+
+PACKAGE = "acme.sales.v1"
+Outcome = tuple[str, Any]
+
+
+def bearer(username: str, *roles: str) -> str:
+    return f"Bearer {token(sub=f'u-{username}', username=username, roles=list(roles))}"
+
+
+class Ws:
+    """The request/response frames of the ``/{ws}/_ws`` socket, one socket per call (its caller)."""
+
+    name = "ws"
+
+    def __init__(self, srv: Running) -> None:
+        self.srv = srv
+        self.n = 0
+
+    async def _call(self, who: str | None, **frame: Any) -> Outcome:
+        url = f"{self.srv.api}/default/_ws"
+        headers = {"Authorization": who} if who is not None else {}
+        try:
+            ws = await self.srv.http.ws_connect(url, headers=headers)
+        except aiohttp.WSServerHandshakeError:
+            async with self.srv.http.get(url, headers=headers) as resp:  # the refusal's problem
+                return (await resp.json())["code"], None
+        async with ws:
+            self.n += 1
+            cid = f"c{self.n}"
+            await ws.send_json({"type": "call", "id": cid, **frame})
+            async for msg in ws:
+                answer = json.loads(msg.data)
+                if answer.get("id") != cid:
+                    continue  # welcome
+                if answer["type"] == "error":
+                    return answer["code"], None
+                return "ok", answer
+        raise AssertionError("the socket closed without an answer")
+
+    async def create(
+        self,
+        entity: str,
+        body: dict[str, Any],
+        who: str | None,
+        *,
+        key: str | None = None,
+        submit: bool = False,
+    ) -> Outcome:
+        extra = {"idempotency_key": key} if key else {}
+        code, answer = await self._call(
+            who, entity=f"sales/{entity}", verb="create", body=body, submit=submit, **extra
+        )
+        return code, answer["data"] if answer else None
+
+    async def find(self, entity: str, record_id: str, who: str | None) -> Outcome:
+        code, answer = await self._call(who, entity=f"sales/{entity}", verb="find", record=record_id)
+        return code, answer["data"] if answer else None
+
+    async def list(self, entity: str, query: str, who: str | None) -> Outcome:
+        rows: list[dict[str, Any]] = []
+        offset = 0
+        while True:
+            code, answer = await self._call(
+                who, entity=f"sales/{entity}", verb="list", query=f"{query}&offset={offset}"
+            )
+            if answer is None:
+                return code, None
+            rows += answer["data"]
+            if len(answer["data"]) < answer["limit"]:
+                return "ok", rows
+            offset += answer["limit"]
+
+    async def update(
+        self,
+        entity: str,
+        record_id: str,
+        body: dict[str, Any],
+        who: str | None,
+        *,
+        version: int | None = None,
+    ) -> Outcome:
+        extra = {"version": version} if version is not None else {}
+        code, answer = await self._call(
+            who, entity=f"sales/{entity}", verb="update", record=record_id, body=body, **extra
+        )
+        return code, answer["data"] if answer else None
+
+    async def delete(self, entity: str, record_id: str, who: str | None) -> Outcome:
+        code, answer = await self._call(who, entity=f"sales/{entity}", verb="delete", record=record_id)
+        return code, answer["data"] if answer else None
+
+    async def act(self, entity: str, record_id: str, action: str, who: str | None) -> Outcome:
+        code, answer = await self._call(who, entity=f"sales/{entity}", verb=action, record=record_id)
+        return code, answer["data"] if answer else None
+
+
+class Rest:
+    name = "rest"
+
+    def __init__(self, srv: Running) -> None:
+        self.srv = srv
+
+    async def _call(
+        self, method: str, path: str, who: str | None, body: Any = None, headers: Mapping[str, str] = {}
+    ) -> tuple[int, Any, Mapping[str, str]]:
+        url = f"{self.srv.api}/default/api/sales/{path}"
+        sent = {"Content-Type": "application/json", **headers}
+        if who is not None:
+            sent["Authorization"] = who
+        data = json.dumps(body).encode() if body is not None else None
+        async with self.srv.http.request(method, url, data=data, headers=sent) as resp:
+            text = await resp.text()
+            return resp.status, json.loads(text) if text else None, resp.headers
+
+    @staticmethod
+    def _outcome(status: int, answer: Any) -> Outcome:
+        if status >= 400:
+            return answer["code"], None
+        return "ok", answer["data"] if answer is not None else None
+
+    async def create(
+        self,
+        entity: str,
+        body: dict[str, Any],
+        who: str | None,
+        *,
+        key: str | None = None,
+        submit: bool = False,
+    ) -> Outcome:
+        headers = {"Idempotency-Key": key} if key else {}
+        path = entity + ("?submit=true" if submit else "")
+        status, answer, _ = await self._call("POST", path, who, body, headers)
+        return self._outcome(status, answer)
+
+    async def find(self, entity: str, record_id: str, who: str | None) -> Outcome:
+        status, answer, _ = await self._call("GET", f"{entity}/{record_id}", who)
+        return self._outcome(status, answer)
+
+    async def list(self, entity: str, query: str, who: str | None) -> Outcome:
+        """Every page, as gRPC's List streams them: offsets walked until a short page."""
+        rows: list[dict[str, Any]] = []
+        offset = 0
+        while True:
+            status, answer, _ = await self._call("GET", f"{entity}?{query}&offset={offset}", who)
+            if status >= 400:
+                return self._outcome(status, answer)
+            rows += answer["data"]
+            if len(answer["data"]) < answer["limit"]:
+                return "ok", rows
+            offset += answer["limit"]
+
+    async def update(
+        self,
+        entity: str,
+        record_id: str,
+        body: dict[str, Any],
+        who: str | None,
+        *,
+        version: int | None = None,
+    ) -> Outcome:
+        headers = {"If-Match": f'"{version}"'} if version is not None else {}
+        status, answer, _ = await self._call("PATCH", f"{entity}/{record_id}", who, body, headers)
+        return self._outcome(status, answer)
+
+    async def delete(self, entity: str, record_id: str, who: str | None) -> Outcome:
+        status, answer, _ = await self._call("DELETE", f"{entity}/{record_id}", who)
+        return self._outcome(status, answer)
+
+    async def act(self, entity: str, record_id: str, action: str, who: str | None) -> Outcome:
+        status, answer, _ = await self._call("POST", f"{entity}/{record_id}/{action}", who)
+        return self._outcome(status, answer)
+
+
+def camel(name: str) -> str:
+    return "".join(p.capitalize() for p in name.split("_"))
+
+
+class Grpc:
+    name = "grpc"
+
+    def __init__(self, channel: grpc.aio.Channel, pool: DescriptorPool) -> None:
+        self.channel, self.pool = channel, pool
+
+    def cls(self, name: str) -> Any:
+        return message_factory.GetMessageClass(self.pool.FindMessageTypeByName(name))
+
+    def _method(self, entity: str, verb: str, streaming: bool = False) -> Any:
+        e = camel(entity)
+        service = self.pool.FindServiceByName(f"{PACKAGE}.{e}Service")
+        method = service.methods_by_name[verb]
+        response = message_factory.GetMessageClass(method.output_type)
+        path = f"/{service.full_name}/{verb}"
+        make = self.channel.unary_stream if streaming else self.channel.unary_unary
+        return make(
+            path,
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=response.FromString,
+        )
+
+    def request(self, entity: str, verb: str, **fields: Any) -> Any:
+        return self.cls(f"{PACKAGE}.{verb}{camel(entity)}Request")(**fields)
+
+    def record(self, entity: str, body: Mapping[str, Any]) -> Any:
+        return json_format.ParseDict(dict(body), self.cls(f"{PACKAGE}.{camel(entity)}")())
+
+    @staticmethod
+    def metadata(who: str | None, **extra: str) -> list[tuple[str, str]]:
+        md = [("dap-workspace", "default"), *extra.items()]
+        return md + ([("authorization", who)] if who is not None else [])
+
+    @staticmethod
+    def data(msg: Any) -> dict[str, Any]:
+        return json_format.MessageToDict(msg, preserving_proto_field_name=True)
+
+    async def _unary(self, entity: str, verb: str, request: Any, md: list[tuple[str, str]]) -> Outcome:
+        try:
+            answer = await self._method(entity, verb)(request, metadata=md)
+        except grpc.aio.AioRpcError as exc:
+            return status.reason(exc.trailing_metadata()) or exc.code().name, None
+        return "ok", self.data(answer)
+
+    async def create(
+        self,
+        entity: str,
+        body: dict[str, Any],
+        who: str | None,
+        *,
+        key: str | None = None,
+        submit: bool = False,
+    ) -> Outcome:
+        request = self.request(entity, "Create", record=self.record(entity, body), submit=submit)
+        extra = {"idempotency-key": key} if key else {}
+        return await self._unary(entity, "Create", request, self.metadata(who, **extra))
+
+    async def find(self, entity: str, record_id: str, who: str | None) -> Outcome:
+        return await self._unary(entity, "Get", self.request(entity, "Get", id=record_id), self.metadata(who))
+
+    async def list(self, entity: str, query: str, who: str | None) -> Outcome:
+        request = self.request(entity, "List", query=query)
+        rows: list[dict[str, Any]] = []
+        try:
+            async for page in self._method(entity, "List", streaming=True)(
+                request, metadata=self.metadata(who)
+            ):
+                rows += [self.data(r) for r in page.data]
+        except grpc.aio.AioRpcError as exc:
+            return status.reason(exc.trailing_metadata()) or exc.code().name, None
+        return "ok", rows
+
+    async def update(
+        self,
+        entity: str,
+        record_id: str,
+        body: dict[str, Any],
+        who: str | None,
+        *,
+        version: int | None = None,
+    ) -> Outcome:
+        request = self.request(entity, "Update", id=record_id, record=self.record(entity, body))
+        request.update_mask.paths.extend(body)
+        if version is not None:
+            request.version = version
+        return await self._unary(entity, "Update", request, self.metadata(who))
+
+    async def delete(self, entity: str, record_id: str, who: str | None) -> Outcome:
+        return await self._unary(
+            entity, "Delete", self.request(entity, "Delete", id=record_id), self.metadata(who)
+        )
+
+    async def act(self, entity: str, record_id: str, action: str, who: str | None) -> Outcome:
+        method = camel(action)
+        request = self.request(entity, method, id=record_id)
+        code, data = await self._unary(entity, method, request, self.metadata(who))
+        return code, data["data"] if data is not None else None

@@ -1,0 +1,387 @@
+"""The same cases over REST and gRPC give the same outcomes: one operation per verb, two adapters.
+
+Each case runs once per protocol on records of its own (a tag per run) and the two outcomes --
+``"ok"`` with the values that matter, or the ``SVC.*`` code -- must be equal; each case also pins
+the outcome it expects, so that two equally wrong adapters do not pass. Then what gRPC alone has:
+reflection, an entity without ``grpc`` in ``expose`` having no service, ``dap schema --proto``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import grpc
+import pytest
+import pytest_asyncio
+from click.testing import CliRunner
+from google.protobuf import descriptor_pb2
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from dap.server import cli as server_cli
+from dap.server.rpc import descriptors
+from dap.server.rpc import server as rpc_server
+from dap.server.web import app
+
+from .conftest import Running, load, serve_options
+from .protocols_spec import PACKAGE, SPEC, Grpc, Outcome, Rest, Ws, bearer
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+ADMIN = bearer("root", "admin")
+CLERK = bearer("carl", "clerk")
+BOB = bearer("bob", "clerk")
+MANAGER = bearer("meg", "manager")
+NOBODY = bearer("nils")
+
+
+class Both:
+    def __init__(self, rest: Rest, rpc: Grpc, ws: Ws, port: int) -> None:
+        self.rest, self.rpc, self.ws, self.port = rest, rpc, ws, port
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def both(pg_dsn: str) -> AsyncIterator[Both]:
+    catalog = load(SPEC)
+    server = await app.create_server(serve_options(pg_dsn, grpc_addr="127.0.0.1:0"), catalog)
+    rpc = rpc_server.attach(server.app, server.opts)
+    assert isinstance(rpc, rpc_server.RpcServer)
+    await server.start()
+    try:
+        async with aiohttp.ClientSession() as http, grpc.aio.insecure_channel(f"127.0.0.1:{rpc.port}") as ch:
+            assert rpc.pool is not None
+            running = Running(server, http)
+            yield Both(Rest(running), Grpc(ch, rpc.pool), Ws(running), rpc.port)
+    finally:
+        await server.stop()
+
+
+Client = Rest | Grpc | Ws
+Case = Callable[[Client, str], Awaitable[Any]]
+
+
+def pick(outcome: Outcome, *keys: str) -> Outcome:
+    """The code and the named values as text (gRPC's JSON writes int64 as strings)."""
+    code, data = outcome
+    if code != "ok" or data is None:
+        return code, None
+    if isinstance(data, list):
+        return code, sorted(tuple(str(row.get(k)) for k in keys) for row in data)
+    return code, {k: str(data.get(k)) for k in keys}
+
+
+async def created(
+    c: Client, entity: str, body: dict[str, Any], who: str = ADMIN, **kw: Any
+) -> dict[str, Any]:
+    code, data = await c.create(entity, body, who, **kw)
+    assert code == "ok", (c.name, code)
+    return dict(data)
+
+
+# --- the cases: each returns a comparable outcome ----------------------------------------
+
+
+async def create_and_read_back(c: Client, tag: str) -> Any:
+    body = {"name": f"{tag}-acme", "credit": "12.50", "visits": 3, "vip": True, "tags": ["a", "b"]}
+    row = await created(c, "customer", body)
+    return pick(
+        await c.find("customer", row["id"], ADMIN), "name", "credit", "visits", "vip", "tags", "version"
+    )
+
+
+async def validation_missing_required(c: Client, tag: str) -> Any:
+    return await c.create("customer", {"visits": 1}, ADMIN)
+
+
+async def validation_wrong_type(c: Client, tag: str) -> Any:
+    return await c.create("customer", {"name": f"{tag}", "credit": "lots"}, ADMIN)
+
+
+async def permission_refused(c: Client, tag: str) -> Any:
+    return await c.create("order", {"number": f"{tag}-1"}, NOBODY)
+
+
+async def no_token(c: Client, tag: str) -> Any:
+    return await c.find("order", str(uuid.uuid4()), None)
+
+
+async def unknown_record(c: Client, tag: str) -> Any:
+    return await c.find("customer", str(uuid.uuid4()), ADMIN)
+
+
+async def malformed_id(c: Client, tag: str) -> Any:
+    return await c.find("customer", "not-an-id", ADMIN)
+
+
+async def field_permission_hides(c: Client, tag: str) -> Any:
+    row = await created(c, "customer", {"name": f"{tag}-c", "credit": "5.00"})
+    clerk = pick(await c.find("customer", row["id"], CLERK), "name", "credit")
+    manager = pick(await c.find("customer", row["id"], MANAGER), "name", "credit")
+    return clerk, manager
+
+
+async def row_scope_find(c: Client, tag: str) -> Any:
+    bobs = await created(c, "order", {"number": f"{tag}-b", "buyer": "bob"})
+    return await c.find("order", bobs["id"], CLERK), pick(await c.find("order", bobs["id"], BOB), "number")
+
+
+async def row_scope_list(c: Client, tag: str) -> Any:
+    await created(c, "order", {"number": f"{tag}-c", "buyer": "carl"})
+    await created(c, "order", {"number": f"{tag}-b", "buyer": "bob"})
+    return pick(await c.list("order", f"number[like]={tag}%25", CLERK), "number")
+
+
+async def list_pages(c: Client, tag: str) -> Any:
+    for i in range(5):
+        await created(c, "customer", {"name": f"{tag}-{i}"})
+    return pick(await c.list("customer", f"name[like]={tag}%25&limit=2&sort=name", ADMIN), "name")
+
+
+async def update_and_stale_version(c: Client, tag: str) -> Any:
+    row = await created(c, "customer", {"name": f"{tag}-u"})
+    first = pick(await c.update("customer", row["id"], {"visits": 7}, ADMIN, version=1), "visits", "version")
+    stale = await c.update("customer", row["id"], {"visits": 8}, ADMIN, version=1)
+    return first, stale
+
+
+async def lifecycle_submitted_is_final(c: Client, tag: str) -> Any:
+    row = await created(c, "order", {"number": f"{tag}-s", "buyer": "meg"}, MANAGER, submit=True)
+    update = await c.update("order", row["id"], {"amount": "3.00"}, MANAGER)
+    delete = await c.delete("order", row["id"], MANAGER)
+    return pick(("ok", row), "docstatus"), update, delete
+
+
+async def submit_needs_its_permission(c: Client, tag: str) -> Any:
+    return await c.create("order", {"number": f"{tag}-x", "buyer": "carl"}, CLERK, submit=True)
+
+
+async def delete_draft(c: Client, tag: str) -> Any:
+    row = await created(c, "order", {"number": f"{tag}-d", "buyer": "meg"}, MANAGER)
+    return (await c.delete("order", row["id"], MANAGER))[0], (await c.find("order", row["id"], MANAGER))[0]
+
+
+async def idempotency_replays(c: Client, tag: str) -> Any:
+    key = f"{c.name}-{tag}"  # noqa: RUF100
+    first = await c.create("customer", {"name": f"{tag}-i"}, ADMIN, key=key)
+    again = await c.create("customer", {"name": f"{tag}-i"}, ADMIN, key=key)
+    other = await c.create("customer", {"name": f"{tag}-other"}, ADMIN, key=key)
+    same = first[1]["id"] == again[1]["id"] if first[0] == again[0] == "ok" else None
+    return pick(first, "name"), pick(again, "name"), same, other[0]
+
+
+async def lifecycle_moves_as_actions(c: Client, tag: str) -> Any:
+    row = await created(c, "order", {"number": f"{tag}-m", "buyer": "carl"}, MANAGER)
+    refused = await c.act("order", row["id"], "submit", CLERK)  # submit needs sales.order.submit
+    submitted = pick(await c.act("order", row["id"], "submit", MANAGER), "docstatus", "version")
+    again = await c.act("order", row["id"], "submit", MANAGER)
+    cancelled = pick(await c.act("order", row["id"], "cancel", MANAGER), "docstatus")
+    return refused[0], submitted, again[0], cancelled
+
+
+CASES: dict[str, tuple[Case, Any]] = {
+    # name: (case, the outcome both protocols must give; ... where the value is checked otherwise)
+    "create_and_read_back": (
+        create_and_read_back,
+        (
+            "ok",
+            {
+                "name": ...,
+                "credit": "12.50",
+                "visits": "3",
+                "vip": "True",
+                "tags": "['a', 'b']",
+                "version": "1",
+            },
+        ),
+    ),
+    "validation_missing_required": (validation_missing_required, ("SVC.VALIDATE.INVALID", None)),
+    "validation_wrong_type": (validation_wrong_type, ...),
+    "permission_refused": (permission_refused, ...),
+    "no_token": (no_token, ...),
+    "unknown_record": (unknown_record, ("SVC.RECORD.NOT_FOUND", None)),
+    "malformed_id": (malformed_id, ("SVC.RECORD.NOT_FOUND", None)),
+    "field_permission_hides": (field_permission_hides, ...),
+    "row_scope_find": (row_scope_find, ...),
+    "row_scope_list": (row_scope_list, ...),
+    "list_pages": (list_pages, ...),
+    "update_and_stale_version": (update_and_stale_version, ...),
+    "lifecycle_submitted_is_final": (lifecycle_submitted_is_final, ...),
+    "submit_needs_its_permission": (submit_needs_its_permission, ...),
+    "delete_draft": (delete_draft, ("ok", "SVC.RECORD.NOT_FOUND")),
+    "idempotency_replays": (idempotency_replays, ...),
+    "lifecycle_moves_as_actions": (
+        lifecycle_moves_as_actions,
+        (
+            "SVC.AUTH.FORBIDDEN",
+            ("ok", {"docstatus": "submitted", "version": "2"}),
+            "SVC.DOC.ALREADY_SUBMITTED",
+            ("ok", {"docstatus": "cancelled"}),
+        ),
+    ),
+}
+
+
+def _matches(outcome: Any, expected: Any) -> bool:
+    if expected is ...:
+        return True
+    if isinstance(expected, dict):
+        return isinstance(outcome, dict) and all(v is ... or outcome.get(k) == v for k, v in expected.items())
+    if isinstance(expected, tuple):
+        return (
+            isinstance(outcome, tuple)
+            and len(outcome) == len(expected)
+            and all(_matches(o, e) for o, e in zip(outcome, expected, strict=True))
+        )
+    return bool(outcome == expected)
+
+
+def _strip_tag(value: Any, tags: tuple[str, str]) -> Any:
+    """The outcome with each run's tag replaced, so that the two runs compare."""
+    if isinstance(value, str):
+        for t in tags:
+            value = value.replace(t, "TAG")
+        return value
+    if isinstance(value, tuple | list):
+        return type(value)(_strip_tag(v, tags) for v in value)
+    if isinstance(value, dict):
+        return {k: _strip_tag(v, tags) for k, v in value.items()}
+    return value
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+async def test_rest_grpc_and_ws_give_the_same_outcome(both: Both, name: str) -> None:
+    case, expected = CASES[name]
+    tags = (uuid.uuid4().hex[:8], uuid.uuid4().hex[:8], uuid.uuid4().hex[:8])
+    rest = _strip_tag(await case(both.rest, tags[0]), tags)
+    rpc = _strip_tag(await case(both.rpc, tags[1]), tags)
+    ws = _strip_tag(await case(both.ws, tags[2]), tags)
+    assert rest == rpc, f"REST {rest!r} != gRPC {rpc!r}"
+    assert rest == ws, f"REST {rest!r} != ws {ws!r}"
+    assert _matches(rest, expected), rest
+
+
+async def test_the_cases_pin_what_matters(both: Both) -> None:
+    """The ``...`` expectations above, spelled out once over gRPC."""
+    tag = uuid.uuid4().hex[:8]
+    c = both.rpc
+    assert (await permission_refused(c, tag))[0].startswith("SVC.")
+    assert (await no_token(c, tag))[0].startswith("SVC.AUTH")
+    clerk, manager = await field_permission_hides(c, tag)
+    assert clerk[1]["credit"] == "None" and manager[1]["credit"] == "5.00"
+    hidden, bobs = await row_scope_find(c, tag)
+    assert hidden[0] == "SVC.AUTH.ROW_SCOPE" and bobs[0] == "ok"
+    assert await row_scope_list(c, tag) == ("ok", [(f"{tag}-c",)])
+    assert len((await list_pages(c, f"{tag}p"))[1]) == 5  # pages of 2 streamed to the end
+    first, stale = await update_and_stale_version(c, tag)
+    assert first == ("ok", {"visits": "7", "version": "2"}) and stale[0].startswith("SVC.")
+    submitted, update, delete = await lifecycle_submitted_is_final(c, tag)
+    assert submitted == ("ok", {"docstatus": "submitted"})
+    assert update[0] == "SVC.DOC.UPDATE_NOT_DRAFT" and delete[0].startswith("SVC.DOC.")
+    first_i, again, same, other = await idempotency_replays(c, tag)
+    assert first_i == again and same is True and other.startswith("SVC.IDEMPOTENCY")
+
+
+async def test_an_entity_without_grpc_has_no_service(both: Both) -> None:
+    pool = both.rpc.pool
+    names = {
+        s.full_name for f in [pool.FindFileByName("acme/sales/v1.proto")] for s in f.services_by_name.values()
+    }
+    assert names == {f"{PACKAGE}.CustomerService", f"{PACKAGE}.OrderService", f"{PACKAGE}.TicketService"}
+    order = pool.FindServiceByName(f"{PACKAGE}.OrderService")
+    assert sorted(m.name for m in order.methods) == [
+        *("Cancel", "Create", "Delete", "Get", "List", "Submit", "Update", "Watch")
+    ]
+    ticket = pool.FindServiceByName(f"{PACKAGE}.TicketService")
+    assert sorted(m.name for m in ticket.methods) == ["Create", "Get", "Watch"]  # expose: [find, create]
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await both.rpc.channel.unary_unary(f"/{PACKAGE}.MemoService/Get")(
+            b"", metadata=both.rpc.metadata(ADMIN)
+        )
+    assert raised.value.code() is grpc.StatusCode.UNIMPLEMENTED
+
+
+async def test_reflection_lists_and_describes_the_services(both: Both) -> None:
+    stub = reflection_pb2_grpc.ServerReflectionStub(both.rpc.channel)
+
+    async def ask(**request: Any) -> Any:
+        async for answer in stub.ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(**request)])
+        ):
+            return answer
+        raise AssertionError("no answer")
+
+    listed = await ask(list_services="")
+    names = {s.name for s in listed.list_services_response.service}
+    assert {f"{PACKAGE}.OrderService", f"{PACKAGE}.CustomerService"} <= names
+    assert f"{PACKAGE}.MemoService" not in names
+    described = await ask(file_containing_symbol=f"{PACKAGE}.OrderService")
+    files = [
+        descriptor_pb2.FileDescriptorProto.FromString(raw)
+        for raw in described.file_descriptor_response.file_descriptor_proto
+    ]
+    order = next(m for f in files for m in f.message_type if m.name == "Order")
+    assert [f.name for f in order.field][:2] == ["id", "version"]
+    assert "number" in [f.name for f in order.field]
+
+
+async def test_schema_proto_prints_the_services(tmp_path: Any) -> None:
+    for name, text in SPEC.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    result = CliRunner().invoke(server_cli.schema, ["--proto", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert f"package {PACKAGE};" in result.output
+    assert "service OrderService {" in result.output
+    assert (
+        "rpc List(acme.sales.v1.ListOrderRequest) returns (stream acme.sales.v1.ListOrderPage);"
+        in result.output
+    )
+    assert "MemoService" not in result.output
+    assert "optional string number = 16;" in result.output
+    assert descriptors.proto_text([]) == ""
+
+
+async def test_watch_resumes_after_a_seq_then_streams_live_events(both: Both) -> None:
+    c = both.rpc
+    row = await created(c, "customer", {"name": "watched", "credit": "9.00"})
+    watch = c._method("customer", "Watch", streaming=True)
+    request = c.request("customer", "Watch", record=row["id"], after=0)
+    events = watch(request, metadata=c.metadata(CLERK))  # the clerk may not read credit
+
+    first = await asyncio.wait_for(events.read(), 30)
+    assert first.event == "created" and first.record.name == "watched" and first.record_id == row["id"]
+    assert not first.record.HasField("credit")  # field permissions, as the websocket's
+    assert first.seq > 0
+    assert (await c.update("customer", row["id"], {"visits": 4}, ADMIN))[0] == "ok"
+    live = await asyncio.wait_for(events.read(), 30)
+    assert live.event == "updated" and live.record.visits == 4 and live.seq > first.seq
+    events.cancel()
+
+    resumed = watch(
+        c.request("customer", "Watch", record=row["id"], after=first.seq), metadata=c.metadata(ADMIN)
+    )
+    again = await asyncio.wait_for(resumed.read(), 30)
+    assert again.seq == live.seq and again.record.credit == "9.00"  # no repeat, no gap
+    resumed.cancel()
+
+
+async def test_watch_refuses_a_caller_without_a_token(both: Both) -> None:
+    c = both.rpc
+    stream = c._method("customer", "Watch", streaming=True)(
+        c.request("customer", "Watch"), metadata=[("dap-workspace", "default")]
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await stream.read()
+    assert raised.value.code() is grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_ws_calls_are_refused_for_an_entity_without_ws(both: Both) -> None:
+    assert await both.ws._call(ADMIN, entity="sales/memo", verb="find", record=str(uuid.uuid4())) == (
+        "SVC.ENTITY.NOT_FOUND",
+        None,
+    )
+    assert (await both.ws._call(ADMIN, entity="sales/customer", verb="purge"))[0] == "SVC.ACTION.NOT_EXPOSED"
