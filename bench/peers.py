@@ -28,14 +28,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import asyncpg
 import jwt
 import loadgen
 import rest
+import statements
 
 ROOT = Path(__file__).resolve().parent.parent
 Target = Callable[[], loadgen.Load]  # one round against one server
@@ -139,6 +141,84 @@ async def queries(url: str) -> tuple[str, str]:
         f"orderBy: PRICE_DESC, first: 50) {{ nodes {selection} }} }}"
     )
     return find, page
+
+
+async def mutations(url: str, tenant: str) -> tuple[str, str]:
+    """The peer's create and update-by-id mutations (as its inflection names them), each as a
+    one-line request body with :data:`loadgen.UNIQUE` in its code/title and ``@ID@`` for the id."""
+    data = await graphql(
+        url,
+        "{__schema{mutationType{fields{name args{type{ofType{name inputFields{name}}}}}}}}",
+    )
+    fields = data["__schema"]["mutationType"]["fields"]
+
+    def pick(test: Callable[[str], bool]) -> tuple[str, list[str]]:
+        found = next((f for f in fields if test(f["name"])), None)
+        if found is None:
+            raise RuntimeError(f"PostGraphile exposes no such mutation: {[f['name'] for f in fields]}")
+        return found["name"], [i["name"] for i in found["args"][0]["type"]["ofType"]["inputFields"]]
+
+    create, create_in = pick(lambda n: n.startswith("create") and "item" in n.lower())
+    update, update_in = pick(lambda n: n.startswith("update") and "item" in n.lower() and n.endswith("RowId"))
+    record = next(n for n in create_in if n != "clientMutationId")
+    patch = next(n for n in update_in if n.endswith("Patch"))
+    selection = "{ rowId " + " ".join(FIELDS) + " }"
+    new = (
+        f'{{tenantId: "{tenant}", code: "P{loadgen.UNIQUE}", title: "new", price: "12.50", qty: 3, '
+        'category: "red", createdBy: "alice", owner: "alice"}'
+    )
+    keys = f'tenantId: "{tenant}", rowId: "@ID@", ' if "tenantId" in update_in else 'rowId: "@ID@", '
+    create_q = f"mutation {{ {create}(input: {{{record}: {new}}}) {{ {record} {selection} }} }}"
+    update_q = (
+        f'mutation {{ {update}(input: {{{keys}{patch}: {{title: "P{loadgen.UNIQUE}", qty: 7}}}}) '
+        f"{{ {record} {selection} }} }}"
+    )
+    return json.dumps({"query": create_q}), json.dumps({"query": update_q})
+
+
+# the bodies of the REST writes (dap and the floor); @WHO@ tells the targets' rows apart
+WRITES: dict[str, dict[str, Any]] = {
+    "POST": {"code": f"@WHO@{loadgen.UNIQUE}", "title": "new", "price": "12.50", "qty": 3, "category": "red"},
+    "PATCH": {"title": f"@WHO@{loadgen.UNIQUE}", "qty": 7},
+}
+WHO = {"dap": "D", "floor": "F", "postgraphile": "P"}
+
+
+async def outbox_count(dsn: str) -> int:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return int(await conn.fetchval("SELECT count(*) FROM dap.outbox WHERE entity = 'bench/item'"))
+    finally:
+        await conn.close()
+
+
+async def check_writes(dsn: str, name: str, figures: dict[str, loadgen.Figure], outbox_before: int) -> str:
+    """The rows each target wrote, against the 2xx answers it got (warm-ups included); for dap,
+    one ``created``/``updated`` event per answer in ``dap.outbox`` (delivered or not: the
+    dispatcher marks rows, it never deletes them within a run). Raises on a mismatch."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        notes = []
+        for target, figure in figures.items():
+            answered = sum(r.answered for r in figure.runs)
+            if name == "create":
+                rows = await conn.fetchval(
+                    "SELECT count(*) FROM bench__item WHERE code LIKE $1", f"{WHO[target]}%"
+                )
+                if rows != answered:
+                    raise RuntimeError(f"create {target}: {rows} rows for {answered} answers")
+                notes.append(f"{target} {rows} rows")
+            if target == "dap":
+                events = (
+                    await conn.fetchval("SELECT count(*) FROM dap.outbox WHERE entity = 'bench/item'")
+                    - outbox_before
+                )
+                if events != answered:
+                    raise RuntimeError(f"{name} dap: {events} events in the outbox for {answered} answers")
+                notes.append(f"dap {events} events")
+        return f"{name} checked: " + ", ".join(notes) + " (one per 2xx answer)"
+    finally:
+        await conn.close()
 
 
 def same(dap: dict[str, Any], peer: dict[str, Any]) -> bool:
@@ -263,10 +343,79 @@ async def main(args: argparse.Namespace) -> int:
                 "postgraphile": peer_target(page_body),
             },
         }
+        create_body, update_body = await mutations(gql_url, tenant)
+
+        def write_target(
+            port: int, paths: list[str], proc: subprocess.Popen[bytes], method: str, who: str
+        ) -> Target:
+            url = f"http://127.0.0.1:{port}"
+            bodies = [json.dumps(WRITES[method]).replace("@WHO@", who)]
+            return lambda: loadgen.load(
+                url,
+                paths,
+                seconds=args.seconds,
+                headers=json_headers,
+                bodies=bodies,
+                method=method,
+                pids=[proc.pid],
+            )
+
+        writes: dict[str, dict[str, Target]] = {
+            "create": {
+                "dap": write_target(api_port, [item], serve, "POST", "D"),
+                "floor": write_target(floor_port, [item], floor, "POST", "F"),
+                "postgraphile": peer_target([create_body]),
+            },
+            "update": {
+                "dap": write_target(api_port, finds, serve, "PATCH", "D"),
+                "floor": write_target(floor_port, finds, floor, "PATCH", "F"),
+                "postgraphile": peer_target([update_body.replace("@ID@", i) for i in ids]),
+            },
+        }
+        if args.only:
+            scenarios = {k: v for k, v in {**scenarios, **writes}.items() if k in args.only}
+        else:
+            scenarios.update(writes)
         results = {}
         for name, targets in scenarios.items():
             print(f"running {name}: {args.rounds} rounds of {args.seconds}s per target ...", flush=True)
+            before = await outbox_count(dsn)
             results[name] = loadgen.interleave(targets, args.rounds)
+            if name in writes:
+                print("  " + await check_writes(dsn, name, results[name], before), flush=True)
+        if args.statements:
+
+            def send(url: str, method: str, body: str) -> Callable[[], Awaitable[None]]:
+                async def once() -> None:
+                    async with (
+                        aiohttp.ClientSession(headers=json_headers) as http,
+                        http.request(method, url, data=body.replace(loadgen.UNIQUE, "S1")) as resp,
+                    ):
+                        if resp.status >= 300:
+                            raise RuntimeError(f"{method} {url} answered {resp.status}: {await resp.text()}")
+
+                return once
+
+            def rest_body(method: str, who: str) -> str:
+                return json.dumps(WRITES[method]).replace("@WHO@", who)
+
+            floor_url, target = f"http://127.0.0.1:{floor_port}", ids[-1]
+            print(
+                await statements.per_request(
+                    server,
+                    dsn,
+                    {
+                        "dap create": send(api + item, "POST", rest_body("POST", "SD")),
+                        "dap update": send(f"{api}{item}/{target}", "PATCH", rest_body("PATCH", "SD")),
+                        "floor create": send(floor_url + item, "POST", rest_body("POST", "SF")),
+                        "floor update": send(
+                            f"{floor_url}{item}/{target}", "PATCH", rest_body("PATCH", "SF")
+                        ),
+                        "postgraphile create": send(gql_url, "POST", create_body.replace('"P', '"SP')),
+                        "postgraphile update": send(gql_url, "POST", update_body.replace("@ID@", target)),
+                    },
+                )
+            )
         rss = {
             n: rest.rss_mib(p.pid)
             for n, p in (("dap", serve), ("dap cached", cached), ("floor", floor), ("postgraphile", peer))
@@ -307,6 +456,12 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
         "--event-loop", choices=["asyncio"], help="run dap serve and the floor on asyncio's loop, not uvloop"
+    )
+    parser.add_argument(
+        "--only", nargs="*", help="run only these scenarios (find, cached find, page, create, update)"
+    )
+    parser.add_argument(
+        "--statements", action="store_true", help="also log the statements each server sends per write"
     )
     parser.add_argument(
         "--quick", action="store_true", help="skipped: installs npm packages (make bench only)"
