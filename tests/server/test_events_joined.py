@@ -20,14 +20,28 @@ from dap.server.catalog import Catalog
 from dap.server.events import builtin
 from dap.server.storage import records
 
-from .conftest import Running, load, running
+from .conftest import SHOP, Running, load, running
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
+DOC = """
+apiVersion: dap.io/v1
+kind: Entity
+metadata: {name: order, module: shop}
+spec:
+  lifecycle: true
+  fields:
+    - {name: ref, type: string, required: true}
+    - {name: at, type: datetime}
+  expose:
+    - type: rest
+"""
+
+
 @pytest.fixture(scope="module")
 def catalog() -> Catalog:
-    return load()
+    return load({**SHOP, "shop/order.yaml": DOC})
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -75,6 +89,21 @@ async def test_the_event_carries_the_record_as_the_answer_shows_it(
     assert events[1]["changed"] == ["color", "title"]
     assert [e["version"] for e in events] == [1, 2]
     assert not [r for r in caplog.records if REWRITTEN in r.getMessage()]  # predicted right: one statement
+
+
+@pytest.mark.parametrize("submit", [False, True])
+async def test_a_document_created_draft_or_submitted(
+    srv: Running, pg_dsn: str, caplog: pytest.LogCaptureFixture, submit: bool
+) -> None:
+    caplog.set_level(logging.DEBUG, logger=builtin.__name__)
+    path = "order?submit=true" if submit else "order"
+    status, created = await call(srv, "POST", path, {"ref": f"R-{submit}", "at": "2026-03-04T05:06:07+02:00"})
+    assert status == 201, created
+    assert created["data"]["docstatus"] == ("submitted" if submit else "draft")
+    events = await events_of(pg_dsn, created["data"]["id"])
+    assert [e["event"] for e in events] == ["created"]
+    assert events[0]["record"] == created["data"]
+    assert not [r for r in caplog.records if REWRITTEN in r.getMessage()]
 
 
 @pytest.mark.parametrize(

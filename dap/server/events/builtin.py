@@ -139,7 +139,11 @@ def joined(
     For a resource without child fields only (the payload carries no child rows). The caller
     checks the outcome with :func:`settle_joined` in the same transaction.
     """
-    body = payload(write, {**predicted, **_PLACEHOLDER}, None, changed)
+    as_stored = {  # Postgres gives a timestamptz back in UTC
+        k: v.astimezone(dt.UTC) if isinstance(v, dt.datetime) and v.tzinfo is not None else v
+        for k, v in predicted.items()
+    }
+    body = payload(write, {**as_stored, **_PLACEHOLDER}, None, changed)
     n = len(args)
     record = f"${n + 5}::jsonb"
     record = f"jsonb_set({record}, '{{record,id}}', to_jsonb(w.id::text))"

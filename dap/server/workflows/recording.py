@@ -81,7 +81,8 @@ async def create(
     columns.update(lifecycle.initial_state(submit))
     statement, args = sql.insert(resource.table, tenant, columns, owner=principal.username)
     if not resource.children:  # the row and its event in one statement (``builtin.joined``)
-        predicted = {c.name: None for c in resource.table.columns}
+        predicted: dict[str, Any] = {c.name: None for c in resource.table.columns}
+        predicted.update(docstatus=lifecycle.DRAFT)  # the column's default (a submit sets it)
         predicted.update(columns, owner=principal.username, created_by=principal.username)
         joined = builtin.joined(statement, args, write, "create", predicted)
         row = await conn.fetchrow(joined.sql, *joined.args)
