@@ -59,3 +59,7 @@ async def per_request(server: Any, dsn: str, requests: dict[str, Send], settle: 
         await admin.execute("SELECT pg_reload_conf()")
         await admin.close()
     return "\n".join(out)
+
+
+if __name__ == "__main__":  # ``make bench`` runs every script here: this one is a helper
+    print("bench/statements.py: a helper of bench/peers.py (--statements); nothing to run alone")
