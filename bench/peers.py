@@ -1,6 +1,8 @@
-"""The read path against its peer: the same table served by ``dap serve``, the floor and PostGraphile 5.
+"""The read and write paths against their peer: the same table served by ``dap serve``, the floor
+and PostGraphile 5.
 
     .venv/bin/python bench/peers.py [--rows 100000] [--seconds 5] [--rounds 3]
+                                    [--only find page create update] [--statements]
 
 Run by ``make bench``, never by ``make test``: it installs npm packages (``--quick`` only says
 that it is skipped). Everything it installs lives under ``.dap/bench-peers``: PostGraphile 5,
@@ -16,6 +18,17 @@ the prices of the filtered page. Beside the floor runs ``floor fifo``, the floor
 arrival-order gate in front of its pool, and a second ``dap serve`` whose spec declares the find
 cache (``cached find``). Prints req/s (median of interleaved rounds and spread), p50/p99, server
 CPU per request, bytes per response and RSS.
+
+The writes (issue 27): ``create`` is dap's ``POST`` (its ``created`` event written to
+``dap.outbox`` in the same transaction), PostGraphile's ``createBenchItem`` mutation and the
+floor's single autocommitted ``INSERT … RETURNING``; ``update`` is dap's ``PATCH`` (with its
+``updated`` event), PostGraphile's ``updateBenchItemByTenantIdAndRowId`` and the floor's single
+``UPDATE … RETURNING``, on random rows among the sampled ids. Every create carries a code no other
+request sends (``loadgen.UNIQUE``). After each write scenario the rows each target wrote are
+counted against its 2xx answers, and dap's outbox against its writes (exactly one event per
+created row). The cached server is stopped before the writes (its dispatcher would wake at every
+write too). ``--statements`` then logs, through Postgres's own log, the statements each server
+sends for one create and one update (``bench/statements.py``).
 """
 
 from __future__ import annotations
@@ -381,7 +394,13 @@ async def main(args: argparse.Namespace) -> int:
         else:
             scenarios.update(writes)
         results = {}
+        cached_rss = None
         for name, targets in scenarios.items():
+            if name in writes and cached.poll() is None:
+                # the second dap serve is there for the cached find; on the same database its
+                # events dispatcher and feed would wake at every write of the others as well
+                cached_rss = rest.rss_mib(cached.pid)
+                rest.stop(cached)
             print(f"running {name}: {args.rounds} rounds of {args.seconds}s per target ...", flush=True)
             before = await outbox_count(dsn)
             results[name] = loadgen.interleave(targets, args.rounds)
@@ -421,7 +440,7 @@ async def main(args: argparse.Namespace) -> int:
                 )
             )
         rss = {
-            n: rest.rss_mib(p.pid)
+            n: rest.rss_mib(p.pid) if p.poll() is None else cached_rss or float("nan")
             for n, p in (("dap", serve), ("dap cached", cached), ("floor", floor), ("postgraphile", peer))
         }
         print()
