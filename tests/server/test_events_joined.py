@@ -137,7 +137,8 @@ async def test_a_row_unlike_its_prediction_still_gets_its_record_in_the_event(
             "$$ BEGIN NEW.title := upper(NEW.title); RETURN NEW; END $$"
         )
         await conn.execute(
-            "CREATE TRIGGER shout BEFORE INSERT OR UPDATE ON shop__product FOR EACH ROW EXECUTE FUNCTION shout()"
+            "CREATE TRIGGER shout BEFORE INSERT OR UPDATE ON shop__product "
+            "FOR EACH ROW EXECUTE FUNCTION shout()"
         )
         status, created = await call(srv, "POST", "product", {"sku": "J-2", "title": "quiet", "price": "1"})
         assert status == 201, created
