@@ -369,8 +369,23 @@ def _tiny_server(port: int) -> None:
     async def hello(request: web.Request) -> web.Response:
         return web.json_response({"id": request.match_info["id"]})
 
+    seen: list[tuple[str, str]] = []  # (method, body) of every write
+
+    async def write(request: web.Request) -> web.Response:
+        seen.append((request.method, await request.text()))
+        return web.json_response({"n": len(seen)}, status=201)
+
+    async def writes(request: web.Request) -> web.Response:
+        bodies = [b for _, b in seen]
+        return web.json_response(
+            {"bodies": len(bodies), "distinct": len(set(bodies)), "methods": sorted({m for m, _ in seen})}
+        )
+
     app = web.Application()
     app.router.add_get("/x/{id}", hello)
+    app.router.add_route("POST", "/w", write)
+    app.router.add_route("PATCH", "/w", write)
+    app.router.add_get("/seen", writes)
     web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
 
 

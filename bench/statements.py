@@ -52,7 +52,9 @@ async def per_request(server: Any, dsn: str, requests: dict[str, Send], settle: 
                 f.seek(start)
                 text = f.read().decode(errors="replace")
             lines = _lines(text)
-            out.append(f"  {label}: {len(lines)} statement(s)")
+            out.append(
+                f"  {label}: {len(lines)} statement(s) logged, background loops of every server included"
+            )
             out += [f"    {x}" for x in lines]
     finally:
         await admin.execute("ALTER SYSTEM RESET log_statement")
