@@ -46,11 +46,17 @@ local bodies = {}
 for line in io.lines("%(bodies)s") do bodies[#bodies + 1] = line end
 %(headers)s
 math.randomseed(%(seed)d)
+local method = "%(method)s"
+local sent = 0
 request = function()
+  local path = paths[math.random(#paths)]
   if #bodies > 0 then
-    return wrk.format("POST", paths[1], nil, bodies[math.random(#bodies)])
+    sent = sent + 1
+    -- UNIQUE in a body becomes a text no other request of any run sends (a create's unique code)
+    local body = (string.gsub(bodies[math.random(#bodies)], "%(unique)s", "%(seed)d-" .. sent))
+    return wrk.format(method, path, nil, body)
   end
-  return wrk.format("GET", paths[math.random(#paths)])
+  return wrk.format(method, path)
 end
 done = function(summary, latency, requests)
   local e = summary.errors
@@ -61,6 +67,9 @@ done = function(summary, latency, requests)
     summary.bytes, latency:percentile(50), latency:percentile(99)))
 end
 """
+
+
+UNIQUE = "@UNIQUE@"  # in a body: replaced by a text unique to each request (see :func:`load`)
 
 
 @dataclass(frozen=True)
@@ -75,6 +84,7 @@ class Load:
     generator: str  # "wrk" or "python (fallback)"
     seconds: float  # measured
     cpu_us: float = float("nan")  # the server processes' CPU time per request (user + system)
+    answered: int = 0  # 2xx answers, the unmeasured warm-up's included (a write's row count)
 
 
 @dataclass(frozen=True)
@@ -166,14 +176,18 @@ def load(
     warm: float = 1.0,
     bodies: Sequence[str] = (),
     pids: Sequence[int] = (),
+    method: str | None = None,
 ) -> Load:
     """Drive ``base`` + a random one of ``paths`` for ``seconds`` (after ``warm`` seconds unmeasured).
 
-    With ``bodies`` (one-line JSON documents), every request is a POST to ``paths[0]`` with a
-    random one of them (a GraphQL peer). With ``pids`` (the server's processes), the answer
-    carries their CPU time per request over the measured seconds.
+    With ``bodies`` (one-line JSON documents), every request sends a random one of them with
+    ``method`` (POST unless given: a GraphQL peer, a create; PATCH for an update), and
+    :data:`UNIQUE` in a body is replaced by a text unique to that request, across runs too (a new
+    record's unique code). With ``pids`` (the server's processes), the answer carries their CPU
+    time per request over the measured seconds.
     """
-    return _measure(base, paths, seconds, headers or {}, connections, warm, bodies, pids)
+    verb = method or ("POST" if bodies else "GET")
+    return _measure(base, paths, seconds, headers or {}, connections, warm, bodies, pids, verb)
 
 
 def _measure(
@@ -185,13 +199,17 @@ def _measure(
     warm: float,
     bodies: Sequence[str],
     pids: Sequence[int],
+    method: str,
 ) -> Load:
     if wrk_path() is None:
+        warmed = 0
         if warm > 0:
-            _run_apart(_python_load(base, paths, warm, headers, connections, 0, bodies))
+            warmed = _run_apart(
+                _python_load(base, paths, warm, headers, connections, 0, bodies, method)
+            ).answered
         before = cpu_seconds(pids)
-        got = _run_apart(_python_load(base, paths, seconds, headers, connections, 0, bodies))
-        return _with_cpu(got, before, pids)
+        got = _run_apart(_python_load(base, paths, seconds, headers, connections, 0, bodies, method))
+        return _with_cpu(dataclasses.replace(got, answered=got.answered + warmed), before, pids)
     with tempfile.TemporaryDirectory(prefix="dap-wrk-") as tmp:
         paths_file = Path(tmp) / "paths.txt"
         paths_file.write_text("\n".join(paths) + "\n")
@@ -200,15 +218,26 @@ def _measure(
         header_lines = "\n".join(
             f"wrk.headers[{json.dumps(k)}] = {json.dumps(v)}" for k, v in headers.items()
         )
-        script = Path(tmp) / "load.lua"
-        seed = random.randrange(1 << 30)
-        script.write_text(
-            _SCRIPT % {"paths": paths_file, "bodies": bodies_file, "headers": header_lines, "seed": seed}
-        )
-        if warm > 0:
-            _wrk(base, script, max(1, round(warm)), connections)
+
+        def script(name: str) -> Path:  # a seed of its own per run: its UNIQUE texts are its own
+            written = Path(tmp) / name
+            written.write_text(
+                _SCRIPT
+                % {
+                    "paths": paths_file,
+                    "bodies": bodies_file,
+                    "headers": header_lines,
+                    "seed": random.randrange(1 << 30),
+                    "method": method,
+                    "unique": UNIQUE,
+                }
+            )
+            return written
+
+        warmed = _wrk(base, script("warm.lua"), max(1, round(warm)), connections).answered if warm > 0 else 0
         before = cpu_seconds(pids)
-        return _with_cpu(_wrk(base, script, max(1, round(seconds)), connections), before, pids)
+        got = _wrk(base, script("load.lua"), max(1, round(seconds)), connections)
+        return _with_cpu(dataclasses.replace(got, answered=got.answered + warmed), before, pids)
 
 
 def _run_apart(work: Coroutine[Any, Any, Load]) -> Load:
@@ -256,6 +285,7 @@ def _wrk(base: str, script: Path, seconds: int, connections: int) -> Load:
         bytes_per_response=got["bytes"] / requests,
         generator="wrk",
         seconds=got["duration_us"] / 1e6,
+        answered=got["requests"] - got["non2xx"],
     )
 
 
@@ -267,26 +297,33 @@ async def _python_load(
     connections: int,
     warm: float,
     bodies: Sequence[str] = (),
+    method: str = "GET",
 ) -> Load:
     import aiohttp
+
+    prefix, sent_count = random.randrange(1 << 30), 0
 
     latencies: list[float] = []
     errors = 0
     size = 0
+    answered = 0
     async with aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=connections), headers=headers
     ) as http:
 
         async def worker(until: float, record: bool) -> None:
-            nonlocal errors, size
+            nonlocal errors, size, sent_count, answered
             while time.perf_counter() < until:
                 started = time.perf_counter()
                 if bodies:
-                    sent = http.post(base + paths[0], data=random.choice(bodies))
+                    sent_count += 1
+                    body = random.choice(bodies).replace(UNIQUE, f"{prefix}-{sent_count}")
+                    sent = http.request(method, base + random.choice(paths), data=body)
                 else:
                     sent = http.get(base + random.choice(paths))
                 async with sent as resp:
                     body = await resp.read()
+                answered += resp.status < 300
                 if record:
                     latencies.append(time.perf_counter() - started)
                     size += len(body)
@@ -306,6 +343,7 @@ async def _python_load(
         bytes_per_response=size / n,
         generator="python (fallback)",
         seconds=elapsed,
+        answered=answered,
     )
 
 
@@ -331,8 +369,23 @@ def _tiny_server(port: int) -> None:
     async def hello(request: web.Request) -> web.Response:
         return web.json_response({"id": request.match_info["id"]})
 
+    seen: list[tuple[str, str]] = []  # (method, body) of every write
+
+    async def write(request: web.Request) -> web.Response:
+        seen.append((request.method, await request.text()))
+        return web.json_response({"n": len(seen)}, status=201)
+
+    async def writes(request: web.Request) -> web.Response:
+        bodies = [b for _, b in seen]
+        return web.json_response(
+            {"bodies": len(bodies), "distinct": len(set(bodies)), "methods": sorted({m for m, _ in seen})}
+        )
+
     app = web.Application()
     app.router.add_get("/x/{id}", hello)
+    app.router.add_route("POST", "/w", write)
+    app.router.add_route("PATCH", "/w", write)
+    app.router.add_get("/seen", writes)
     web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
 
 

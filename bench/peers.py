@@ -1,6 +1,8 @@
-"""The read path against its peer: the same table served by ``dap serve``, the floor and PostGraphile 5.
+"""The read and write paths against their peer: the same table served by ``dap serve``, the floor
+and PostGraphile 5.
 
     .venv/bin/python bench/peers.py [--rows 100000] [--seconds 5] [--rounds 3]
+                                    [--only find page create update] [--statements]
 
 Run by ``make bench``, never by ``make test``: it installs npm packages (``--quick`` only says
 that it is skipped). Everything it installs lives under ``.dap/bench-peers``: PostGraphile 5,
@@ -16,6 +18,17 @@ the prices of the filtered page. Beside the floor runs ``floor fifo``, the floor
 arrival-order gate in front of its pool, and a second ``dap serve`` whose spec declares the find
 cache (``cached find``). Prints req/s (median of interleaved rounds and spread), p50/p99, server
 CPU per request, bytes per response and RSS.
+
+The writes (issue 27): ``create`` is dap's ``POST`` (its ``created`` event written to
+``dap.outbox`` in the same transaction), PostGraphile's ``createBenchItem`` mutation and the
+floor's single autocommitted ``INSERT … RETURNING``; ``update`` is dap's ``PATCH`` (with its
+``updated`` event), PostGraphile's ``updateBenchItemByTenantIdAndRowId`` and the floor's single
+``UPDATE … RETURNING``, on random rows among the sampled ids. Every create carries a code no other
+request sends (``loadgen.UNIQUE``). After each write scenario the rows each target wrote are
+counted against its 2xx answers, and dap's outbox against its writes (exactly one event per
+created row). The cached server is stopped before the writes (its dispatcher would wake at every
+write too). ``--statements`` then logs, through Postgres's own log, the statements each server
+sends for one create and one update (``bench/statements.py``).
 """
 
 from __future__ import annotations
@@ -28,14 +41,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import asyncpg
 import jwt
 import loadgen
 import rest
+import statements
 
 ROOT = Path(__file__).resolve().parent.parent
 Target = Callable[[], loadgen.Load]  # one round against one server
@@ -139,6 +154,88 @@ async def queries(url: str) -> tuple[str, str]:
         f"orderBy: PRICE_DESC, first: 50) {{ nodes {selection} }} }}"
     )
     return find, page
+
+
+async def mutations(url: str, tenant: str) -> tuple[str, str]:
+    """The peer's create and update-by-id mutations (as its inflection names them), each as a
+    one-line request body with :data:`loadgen.UNIQUE` in its code/title and ``@ID@`` for the id."""
+    data = await graphql(
+        url,
+        "{__schema{mutationType{fields{name args{type{ofType{name inputFields{name}}}}}}}}",
+    )
+    fields = data["__schema"]["mutationType"]["fields"]
+
+    def pick(test: Callable[[str], bool]) -> tuple[str, list[str]]:
+        found = next((f for f in fields if test(f["name"])), None)
+        if found is None:
+            raise RuntimeError(f"PostGraphile exposes no such mutation: {[f['name'] for f in fields]}")
+        return found["name"], [i["name"] for i in found["args"][0]["type"]["ofType"]["inputFields"]]
+
+    create, create_in = pick(lambda n: n.startswith("create") and "item" in n.lower())
+    update, update_in = pick(lambda n: n.startswith("update") and "item" in n.lower() and n.endswith("RowId"))
+    record = next(n for n in create_in if n != "clientMutationId")
+    patch = next(n for n in update_in if n.endswith("Patch"))
+    selection = "{ rowId " + " ".join(FIELDS) + " }"
+    new = (
+        f'{{tenantId: "{tenant}", code: "P{loadgen.UNIQUE}", title: "new", price: "12.50", qty: "3", '
+        'category: "red", createdBy: "alice", owner: "alice"}'
+    )
+    keys = f'tenantId: "{tenant}", rowId: "@ID@", ' if "tenantId" in update_in else 'rowId: "@ID@", '
+    create_q = f"mutation {{ {create}(input: {{{record}: {new}}}) {{ {record} {selection} }} }}"
+    update_q = (
+        f'mutation {{ {update}(input: {{{keys}{patch}: {{title: "P{loadgen.UNIQUE}", qty: "7"}}}}) '
+        f"{{ {record} {selection} }} }}"
+    )
+    return json.dumps({"query": create_q}), json.dumps({"query": update_q})
+
+
+# the bodies of the REST writes (dap and the floor); @WHO@ tells the targets' rows apart
+WRITES: dict[str, dict[str, Any]] = {
+    "POST": {"code": f"@WHO@{loadgen.UNIQUE}", "title": "new", "price": "12.50", "qty": 3, "category": "red"},
+    "PATCH": {"title": f"@WHO@{loadgen.UNIQUE}", "qty": 7},
+}
+WHO = {"dap": "D", "floor": "F", "postgraphile": "P"}
+
+
+async def outbox_count(dsn: str) -> int:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return int(await conn.fetchval("SELECT count(*) FROM dap.outbox WHERE entity = 'bench/item'"))
+    finally:
+        await conn.close()
+
+
+async def check_writes(dsn: str, name: str, figures: dict[str, loadgen.Figure], outbox_before: int) -> str:
+    """The rows each target wrote, against the 2xx answers it got (warm-ups included): wrk stops
+    counting with requests in flight, so a run may write up to one row per connection more than it
+    counted. For dap, one ``created``/``updated`` event per write in ``dap.outbox`` (delivered or
+    not: the dispatcher marks rows, it prunes none within a run): exactly one per row for creates.
+    Raises on a mismatch."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        notes = []
+        for target, figure in figures.items():
+            answered = sum(r.answered for r in figure.runs)
+            slack = 2 * loadgen.CONNECTIONS * len(figure.runs)  # in flight at a warm-up's or a run's end
+            rows = None
+            if name == "create":
+                rows = await conn.fetchval(
+                    "SELECT count(*) FROM bench__item WHERE code LIKE $1", f"{WHO[target]}%"
+                )
+                if not answered <= rows <= answered + slack:
+                    raise RuntimeError(f"create {target}: {rows} rows for {answered} answers")
+                notes.append(f"{target} {rows} rows for {answered} answers")
+            if target == "dap":
+                events = (
+                    await conn.fetchval("SELECT count(*) FROM dap.outbox WHERE entity = 'bench/item'")
+                    - outbox_before
+                )
+                if (rows is not None and events != rows) or not answered <= events <= answered + slack:
+                    raise RuntimeError(f"{name} dap: {events} events in the outbox for {answered} answers")
+                notes.append(f"dap {events} events")
+        return f"{name} checked: " + ", ".join(notes)
+    finally:
+        await conn.close()
 
 
 def same(dap: dict[str, Any], peer: dict[str, Any]) -> bool:
@@ -263,12 +360,87 @@ async def main(args: argparse.Namespace) -> int:
                 "postgraphile": peer_target(page_body),
             },
         }
+        create_body, update_body = await mutations(gql_url, tenant)
+
+        def write_target(
+            port: int, paths: list[str], proc: subprocess.Popen[bytes], method: str, who: str
+        ) -> Target:
+            url = f"http://127.0.0.1:{port}"
+            bodies = [json.dumps(WRITES[method]).replace("@WHO@", who)]
+            return lambda: loadgen.load(
+                url,
+                paths,
+                seconds=args.seconds,
+                headers=json_headers,
+                bodies=bodies,
+                method=method,
+                pids=[proc.pid],
+            )
+
+        writes: dict[str, dict[str, Target]] = {
+            "create": {
+                "dap": write_target(api_port, [item], serve, "POST", "D"),
+                "floor": write_target(floor_port, [item], floor, "POST", "F"),
+                "postgraphile": peer_target([create_body]),
+            },
+            "update": {
+                "dap": write_target(api_port, finds, serve, "PATCH", "D"),
+                "floor": write_target(floor_port, finds, floor, "PATCH", "F"),
+                "postgraphile": peer_target([update_body.replace("@ID@", i) for i in ids]),
+            },
+        }
+        if args.only:
+            scenarios = {k: v for k, v in {**scenarios, **writes}.items() if k in args.only}
+        else:
+            scenarios.update(writes)
         results = {}
+        cached_rss = None
         for name, targets in scenarios.items():
+            if name in writes and cached.poll() is None:
+                # the second dap serve is there for the cached find; on the same database its
+                # events dispatcher and feed would wake at every write of the others as well
+                cached_rss = rest.rss_mib(cached.pid)
+                rest.stop(cached)
             print(f"running {name}: {args.rounds} rounds of {args.seconds}s per target ...", flush=True)
+            before = await outbox_count(dsn)
             results[name] = loadgen.interleave(targets, args.rounds)
+            if name in writes:
+                print("  " + await check_writes(dsn, name, results[name], before), flush=True)
+        if args.statements:
+
+            def send(url: str, method: str, body: str) -> Callable[[], Awaitable[None]]:
+                async def once() -> None:
+                    async with (
+                        aiohttp.ClientSession(headers=json_headers) as http,
+                        http.request(method, url, data=body.replace(loadgen.UNIQUE, "S1")) as resp,
+                    ):
+                        if resp.status >= 300:
+                            raise RuntimeError(f"{method} {url} answered {resp.status}: {await resp.text()}")
+
+                return once
+
+            def rest_body(method: str, who: str) -> str:
+                return json.dumps(WRITES[method]).replace("@WHO@", who)
+
+            floor_url, target = f"http://127.0.0.1:{floor_port}", ids[-1]
+            print(
+                await statements.per_request(
+                    server,
+                    dsn,
+                    {
+                        "dap create": send(api + item, "POST", rest_body("POST", "SD")),
+                        "dap update": send(f"{api}{item}/{target}", "PATCH", rest_body("PATCH", "SD")),
+                        "floor create": send(floor_url + item, "POST", rest_body("POST", "SF")),
+                        "floor update": send(
+                            f"{floor_url}{item}/{target}", "PATCH", rest_body("PATCH", "SF")
+                        ),
+                        "postgraphile create": send(gql_url, "POST", create_body.replace('"P', '"SP')),
+                        "postgraphile update": send(gql_url, "POST", update_body.replace("@ID@", target)),
+                    },
+                )
+            )
         rss = {
-            n: rest.rss_mib(p.pid)
+            n: rest.rss_mib(p.pid) if p.poll() is None else cached_rss or float("nan")
             for n, p in (("dap", serve), ("dap cached", cached), ("floor", floor), ("postgraphile", peer))
         }
         print()
@@ -307,6 +479,12 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
         "--event-loop", choices=["asyncio"], help="run dap serve and the floor on asyncio's loop, not uvloop"
+    )
+    parser.add_argument(
+        "--only", nargs="*", help="run only these scenarios (find, cached find, page, create, update)"
+    )
+    parser.add_argument(
+        "--statements", action="store_true", help="also log the statements each server sends per write"
     )
     parser.add_argument(
         "--quick", action="store_true", help="skipped: installs npm packages (make bench only)"

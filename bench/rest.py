@@ -166,12 +166,41 @@ def baseline_main(port_: int, dsn: str, tenant: str, fifo: bool = False) -> None
         body = {"data": [dict(r) for r in rows], "limit": 50, "offset": 0, "total": None}
         return web.Response(body=dumps(body), content_type="application/json")
 
+    # the floor's writes: dap's own INSERT/UPDATE … RETURNING, one autocommitted statement each
+    # (no transaction around it, no event, no audit: what a hand-written endpoint would send)
+    def columns_of(body: dict[str, Any]) -> dict[str, Any]:
+        out = {k: body[k] for k in ("code", "title", "qty", "category") if k in body}
+        if "price" in body:
+            out["price"] = Decimal(str(body["price"]))
+        return out
+
+    async def create(request: web.Request) -> web.Response:
+        body = await request.json()
+        statement, args = sql.insert(resource.table, tenant_id, columns_of(body), owner="alice")
+        async with gate, request.app["pool"].acquire() as conn:
+            row = await conn.fetchrow(statement, *args)
+        return web.Response(status=201, body=dumps({"data": dict(row)}), content_type="application/json")
+
+    async def update(request: web.Request) -> web.Response:
+        body = await request.json()
+        record_id = uuid.UUID(request.match_info["id"])
+        statement, args = sql.update(
+            resource.table, tenant_id, record_id, columns_of(body), expected_version=None
+        )
+        async with gate, request.app["pool"].acquire() as conn:
+            row = await conn.fetchrow(statement, *args)
+        if row is None:
+            raise web.HTTPNotFound()
+        return web.Response(body=dumps({"data": dict(row)}), content_type="application/json")
+
     async def make() -> web.Application:
         app = web.Application()
         # the pool's reset as dap's (see storage.db.keep_session): the ratio is dap's own work
         app["pool"] = await asyncpg.create_pool(dsn, min_size=2, max_size=POOL, reset=db.keep_session)
         app.router.add_get("/default/api/bench/item", many)
         app.router.add_get("/default/api/bench/item/{id}", find)
+        app.router.add_post("/default/api/bench/item", create)
+        app.router.add_patch("/default/api/bench/item/{id}", update)
         return app
 
     web.run_app(make(), host="127.0.0.1", port=port_, access_log=None, print=None, loop=FLOOR_LOOP())

@@ -4,10 +4,12 @@ plain code and from inside a benchmark's coroutine, where ``asyncio.run`` cannot
 from __future__ import annotations
 
 import importlib.util
+import json
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -62,6 +64,25 @@ async def test_python_fallback_inside_a_running_event_loop(loadgen: ModuleType, 
     got = loadgen.load(tiny_server, ["/x/1"], seconds=0.5, warm=0.2, connections=4)
     assert got.generator == "python (fallback)"
     assert got.rps > 0 and got.errors == 0
+
+
+@pytest.mark.parametrize("generator", ["wrk", "python"])
+def test_writes_carry_a_text_unique_to_each_request(tiny_server: str, generator: str) -> None:
+    """A create's body gets :data:`UNIQUE` replaced per request, the warm-up's included, with the
+    method asked for; ``answered`` counts the 2xx answers of both runs."""
+    module = _module()
+    if generator == "python":
+        module.wrk_path = lambda: None  # type: ignore[attr-defined]
+    elif module.wrk_path() is None:
+        pytest.skip("wrk is not installed (make wrk)")
+    body = '{"code": "C' + module.UNIQUE + '"}'
+    got = module.load(tiny_server, ["/w"], seconds=1, warm=1, connections=4, bodies=[body], method="PATCH")
+    assert got.errors == 0 and got.answered > 0
+    with urllib.request.urlopen(f"{tiny_server}/seen", timeout=10) as resp:
+        seen = json.load(resp)
+    assert seen["methods"] == ["PATCH"]
+    assert seen["distinct"] == seen["bodies"]  # no text sent twice, across the two runs
+    assert got.answered <= seen["bodies"] <= got.answered + 2 * 4  # in flight when a run stopped
 
 
 def test_no_bench_script_shadows_the_standard_library() -> None:

@@ -69,9 +69,10 @@ RETRY = (
     "UPDATE dap.outbox SET attempts = attempts + 1, last_error = $2, "
     "next_at = now() + make_interval(secs => $3) WHERE id = $1"
 )
+# settled rows get their feed positions, and the feed's NOTIFY the highest: one statement
 DONE = (
-    "UPDATE dap.outbox SET delivered_at = now(), seq = nextval('dap.outbox_feed_seq') "
-    "WHERE id = ANY($1::bigint[]) RETURNING seq"
+    "WITH d AS (UPDATE dap.outbox SET delivered_at = now(), seq = nextval('dap.outbox_feed_seq') "
+    "WHERE id = ANY($1::bigint[]) RETURNING seq) SELECT pg_notify($2, max(seq)::text) FROM d"
 )
 # seconds to the next retry, NULL when no row waits for one (``greatest`` would make that 0, and
 # an idle dispatcher would poll at its 50 ms floor instead of every ``poll``); past ones are <= 0
@@ -183,9 +184,7 @@ class Dispatcher:
                 await conn.execute(SETTLE, *(list(column) for column in zip(*outcomes, strict=True)))
             if done:
                 await conn.execute("SELECT pg_advisory_xact_lock($1)", FEED_LOCK)
-                seqs = await conn.fetch(DONE, done)
-                top = max(r["seq"] for r in seqs)
-                await conn.execute("SELECT pg_notify($1, $2)", outbox.FEED, str(top))
+                await conn.execute(DONE, done, outbox.FEED)
         return len(rows)
 
     async def _one(

@@ -125,7 +125,18 @@ class Feed:
                 async with asyncio.timeout(self.poll):  # not wait_for: 3.11 loses a stop there
                     await self._wake.wait()
 
+    def _idle(self) -> bool:
+        return not self.subscribers and not self._waiters
+
     async def _read(self) -> None:
+        if self._idle():  # nobody here to offer rows to: move to the head without reading them
+            async with db.connection(self.pool) as conn:
+                head = await conn.fetchval(HEAD)
+            if self._idle():  # still: one who came during the query is served by the read below
+                # seq order is commit order (``dispatcher``), so nothing below the head commits later;
+                # one who comes now reads what it missed itself (``since``, ``delivered``)
+                self.position = max(self.position, head)
+                return
         while True:
             async with db.connection(self.pool) as conn:
                 page = await since(conn, self.position)

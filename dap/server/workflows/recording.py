@@ -80,6 +80,16 @@ async def create(
     columns, children = writing.split(resource, values)
     columns.update(lifecycle.initial_state(submit))
     statement, args = sql.insert(resource.table, tenant, columns, owner=principal.username)
+    if not resource.children:  # the row and its event in one statement (``builtin.joined``)
+        predicted: dict[str, Any] = {c.name: None for c in resource.table.columns}
+        predicted.update(docstatus=lifecycle.DRAFT)  # the column's default (a submit sets it)
+        predicted.update(columns, owner=principal.username, created_by=principal.username)
+        joined = builtin.joined(statement, args, write, "create", predicted)
+        row = await conn.fetchrow(joined.sql, *joined.args)
+        assert row is not None
+        event = await builtin.settle_joined(conn, write, joined, row)
+        await lifecycle.created(conn, write, row, submitted=submit)
+        return Written(row, None, event)
     row = await conn.fetchrow(statement, *args)
     assert row is not None
     await writing.write_children(conn, resource, tenant, row["id"], children)
@@ -117,9 +127,18 @@ async def update(
     await guards.before_update(conn, access, tenant, current, values)  # scopes, dates
     columns, children = writing.split(resource, values)
     trail = await auditing.begin(conn, write, "update", current)
-    row = await conn.fetchrow(
-        *sql.flat(sql.update(resource.table, tenant, record_id, columns, expected_version=None))
-    )
+    statement, args = sql.update(resource.table, tenant, record_id, columns, expected_version=None)
+    if not resource.children:  # the row and its event in one statement (``builtin.joined``)
+        joined = builtin.joined(
+            statement, args, write, "update", {**current, **columns}, changed=values.keys()
+        )
+        row = await conn.fetchrow(joined.sql, *joined.args)
+        assert row is not None
+        event = await builtin.settle_joined(conn, write, joined, row, changed=values.keys())
+        await caching.announce(conn, resource, tenant, record_id)  # every process, at commit
+        await trail.finish(conn, row)
+        return Written(row, None, event)
+    row = await conn.fetchrow(statement, *args)
     assert row is not None
     await caching.announce(conn, resource, tenant, record_id)  # every process, at commit
     await writing.write_children(conn, resource, tenant, record_id, children)
