@@ -273,15 +273,15 @@ def camel(name: str) -> str:
 class Grpc:
     name = "grpc"
 
-    def __init__(self, channel: grpc.aio.Channel, pool: DescriptorPool) -> None:
-        self.channel, self.pool = channel, pool
+    def __init__(self, channel: grpc.aio.Channel, pool: DescriptorPool, package: str = PACKAGE) -> None:
+        self.channel, self.pool, self.package = channel, pool, package
 
     def cls(self, name: str) -> Any:
         return message_factory.GetMessageClass(self.pool.FindMessageTypeByName(name))
 
     def _method(self, entity: str, verb: str, streaming: bool = False) -> Any:
         e = camel(entity)
-        service = self.pool.FindServiceByName(f"{PACKAGE}.{e}Service")
+        service = self.pool.FindServiceByName(f"{self.package}.{e}Service")
         method = service.methods_by_name[verb]
         response = message_factory.GetMessageClass(method.output_type)
         path = f"/{service.full_name}/{verb}"
@@ -293,10 +293,10 @@ class Grpc:
         )
 
     def request(self, entity: str, verb: str, **fields: Any) -> Any:
-        return self.cls(f"{PACKAGE}.{verb}{camel(entity)}Request")(**fields)
+        return self.cls(f"{self.package}.{verb}{camel(entity)}Request")(**fields)
 
     def record(self, entity: str, body: Mapping[str, Any]) -> Any:
-        return json_format.ParseDict(dict(body), self.cls(f"{PACKAGE}.{camel(entity)}")())
+        return json_format.ParseDict(dict(body), self.cls(f"{self.package}.{camel(entity)}")())
 
     @staticmethod
     def metadata(who: str | None, **extra: str) -> list[tuple[str, str]]:

@@ -17,17 +17,20 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import grpc
 import jwt
 import pytest
 
 from dap import config
-from dap.server import state
+from dap.server import identity, state
 from dap.server.access import providers, signins
 from dap.server.catalog import Catalog
-from dap.server.web import identity
+from dap.server.rpc import server as rpc_server
+from dap.server.web import app
 
-from .conftest import SHOP, Running, running
+from .conftest import SHOP, Running, running, serve_options
 from .oidc_issuer import Issuer
+from .protocols_spec import Grpc
 
 PRODUCT = {"value": "gold"}
 # an entity whose create needs a permission, and the role that holds it (mapped from "staff")
@@ -41,7 +44,7 @@ spec:
     - {name: value, type: string, audited: true}
   actions:
     - {name: create, required_permission: shop.vault.create, audit: true}
-  expose: [{type: rest}]
+  expose: [{type: rest}, {type: grpc}]
 """,
     "roles.yaml": """
 apiVersion: dap.io/v1
@@ -118,6 +121,26 @@ async def test_mapped_roles_write_unmapped_do_not_and_the_trail_names_the_provid
     assert resp.status == 200, trail
     entry = trail["data"][0]
     assert entry["actor"] == {"sub": "corp:ann", "username": "ann"}, entry
+
+
+async def test_a_provider_token_opens_the_same_doors_over_grpc(pg_dsn: str, issuer: Issuer) -> None:
+    # one check of who calls (``identity``) under every protocol: the mapped group may create
+    # over gRPC as over REST, the unmapped one is refused with the same code
+    server = await app.create_server(serve_options(pg_dsn, grpc_addr="127.0.0.1:0"), _catalog(issuer.url))
+    rpc = rpc_server.attach(server.app, server.opts)
+    assert isinstance(rpc, rpc_server.RpcServer)
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{rpc.port}") as channel:
+            assert rpc.pool is not None
+            client = Grpc(channel, rpc.pool, package="dap.shop.v1")
+            staff = issuer.token(sub="ann", groups=["staff"], preferred_username="ann")
+            code, data = await client.create("vault", PRODUCT, f"Bearer {staff}")
+            assert code == "ok" and data is not None and data["value"] == "gold", (code, data)
+            guest = issuer.token(sub="bob", groups=["guests"])
+            assert (await client.create("vault", PRODUCT, f"Bearer {guest}"))[0] == "SVC.AUTH.FORBIDDEN"
+    finally:
+        await server.stop()
 
 
 async def test_a_rotated_key_is_taken_without_restart(srv: Running, issuer: Issuer) -> None:

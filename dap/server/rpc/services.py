@@ -23,7 +23,7 @@ from aiohttp import web
 from google.protobuf import message, message_factory
 from google.protobuf.descriptor_pool import DescriptorPool
 
-from dap.server import errors, state
+from dap.server import errors, identity, state
 from dap.server.access import auth, guards
 from dap.server.catalog import Resource
 from dap.server.documents import idempotency, lifecycle
@@ -83,8 +83,8 @@ class EntityService:
         if header is None and guards.open_to_anonymous(catalog, {"module": module, "entity": name}, verb):
             principal = guards.anonymous(workspace.slug)
         else:
-            principal = app[state.VERIFIER].verify(
-                auth.bearer_token(header), workspace=workspace.slug, bind=True
+            principal = await identity.authenticate(
+                app, auth.bearer_token(header), workspace=workspace.slug, bind=True
             )
         request_id = md.get("x-request-id") or uuid.uuid4().hex
         return operations.Call(

@@ -18,11 +18,11 @@ import uuid
 from aiohttp import web
 
 from dap.config.actions import Action
-from dap.server import errors, options, state
+from dap.server import errors, identity, options, state
 from dap.server.access import auth
 from dap.server.documents import idempotency
 from dap.server.storage import db
-from dap.server.web import identity, requests
+from dap.server.web import requests
 from dap.server.workflows import callbacks, jobs, sidecars, worker
 
 WORKER: web.AppKey[worker.Worker] = web.AppKey("job_worker", worker.Worker)
@@ -91,7 +91,9 @@ async def find_job(request: web.Request) -> web.Response:
     header = request.headers.get("Authorization")
     sub = ""
     if header is not None:
-        sub = (await identity.authenticate(request, auth.bearer_token(header), workspace=workspace.slug)).sub
+        sub = (
+            await identity.authenticate(request.app, auth.bearer_token(header), workspace=workspace.slug)
+        ).sub
     target = f"{request.match_info['module']}/{request.match_info['name']}"
     missing = errors.NotFound("no such job", code=NOT_FOUND)
     try:

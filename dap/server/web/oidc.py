@@ -32,12 +32,12 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from dap.server import errors, state
+from dap.server import errors, identity, state
 from dap.server.access import keysets, providers, signins, throttling
 from dap.server.catalog import Catalog
 from dap.server.storage import db
 from dap.server.storage.workspaces import Workspace
-from dap.server.web import identity, requests
+from dap.server.web import requests
 
 COOKIE = "dap_oidc"
 

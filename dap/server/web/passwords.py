@@ -21,11 +21,11 @@ from typing import Any
 
 from aiohttp import web
 
-from dap.server import errors, state
+from dap.server import errors, identity, state
 from dap.server.access import accounts, auth, mailer, resets, throttling
 from dap.server.storage import db
 from dap.server.storage.workspaces import Workspace
-from dap.server.web import identity, requests, users
+from dap.server.web import requests, users
 
 UNAVAILABLE = "SVC.AUTH.RESET_UNAVAILABLE"
 
@@ -54,7 +54,7 @@ def _strings(body: dict[str, Any], *names: str) -> list[str]:
 async def change(request: web.Request) -> web.Response:
     workspace = await _workspace(request)
     token = auth.bearer_token(request.headers.get("Authorization"))
-    principal = await identity.authenticate(request, token, workspace=workspace.slug)
+    principal = await identity.authenticate(request.app, token, workspace=workspace.slug)
     current, new = _strings(await requests.read_json(request), "current_password", "new_password")
     try:
         user_id = uuid.UUID(principal.sub)

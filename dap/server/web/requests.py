@@ -15,12 +15,11 @@ from typing import Any
 
 from aiohttp import web
 
-from dap.server import errors, state
+from dap.server import errors, identity, state
 from dap.server.access import auth, guards
 from dap.server.catalog import Catalog, Resource
 from dap.server.documents import auditing, idempotency
 from dap.server.storage.workspaces import Workspace
-from dap.server.web import identity
 from dap.server.workflows import operations
 
 
@@ -40,7 +39,7 @@ async def resolve(
         return workspace, guards.anonymous(workspace.slug), catalog
     # bind: a token naming no workspace gets the URL's, which row scope and session values see
     principal = await identity.authenticate(
-        request, auth.bearer_token(header), workspace=workspace.slug, bind=True
+        request.app, auth.bearer_token(header), workspace=workspace.slug, bind=True
     )
     return workspace, principal, catalog
 

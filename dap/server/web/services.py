@@ -22,12 +22,12 @@ from typing import Literal
 from aiohttp import web
 
 from dap.config.enums import CallMode
-from dap.server import errors, state
+from dap.server import errors, identity, state
 from dap.server.access import auth, guards
 from dap.server.catalog import Catalog
 from dap.server.documents import idempotency
 from dap.server.storage import db
-from dap.server.web import identity, jobs, requests
+from dap.server.web import jobs, requests
 from dap.server.workflows import actions, services, sidecars
 
 
@@ -72,7 +72,7 @@ async def service_action(request: web.Request) -> web.Response:
         principal = guards.anonymous(workspace.slug)
     else:
         principal = await identity.authenticate(
-            request, auth.bearer_token(header), workspace=workspace.slug, bind=True
+            request.app, auth.bearer_token(header), workspace=workspace.slug, bind=True
         )
     services.permit(catalog, principal, service, plan)
     # 501s before anything is read or counted (sidecar without an app process attached)

@@ -40,12 +40,12 @@ from typing import Any
 import jwt
 from aiohttp import WSMsgType, web
 
-from dap.server import errors, state
+from dap.server import errors, identity, state
 from dap.server.access import auth, guards
 from dap.server.catalog import Resource
 from dap.server.events import channels, feed
 from dap.server.storage import db
-from dap.server.web import identity, requests, socket_calls
+from dap.server.web import requests, socket_calls
 from dap.server.workflows import watching
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ async def _principal(request: web.Request, slug: str) -> tuple[auth.Principal, f
     token = auth.bearer_token(header) if header else request.query.get("access_token", "")
     if not token:
         raise errors.Unauthorized("the websocket needs a token: 'Authorization: Bearer …' or ?access_token=")
-    principal = await identity.authenticate(request, token, workspace=slug, bind=True)
+    principal = await identity.authenticate(request.app, token, workspace=slug, bind=True)
     return principal, expires(token)
 
 

@@ -47,10 +47,12 @@ def _issuer(token: str) -> str | None:
 
 
 async def authenticate(
-    request: web.Request, token: str, *, workspace: str, bind: bool = False
+    app: web.Application, token: str, *, workspace: str, bind: bool = False
 ) -> auth.Principal:
-    """The caller of ``token`` for ``workspace``; ``Unauthorized`` when no verifier accepts it."""
-    app = request.app
+    """The caller of ``token`` for ``workspace``; ``Unauthorized`` when no verifier accepts it.
+
+    Every protocol asks here (REST, the websocket, gRPC), so a provider's token opens the same
+    doors everywhere."""
     found = declared(app, workspace) if KEYSETS in app else {}
     if found:
         iss = _issuer(token)
