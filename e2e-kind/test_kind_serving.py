@@ -85,6 +85,12 @@ def test_a_pod_without_its_artifact_is_not_behind_the_service(books: Books) -> N
             what="the unregistered workspace's pod running",
         )
         pod = str(_empty(kube)[0]["metadata"]["name"])
+        # listening first: kubectl port-forward ends at the first connection the pod refuses
+        kube.wait_for(
+            lambda: '"pod serving"' in kube.run("logs", "-n", NS, pod, check=False),
+            within=120,
+            what="pod serving",
+        )
         # alive (liveness /health 200), not ready (/ready 503, saying why)
         with port_forward(kube, f"pod/{pod}", 8080, NS) as url:
             kube.wait_for(lambda: http("GET", f"{url}/health")[0] == 200, within=60, what="/health 200")
