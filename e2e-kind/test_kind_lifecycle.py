@@ -140,3 +140,38 @@ def test_a_new_version_rolls_out_with_no_failed_request(books: Books, tmp_path: 
     assert load.failed == 0, f"{load.failed} failed requests: {load.failures}"
     lost = sorted(set(load.acknowledged) - _codes(books, mark))
     assert lost == [], f"acknowledged writes lost: {lost[:10]}"
+
+
+def test_an_idle_workspace_scales_to_zero_and_wakes_up(books: Books) -> None:
+    """The kind class has ``scaleToZero``: ``dap.io/idle: "true"`` takes the pods away (phase Idle,
+    nothing behind the Service), ``"false"`` brings them back serving what was written before."""
+    kube = books.kube
+    code = f"IDLE{int(time.time())}"
+    status, body = http(
+        "POST", f"{books.api}/stock/item", books.token, {"code": code, "title": "t", "unit_price": "1"}
+    )
+    assert status in (200, 201), body
+    try:
+        kube.run("annotate", "workspace", WS, "-n", NS, "dap.io/idle=true", "--overwrite")
+        kube.wait_for(
+            lambda: (kube.get("workspace", WS, NS) or {})["status"]["phase"] == "Idle", what="phase Idle"
+        )
+        kube.wait_for(lambda: not workspace_pods(kube), within=120, what="no pod left")
+        assert (kube.get("deployment", f"dap-{WS}", NS) or {})["spec"]["replicas"] == 0
+    finally:
+        woken = time.monotonic()
+        kube.run("annotate", "workspace", WS, "-n", NS, "dap.io/idle=false", "--overwrite")
+    first = kube.wait_for(
+        lambda: (
+            http("GET", f"{books.api}/stock/item?code={code}", books.token, timeout=5)[0] == 200
+            and time.monotonic()
+        ),
+        within=180,
+        what="the first 200 after waking",
+    )
+    record("wake_to_first_200_s", round(first - woken, 1))
+    status, body = http("GET", f"{books.api}/stock/item?code={code}", books.token)
+    assert code.encode() in body, body
+    kube.wait_for(
+        lambda: (kube.get("workspace", WS, NS) or {})["status"]["phase"] == "Ready", what="phase Ready"
+    )
