@@ -73,6 +73,12 @@ def _missing() -> str | None:
     return None
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test's budget includes its fixtures: the first one creates the cluster and serves books."""
+    for item in items:
+        item.add_marker(pytest.mark.timeout(900))
+
+
 class Kube:
     """kubectl against the kind cluster's kubeconfig; ``node_ip``: its node on the Docker network."""
 
