@@ -14,11 +14,13 @@ driven directly (no pytest-kind dependency).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -71,11 +73,20 @@ def _missing() -> str | None:
     return None
 
 
-class Kube:
-    """kubectl against the kind cluster's kubeconfig."""
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test's budget includes its fixtures: the first one creates the cluster and serves books."""
+    here = Path(__file__).parent
+    for item in items:  # the hook sees every item of the session, tests/ included: only ours
+        if here in item.path.parents:
+            item.add_marker(pytest.mark.timeout(900))
 
-    def __init__(self, kubeconfig: Path) -> None:
+
+class Kube:
+    """kubectl against the kind cluster's kubeconfig; ``node_ip``: its node on the Docker network."""
+
+    def __init__(self, kubeconfig: Path, node_ip: str = "") -> None:
         self.kubeconfig = kubeconfig
+        self.node_ip = node_ip
 
     def run(self, *args: str, stdin: str | None = None, check: bool = True, timeout: int = 300) -> str:
         result = subprocess.run(
@@ -111,7 +122,7 @@ class Kube:
         while time.monotonic() < deadline:
             try:
                 value = predicate()
-            except (KeyError, TypeError, IndexError, StopIteration):
+            except (KeyError, TypeError, IndexError, StopIteration, OSError):  # OSError: not answering yet
                 value = None
             if value:
                 return value
@@ -177,7 +188,19 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
         record("kind_create_cluster_s", round(time.monotonic() - started, 1))
     _sh(KIND, "export", "kubeconfig", "--name", name, "--kubeconfig", str(kubeconfig))
     _sh(KIND, "load", "docker-image", IMAGE, "--name", name)
-    kube = Kube(kubeconfig)
+    node_ip = subprocess.run(
+        [
+            "docker",
+            "inspect",
+            "-f",
+            "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+            f"{name}-control-plane",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    kube = Kube(kubeconfig, node_ip)
     kube.run("apply", "-k", str(ROOT / "kustomize" / "overlays" / "kind"))
     kube.run("-n", "dap-system", "rollout", "status", "deployment/dap-operator", "--timeout=240s")
     kube.run("-n", "dap-system", "rollout", "status", "deployment/dap-control", "--timeout=240s")
@@ -187,3 +210,114 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
     finally:
         if created and os.environ.get("DAP_E2E_KEEP") != "1":
             subprocess.run([KIND, "delete", "cluster", "--name", name], check=False, timeout=300)
+
+
+# --- the books workspace, served once per session -----------------------------------------------
+
+NS = "e2e"
+WS = "books"
+MANIFESTS = ROOT / "e2e-kind" / "manifests"
+JWT_SECRET = "e2e-jwt-secret-of-at-least-thirty-two-bytes"  # manifests/tenant.yaml
+NODE_PORT = 30080  # manifests/nodeport.yaml
+
+
+def dap(*args: str) -> str:
+    """The ``dap`` CLI of this virtualenv (register, token), as a user runs it."""
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "dap"), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, f"dap {' '.join(args)}: {result.stderr}"
+    return result.stdout
+
+
+def workspace_pods(kube: Kube, ws: str = WS) -> list[dict[str, Any]]:
+    out = kube.run("get", "pods", "-n", NS, "-l", f"dap.io/workspace={ws}", "-o", "json")
+    return list(json.loads(out)["items"])
+
+
+def ready_addresses(kube: Kube, ws: str = WS) -> list[str]:
+    """Addresses of the workspace Service's endpoints that are Ready (what kube-proxy routes to)."""
+    out = kube.run(
+        "get", "endpointslices", "-n", NS, "-l", f"kubernetes.io/service-name=dap-{ws}", "-o", "json"
+    )
+    return [
+        address
+        for item in json.loads(out)["items"]
+        for endpoint in item.get("endpoints") or []
+        if (endpoint.get("conditions") or {}).get("ready")
+        for address in endpoint["addresses"]
+    ]
+
+
+def register(kube: Kube, directory: Path, ws: str = WS, app: str = "procurement") -> None:
+    """``dap register`` through a port-forward to the cluster control: a new version of ``app``."""
+    with port_forward(kube, "svc/dap-control", 8443, "dap-system") as control:
+        dap("register", str(directory), "--control-url", control, "--workspace", ws, "--app", app)
+
+
+@dataclasses.dataclass(frozen=True)
+class Books:
+    """The books workspace serving examples/procurement, reached through the NodePort Service."""
+
+    kube: Kube
+    token: str
+    site: str  # http://<node>:30080: /ready, /books/, /books/api/...
+    timings: dict[str, float]
+
+    @property
+    def api(self) -> str:
+        return f"{self.site}/{WS}/api"
+
+
+def serving(site: str, token: str) -> bool:
+    from traffic import http
+
+    try:
+        return http("GET", f"{site}/{WS}/api/stock/item?limit=1", token, timeout=5)[0] == 200
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def books(kube: Kube) -> Books:
+    """Postgres, the tenant Secret and class, the Workspace and its registered artifact, applied as
+    the walk-through of docs/operator.md does; timed from ``kubectl apply`` to the first 200."""
+    kube.run("apply", "-f", str(MANIFESTS / "postgres.yaml"))
+    kube.run("apply", "-f", str(MANIFESTS / "tenant.yaml"))
+    kube.run("apply", "-f", str(MANIFESTS / "nodeport.yaml"))
+    kube.run("-n", NS, "rollout", "status", "deployment/postgres", "--timeout=180s")
+    token = dap("token", "--workspace", WS, "--secret", JWT_SECRET).strip()
+    site = f"http://{kube.node_ip}:{NODE_PORT}"
+    if serving(site, token):  # a kept cluster (DAP_E2E_KEEP=1) already serves it
+        return Books(kube=kube, token=token, site=site, timings={})
+    if kube.get("workspace", WS, NS) is not None:  # left half-made by an interrupted run
+        kube.run("delete", "workspace", WS, "-n", NS, "--wait=true", "--timeout=120s")
+        kube.wait_for(lambda: not workspace_pods(kube), within=120, what="the old pods gone")
+    applied = time.monotonic()
+    kube.run("apply", "-f", str(MANIFESTS / "workspace.yaml"))
+    kube.wait_for(
+        lambda: (
+            workspace_pods(kube) and all(p["status"].get("phase") == "Running" for p in workspace_pods(kube))
+        ),
+        what="pods Running",
+    )
+    running = time.monotonic()
+    register(kube, ROOT / "examples" / "procurement")
+    registered = time.monotonic()
+    first = kube.wait_for(
+        lambda: serving(site, token) and time.monotonic(),
+        within=240,
+        what="the first 200 through the NodePort Service",
+    )
+    timings = {
+        "apply_to_running_s": round(running - applied, 1),
+        "apply_to_first_200_s": round(first - applied, 1),
+        "register_to_first_200_s": round(first - registered, 1),
+    }
+    for name, value in timings.items():
+        record(name, value)
+    return Books(kube=kube, token=token, site=site, timings=timings)

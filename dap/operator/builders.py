@@ -35,7 +35,9 @@ ANNOTATION_CONFIG_HASH = f"{names.CRD_GROUP}/config-hash"
 ANNOTATION_CREDENTIALS_HASH = f"{names.CRD_GROUP}/credentials-hash"
 CONTAINER_NAME = "resource"
 HTTP_PORT = 8080
-HEALTH_PATH = "/health"
+HEALTH_PATH = "/health"  # liveness: the process answers and Postgres is reachable
+READY_PATH = "/ready"  # readiness: an artifact is loaded and served (dap.resource_pod.hosting)
+DRAIN_SECONDS = 5  # preStop: the endpoints drop a terminating pod before it stops serving
 DEFAULT_CPU_TARGET = 80
 AUTOSCALE_HEADROOM = 3  # maxReplicas defaults to this many times minReplicas
 MAX_NAME = 63
@@ -204,9 +206,9 @@ def _anti_affinity(workspace: str) -> dict[str, object]:
     }
 
 
-def _probe(initial_delay: int, period: int, failures: int) -> dict[str, object]:
+def _probe(path: str, initial_delay: int, period: int, failures: int) -> dict[str, object]:
     return {
-        "httpGet": {"path": HEALTH_PATH, "port": "http"},
+        "httpGet": {"path": path, "port": "http"},
         "initialDelaySeconds": initial_delay,
         "periodSeconds": period,
         "failureThreshold": failures,
@@ -255,8 +257,10 @@ def deployment(
         ],
         "envFrom": _env_from(name, grants, settings.pod_env_secret),
         "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
-        "readinessProbe": _probe(initial_delay=2, period=5, failures=3),
-        "livenessProbe": _probe(initial_delay=10, period=10, failures=6),
+        "readinessProbe": _probe(READY_PATH, initial_delay=1, period=2, failures=2),
+        "livenessProbe": _probe(HEALTH_PATH, initial_delay=10, period=10, failures=6),
+        # SIGTERM only once the Service has stopped sending here: requests in flight finish
+        "lifecycle": {"preStop": {"sleep": {"seconds": DRAIN_SECONDS}}},
         "resources": dict(workspace.get("spec", {}).get("resources", {})),
         "securityContext": {
             "allowPrivilegeEscalation": False,
@@ -268,6 +272,8 @@ def deployment(
     }
     spec: dict[str, object] = {
         "selector": {"matchLabels": {LABEL_WORKSPACE: ws}},
+        # a new pod is Ready (artifact served) before an old one goes: no gap in what serves
+        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
         "template": {
             "metadata": {
                 "labels": labels,

@@ -163,3 +163,35 @@ def evaluate(
         )
     note = " (signature NOT verified: --insecure-skip-signature-verify)" if skip_signature else ""
     return conditions.claim_ready(f"{granted}{note}")
+
+
+def unusable_datastores(
+    named: list[str], claims: list[bodies.ResourceClaimBody], granted: set[str]
+) -> dict[str, str]:
+    """Datastores a workspace names (``spec.datastores``) that no Ready claim grants, with why.
+
+    ``claims`` are the workspace's claims (any phase); the reason of one on the datastore is its
+    status' message (``TenantNotAllowed``, ``InvalidSignature``: the claim says which).
+    """
+    unusable: dict[str, str] = {}
+    for name in named:
+        if name in granted:
+            continue
+        why = f"no ResourceClaim of this workspace grants {name!r}"
+        for claim in claims:
+            if claim.get("spec", {}).get("datastore", "").rpartition("/")[2] != name:
+                continue
+            status = claim.get("status", {})
+            said = [
+                f"{c.get('reason', '')}: {c.get('message', '')}"
+                for c in status.get("conditions", [])
+                if c.get("type") == "Denied" and c.get("status") == "True"
+            ] or [
+                f"{c.get('reason', '')}: {c.get('message', '')}"
+                for c in status.get("conditions", [])
+                if c.get("type") == "Ready"
+            ]
+            phase = status.get("phase", "not evaluated yet")
+            why = f"claim {claim['metadata']['name']!r} is {phase}" + (f" ({said[0]})" if said else "")
+        unusable[name] = why
+    return unusable

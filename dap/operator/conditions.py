@@ -83,6 +83,27 @@ def workspace_pending(reason: str, message: str) -> Verdict:
     )
 
 
+DATASTORE_NOT_USABLE = "DatastoreNotUsable"
+
+
+def with_datastores(verdict: Verdict, unusable: dict[str, str]) -> Verdict:
+    """A workspace naming datastores it may not use (no Ready claim grants them) is Degraded.
+
+    ``unusable`` maps each such datastore to why (its claim's message, or that none exists). Ready
+    and Progressing stay what the Deployment says (the pods may serve what needs no datastore); a
+    workspace that is not reconciled at all (Pending, Failed) keeps its own, earlier reason.
+    """
+    if not unusable or verdict.phase in ("Pending", "Failed"):
+        return verdict
+    message = "; ".join(f"datastore {name!r}: {why}" for name, why in sorted(unusable.items()))
+    return _workspace(
+        "Degraded",
+        verdict.condition("Ready"),
+        verdict.condition("Progressing"),
+        Wanted("Degraded", "True", DATASTORE_NOT_USABLE, message),
+    )
+
+
 def _deployment_condition(dep: bodies.DeploymentBody, type_: str) -> bodies.DeploymentCondition | None:
     for condition in dep.get("status", {}).get("conditions", []):
         if condition.get("type") == type_:

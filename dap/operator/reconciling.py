@@ -214,6 +214,13 @@ class Reconciler:
             await self._workspace_status(key, ws, verdict, None, generation)
             raise errors.InvalidSpecError("InvalidSpec", str(exc)) from exc
         verdict = conditions.workspace(want.replicas, cast(bodies.DeploymentBody | None, deployment))
+        claims_of = [c for c in map(self.caches.claim, self.caches.claims_of_workspace(key)) if c is not None]
+        unusable = claims.unusable_datastores(
+            list(ws.get("spec", {}).get("datastores", [])),
+            claims_of,
+            {g.datastore for g in self.caches.grants(key)},
+        )
+        verdict = conditions.with_datastores(verdict, unusable)
         await self._workspace_status(key, ws, verdict, deployment, generation)
 
     async def _workspace_status(

@@ -14,7 +14,7 @@ Boot order:
    datastores, child-mode sockets) under ``<state-dir>/bridge``; it follows the catalog each swap
    brings (its datastores). File fields keep their bytes under ``<state-dir>/files`` (the pod's
    root filesystem is read-only under the operator);
-5. ``GET /health`` is added to the main application and both listeners start;
+5. ``GET /health`` and ``GET /ready`` are added to the main application and both listeners start;
 6. the pull loop, the evidence sender, and the health (30 s) and metering (5 min) reports run
    as tasks until :meth:`Running.stop`.
 
@@ -23,6 +23,11 @@ answers ``{status, checks, reasons, checked_at, workspace, phase, artifact_id, v
 convergence}``; 503 only when Postgres is unreachable, since a pod that still serves its old
 version while control is down is degraded, not dead. The admin listener's ``/health`` is the
 server's own: ``dap.server`` gives no hook to extend it (see docs/decisions/pod.md).
+
+``/ready`` is the readiness probe's path (the operator's Deployment): 200 only once an artifact is
+loaded and served and Postgres answers, 503 before (and after :meth:`Running.stop` began), so a
+Service never sends a request to a pod that would answer "unknown workspace". ``/health`` stays
+the liveness path: a pod waiting for its first artifact is alive, only not ready.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from aiohttp import web
 
 from dap import server
 from dap.bridge import hosting as bridging
-from dap.resource_pod import converging, errors, loading, persisting, pulling, settings, timing
+from dap.resource_pod import converging, errors, loading, persisting, pulling, reporting, settings, timing
 from dap.server import options
 from dap.server.storage import files
 from dap.server.web import app as web_app
@@ -73,6 +78,35 @@ async def health(request: web.Request) -> web.Response:
     return web.json_response(body, status=503 if status == "unhealthy" else 200)
 
 
+READY_PATH = "/ready"
+STOPPING = web.AppKey("stopping", asyncio.Event)
+
+
+def readiness(pod: pulling.Pod, postgres: str | None, stopping: bool) -> list[str]:
+    """Why the pod may not take traffic yet (empty: it may): pure, for ``/ready``."""
+    reasons: list[str] = []
+    if stopping:
+        reasons.append("stopping")
+    if pod.status.running is None:
+        reasons.append(f"no artifact served yet (phase {pod.status.phase or 'none'})")
+    if postgres:
+        reasons.append(f"postgres: {postgres}")
+    return reasons
+
+
+async def ready(request: web.Request) -> web.Response:
+    pod = request.app[POD]
+    postgres = await reporting.check_postgres(request.app[server.state.POOL])
+    reasons = readiness(pod, postgres, request.app[STOPPING].is_set())
+    body = {
+        "ready": not reasons,
+        "reasons": reasons,
+        "workspace": pod.config.workspace,
+        "version": pod.status.running.version if pod.status.running else None,
+    }
+    return web.json_response(body, status=503 if reasons else 200)
+
+
 @dataclass
 class Running:
     """One started pod; ``stop`` ends it cleanly (idempotent)."""
@@ -91,6 +125,7 @@ class Running:
         if self.stopped:
             return
         self.stopped = True
+        self.server.app[STOPPING].set()
         await timing.cancel_all(self.tasks)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(FLUSH_ON_STOP):
@@ -143,7 +178,9 @@ async def start(
         srv.app[web_app.FILES] = files.FileStore(config.state_dir / "files")
         bridging.attach(srv.app, opts, state_dir=config.state_dir / "bridge")
         srv.app[POD] = pod
+        srv.app[STOPPING] = asyncio.Event()
         srv.app.router.add_get("/health", health)
+        srv.app.router.add_get(READY_PATH, ready)
         await srv.start()
     except BaseException:
         if srv is not None:

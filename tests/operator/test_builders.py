@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from dap.operator import bodies, builders
+from dap.resource_pod import hosting
 
 SETTINGS = builders.OperatorSettings(
     resource_image="example.test/dap:1.0",
@@ -132,10 +133,13 @@ def test_security_context_is_restricted() -> None:
     assert pod_spec(dep)["automountServiceAccountToken"] is False
 
 
-def test_probes_hit_the_pod_health_endpoint() -> None:
-    c = container(builders.deployment(ws(), None, [], SETTINGS))
-    for probe in ("readinessProbe", "livenessProbe"):
-        assert c[probe]["httpGet"] == {"path": builders.HEALTH_PATH, "port": "http"}
+def test_readiness_asks_the_pod_whether_it_serves_and_liveness_whether_it_lives() -> None:
+    dep = builders.deployment(ws(), None, [], SETTINGS)
+    c = container(dep)
+    assert c["readinessProbe"]["httpGet"] == {"path": hosting.READY_PATH, "port": "http"}
+    assert c["livenessProbe"]["httpGet"] == {"path": builders.HEALTH_PATH, "port": "http"}
+    assert c["lifecycle"]["preStop"] == {"sleep": {"seconds": builders.DRAIN_SECONDS}}
+    assert dep["spec"]["strategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": 1}
 
 
 def test_artifact_hash_is_copied_to_the_pod_template() -> None:

@@ -284,3 +284,32 @@ def test_an_auto_grant_says_why_and_a_denial_says_unsigned() -> None:
 )
 def test_is_local(claim_namespace: str, store: bodies.DatastoreBody, local: bool) -> None:
     assert claims.is_local(claim_namespace, store) is local
+
+
+def _claim(name: str, datastore: str, phase: str, reason: str, message: str) -> bodies.ResourceClaimBody:
+    denied = "True" if phase == "Denied" else "False"
+    return {
+        "metadata": {"name": name, "namespace": "tenants"},
+        "spec": {"datastore": datastore, "workspace": "shop", "permission": "read"},  # type: ignore[typeddict-item]
+        "status": {
+            "phase": phase,
+            "conditions": [
+                {"type": "Ready", "status": "False", "reason": reason, "message": message},
+                {"type": "Denied", "status": denied, "reason": reason, "message": message},
+            ],
+        },
+    }
+
+
+def test_unusable_datastores_say_why() -> None:
+    denied = _claim("shop-orders", "orders", "Denied", "TenantNotAllowed", "workspace 'shop' is not allowed")
+    pending = _claim("shop-files", "other/files", "Pending", "DatastoreNotFound", "Datastore other/files …")
+    found = claims.unusable_datastores(
+        ["orders", "files", "cache", "granted"], [denied, pending], {"granted"}
+    )
+    assert found == {
+        "orders": "claim 'shop-orders' is Denied (TenantNotAllowed: workspace 'shop' is not allowed)",
+        "files": "claim 'shop-files' is Pending (DatastoreNotFound: Datastore other/files …)",
+        "cache": "no ResourceClaim of this workspace grants 'cache'",
+    }
+    assert claims.unusable_datastores(["granted"], [], {"granted"}) == {}

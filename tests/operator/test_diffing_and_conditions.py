@@ -187,3 +187,23 @@ def test_datastore_verdict() -> None:
     denied = conditions.datastore(False, "s")
     assert denied.condition("Denied").status == "True"
     assert denied.condition("Denied").reason == "SecretMissing"
+
+
+def test_a_workspace_naming_a_datastore_it_may_not_use_is_degraded_saying_why() -> None:
+    serving = conditions.workspace_pending("X", "y")
+    assert conditions.with_datastores(serving, {"orders": "denied"}) is serving  # not reconciled: unchanged
+    ready = conditions.Verdict(
+        phase="Ready",
+        conditions=(
+            conditions.Wanted("Ready", "True", "Available", "1/1"),
+            conditions.Wanted("Progressing", "False", "RolloutComplete", "done"),
+            conditions.Wanted("Degraded", "False", "Available", "1/1"),
+        ),
+    )
+    assert conditions.with_datastores(ready, {}) is ready
+    degraded = conditions.with_datastores(ready, {"orders": "claim 'o' is Denied"})
+    assert degraded.phase == "Degraded"
+    assert degraded.condition("Ready") == ready.condition("Ready")
+    assert degraded.condition("Degraded") == conditions.Wanted(
+        "Degraded", "True", conditions.DATASTORE_NOT_USABLE, "datastore 'orders': claim 'o' is Denied"
+    )

@@ -371,3 +371,24 @@ async def test_refused_artifact_is_retried_within_the_pull_interval(
     assert failure.retry_at - time.monotonic() <= 0.2, "the next retry is at most one pull interval away"
     proxy.tamper = False
     await wait_for(lambda: running(pod, v2), within=3.0, what="recovery within a few pull intervals")
+
+
+async def test_ready_only_once_an_artifact_is_served(
+    control: Control, proxy: Proxy, start_pod: StartPod, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    pod = await start_pod(pod_settings(proxy.url, tmp_path, control.signer))
+    async with http.get(f"{pod.api_url}{hosting.READY_PATH}") as response:
+        assert response.status == 503
+        body = await response.json()
+    assert body["ready"] is False
+    assert any("no artifact served yet" in r for r in body["reasons"]), body
+    assert (await health(http, pod))[0] == 200  # alive all the same: liveness must not kill it
+
+    v1 = await control.register(V1)
+    await wait_for(lambda: running(pod, v1), what="v1 loaded")
+    async with http.get(f"{pod.api_url}{hosting.READY_PATH}") as response:
+        assert response.status == 200
+        assert (await response.json())["ready"] is True
+
+    await pod.stop()
+    assert hosting.readiness(pod.pod, None, stopping=True) == ["stopping"]
