@@ -52,15 +52,7 @@ async def record_action(request: web.Request) -> web.Response:
         )
     record_id = requests.parse_record_id(request)
     expected = requests.if_match(request)
-    call = operations.Call(
-        request.app[state.POOL],
-        request.app[state.CACHE],
-        workspace,
-        principal,
-        catalog,
-        resource,
-        request.get(state.REQUEST_ID),
-    )
+    call = requests.call(request, workspace, principal, catalog, resource)
     done = await operations.move(call, access, action, record_id, expected=expected)
     settled = await delivery.settle(request, resource, builtin.NAMES[action], done.event)
     return delivery.stamp(
@@ -115,15 +107,7 @@ async def _custom(
             principal=principal,
             keyed=keyed,
         )
-    call = operations.Call(
-        request.app[state.POOL],
-        request.app[state.CACHE],
-        workspace,
-        principal,
-        catalog,
-        resource,
-        request.get(state.REQUEST_ID),
-    )
+    call = requests.call(request, workspace, principal, catalog, resource)
     done = await operations.act(
         call,
         access,

@@ -183,3 +183,23 @@ def exposed(
             allow=allowed,
         )
     return resource
+
+
+def call(
+    request: web.Request,
+    workspace: Workspace,
+    principal: auth.Principal,
+    catalog: Catalog,
+    resource: Resource,
+) -> operations.Call:
+    """The verb's context for ``workflows.operations``: this process's pool and cache, the request id."""
+    app = request.app
+    return operations.Call(
+        app[state.POOL],
+        app[state.CACHE],
+        workspace,
+        principal,
+        catalog,
+        resource,
+        request.get(state.REQUEST_ID),
+    )

@@ -19,10 +19,9 @@ import logging
 from aiohttp import web
 
 from dap.server import errors, state
-from dap.server.access import auth, guards
+from dap.server.access import guards
 from dap.server.catalog import Catalog, Resource
 from dap.server.documents import idempotency, lifecycle
-from dap.server.storage.workspaces import Workspace
 from dap.server.web import delivery, requests, services
 from dap.server.workflows import operations
 
@@ -36,30 +35,11 @@ _ITEM = (("find", "GET"), ("update", "PATCH"), ("delete", "DELETE"))
 # --- handlers: each decodes, calls the verb of ``workflows.operations`` and encodes ----------
 
 
-def _call(
-    request: web.Request,
-    workspace: Workspace,
-    principal: auth.Principal,
-    catalog: Catalog,
-    resource: Resource,
-) -> operations.Call:
-    app = request.app
-    return operations.Call(
-        app[state.POOL],
-        app[state.CACHE],
-        workspace,
-        principal,
-        catalog,
-        resource,
-        request.get(state.REQUEST_ID),
-    )
-
-
 async def list_records(request: web.Request) -> web.Response:
     workspace, principal, catalog = await requests.resolve(request, action="list")
     resource = requests.exposed(catalog, request, "list", siblings=_COLLECTION)
     page = await operations.list_records(
-        _call(request, workspace, principal, catalog, resource), list(request.query.items())
+        requests.call(request, workspace, principal, catalog, resource), list(request.query.items())
     )
     return requests.reply(
         {"data": page.data, "limit": page.limit, "offset": page.offset, "total": page.total}
@@ -69,7 +49,7 @@ async def list_records(request: web.Request) -> web.Response:
 async def find_record(request: web.Request) -> web.Response:
     workspace, principal, catalog = await requests.resolve(request, action="find")
     resource = _item(catalog, request, "find")
-    call = _call(request, workspace, principal, catalog, resource)
+    call = requests.call(request, workspace, principal, catalog, resource)
     found = await operations.find(call, request.match_info["id"])
     return requests.json_response(found.body, found.etag)
 
@@ -80,7 +60,7 @@ async def create_record(request: web.Request) -> web.Response:
     key = idempotency.key_of(request.headers)
     body = await requests.read_body(request)
     submit = lifecycle.create_submits(resource, request.query, body)  # ?submit=true
-    call = _call(request, workspace, principal, catalog, resource)
+    call = requests.call(request, workspace, principal, catalog, resource)
     done = await operations.create(call, body, submit=submit, key=key, target=request.path_qs)
     if done.replayed:
         return requests.respond(done.answer)
@@ -95,7 +75,7 @@ async def update_record(request: web.Request) -> web.Response:
     record_id = requests.parse_record_id(request)
     expected = requests.if_match(request)
     body = await requests.read_body(request)
-    call = _call(request, workspace, principal, catalog, resource)
+    call = requests.call(request, workspace, principal, catalog, resource)
     done = await operations.update(call, record_id, body, expected=expected)
     settled = await delivery.settle(request, resource, "updated", done.event)
     return delivery.stamp(
@@ -109,7 +89,7 @@ async def delete_record(request: web.Request) -> web.Response:
     resource = _item(catalog, request, "delete")
     guards.check(principal, resource, "delete")  # 403 before the id is read
     record_id = requests.parse_record_id(request)
-    call = _call(request, workspace, principal, catalog, resource)
+    call = requests.call(request, workspace, principal, catalog, resource)
     event = await operations.delete(call, record_id, request.app.get(state.FILES))
     return delivery.stamp(
         web.Response(status=204), await delivery.settle(request, resource, "deleted", event)

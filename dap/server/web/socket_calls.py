@@ -28,6 +28,7 @@ from dap.server import errors, state
 from dap.server.access import auth, guards
 from dap.server.documents import idempotency, lifecycle
 from dap.server.events import builtin
+from dap.server.web import requests
 from dap.server.workflows import operations
 
 VERBS = frozenset({"list", "find", "create", "update", "delete"})
@@ -69,15 +70,7 @@ async def _run(request: web.Request, frame: dict[str, Any], principal: auth.Prin
     move = verb in lifecycle.MOVES and resource.lifecycle and lifecycle.move_open(resource, verb)
     if verb not in resource.actions and not move:
         raise errors.NotFound(f"{key} does not expose {verb} over ws", code="SVC.ACTION.NOT_EXPOSED")
-    call = operations.Call(
-        app[state.POOL],
-        app[state.CACHE],
-        workspace,
-        principal,
-        catalog,
-        resource,
-        request.get(state.REQUEST_ID),
-    )
+    call = requests.call(request, workspace, principal, catalog, resource)
     body = frame.get("body") or {}
     if not isinstance(body, dict):
         raise errors.BadRequest("body must be a JSON object", code="SVC.REQUEST.MALFORMED_JSON")
