@@ -91,8 +91,11 @@ class Dex:
 
 
 @contextmanager
-def running(redirect_uris: list[str], workdir: Path, *, id_tokens: str = "10m") -> Iterator[Dex]:
-    """Dex on a free loopback port; ``id_tokens`` is the ID tokens' lifetime (a Go duration)."""
+def running(
+    redirect_uris: list[str], workdir: Path, *, id_tokens: str = "10m", rotate_keys: str = "6h"
+) -> Iterator[Dex]:
+    """Dex on a free loopback port; ``id_tokens`` is the ID tokens' lifetime, ``rotate_keys`` how
+    often its signing key is replaced (Go durations; Dex looks every 30 s whether one is due)."""
     port = free_port()
     issuer = f"http://127.0.0.1:{port}/dex"
     users = [
@@ -112,6 +115,7 @@ def running(redirect_uris: list[str], workdir: Path, *, id_tokens: str = "10m") 
         "web": {"http": f"127.0.0.1:{port}"},
         "oauth2": {"skipApprovalScreen": True, "passwordConnector": "local"},
         "expiry": {"idTokens": id_tokens},
+        "signer": {"type": "local", "config": {"keysRotationPeriod": rotate_keys}},
         "logger": {"level": "warn"},
         "staticClients": [
             {"id": CLIENT_ID, "name": "dap", "secret": CLIENT_SECRET, "redirectURIs": redirect_uris}

@@ -5,18 +5,21 @@ nonce; Dex's login form is filled; the callback leaves a session cookie and an a
 token; a replayed callback (the same ``state``) is refused; the UI's session, refresh and logout
 calls work, and after logout the session is gone. Role mapping: Dex's group ``committee`` is the
 spec's ``purchase_committee`` and its ``buyers`` are ``buyer``, so alice may vote on a purchase
-order's approval and bob may not.
+order's approval and bob may not. A key Dex rotates on its own schedule is taken without a restart.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
+import time
 import urllib.parse
 from collections.abc import AsyncIterator, Iterator
 from datetime import date
 from typing import Any
 
 import aiohttp
+import jwt
 import pytest
 
 from dap import config
@@ -34,7 +37,8 @@ def dap_port() -> int:
 @pytest.fixture(scope="module")
 def provider(dap_port: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dex.Dex]:
     callback = f"http://127.0.0.1:{dap_port}/default/_ui/oidc/callback"
-    with dex.running([callback], tmp_path_factory.mktemp("dex")) as found:
+    # a new signing key about every 30 s (Dex's own check interval), for the rotation test
+    with dex.running([callback], tmp_path_factory.mktemp("dex"), rotate_keys="1s") as found:
         yield found
 
 
@@ -138,3 +142,20 @@ async def test_groups_map_to_roles_so_one_may_approve_and_the_other_not(
     assert status == 200, answer
     status, mine = await _call(srv, "GET", "_approvals", alice)
     assert status == 200, mine
+
+
+async def test_a_key_dex_rotates_is_taken_without_restart(srv: Running, provider: dex.Dex) -> None:
+    # Dex replaces its signing key on its own schedule; the server, never restarted, fetches the
+    # new key set at the first token signed by a key id it has not seen
+    before = provider.password_grant("alice")["id_token"]
+    kid = jwt.get_unverified_header(before)["kid"]
+    assert (await _call(srv, "GET", "buying/supplier", before))[0] == 200
+    deadline = time.monotonic() + 90
+    while True:
+        after = provider.password_grant("alice")["id_token"]
+        if jwt.get_unverified_header(after)["kid"] != kid:
+            break
+        assert time.monotonic() < deadline, "Dex did not rotate its signing key within 90 s"
+        await asyncio.sleep(1)
+    status, answer = await _call(srv, "GET", "buying/supplier", after)
+    assert status == 200, answer
