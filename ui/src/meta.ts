@@ -82,6 +82,10 @@ export type EntityMeta = {
   actions: ActionMeta[];
   state_machine: { field: string; states: string[]; initial: string; transitions: Transition[] } | null;
   runnable: string[];
+  /** The field people know a record by (headings, breadcrumbs, tabs); null: the id. */
+  title_field?: string | null;
+  /** One-to-many relations into this entity: the related lists of a record's page. */
+  related?: { entity: string; field: string; title: string }[];
 };
 export type TableComp = {
   kind: "table";

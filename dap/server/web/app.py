@@ -35,6 +35,7 @@ from dap.server.storage import caching, db, workspaces
 from dap.server.web import (
     admin,
     approvals,
+    assets,
     files,
     jobs,
     methods,
@@ -268,13 +269,12 @@ def build_app(
     app.router.add_post("/{ws}/_ui/setup", users.setup)
     app.router.add_post("/{ws}/_ui/login", users.login)
     if web_dir is not None:
-        index = web_dir / "index.html"
-        if (web_dir / "assets").is_dir():
-            app.router.add_static("/assets", web_dir / "assets")
+        bundle = assets.Bundle(web_dir)  # gzip, immutable hashed assets, a revalidated index
+        assets.add_routes(app, bundle)
 
-        async def ui(request: web.Request) -> web.FileResponse:
+        async def ui(request: web.Request) -> web.Response:
             await request.app[state.REGISTRY].resolve(request.match_info["ws"])
-            return web.FileResponse(index)
+            return bundle.index(request)
 
         app.router.add_get("/{ws}/", ui)
 

@@ -1,0 +1,175 @@
+"""The desk's everyday parts (issue 29) on a spec other than the example: a small lending
+library (tests/ui/specs/lending) served by ``dap serve`` with the built bundle, in Chromium.
+
+Records are titled by a human field (the relation's ``display_field``, else the first required
+string that is not a natural key) in the heading, the breadcrumb and the tab; the breadcrumb's
+entity crumb opens the list; state badges say "Checked in" like the list; a member's page lists
+the books that point at it; a save at an old version says someone else changed the record and
+offers Reload; the bundle's assets are gzip-compressed, cached as immutable, the index revalidated.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from .conftest import UiServer, serving, shot, signed_in
+from .test_access import violations
+
+LENDING = Path(__file__).parent / "specs" / "lending"
+PHONE = {"width": 390, "height": 844}
+
+
+@pytest.fixture(scope="module")
+def lending(pg_server_dsn: str) -> Iterator[UiServer]:
+    with serving(pg_server_dsn, LENDING, "lending-server.log") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def shelf(lending: UiServer) -> dict[str, Any]:
+    admin = lending.token("root", ["admin"])
+    status, member = lending.call(
+        "POST", "api/lending/member", admin, {"card": "M-1", "full_name": "Ada Lovelace"}
+    )
+    assert status == 201, member
+    body = {"isbn": "978-0-00-000001", "headline": "Notes on the Engine", "author": "L. Menabrea"}
+    status, book = lending.call("POST", "api/lending/book", admin, {**body, "borrower": member["data"]["id"]})
+    assert status == 201, book
+    return {"member": member["data"], "book": book["data"]}
+
+
+def test_records_are_titled_and_crumbs_open_lists(
+    lending: UiServer, browser: Any, shelf: dict[str, Any]
+) -> None:
+    page = signed_in(browser, lending, "root", ["admin"])
+    page.goto(f"{lending.url}#/a/lending/desk/books")
+    table = page.get_by_role("table", name="Books")
+    row = table.get_by_role("row", name=re.compile("Notes on the Engine"))
+    expect(row.get_by_role("cell", name="Checked in")).to_be_visible()  # the state, labelled
+    expect(row.get_by_role("cell", name="Ada Lovelace")).to_be_visible()  # the relation's label
+    row.get_by_role("link", name="Notes on the Engine").click()
+
+    # the record is titled by its title field, not its id or ISBN: heading, breadcrumb, tab
+    expect(page.get_by_role("heading", name="Book: Notes on the Engine")).to_be_visible()
+    crumbs = page.get_by_role("navigation", name="Breadcrumbs")
+    expect(crumbs.get_by_role("listitem").last).to_have_text("Notes on the Engine")
+    expect(page).to_have_title(re.compile(r"^Notes on the Engine · Book"))
+    assert shelf["book"]["id"] not in (crumbs.inner_text() + page.title())
+    expect(page.locator(".badges")).to_have_text("Checked in")  # like the list says it
+    assert violations(page) == []
+    shot(page, "desk-book")
+
+    # a transition changes the badge with the list's label
+    page.get_by_role("button", name="Check out").click()
+    expect(page.locator(".badges")).to_have_text("Checked out")
+
+    # the entity crumb opens the list, not a blank "New" form
+    crumbs.get_by_role("link", name="Books").click()
+    expect(page.get_by_role("heading", name="Books", level=1)).to_be_visible()
+    expect(page.get_by_role("table", name="Books").get_by_role("cell", name="Checked out")).to_be_visible()
+    expect(page.get_by_role("button", name="Create")).to_have_count(0)
+    page.context.close()
+
+
+def test_member_page_lists_its_books(lending: UiServer, browser: Any, shelf: dict[str, Any]) -> None:
+    member = shelf["member"]
+    page = signed_in(browser, lending, "root", ["admin"])
+    page.goto(f"{lending.url}#/a/lending/desk/member/{member['id']}")
+    # titled by the display_field the book's relation names (full_name), not the card number
+    expect(page.get_by_role("heading", name="Member: Ada Lovelace")).to_be_visible()
+    books = page.get_by_role("region", name=re.compile(r"^Book \(1\)"))
+    link = books.get_by_role("link", name="Notes on the Engine")
+    expect(link).to_be_visible()
+    assert violations(page) == []
+    link.click()
+    expect(page.get_by_role("heading", name="Book: Notes on the Engine")).to_be_visible()
+    page.context.close()
+
+
+def test_phone_width_record_page(lending: UiServer, browser: Any, shelf: dict[str, Any]) -> None:
+    page = signed_in(browser, lending, "root", ["admin"], viewport=PHONE)
+    page.goto(f"{lending.url}#/a/lending/desk/book/{shelf['book']['id']}")
+    expect(page.get_by_role("heading", name="Book: Notes on the Engine")).to_be_visible()
+    expect(page.get_by_role("navigation", name="Breadcrumbs")).to_be_visible()
+    width = page.evaluate("() => document.documentElement.scrollWidth")
+    assert width <= PHONE["width"], f"scrolls sideways: {width}px"
+    assert violations(page) == []
+    shot(page, "desk-book-phone")
+    page.context.close()
+
+
+def test_stale_save_is_explained_with_reload(lending: UiServer, browser: Any) -> None:
+    admin = lending.token("root", ["admin"])
+    status, member = lending.call("POST", "api/lending/member", admin, {"card": "M-2", "full_name": "Grace"})
+    assert status == 201, member
+    record = member["data"]
+    page = signed_in(browser, lending, "root", ["admin"])
+    page.goto(f"{lending.url}#/a/lending/desk/member/{record['id']}")
+    form = page.locator("form#form-lending-member")
+    expect(form.get_by_label("Full name")).to_have_value("Grace")
+    expect(page.locator("html[data-live=live]")).to_have_count(1)
+    # the live update is missed (the socket is away), so only the save's 412 can tell
+    page.evaluate("() => window.dapLive.drop(60000)")
+    expect(page.locator("html[data-live=offline]")).to_have_count(1)
+    status, answer = lending.call(
+        "PATCH",
+        f"api/lending/member/{record['id']}",
+        admin,
+        {"email": "grace@example.org"},
+        {"If-Match": f'"{record["version"]}"'},
+    )
+    assert status == 200, answer
+    form.get_by_label("Full name").fill("Grace Hopper")
+    form.get_by_role("button", name="Save").click()
+    status_region = page.get_by_role("status")
+    expect(status_region).to_contain_text("Someone else changed this record since you opened it.")
+    expect(page.get_by_role("alert")).to_have_count(0)  # not a raw "is at version 2, not 1"
+    expect(page.locator(".toast.error")).to_contain_text("Not saved: someone else changed this record.")
+    assert violations(page) == []
+    status_region.get_by_role("button", name="Reload").click()
+    expect(form.get_by_label("Email")).to_have_value("grace@example.org")
+    form.get_by_label("Full name").fill("Grace Hopper")
+    form.get_by_role("button", name="Save").click()
+    expect(status_region).to_contain_text("Saved.")
+    _, now = lending.call("GET", f"api/lending/member/{record['id']}", admin)
+    assert now["data"]["full_name"] == "Grace Hopper" and now["data"]["email"] == "grace@example.org"
+    page.context.close()
+
+
+def _get(url: str, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            return resp.status, dict(resp.headers), resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read()
+
+
+def test_assets_are_compressed_and_cached(lending: UiServer) -> None:
+    status, headers, body = _get(lending.url, {"Accept-Encoding": "gzip"})
+    assert status == 200 and headers["Cache-Control"] == "no-cache" and headers["Content-Encoding"] == "gzip"
+    index = gzip.decompress(body).decode()
+    script = re.search(r'src="(/assets/index-[^"]+\.js)"', index)
+    assert script is not None, index
+    status, headers, _ = _get(lending.url, {"If-None-Match": headers["ETag"]})
+    assert status == 304  # a warm load revalidates the index for nothing
+
+    url = lending.api + script.group(1)
+    status, headers, packed = _get(url, {"Accept-Encoding": "gzip, br"})
+    assert status == 200 and headers["Content-Encoding"] == "gzip"
+    assert headers["Cache-Control"] == "public, max-age=31536000, immutable"
+    assert "Accept-Encoding" in headers["Vary"]
+    status, headers, plain = _get(url, {"Accept-Encoding": "identity"})
+    assert status == 200 and "Content-Encoding" not in headers
+    assert gzip.decompress(packed) == plain and len(packed) < len(plain) / 2
+    assert headers["Content-Type"].startswith(("text/javascript", "application/javascript"))
+    for bad in ("/assets/..%2Findex.html", "/assets/nothing-here.js"):
+        assert _get(lending.api + bad, {})[0] == 404
