@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import re
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -173,3 +174,39 @@ def test_assets_are_compressed_and_cached(lending: UiServer) -> None:
     assert headers["Content-Type"].startswith(("text/javascript", "application/javascript"))
     for bad in ("/assets/..%2Findex.html", "/assets/nothing-here.js"):
         assert _get(lending.api + bad, {})[0] == 404
+
+
+def test_notifications_with_unread_count(lending: UiServer, browser: Any) -> None:
+    admin = lending.token("root", ["admin"])
+    librarian = lending.token("librarian", ["librarian"])
+    body = {"isbn": "978-0-00-000002", "headline": "Sketch of the Analytical Engine"}
+    status, book = lending.call("POST", "api/lending/book", admin, body)
+    assert status == 201, book
+    status, _ = lending.call("POST", f"api/lending/book/{book['data']['id']}/lend", admin)
+    assert status == 200
+    unread: list[dict[str, Any]] = []
+    for _ in range(100):  # the notification channel delivers after the commit
+        _, found = lending.call("GET", "api/_notifications", librarian)
+        unread = found["data"]
+        if any(n["record_id"] == book["data"]["id"] for n in unread):
+            break
+        time.sleep(0.1)
+    subject = "Checked out: Sketch of the Analytical Engine"
+    assert any(n["subject"] == subject for n in unread), unread
+
+    page = signed_in(browser, lending, "librarian", ["librarian"], viewport=PHONE)
+    page.goto(f"{lending.url}#/a/lending/desk/books")
+    bell = page.get_by_role("button", name=f"Notifications, {len(unread)} unread")
+    bell.click()
+    panel = page.get_by_role("region", name="Notifications")
+    expect(panel.get_by_role("listitem")).to_have_count(len(unread))
+    assert violations(page) == []
+    shot(page, "desk-notifications-phone")
+    panel.get_by_role("link", name=subject).click()
+    expect(page.get_by_role("heading", name="Book: Sketch of the Analytical Engine")).to_be_visible()
+    after = len(unread) - 1
+    name = f"Notifications, {after} unread" if after else "Notifications"
+    expect(page.get_by_role("button", name=name, exact=True)).to_be_visible()
+    _, found = lending.call("GET", "api/_notifications", librarian)
+    assert all(n["record_id"] != book["data"]["id"] for n in found["data"])
+    page.context.close()
