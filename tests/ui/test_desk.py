@@ -10,6 +10,7 @@ offers Reload; the bundle's assets are gzip-compressed, cached as immutable, the
 
 from __future__ import annotations
 
+import csv
 import gzip
 import re
 import time
@@ -209,4 +210,112 @@ def test_notifications_with_unread_count(lending: UiServer, browser: Any) -> Non
     expect(page.get_by_role("button", name=name, exact=True)).to_be_visible()
     _, found = lending.call("GET", "api/_notifications", librarian)
     assert all(n["record_id"] != book["data"]["id"] for n in found["data"])
+    page.context.close()
+
+
+def test_relation_combobox_searches_as_you_type(
+    lending: UiServer, browser: Any, shelf: dict[str, Any]
+) -> None:
+    admin = lending.token("root", ["admin"])
+    for card, name in (("M-10", "Alan Turing"), ("M-11", "Alonzo Church")):
+        status, _ = lending.call("POST", "api/lending/member", admin, {"card": card, "full_name": name})
+        assert status == 201
+    page = signed_in(browser, lending, "root", ["admin"])
+    page.goto(f"{lending.url}#/a/lending/desk/book/new")
+    form = page.locator("form#form-lending-book")
+    form.get_by_label("Isbn").fill("978-0-00-000003")
+    form.get_by_label("Title").fill("On Computable Numbers")
+    borrower = form.get_by_role("combobox", name="Borrower")
+    borrower.fill("Al")
+    listbox = page.get_by_role("listbox", name="Borrower")
+    expect(listbox.get_by_role("option")).to_have_count(2)  # Alan, Alonzo; not Ada
+    borrower.press_sequentially("a")  # "Ala"
+    expect(listbox.get_by_role("option")).to_have_count(1)
+    expect(borrower).to_have_attribute("aria-expanded", "true")
+    assert violations(page) == []
+    borrower.press("Enter")  # by keyboard: the active option
+    expect(borrower).to_have_value("Alan Turing")  # the label, not the id
+    expect(borrower).to_have_attribute("aria-expanded", "false")
+    form.get_by_role("button", name="Create").click()
+    expect(page.get_by_role("heading", name="Book: On Computable Numbers")).to_be_visible()
+    _, found = lending.call("GET", "api/lending/book?isbn=978-0-00-000003", admin)
+    _, alan = lending.call("GET", "api/lending/member?card=M-10", admin)
+    assert found["data"][0]["borrower"] == alan["data"][0]["id"]
+    expect(page.get_by_role("combobox", name="Borrower")).to_have_value("Alan Turing")
+    page.context.close()
+
+
+def test_selection_bulk_actions_and_csv_export(lending: UiServer, browser: Any, tmp_path: Path) -> None:
+    admin = lending.token("root", ["admin"])
+    ids = {}
+    for n, name in enumerate(("Bulk A", "Bulk B", "Bulk C")):
+        body = {"isbn": f"978-1-00-00000{n}", "headline": name, "author": 'Quote "and", comma'}
+        status, book = lending.call("POST", "api/lending/book", admin, body)
+        assert status == 201, book
+        ids[name] = book["data"]["id"]
+    page = signed_in(browser, lending, "root", ["admin"])
+    page.goto(f"{lending.url}#/a/lending/desk/books")
+    table = page.get_by_role("table", name="Books")
+    table.get_by_role("checkbox", name="Select Bulk A").check()
+    table.get_by_role("checkbox", name="Select Bulk B").check()
+    bar = page.get_by_role("group", name="Selected rows")
+    expect(bar).to_contain_text("2 selected")
+    assert violations(page) == []
+    bar.get_by_role("button", name="Check out").click()
+    page.get_by_role("dialog").get_by_role("button", name="Confirm").click()
+    expect(page.locator(".toast")).to_contain_text("Check out: 2 of 2 done.")
+    for name in ("Bulk A", "Bulk B"):
+        _, got = lending.call("GET", f"api/lending/book/{ids[name]}", admin)
+        assert got["data"]["state"] == "checked_out"
+    expect(bar).to_have_count(0)  # all done: the selection is cleared
+
+    # only what every selected record allows: A is out, C is in, so neither move, but Delete
+    table.get_by_role("checkbox", name="Select Bulk A").check()
+    table.get_by_role("checkbox", name="Select Bulk C").check()
+    expect(bar.get_by_role("button", name="Delete")).to_be_visible()
+    expect(bar.get_by_role("button", name="Check out")).to_have_count(0)
+    expect(bar.get_by_role("button", name="Check in")).to_have_count(0)
+    # C goes away behind the page's back: its row reports why, A is deleted, C stays selected
+    page.evaluate("() => window.dapLive.drop(60000)")
+    status, _ = lending.call("DELETE", f"api/lending/book/{ids['Bulk C']}", admin)
+    assert status == 204
+    bar.get_by_role("button", name="Delete").click()
+    page.get_by_role("dialog").get_by_role("button", name="Confirm").click()
+    expect(bar.get_by_role("alert")).to_contain_text("Bulk C:")
+    expect(bar).to_contain_text("1 selected")
+    assert lending.call("GET", f"api/lending/book/{ids['Bulk A']}", admin)[0] == 404
+
+    # the CSV export of the list is what the list API answers, every row and field
+    page.reload()
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Export CSV").click()
+    path = tmp_path / "books.csv"
+    download.value.save_as(path)
+    with path.open(newline="") as f:
+        exported = list(csv.DictReader(f))
+    _, listed = lending.call("GET", "api/lending/book?limit=1000", admin)
+    assert sorted(r["id"] for r in exported) == sorted(r["id"] for r in listed["data"])
+    by_id = {r["id"]: r for r in exported}
+    assert by_id[ids["Bulk B"]]["author"] == 'Quote "and", comma'
+    assert by_id[ids["Bulk B"]]["state"] == "checked_out"
+    page.context.close()
+
+
+def test_header_search_with_slash(lending: UiServer, browser: Any, shelf: dict[str, Any]) -> None:
+    page = signed_in(browser, lending, "root", ["admin"], viewport=PHONE)
+    page.goto(f"{lending.url}#/a/lending/desk/books")
+    expect(page.get_by_role("heading", name="Books", level=1)).to_be_visible()
+    page.locator("main").click()
+    page.keyboard.press("/")
+    box = page.get_by_role("searchbox", name="Search records (press /)")
+    expect(box).to_be_focused()
+    page.keyboard.type("lovelace")
+    results = page.get_by_role("region", name="Search results")
+    members = results.get_by_role("region", name="Member")
+    expect(members.get_by_role("link", name="Ada Lovelace")).to_be_visible()
+    expect(results.get_by_role("region", name="Book")).to_have_count(0)  # no title matches
+    assert violations(page) == []
+    members.get_by_role("link", name="Ada Lovelace").click()
+    expect(page.get_by_role("heading", name="Member: Ada Lovelace")).to_be_visible()
+    expect(results).to_have_count(0)
     page.context.close()

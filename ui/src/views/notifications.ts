@@ -34,7 +34,7 @@ export function NotificationsButton({ app }: { app: AppDetail }) {
   const label = list.length ? `Notifications, ${list.length} unread` : "Notifications";
   return html`<div class="notes">
     <button type="button" aria-expanded=${open} aria-controls="notes-panel" aria-label=${label} onClick=${() => setOpen(!open)}>
-      <span aria-hidden="true">🔔</span>${list.length > 0 && html`<span class="unread" aria-hidden="true">${list.length}</span>`}
+      <svg aria-hidden="true" width="16" height="16" viewBox="0 0 16 16"><path fill="currentColor" d="M8 1.5a4.5 4.5 0 0 0-4.5 4.5v2.8L2 11v1h12v-1l-1.5-2.2V6A4.5 4.5 0 0 0 8 1.5zM6.3 13a1.7 1.7 0 0 0 3.4 0z"/></svg>${list.length > 0 && html`<span class="unread" aria-hidden="true">${list.length}</span>`}
     </button>
     ${open && html`<section id="notes-panel" class="notes-panel" aria-label="Notifications">
       <div class="table-head"><h2>Notifications</h2>

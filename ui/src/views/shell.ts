@@ -6,6 +6,7 @@ import { html } from "../html";
 import type { AppDetail, AppSummary, PageMeta, WorkspaceLook } from "../meta";
 import { pageHref } from "../route";
 import { NotificationsButton } from "./notifications";
+import { HeaderSearch } from "./search";
 import { Toasts } from "./toasts";
 import { listPageOf, recordEntityOf } from "../titles";
 
@@ -102,6 +103,7 @@ export function Shell({ apps, look, app, page, crumb, children, onSignOut, regio
           </ul>
         </nav>`}
       <div class="tools">
+        <${HeaderSearch} app=${app} />
         <${NotificationsButton} app=${app} />
         ${shown(chrome.theme_switcher) && html`<button onClick=${toggleTheme} aria-pressed=${theme === "dark"} title="Switch light and dark theme">${theme === "dark" ? "Light theme" : "Dark theme"}</button>`}
         <span class="user">${session.username}</span>
