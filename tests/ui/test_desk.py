@@ -256,8 +256,8 @@ def test_selection_bulk_actions_and_csv_export(lending: UiServer, browser: Any, 
     page = signed_in(browser, lending, "root", ["admin"])
     page.goto(f"{lending.url}#/a/lending/desk/books")
     table = page.get_by_role("table", name="Books")
-    table.get_by_role("checkbox", name="Select Bulk A").check()
-    table.get_by_role("checkbox", name="Select Bulk B").check()
+    table.get_by_role("row", name=re.compile("Bulk A")).get_by_role("checkbox").check()
+    table.get_by_role("row", name=re.compile("Bulk B")).get_by_role("checkbox").check()
     bar = page.get_by_role("group", name="Selected rows")
     expect(bar).to_contain_text("2 selected")
     assert violations(page) == []
@@ -270,8 +270,8 @@ def test_selection_bulk_actions_and_csv_export(lending: UiServer, browser: Any, 
     expect(bar).to_have_count(0)  # all done: the selection is cleared
 
     # only what every selected record allows: A is out, C is in, so neither move, but Delete
-    table.get_by_role("checkbox", name="Select Bulk A").check()
-    table.get_by_role("checkbox", name="Select Bulk C").check()
+    table.get_by_role("row", name=re.compile("Bulk A")).get_by_role("checkbox").check()
+    table.get_by_role("row", name=re.compile("Bulk C")).get_by_role("checkbox").check()
     expect(bar.get_by_role("button", name="Delete")).to_be_visible()
     expect(bar.get_by_role("button", name="Check out")).to_have_count(0)
     expect(bar.get_by_role("button", name="Check in")).to_have_count(0)
@@ -318,4 +318,68 @@ def test_header_search_with_slash(lending: UiServer, browser: Any, shelf: dict[s
     members.get_by_role("link", name="Ada Lovelace").click()
     expect(page.get_by_role("heading", name="Member: Ada Lovelace")).to_be_visible()
     expect(results).to_have_count(0)
+    page.context.close()
+
+
+def _png(colour: tuple[int, int, int]) -> bytes:
+    """A 2x2 PNG of one colour (zlib and CRC from the standard library)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = b"".join(b"\x00" + bytes(colour) * 2 for _ in range(2))
+    header = struct.pack(">IIBBBBB", 2, 2, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
+
+
+def test_file_field_upload_preview_download_replace_remove(
+    lending: UiServer, browser: Any, tmp_path: Path
+) -> None:
+    admin = lending.token("root", ["admin"])
+    status, book = lending.call(
+        "POST", "api/lending/book", admin, {"isbn": "978-2-00-000001", "headline": "Cover Story"}
+    )
+    assert status == 201, book
+    record = book["data"]
+    red, blue = tmp_path / "red.png", tmp_path / "blue.png"
+    red.write_bytes(_png((200, 0, 0)))
+    blue.write_bytes(_png((0, 0, 200)))
+    page = signed_in(browser, lending, "root", ["admin"], viewport=PHONE)
+    page.goto(f"{lending.url}#/a/lending/desk/book/{record['id']}")
+    cover = page.get_by_role("group", name="Cover")
+    expect(cover).to_contain_text("No file.")
+    cover.get_by_label("Upload Cover").set_input_files(str(red))
+    preview = cover.get_by_role("img", name="Cover: red.png")
+    expect(preview).to_be_visible()
+    assert page.evaluate("(img) => img.naturalWidth", preview.element_handle()) == 2
+    assert violations(page) == []
+    shot(page, "desk-file-phone")
+    with page.expect_download() as download:
+        cover.get_by_role("link", name="Download Cover").click()
+    saved = tmp_path / "got.png"
+    download.value.save_as(saved)
+    assert saved.read_bytes() == red.read_bytes() and download.value.suggested_filename == "red.png"
+
+    cover.get_by_label("Replace Cover").set_input_files(str(blue))
+    expect(cover.get_by_role("img", name="Cover: blue.png")).to_be_visible()
+    status, got = lending.call("GET", f"api/lending/book/{record['id']}", admin)
+    assert got["data"]["cover"] and got["data"]["version"] > record["version"]
+
+    # the list says the book has a cover
+    page.goto(f"{lending.url}#/a/lending/desk/books")
+    row = page.get_by_role("row", name=re.compile("Cover Story"))
+    expect(row.get_by_role("cell", name="Attached")).to_be_visible()
+    page.goto(f"{lending.url}#/a/lending/desk/book/{record['id']}")
+    cover = page.get_by_role("group", name="Cover")
+    cover.get_by_role("button", name="Remove Cover").click()
+    expect(cover).to_contain_text("No file.")
+    _, got = lending.call("GET", f"api/lending/book/{record['id']}", admin)
+    assert got["data"]["cover"] is None
     page.context.close()

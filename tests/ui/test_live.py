@@ -65,7 +65,9 @@ def test_list_and_record_follow_other_clients(ui_server: UiServer, browser: Any)
         {"If-Match": f'"{version}"'},
     )
     assert status == 200, answer
-    expect(watcher.get_by_role("status")).to_contain_text("Someone else changed this record since you opened it.")
+    expect(watcher.get_by_role("status")).to_contain_text(
+        "Someone else changed this record since you opened it."
+    )
     expect(record.get_by_label("Name")).to_have_value("Live Parts GmbH")
     watcher.get_by_role("status").get_by_role("button", name="Reload").click()
     expect(record.get_by_label("Name")).to_have_value("Live Parts AG")

@@ -3,6 +3,8 @@
 export type Option = { value: string | number | boolean; label: string };
 export type FieldMeta = {
   name: string;
+  /** A file field's accepted MIME types (``storage.accept``). */
+  accept?: string[];
   caption: string | null;
   help: string | null;
   type: string;

@@ -65,6 +65,8 @@ def field_meta(f: Field, module: str, catalog: Catalog) -> dict[str, Any]:
         meta["scale"] = f.scale_digits
     if f.currency:
         meta["currency"] = f.currency
+    if f.storage is not None and f.storage.accept:  # a file input offers these types
+        meta["accept"] = list(f.storage.accept)
     if f.relation is not None:
         meta["relation"] = {
             "entity": _ref(f.relation.entity, module),

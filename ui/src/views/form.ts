@@ -15,6 +15,7 @@ import { recordTitle, stateLabel } from "../titles";
 import { ApprovalPanel, gatedActions, recordApprovals } from "./approvals";
 import { Confirm } from "./dialog";
 import { FieldInput } from "./fields";
+import { FileField } from "./files";
 import { RelatedLists } from "./related";
 import { toast } from "./toasts";
 import { SYSTEM_FIELDS, relationLabels } from "./table";
@@ -171,6 +172,11 @@ function Editor({ form, app, me, id, mode, setCrumb, onCreated, onDeleted, editH
       ${fields.map((f) => {
         const state = fieldState(f.field, context, { creating, editable, formReadonly: f.readonly, hidden: f.hidden });
         if (!state.visible) return null;
+        if (f.field.type === "file") {
+          const ctx = record && meta.api ? { api: meta.api, id: String(record.id), version: record.version, reload } : null;
+          return html`<${FileField} field=${f.field} id=${`${formId}-${f.field.name}`} label=${f.label} value=${record?.[f.field.name] ?? null}
+            editable=${mode === "edit" && editable && !state.readonly} ctx=${ctx} />`;
+        }
         if (mode === "view" || !editable) {
           if (f.field.type === "child") return html`<${FieldInput} field=${f.field} id=${`${formId}-${f.field.name}`} label=${f.label} value=${live[f.field.name]} state=${{ ...state, readonly: true }} errors=${errors} path=${f.field.name} onChange=${() => undefined} />`;
           return html`<div class="field readonly"><span class="label" id=${`${formId}-${f.field.name}-l`}>${f.label}</span>

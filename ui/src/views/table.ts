@@ -154,11 +154,11 @@ function Rows({ table, me, selected, onSelect, openHref, meta, compact }: Props 
         })}
       </tr></thead>
       <tbody>
-        ${page.value?.rows.map((row) => {
+        ${page.value?.rows.map((row, n) => {
           const rid = String(row.id);
           return html`<tr class=${selected === rid ? "selected" : ""} aria-selected=${onSelect ? selected === rid : undefined}
             onClick=${onSelect ? () => onSelect(rid) : undefined}>
-            ${selectable && html`<td class="pick"><input type="checkbox" aria-label=${`Select ${recordTitle(meta, row)}`} checked=${picked.includes(rid)}
+            ${selectable && html`<td class="pick"><input type="checkbox" aria-label=${`Select row ${n + 1}`} title=${`Select ${recordTitle(meta, row)}`} checked=${picked.includes(rid)}
               onClick=${(e: Event) => e.stopPropagation()} onChange=${() => toggle(rid)} /></td>`}
             ${columns.map((c, i) => {
               const text = formatValue(fieldOf(meta, c.field), row[c.field], page.value?.labels);
