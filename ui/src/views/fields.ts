@@ -157,7 +157,7 @@ function RelationPicker(p: InputProps & { common: Record<string, unknown> }) {
         if (!v) { setCurrent(null); p.onChange(null); }
       }}
       onFocus=${() => setOpen(true)} onClick=${() => setOpen(true)} onKeyDown=${onKey} onBlur=${() => setTimeout(close, 150)} />
-    <ul role="listbox" id=${listId} aria-label=${p.label} hidden=${!open}>
+    <ul role="listbox" id=${listId} aria-label=${`${p.label} options`} hidden=${!open}>
       ${options.map((o, i) => html`<li role="option" id=${`${listId}-${i}`} aria-selected=${i === active}
         class=${i === active ? "active" : ""} onMouseDown=${(e: Event) => e.preventDefault()} onClick=${() => pick(o)}>${labelOf(o)}</li>`)}
       ${open && options.length === 0 && !error && html`<li role="option" aria-disabled="true" aria-selected="false" class="muted">No match</li>`}
