@@ -35,7 +35,7 @@ export function Toasts() {
   const item = (t: Toast) => html`<div key=${t.id} class=${`toast ${t.kind}`}>
     <span>${t.text}</span>
     ${t.undo && html`<button type="button" onClick=${() => { dismiss(t.id); t.undo?.(); }}>Undo</button>`}
-    <button type="button" aria-label=${`Dismiss: ${t.text}`} onClick=${() => dismiss(t.id)}>×</button>
+    <button type="button" aria-label="Dismiss message" onClick=${() => dismiss(t.id)}>×</button>
   </div>`;
   // quiet toasts outside the live region (their form's status already said it); the others in it
   return html`<div class="toasts">
