@@ -122,6 +122,7 @@ def main() -> int:
         api_port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("DAP_")}
         env.update({"DAP_DSN": embedded.dsn_for_database(server_dsn, name), "DAP_JWT_SECRET": SECRET})
+        env["DAP_CORS_ORIGIN"] = "http://localhost:3000"
         log = tmp / "serve.log"
         with log.open("w") as sink:
             args_ = [
@@ -156,7 +157,10 @@ def main() -> int:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
             try:
-                load_once(browser.new_context(), url)  # Chromium's own start-up is not the page's
+                first = browser.new_context()
+                first.add_init_script(init)
+                load_once(first, url)  # Chromium's own start-up is not the page's
+                first.close()
                 for _ in range(args.rounds):
                     context = browser.new_context()
                     context.add_init_script(init)
