@@ -37,6 +37,7 @@ from dap.server.web import (
     approvals,
     assets,
     files,
+    imports,
     jobs,
     methods,
     moves,
@@ -253,6 +254,7 @@ def build_app(
     app.on_startup.append(_start_events)
     app.on_cleanup.append(_stop_events)
     # entity routes first: the router tries dynamic routes in order, and these carry the load
+    imports.add_routes(app)  # before rest: …/{entity}/_import is not a record id
     rest.add_routes(app)  # they leave /{ws}/api/_approvals… and /{ws}/api/_notifications… alone
     notifications.add_routes(app)
     app[sockets.SOCKETS] = set()

@@ -9,6 +9,7 @@ import type { EntityMeta, FieldMeta, FilterSpec, Me, Row, TableComp } from "../m
 import { entityMeta } from "../store";
 import { recordTitle } from "../titles";
 import { BulkBar, exportCsv } from "./bulk";
+import { ImportButton } from "./importer";
 import { toast } from "./toasts";
 
 export const SYSTEM_FIELDS: Record<string, FieldMeta> = {
@@ -125,6 +126,7 @@ function Rows({ table, me, selected, onSelect, openHref, meta, compact }: Props 
       ${compact ? html`<h3 id=${`${id}-title`}>${title}</h3>` : html`<h2 id=${`${id}-title`}>${title}</h2>`}
       ${!compact && html`<span class="head-tools">
         <button type="button" onClick=${download} disabled=${exporting}>Export CSV</button>
+        ${canEdit(meta, null, me) && html`<${ImportButton} meta=${meta} onDone=${page.reload} />`}
         ${openHref && canEdit(meta, null, me) && html`<a class="button primary" href=${openHref("new")}>New ${meta.title.toLowerCase()}</a>`}
       </span>`}
     </div>
