@@ -311,7 +311,7 @@ def test_header_search_with_slash(lending: UiServer, browser: Any, shelf: dict[s
     page = signed_in(browser, lending, "root", ["admin"], viewport=PHONE)
     page.goto(f"{lending.url}#/a/lending/desk/books")
     expect(page.get_by_role("heading", name="Books", level=1)).to_be_visible()
-    page.locator("main").click()
+    page.get_by_role("heading", name="Books", level=1).click()  # focus in the page, not in an input
     page.keyboard.press("/")
     box = page.get_by_role("searchbox", name="Search records (press /)")
     expect(box).to_be_focused()
