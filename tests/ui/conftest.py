@@ -105,8 +105,10 @@ class UiServer:
             return exc.code, json.loads(text) if text else None
 
 
-@pytest.fixture(scope="module")
-def ui_server(pg_server_dsn: str) -> Iterator[UiServer]:
+@contextlib.contextmanager
+def serving(pg_server_dsn: str, spec: Path = SPEC, log_name: str = "server.log") -> Iterator[UiServer]:
+    """``dap serve`` of ``spec`` with the built bundle on a fresh database (skips without the
+    bundle or Chromium); the server's log lands in .dap/ui-artifacts/``log_name``."""
     if not (BUNDLE / "index.html").is_file():
         pytest.skip("no UI bundle: run `make ui` (needs npm) to build dap/server/web/bundle")
     if chromium_path() is None:
@@ -115,10 +117,10 @@ def ui_server(pg_server_dsn: str) -> Iterator[UiServer]:
     port, admin_port = _port(), _port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("DAP_")}
     env.update({"DAP_DSN": dsn, "DAP_JWT_SECRET": SECRET, "DAP_CORS_ORIGIN": "http://ui.example"})
-    args = [DAP, "serve", "--spec", str(SPEC), "--addr", f"127.0.0.1:{port}"]
+    args = [DAP, "serve", "--spec", str(spec), "--addr", f"127.0.0.1:{port}"]
     args += ["--metrics-addr", f"127.0.0.1:{admin_port}", "--admin-secret", ADMIN, "--web-dir", str(BUNDLE)]
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    log = ARTIFACTS / "server.log"  # the server's JSON log lines, kept with the screenshots
+    log = ARTIFACTS / log_name  # the server's JSON log lines, kept with the screenshots
     with log.open("w") as sink:
         proc = subprocess.Popen(args, env=env, stderr=sink, stdout=subprocess.DEVNULL, text=True)
     try:
@@ -136,6 +138,12 @@ def ui_server(pg_server_dsn: str) -> Iterator[UiServer]:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@pytest.fixture(scope="module")
+def ui_server(pg_server_dsn: str) -> Iterator[UiServer]:
+    with serving(pg_server_dsn) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
@@ -172,7 +180,7 @@ def pytest_runtest_makereport(item: Any, call: Any) -> Iterator[None]:
 def signed_in(browser: Any, server: UiServer, username: str, roles: list[str], **options: Any) -> Any:
     """A page in a fresh browser context signed in as ``username`` with ``roles``: a token signed
     with the server's JWT secret, put where the UI keeps it (sessionStorage) before any script."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900}, **options)
+    context = browser.new_context(**{"viewport": {"width": 1280, "height": 900}, **options})
     token = server.token(username, roles)
     context.add_init_script(f"sessionStorage.setItem('dap.token.default', {token!r})")
     page = context.new_page()

@@ -61,7 +61,7 @@ def test_procurement_flow(ui_server: UiServer, browser: Any) -> None:
     expect(page.locator("#form-buying-supplier-rating-error")).to_be_visible()
     rating.fill("4")
     supplier.get_by_role("button", name="Create").click()
-    expect(page.get_by_role("heading", name=re.compile(r"Supplier: SUP-00001"))).to_be_visible()
+    expect(page.get_by_role("heading", name="Supplier: ACME Bolts")).to_be_visible()
     nav.get_by_role("link", name="Suppliers").click()
     expect(page.get_by_role("cell", name="ACME Bolts")).to_be_visible()
     shot(page, "suppliers")
@@ -75,21 +75,24 @@ def test_procurement_flow(ui_server: UiServer, browser: Any) -> None:
     item.get_by_label("Unit price").fill("2.50")
     expect(item.get_by_label("Unit of measure")).to_have_value("piece")  # the field's default
     item.get_by_role("button", name="Create").click()
-    expect(page.get_by_role("heading", name="Item: B-1")).to_be_visible()
+    expect(page.get_by_role("heading", name="Item: Bolt")).to_be_visible()
 
     # a new order with two lines; the total is computed live and then by the server
     nav.get_by_role("link", name="Purchase orders").click()
     page.get_by_role("link", name="New purchase order").click()
     form = page.locator("form#form-buying-purchase_order")
-    form.get_by_label("Supplier", exact=True).select_option(label="ACME Bolts")
+    form.get_by_label("Supplier", exact=True).fill("ACME")
+    form.get_by_role("option", name="ACME Bolts").click()
     form.get_by_label("Order date").fill(date.today().isoformat())
     form.get_by_label("Region").fill("north")
     form.get_by_role("button", name="Add row to Lines").click()
-    form.get_by_label("Item, row 1", exact=True).select_option(label="Bolt")
+    form.get_by_label("Item, row 1", exact=True).fill("bol")
+    form.get_by_role("option", name="Bolt").click()
     expect(form.get_by_label("Unit price, row 1")).to_have_value("2.50")  # auto_fill, as the server does
     form.get_by_label("Qty, row 1").fill("4")
     form.get_by_role("button", name="Add row to Lines").click()
-    form.get_by_label("Item, row 2", exact=True).select_option(label="Bolt")
+    form.get_by_label("Item, row 2", exact=True).fill("bol")
+    form.get_by_role("option", name="Bolt").click()
     form.get_by_label("Qty, row 2").fill("2")
     expect(form.get_by_label("Total")).to_have_value("15.00")  # computed in the browser
     # visible_when "total > 1000", evaluated live by the TypeScript port of the expression language
@@ -133,7 +136,7 @@ def test_procurement_flow(ui_server: UiServer, browser: Any) -> None:
     detail.get_by_role("link", name="Open").click()
     page.get_by_role("button", name="Request approval").click()
     expect(page.get_by_role("status")).to_contain_text("Request approval: done")
-    expect(page.locator(".badges")).to_contain_text("pending approval")
+    expect(page.locator(".badges")).to_contain_text("Pending approval")
     page.get_by_role("button", name="Send for approval").click()
     expect(page.get_by_role("status")).to_contain_text("Sent for approval.")
     panel = page.get_by_role("region", name=re.compile("Approval"))
@@ -177,12 +180,12 @@ def test_procurement_flow(ui_server: UiServer, browser: Any) -> None:
     shot(manager, "order-approval")
     panel.get_by_role("button", name=f"Approve {number}").click()
     expect(manager.get_by_role("status")).to_contain_text("Approved: the record moved to approved.")
-    expect(manager.locator(".badges")).to_contain_text("approved")
+    expect(manager.locator(".badges")).to_contain_text("Approved")
     expect(panel).to_contain_text("Approval: approved")
     manager.context.close()
 
     # the requester's open page follows over the websocket: approved, votes on the trail
-    expect(page.locator(".badges")).to_contain_text("approved")
+    expect(page.locator(".badges")).to_contain_text("Approved")
     trail = page.get_by_role("region", name="History")
     expect(trail).to_contain_text("approval.approved-vote by carl")
     expect(trail).to_contain_text("approve by mia")

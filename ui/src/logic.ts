@@ -220,6 +220,7 @@ export function formatValue(field: FieldMeta | undefined, value: unknown, labels
     return f.format(Number(value));
   }
   if (field?.type === "boolean") return value ? "Yes" : "No";
+  if (field?.type === "file") return value ? "Attached" : "";
   if (field?.type === "child" && Array.isArray(value)) return `${value.length} row(s)`;
   if (typeof value === "object") return JSON.stringify(value);
   return String(value);
@@ -253,7 +254,7 @@ export function moveRow(rows: Row[], index: number, delta: number, sequence: str
 export function payloadOf(fields: FieldMeta[], values: Row, opts: { creating: boolean; original?: Row }): Row {
   const out: Row = {};
   for (const f of fields) {
-    if (f.read_only || f.computed || !(f.name in values)) continue;
+    if (f.read_only || f.computed || f.type === "file" || !(f.name in values)) continue; // files: their own API
     if (!opts.creating && f.immutable) continue;
     let v = values[f.name];
     if (v === "") v = null;

@@ -3,6 +3,8 @@
 export type Option = { value: string | number | boolean; label: string };
 export type FieldMeta = {
   name: string;
+  /** A file field's accepted MIME types (``storage.accept``). */
+  accept?: string[];
   caption: string | null;
   help: string | null;
   type: string;
@@ -82,6 +84,10 @@ export type EntityMeta = {
   actions: ActionMeta[];
   state_machine: { field: string; states: string[]; initial: string; transitions: Transition[] } | null;
   runnable: string[];
+  /** The field people know a record by (headings, breadcrumbs, tabs); null: the id. */
+  title_field?: string | null;
+  /** One-to-many relations into this entity: the related lists of a record's page. */
+  related?: { entity: string; field: string; title: string }[];
 };
 export type TableComp = {
   kind: "table";

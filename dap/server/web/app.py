@@ -35,7 +35,9 @@ from dap.server.storage import caching, db, workspaces
 from dap.server.web import (
     admin,
     approvals,
+    assets,
     files,
+    imports,
     jobs,
     methods,
     moves,
@@ -254,6 +256,7 @@ def build_app(
     app.on_startup.append(_start_events)
     app.on_cleanup.append(_stop_events)
     # entity routes first: the router tries dynamic routes in order, and these carry the load
+    imports.add_routes(app)  # before rest: …/{entity}/_import is not a record id
     rest.add_routes(app)  # they leave /{ws}/api/_approvals… and /{ws}/api/_notifications… alone
     notifications.add_routes(app)
     app[sockets.SOCKETS] = set()
@@ -272,13 +275,12 @@ def build_app(
     oidc.add_routes(app)  # sign-in through the workspace's OpenID providers
     passwords.add_routes(app)  # local users: change, reset by mailed link
     if web_dir is not None:
-        index = web_dir / "index.html"
-        if (web_dir / "assets").is_dir():
-            app.router.add_static("/assets", web_dir / "assets")
+        bundle = assets.Bundle(web_dir)  # gzip, immutable hashed assets, a revalidated index
+        assets.add_routes(app, bundle)
 
-        async def ui(request: web.Request) -> web.FileResponse:
+        async def ui(request: web.Request) -> web.Response:
             await request.app[state.REGISTRY].resolve(request.match_info["ws"])
-            return web.FileResponse(index)
+            return bundle.index(request)
 
         app.router.add_get("/{ws}/", ui)
 

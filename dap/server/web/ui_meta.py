@@ -30,7 +30,7 @@ from dap.config.fields import Field
 from dap.server import errors, state
 from dap.server.catalog import Catalog, Resource, machines
 from dap.server.storage import numbering, records, tables
-from dap.server.web import requests
+from dap.server.web import requests, ui_titles
 from dap.server.workflows import actions, sidecars
 
 UI_SURFACE = "ui"
@@ -65,6 +65,8 @@ def field_meta(f: Field, module: str, catalog: Catalog) -> dict[str, Any]:
         meta["scale"] = f.scale_digits
     if f.currency:
         meta["currency"] = f.currency
+    if f.storage is not None and f.storage.accept:  # a file input offers these types
+        meta["accept"] = list(f.storage.accept)
     if f.relation is not None:
         meta["relation"] = {
             "entity": _ref(f.relation.entity, module),
@@ -165,6 +167,8 @@ def entity_meta(catalog: Catalog, key: str, *, bridged: bool = False) -> dict[st
         ],
         "state_machine": _machine(spec, resource),
         "runnable": _runnable(key, resource, bridged),
+        "title_field": ui_titles.title_field(catalog, key),
+        "related": ui_titles.related(catalog, key),
     }
 
 

@@ -84,51 +84,84 @@ export function FieldInput(p: InputProps) {
   </div>`;
 }
 
-/** A relation: a search box narrowing a list of the related records (by their display field). */
+/**
+ * A relation as an ARIA combobox (the APG "list autocomplete" pattern): the input shows the chosen
+ * record's label (its display field); typing searches the related entity by that field as you
+ * type (200 ms); Up/Down move through the options, Enter picks, Escape closes and restores.
+ */
 function RelationPicker(p: InputProps & { common: Record<string, unknown> }) {
   const rel = p.field.relation as { entity: string; display_field: string | null };
   const display = rel.display_field ?? "id";
-  const [search, setSearch] = useState("");
+  const labelOf = (r: Row | null | undefined) => (r ? String(r[display] ?? r.id) : "");
+  const [current, setCurrent] = useState<Row | null>(null);
+  const [text, setText] = useState<string | null>(null); // null: not typing, show the label
+  const [open, setOpen] = useState(false);
+  const [active, setActive] = useState(-1);
   const [options, setOptions] = useState<Row[]>([]);
   const [error, setError] = useState<string | null>(null);
   const extra = p.field.fill ?? [];
-  useEffect(() => {
+  const listId = `${p.id}-list`;
+  useEffect(() => {  // the chosen record, for its label
+    let live = true;
+    if (!p.value) setCurrent(null);
+    else if (current?.id !== p.value)
+      get<Row>(`api/${rel.entity}/${p.value}`).then((a) => live && setCurrent(a.data), () => live && setCurrent({ id: p.value, [display]: p.value }));
+    return () => { live = false; };
+  }, [p.value, rel.entity]);
+  useEffect(() => {  // the options, searched as the person types
+    if (!open) return;
     let live = true;
     const handle = setTimeout(async () => {
-      if (p.state.readonly) {  // the current record only: nothing to choose from
-        const current = p.value ? await get<Row>(`api/${rel.entity}/${p.value}`).then((a) => a.data, () => null) : null;
-        if (live) setOptions(current ? [current] : []);
-        return;
-      }
-      const q = new URLSearchParams({ limit: "50", sort: display, fields: [display, ...extra].join(",") });
-      if (search) q.set(`${display}[ilike]`, `%${search}%`);
+      const q = new URLSearchParams({ limit: "20", sort: display, fields: [display, ...extra].join(",") });
+      if (text) q.set(`${display}[ilike]`, `%${text}%`);
       try {
         const found = (await get<Row[]>(`api/${rel.entity}?${q}`)).data;
-        if (p.value && !found.some((r) => r.id === p.value)) {
-          const current = await get<Row>(`api/${rel.entity}/${p.value}`).then((a) => a.data, () => null);
-          if (current) found.unshift(current);
-        }
-        if (live) setOptions(found);
+        if (live) { setOptions(found); setActive(found.length ? 0 : -1); setError(null); }
       } catch (e) {
         if (live) setError(String((e as Error).message));
       }
-    }, search ? 200 : 0);
+    }, text ? 200 : 0);
     return () => { live = false; clearTimeout(handle); };
-  }, [search, rel.entity, p.state.readonly]);
-  if (p.state.readonly) {
-    const current = options.find((o) => o.id === p.value);
-    return html`<input id=${p.id} disabled value=${current ? String(current[display]) : String(p.value ?? "")} />`;
-  }
-  return html`<div class="picker">
-    <input type="search" id=${`${p.id}-search`} aria-label=${`Search ${p.label}`} placeholder="Search…" value=${search}
-      aria-controls=${p.id} onInput=${(e: Event) => setSearch((e.target as HTMLInputElement).value)} />
-    <select ...${p.common} value=${String(p.value ?? "")} onChange=${(e: Event) => {
-      const v = (e.target as HTMLSelectElement).value || null;
-      p.onChange(v, options.find((o) => o.id === v));
-    }}>
-      <option value="">— choose —</option>
-      ${options.map((o) => html`<option value=${String(o.id)}>${String(o[display] ?? o.id)}</option>`)}
-    </select>
+  }, [text, open, rel.entity]);
+  if (p.state.readonly) return html`<input id=${p.id} disabled value=${labelOf(current) || String(p.value ?? "")} />`;
+  const pick = (row: Row) => {
+    setCurrent(row);
+    setText(null);
+    setOpen(false);
+    p.onChange(row.id, row);
+  };
+  const close = () => { setOpen(false); setText(null); };
+  const onKey = (e: KeyboardEvent) => {
+    if (e.key === "ArrowDown" || e.key === "ArrowUp") {
+      e.preventDefault();
+      if (!open) return setOpen(true);
+      const step = e.key === "ArrowDown" ? 1 : -1;
+      setActive((a) => (options.length ? (a + step + options.length) % options.length : -1));
+    } else if (e.key === "Enter" && open) {
+      e.preventDefault();
+      if (options[active]) pick(options[active]);
+    } else if (e.key === "Escape" && open) {
+      e.preventDefault();
+      close();
+    }
+  };
+  return html`<div class="combo">
+    <input ...${p.common} type="text" role="combobox" autocomplete="off" aria-autocomplete="list"
+      aria-expanded=${open} aria-controls=${listId}
+      aria-activedescendant=${open && active >= 0 ? `${listId}-${active}` : undefined}
+      placeholder="Type to search…" value=${text ?? labelOf(current)}
+      onInput=${(e: Event) => {
+        const v = (e.target as HTMLInputElement).value;
+        setText(v);
+        setOpen(true);
+        if (!v) { setCurrent(null); p.onChange(null); }
+      }}
+      onFocus=${() => setOpen(true)} onClick=${() => setOpen(true)} onKeyDown=${onKey} onBlur=${() => setTimeout(close, 150)} />
+    <ul role="listbox" id=${listId} aria-label=${`${p.label} options`} hidden=${!open}>
+      ${options.map((o, i) => html`<li role="option" id=${`${listId}-${i}`} aria-selected=${i === active}
+        class=${i === active ? "active" : ""} onMouseDown=${(e: Event) => e.preventDefault()} onClick=${() => pick(o)}>${labelOf(o)}</li>`)}
+      ${open && options.length === 0 && !error && html`<li role="option" aria-disabled="true" aria-selected="false" class="muted">No match</li>`}
+    </ul>
     ${error && html`<span class="error">${error}</span>`}
   </div>`;
 }

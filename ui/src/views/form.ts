@@ -11,9 +11,13 @@ import {
 } from "../logic";
 import type { AppDetail, Approval, EntityMeta, FieldMeta, FormComp, Me, Row } from "../meta";
 import { entityMeta } from "../store";
+import { recordTitle, stateLabel } from "../titles";
 import { ApprovalPanel, gatedActions, recordApprovals } from "./approvals";
 import { Confirm } from "./dialog";
 import { FieldInput } from "./fields";
+import { FileField } from "./files";
+import { RelatedLists } from "./related";
+import { toast } from "./toasts";
 import { SYSTEM_FIELDS, relationLabels } from "./table";
 
 type Props = {
@@ -77,17 +81,21 @@ function Editor({ form, app, me, id, mode, setCrumb, onCreated, onDeleted, editH
   const [notice, setNotice] = useState<string | null>(null);
   const [asking, setAsking] = useState<{ text: string; run: () => void } | null>(null);
   const [busy, setBusy] = useState(false);
+  const [stale, setStale] = useState(false);
   const editable = mode === "edit" && canEdit(meta, record, me);
   const live = computeLive(meta.fields, values);
   const context = contextOf(meta.fields, live);
   const errors = problemsByPath(problem?.errors ?? []);
-  const title = record ? String(record[meta.fields.find((f) => f.natural_key)?.name ?? "id"] ?? record.id) : `New ${meta.title.toLowerCase()}`;
-  useEffect(() => setCrumb?.(title), [title]);
+  const title = record ? recordTitle(meta, record) : `New ${meta.title.toLowerCase()}`;
+  useEffect(() => {
+    if (!setCrumb) return;
+    setCrumb(title);
+    document.title = `${title} · ${meta.title} · ${app.title}`; // the tab names the record
+  }, [title]);
   // a record the caller has not edited follows other clients' changes; an edited one says so
   useEffect(() => {
     if (record) setValues(record);
   }, [record?.version]);
-  const [stale, setStale] = useState(false);
   useLive(record ? meta.name : null, record ? String(record.id) : null, (e) => {
     if (typeof e.version === "number" && e.version <= Number(record?.version)) return;
     if (values === record || !editable) reload();
@@ -105,8 +113,12 @@ function Editor({ form, app, me, id, mode, setCrumb, onCreated, onDeleted, editH
     try {
       await work();
       setNotice(done);
+      toast(done);
     } catch (e) {
-      setProblem(e instanceof Problem ? e : new Problem(0, "", String(e)));
+      // a write at an old version (412): someone else saved in between; say so and offer Reload
+      if (e instanceof Problem && e.status === 412) setStale(true);
+      else setProblem(e instanceof Problem ? e : new Problem(0, "", String(e)));
+      toast(e instanceof Problem && e.status === 412 ? "Not saved: someone else changed this record." : `Failed: ${e instanceof Error ? e.message : String(e)}`, "error");
     } finally {
       setBusy(false);
     }
@@ -127,6 +139,7 @@ function Editor({ form, app, me, id, mode, setCrumb, onCreated, onDeleted, editH
     if (b.kind === "delete")
       return ask(b.confirm ?? confirmFor("delete"), () => act(async () => {
         await call("DELETE", `${meta.api}/${record.id}`);
+        toast(`Deleted ${title}.`, "ok", false); // the form goes away: the toast says it
         onDeleted();
       }, "Deleted."));
     ask(b.confirm, async () => {
@@ -148,17 +161,22 @@ function Editor({ form, app, me, id, mode, setCrumb, onCreated, onDeleted, editH
       <h2 id=${`${formId}--heading`}>${form.title ?? meta.title}: ${title}</h2>
       ${record && html`<span class="badges">
         ${meta.lifecycle && html`<span class=${`badge ${record.docstatus}`}>${formatValue(SYSTEM_FIELDS.docstatus, record.docstatus)}</span>`}
-        ${meta.state_machine && html`<span class="badge">${String(record[meta.state_machine.field] ?? "").replace(/_/g, " ")}</span>`}
+        ${meta.state_machine && html`<span class="badge">${stateLabel(record[meta.state_machine.field])}</span>`}
       </span>`}
     </div>
     <div role="status" aria-live="polite" class="notice">${notice}
-      ${stale && html` Someone else changed this record. <button type="button" onClick=${() => { setStale(false); reload(); }}>Reload</button>`}</div>
+      ${stale && html` Someone else changed this record since you opened it. Reload to see their version (your unsaved changes here are dropped). <button type="button" onClick=${() => { setStale(false); setProblem(null); setNotice(null); reload(); }}>Reload</button>`}</div>
     ${problem && html`<div class="error" role="alert"><p>${problem.detail}</p>
       ${unplaced.length > 0 && html`<ul>${unplaced.map((e) => html`<li>${e.path}: ${e.message}</li>`)}</ul>`}</div>`}
     <form id=${formId} aria-labelledby=${`${formId}--heading`} novalidate onSubmit=${(e: Event) => { e.preventDefault(); if (editable) ask(confirmFor(creating ? "create" : "update"), save); }}>
       ${fields.map((f) => {
         const state = fieldState(f.field, context, { creating, editable, formReadonly: f.readonly, hidden: f.hidden });
         if (!state.visible) return null;
+        if (f.field.type === "file") {
+          const ctx = record && meta.api ? { api: meta.api, id: String(record.id), version: record.version, reload } : null;
+          return html`<${FileField} field=${f.field} id=${`${formId}-${f.field.name}`} label=${f.label} value=${record?.[f.field.name] ?? null}
+            editable=${mode === "edit" && editable && !state.readonly} ctx=${ctx} />`;
+        }
         if (mode === "view" || !editable) {
           if (f.field.type === "child") return html`<${FieldInput} field=${f.field} id=${`${formId}-${f.field.name}`} label=${f.label} value=${live[f.field.name]} state=${{ ...state, readonly: true }} errors=${errors} path=${f.field.name} onChange=${() => undefined} />`;
           return html`<div class="field readonly"><span class="label" id=${`${formId}-${f.field.name}-l`}>${f.label}</span>
@@ -176,6 +194,7 @@ function Editor({ form, app, me, id, mode, setCrumb, onCreated, onDeleted, editH
     </form>
     ${record && html`<${ApprovalPanel} meta=${meta} approvals=${approvals} label=${title}
       onDecided=${(text: string) => { setNotice(text); reload(); }} />`}
+    ${record && mode === "edit" && html`<${RelatedLists} app=${app} meta=${meta} id=${String(record.id)} />`}
     ${record && mode === "edit" && meta.rest.includes("find") && html`<${Trail} meta=${meta} id=${String(record.id)} version=${record.version} />`}
     ${asking && html`<${Confirm} text=${asking.text} onAnswer=${(ok: boolean) => { const a = asking; setAsking(null); if (ok) a.run(); }} />`}
   </div>`;

@@ -8,6 +8,7 @@ import { html } from "../html";
 import { buttonsFor, canEdit, formatValue } from "../logic";
 import type { EntityMeta, KanbanComp, Me, Row } from "../meta";
 import { entityMeta } from "../store";
+import { stateLabel } from "../titles";
 import { fieldOf, relationLabels } from "./table";
 
 export const CARDS_PER_PAGE = 20;
@@ -15,7 +16,7 @@ export const CARDS_PER_PAGE = 20;
 /** The columns: the machine's states when grouping by its field, else the field's options. */
 export function columnsOf(meta: EntityMeta, groupBy: string): { value: string; label: string }[] {
   if (meta.state_machine && meta.state_machine.field === groupBy)
-    return meta.state_machine.states.map((s) => ({ value: s, label: s.replace(/_/g, " ").replace(/^./, (c) => c.toUpperCase()) }));
+    return meta.state_machine.states.map((s) => ({ value: s, label: stateLabel(s) }));
   return (fieldOf(meta, groupBy)?.options ?? []).map((o) => ({ value: String(o.value), label: o.label }));
 }
 

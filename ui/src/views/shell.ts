@@ -5,6 +5,10 @@ import { session, workspace } from "../api";
 import { html } from "../html";
 import type { AppDetail, AppSummary, PageMeta, WorkspaceLook } from "../meta";
 import { pageHref } from "../route";
+import { NotificationsButton } from "./notifications";
+import { HeaderSearch } from "./search";
+import { Toasts } from "./toasts";
+import { listPageOf, recordEntityOf } from "../titles";
 
 export type Theme = "light" | "dark";
 const THEME_KEY = "dap.theme";
@@ -44,6 +48,19 @@ export function applyLook(look: WorkspaceLook | null): void {
   }
   style.textContent = rules.join("\n");
   if (look.favicon) document.getElementById("favicon")?.setAttribute("href", look.favicon);
+}
+
+/** The crumb between the app and a record: a record page's crumb opens its entity's list (never a
+ * blank "New" form); a list page's crumb is the page itself. */
+function entityCrumb(app: AppDetail, page: PageMeta, crumb: string | null) {
+  const entity = recordEntityOf(app, page);
+  if (entity) {
+    const list = listPageOf(app, entity);
+    return list
+      ? html`<li><a href=${pageHref(app.name, list.name)}>${list.title ?? list.name}</a></li>`
+      : html`<li>${page.title ?? page.name}</li>`;
+  }
+  return html`<li><a href=${pageHref(app.name, page.name)} aria-current=${crumb ? undefined : "page"}>${page.title ?? page.name}</a></li>`;
 }
 
 const shown = (toggle: string | undefined) => toggle !== "hide";
@@ -86,6 +103,8 @@ export function Shell({ apps, look, app, page, crumb, children, onSignOut, regio
           </ul>
         </nav>`}
       <div class="tools">
+        <${HeaderSearch} app=${app} />
+        <${NotificationsButton} app=${app} />
         ${shown(chrome.theme_switcher) && html`<button onClick=${toggleTheme} aria-pressed=${theme === "dark"} title="Switch light and dark theme">${theme === "dark" ? "Light theme" : "Dark theme"}</button>`}
         <span class="user">${session.username}</span>
         <button onClick=${onSignOut}>Sign out</button>
@@ -94,7 +113,7 @@ export function Shell({ apps, look, app, page, crumb, children, onSignOut, regio
     ${named("topbar")}
     ${shown(chrome.breadcrumbs) && page && html`<nav class="crumbs" aria-label="Breadcrumbs"><ol>
       <li><a href=${pageHref(app.name, app.home ?? page.name)}>${app.title}</a></li>
-      <li><a href=${pageHref(app.name, page.name)} aria-current=${crumb ? undefined : "page"}>${page.title ?? page.name}</a></li>
+      ${entityCrumb(app, page, crumb)}
       ${crumb && html`<li aria-current="page">${crumb}</li>`}
     </ol></nav>`}
     <div class="frame">
@@ -103,6 +122,7 @@ export function Shell({ apps, look, app, page, crumb, children, onSignOut, regio
       ${named("rightbar")}
     </div>
     ${named("bottombar")}
+    <${Toasts} />
     ${shown(chrome.footer) && regions.footer !== "none" && html`<footer>${named("footer") ?? html`${look?.title ?? workspace} · ${app.title}`}</footer>`}
   </div>`;
 }

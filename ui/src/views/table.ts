@@ -7,6 +7,10 @@ import { html } from "../html";
 import { canEdit, filterDefault, formatValue, listQuery, nextSort, visibleFields } from "../logic";
 import type { EntityMeta, FieldMeta, FilterSpec, Me, Row, TableComp } from "../meta";
 import { entityMeta } from "../store";
+import { recordTitle } from "../titles";
+import { BulkBar, exportCsv } from "./bulk";
+import { ImportButton } from "./importer";
+import { toast } from "./toasts";
 
 export const SYSTEM_FIELDS: Record<string, FieldMeta> = {
   docstatus: {
@@ -87,13 +91,30 @@ function Rows({ table, me, selected, onSelect, openHref, meta, compact }: Props 
   const [hidden, setHidden] = useState<Set<string>>(new Set());
   const columns = allColumns.filter((c) => !hidden.has(c.field));
   const limit = table.page_size || 50;
-  const query = listQuery(filters, values, { sort, offset, limit, fields: allColumns.map((c) => c.field).filter((f) => !SYSTEM_FIELDS[f] || f === "docstatus") });
+  const query = listQuery(filters, values, { sort, offset, limit, fields: [...new Set([...allColumns.map((c) => c.field), ...(meta.title_field && mayRead(meta.title_field) ? [meta.title_field] : [])])].filter((f) => !SYSTEM_FIELDS[f] || f === "docstatus") });
   const page = useLoad(async () => {
     const answer = await get<Row[]>(`${meta.api}?${query}`);
     const labels = await relationLabels(meta, answer.data, allColumns.map((c) => c.field));
     return { rows: answer.data, total: answer.total ?? answer.data.length, labels };
   }, [query]);
   useLive(meta.name, null, page.reload); // another client's change shows without a reload
+  const [picked, setPicked] = useState<string[]>([]);
+  const [exporting, setExporting] = useState(false);
+  const selectable = !compact;
+  const pageIds = page.value?.rows.map((r) => String(r.id)) ?? [];
+  const allPicked = pageIds.length > 0 && pageIds.every((i) => picked.includes(i));
+  const toggle = (rid: string) => setPicked((p) => (p.includes(rid) ? p.filter((x) => x !== rid) : [...p, rid]));
+  const download = async () => {
+    setExporting(true);
+    try {
+      const n = await exportCsv(meta, query);
+      toast(`Exported ${n} row(s) to CSV.`, "ok", false);
+    } catch (e) {
+      toast(`Export failed: ${(e as Error).message}`, "error", false);
+    } finally {
+      setExporting(false);
+    }
+  };
   const setFilter = (key: string, value: string) => {
     setValues((v) => ({ ...v, [key]: value }));
     setOffset(0);
@@ -103,8 +124,13 @@ function Rows({ table, me, selected, onSelect, openHref, meta, compact }: Props 
   return html`<div class="table-block">
     <div class="table-head">
       ${compact ? html`<h3 id=${`${id}-title`}>${title}</h3>` : html`<h2 id=${`${id}-title`}>${title}</h2>`}
-      ${!compact && openHref && canEdit(meta, null, me) && html`<a class="button primary" href=${openHref("new")}>New ${meta.title.toLowerCase()}</a>`}
+      ${!compact && html`<span class="head-tools">
+        <button type="button" onClick=${download} disabled=${exporting}>Export CSV</button>
+        ${canEdit(meta, null, me) && html`<${ImportButton} meta=${meta} onDone=${page.reload} />`}
+        ${openHref && canEdit(meta, null, me) && html`<a class="button primary" href=${openHref("new")}>New ${meta.title.toLowerCase()}</a>`}
+      </span>`}
     </div>
+    ${selectable && picked.length > 0 && html`<${BulkBar} meta=${meta} me=${me} ids=${picked} onDone=${(failed: string[]) => { setPicked(failed); page.reload(); }} />`}
     ${filters.length > 0 && html`<form class="filters" role="search" aria-label=${`Filter ${title}`} onSubmit=${(e: Event) => e.preventDefault()}>
       ${filters.map((f) => html`<${FilterInput} spec=${f} field=${fieldOf(meta, f.field)} values=${values} set=${setFilter} id=${id} />`)}
     </form>`}
@@ -120,6 +146,8 @@ function Rows({ table, me, selected, onSelect, openHref, meta, compact }: Props 
     <div class="scroll" tabindex="0" role="group" aria-label=${`${title} rows`}>
     <table aria-labelledby=${`${id}-title`} aria-busy=${page.loading}>
       <thead><tr>
+        ${selectable && html`<th scope="col" class="pick"><input type="checkbox" aria-label="Select all rows on this page" checked=${allPicked}
+          onChange=${() => setPicked((p) => (allPicked ? p.filter((x) => !pageIds.includes(x)) : [...new Set([...p, ...pageIds])]))} /></th>`}
         ${columns.map((c) => {
           const label = c.label ?? fieldOf(meta, c.field)?.caption ?? c.field;
           const state = sort === c.field ? "ascending" : sort === `-${c.field}` ? "descending" : undefined;
@@ -128,10 +156,12 @@ function Rows({ table, me, selected, onSelect, openHref, meta, compact }: Props 
         })}
       </tr></thead>
       <tbody>
-        ${page.value?.rows.map((row) => {
+        ${page.value?.rows.map((row, n) => {
           const rid = String(row.id);
           return html`<tr class=${selected === rid ? "selected" : ""} aria-selected=${onSelect ? selected === rid : undefined}
             onClick=${onSelect ? () => onSelect(rid) : undefined}>
+            ${selectable && html`<td class="pick"><input type="checkbox" aria-label=${`Select row ${n + 1}`} title=${`Select ${recordTitle(meta, row)}`} checked=${picked.includes(rid)}
+              onClick=${(e: Event) => e.stopPropagation()} onChange=${() => toggle(rid)} /></td>`}
             ${columns.map((c, i) => {
               const text = formatValue(fieldOf(meta, c.field), row[c.field], page.value?.labels);
               if (i > 0) return html`<td data-label=${c.label ?? fieldOf(meta, c.field)?.caption ?? c.field}>${text}</td>`;
@@ -142,7 +172,7 @@ function Rows({ table, me, selected, onSelect, openHref, meta, compact }: Props 
             })}
           </tr>`;
         })}
-        ${page.value && page.value.rows.length === 0 && html`<tr><td colspan=${columns.length} class="muted">Nothing here yet.</td></tr>`}
+        ${page.value && page.value.rows.length === 0 && html`<tr><td colspan=${columns.length + (selectable ? 1 : 0)} class="muted">Nothing here yet.</td></tr>`}
       </tbody>
     </table>
     </div>
