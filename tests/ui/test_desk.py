@@ -378,10 +378,16 @@ def test_file_field_upload_preview_download_replace_remove(
     status, got = lending.call("GET", f"api/lending/book/{record['id']}", admin)
     assert got["data"]["cover"] and got["data"]["version"] > record["version"]
 
-    # the list says the book has a cover
+    # the list previews the cover on demand (an image field), with no file fetched before
     page.goto(f"{lending.url}#/a/lending/desk/books")
     row = page.get_by_role("row", name=re.compile("Cover Story"))
-    expect(row.get_by_role("cell", name="Attached")).to_be_visible()
+    with page.expect_response(re.compile(r"/_files/cover$")) as fetched:
+        row.get_by_role("button", name="Preview Cover of Cover Story").click()
+    assert fetched.value.status == 200
+    thumb = row.get_by_role("img", name="Cover of Cover Story: blue.png")
+    expect(thumb).to_be_visible()
+    assert page.evaluate("(img) => img.naturalWidth", thumb.element_handle()) == 2
+    assert violations(page) == []
     page.goto(f"{lending.url}#/a/lending/desk/book/{record['id']}")
     cover = page.get_by_role("group", name="Cover")
     cover.get_by_role("button", name="Remove Cover").click()

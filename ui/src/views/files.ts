@@ -95,3 +95,39 @@ export function FileField({ field, id, label, value, editable, ctx }: { field: F
     ${problem && html`<p class="error" role="alert">${problem}</p>`}
   </fieldset>`;
 }
+
+/** Whether every type a field accepts is an image, so its list cell previews instead of downloading. */
+export function imagesOnly(field: FieldMeta): boolean {
+  return !!field.accept?.length && field.accept.every((t) => t.startsWith("image/"));
+}
+
+// A file field in a list row. Nothing is fetched until asked: a row of fifty files must not load
+// fifty files. An image field's button puts a thumbnail in the cell; any other file is downloaded
+// under its stored name.
+export function FileCell({ path, label, title, image }: { path: string; label: string; title: string; image: boolean }) {
+  const [file, setFile] = useState<Loaded | null>(null);
+  const [problem, setProblem] = useState<string | null>(null);
+  useEffect(() => () => { if (file) URL.revokeObjectURL(file.url); }, [file]);
+  const open = async (e: Event) => {
+    e.stopPropagation();
+    setProblem(null);
+    try {
+      const found = await fetchFile(path);
+      if (!found) return setProblem("No file.");
+      if (found.type.startsWith("image/")) return setFile(found);
+      const link = document.createElement("a");
+      link.href = found.url;
+      link.download = found.name;
+      link.click();
+      setTimeout(() => URL.revokeObjectURL(found.url), 10_000);
+    } catch (err) {
+      setProblem((err as Error).message);
+    }
+  };
+  if (file) {
+    return html`<a href=${file.url} download=${file.name} onClick=${(e: Event) => e.stopPropagation()}>
+      <img class="thumb" src=${file.url} alt=${`${label} of ${title}: ${file.name}`} /></a>`;
+  }
+  const verb = image ? "Preview" : "Download";
+  return html`<button type="button" class="link" aria-label=${`${verb} ${label} of ${title}`} onClick=${open}>${verb}</button>${problem && html` <span class="error" role="alert">${problem}</span>`}`;
+}

@@ -9,6 +9,7 @@ import type { EntityMeta, FieldMeta, FilterSpec, Me, Row, TableComp } from "../m
 import { entityMeta } from "../store";
 import { recordTitle } from "../titles";
 import { BulkBar, exportCsv } from "./bulk";
+import { FileCell, imagesOnly } from "./files";
 import { ImportButton } from "./importer";
 import { toast } from "./toasts";
 
@@ -163,8 +164,14 @@ function Rows({ table, me, selected, onSelect, openHref, meta, compact }: Props 
             ${selectable && html`<td class="pick"><input type="checkbox" aria-label=${`Select row ${n + 1}`} title=${`Select ${recordTitle(meta, row)}`} checked=${picked.includes(rid)}
               onClick=${(e: Event) => e.stopPropagation()} onChange=${() => toggle(rid)} /></td>`}
             ${columns.map((c, i) => {
-              const text = formatValue(fieldOf(meta, c.field), row[c.field], page.value?.labels);
-              if (i > 0) return html`<td data-label=${c.label ?? fieldOf(meta, c.field)?.caption ?? c.field}>${text}</td>`;
+              const field = fieldOf(meta, c.field);
+              const text = formatValue(field, row[c.field], page.value?.labels);
+              const caption = c.label ?? field?.caption ?? c.field;
+              if (i > 0 && field?.type === "file" && row[c.field] && meta.api) {
+                return html`<td data-label=${caption}><${FileCell} path=${`${meta.api}/${rid}/_files/${field.name}`} label=${caption}
+                  title=${recordTitle(meta, row)} image=${imagesOnly(field)} /></td>`;
+              }
+              if (i > 0) return html`<td data-label=${caption}>${text}</td>`;
               const shown = text || rid.slice(0, 8);
               if (onSelect) return html`<td><button class="link" aria-pressed=${selected === rid} onClick=${(e: Event) => { e.stopPropagation(); onSelect(rid); }}>${shown}</button></td>`;
               if (openHref) return html`<td><a href=${openHref(rid)}>${shown}</a></td>`;
