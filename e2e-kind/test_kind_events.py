@@ -10,7 +10,14 @@ LISTENs to (``dap/server/events``). So:
 - a websocket client connected to one pod receives the events of writes served by the other pod,
   each exactly once (by ``seq`` and by record);
 - writes through the NodePort Service while one replica is deleted reach the receiver, every
-  acknowledged one, each event under one ``webhook-id`` (the event's id, stable over retries).
+  acknowledged one, each event under one ``webhook-id`` (the event's id, stable over retries):
+  delivery is at least once, so a receiver that keeps the ids sees every event once (a POST
+  answered just as its pod shut down is delivered again by the other replica, same id; counted).
+
+Found by this test: the pods of a namespace share one database, and the dispatcher of another
+workspace's pod (books) claimed relay's rows and settled them with its own catalog, which has no
+webhook for them: lost. The dispatcher of a resource pod now claims its workspace's rows only
+(``dispatcher.Settings.tenants``, set by ``dap.resource_pod.loading.ensure_workspace``).
 """
 
 from __future__ import annotations
@@ -272,7 +279,10 @@ def test_two_replicas_share_websocket_events_and_webhooks_survive_a_killed_repli
                 "duplicate_deliveries": duplicates,
             },
         )
-        assert duplicates == 0, f"{duplicates} events delivered twice (same webhook-id)"
+        # at least once, under one id: a receiver keeping webhook-ids (as Standard Webhooks asks)
+        # sees each event once. A delivery whose POST was answered but whose settling was cut by
+        # the pod's shutdown is delivered again by the other replica, with the same id.
+        assert len({d["webhook_id"] for d in deliveries}) == len(set(acknowledged))
     finally:
         for kind, name in (
             ("workspace", RELAY),
