@@ -104,6 +104,25 @@ def with_datastores(verdict: Verdict, unusable: dict[str, str]) -> Verdict:
     )
 
 
+def with_artifact(verdict: Verdict, problem: tuple[str, str] | None) -> Verdict:
+    """A workspace whose pods report a refused artifact (``podhealth``: ``(reason, message)``) is
+    Degraded with that reason; Ready and Progressing stay what the Deployment says (the pods keep
+    serving the version they had). A Degraded condition already True (datastores) keeps its
+    reason and gets the artifact's message appended; Pending and Failed keep their own."""
+    if problem is None or verdict.phase in ("Pending", "Failed"):
+        return verdict
+    reason, message = problem
+    degraded = verdict.condition("Degraded")
+    if degraded.status == "True":
+        reason, message = degraded.reason, f"{degraded.message}; {reason}: {message}"
+    return _workspace(
+        "Degraded",
+        verdict.condition("Ready"),
+        verdict.condition("Progressing"),
+        Wanted("Degraded", "True", reason, message),
+    )
+
+
 def _deployment_condition(dep: bodies.DeploymentBody, type_: str) -> bodies.DeploymentCondition | None:
     for condition in dep.get("status", {}).get("conditions", []):
         if condition.get("type") == type_:

@@ -34,6 +34,8 @@ class Options:
     )
     report_interval: float = reporting.NODE_HEALTH_INTERVAL
     keys_refresh_interval: float = 60.0
+    # How often the pods' /health is read for refused artifacts (podhealth); 0 disables.
+    pod_health_interval: float = 10.0
     watch_server_timeout: int = 300
     # Test and benchmark hook: talk to this API server URL without credentials (kmock).
     server: str = ""

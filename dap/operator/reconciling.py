@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, cast
 
 from dap import kube
-from dap.operator import bodies, builders, caches, claims, conditions, diffing, errors, metrics
+from dap.operator import bodies, builders, caches, claims, conditions, diffing, errors, metrics, podhealth
 from dap.operator import reporting as reporting_
 
 logger = logging.getLogger(__name__)
@@ -67,6 +67,7 @@ class Reconciler:
         skip_signature: bool = False,
         dev_auto_grant: bool = False,
         pod_env_secret: str = "",
+        pod_health: podhealth.Watcher | None = None,
     ) -> None:
         self.client = client
         self.caches = caches
@@ -78,6 +79,7 @@ class Reconciler:
         self.skip_signature = skip_signature
         self.dev_auto_grant = dev_auto_grant
         self.pod_env_secret = pod_env_secret
+        self.pod_health = pod_health or podhealth.Watcher()
         self._slots = asyncio.Semaphore(workspace_concurrency)
         self._locks: dict[tuple[str, str, str], tuple[asyncio.Lock, int]] = {}
         self._statuses: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -221,6 +223,8 @@ class Reconciler:
             {g.datastore for g in self.caches.grants(key)},
         )
         verdict = conditions.with_datastores(verdict, unusable)
+        problem = self.pod_health.problem(key)
+        verdict = conditions.with_artifact(verdict, (problem.reason, problem.message) if problem else None)
         await self._workspace_status(key, ws, verdict, deployment, generation)
 
     async def _workspace_status(

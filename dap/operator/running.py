@@ -19,7 +19,7 @@ import kopf
 from aiohttp import web
 
 from dap import kube
-from dap.operator import caches, errors, handlers, probes, reconciling, reporting, trusting
+from dap.operator import caches, errors, handlers, podhealth, probes, reconciling, reporting, trusting
 from dap.operator.metrics import Metrics
 from dap.operator.options import PEERING_NAME, Options
 
@@ -42,6 +42,7 @@ class Runtime:
             interval=options.report_interval,
         )
         self._client: kube.Client | None = None
+        self.pod_health = podhealth.Watcher(options.namespace)
         self._peering_made = False
         self.reconciler = reconciling.Reconciler(
             client=_Unconnected(),  # replaced at login
@@ -55,6 +56,7 @@ class Runtime:
             skip_signature=options.insecure_skip_signature_verify,
             dev_auto_grant=options.dev_auto_grant_claims,
             pod_env_secret=options.pod_env_secret,
+            pod_health=self.pod_health,
         )
         self.nudger = reconciling.Nudger(self.metrics)
         self.started = False
@@ -119,6 +121,8 @@ class Runtime:
             await self._refresh_keys_once()
             self._tasks.append(asyncio.create_task(self._refresh_keys()))
         self._tasks.append(asyncio.create_task(self.reporter.run()))
+        if self.options.pod_health_interval > 0:
+            self._tasks.append(asyncio.create_task(self._read_pod_health()))
         self.started = True
 
     async def stop_background(self) -> None:
@@ -151,6 +155,17 @@ class Runtime:
             await asyncio.sleep(self.options.keys_refresh_interval)
             if await self._refresh_keys_once():
                 for key in self.caches.workspace_keys():
+                    self.nudger.nudge("workspace", key, self.reconciler.workspace)
+
+    async def _read_pod_health(self) -> None:
+        """Every ``pod_health_interval``: the pods' artifact problems (``podhealth``); the
+        workspaces whose judgement changed are reconciled."""
+        async with aiohttp.ClientSession() as session:
+            while True:
+                await asyncio.sleep(self.options.pod_health_interval)
+                if self._client is None:
+                    continue
+                for key in await self.pod_health.sweep(self._client, session):
                     self.nudger.nudge("workspace", key, self.reconciler.workspace)
 
 

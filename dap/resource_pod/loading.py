@@ -68,17 +68,22 @@ def _pool(app: web.Application) -> asyncpg.Pool:
 
 
 async def ensure_workspace(app: web.Application, slug: str) -> None:
-    """Register the pod's workspace in the server's database unless it already is."""
+    """Register the pod's workspace in the server's database unless it already is; its events
+    dispatcher then delivers that workspace's events only (the pods of other workspaces may share
+    the database, and only this pod's catalog has this workspace's event declarations)."""
     try:
         async with db.connection(_pool(app)) as conn:
-            if await workspaces.find(conn, slug) is None:
-                await workspaces.register(conn, slug, slug)
+            found = await workspaces.find(conn, slug)
+            if found is None:
+                found, _ = await workspaces.register(conn, slug, slug)
                 log.info("workspace registered", extra={"ctx": {"workspace": slug}})
     except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         raise errors.LoadError(f"cannot register workspace {slug!r}: {type(exc).__name__}: {exc}") from exc
     except server.errors.ServerError as exc:
         raise errors.ConfigError(f"workspace {slug!r} cannot be registered: {exc}") from exc
     app[server.state.REGISTRY].forget(slug)
+    if found is not None and server.state.EVENTS in app:
+        app[server.state.EVENTS].dispatcher.settings.tenants = frozenset({found.tenant_id})
 
 
 async def migrate(app: web.Application, catalog: server.Catalog) -> int:

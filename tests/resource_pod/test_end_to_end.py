@@ -23,6 +23,7 @@ from dap.control import snapshots
 from dap.resource_pod import backoff, converging, hosting
 from dap.resource_pod.converging import Phase
 from dap.server import Catalog
+from dap.server import state as server_state
 from tests.resource_pod.conftest import (
     WORKSPACE,
     Control,
@@ -71,6 +72,10 @@ async def test_register_serve_and_swap_under_load(
     v1 = await control.register(V1)
     pod = await start_pod(pod_settings(proxy.url, tmp_path, control.signer))
     await wait_for(lambda: running(pod, v1), what="v1 loaded")
+    # its dispatcher delivers its own workspace's events only (pods may share the database)
+    tenants = pod.server.app[server_state.EVENTS].dispatcher.settings.tenants
+    ws = await pod.server.app[server_state.REGISTRY].resolve(pod.pod.config.workspace)
+    assert tenants == frozenset({ws.tenant_id})
     status, body = await create(http, pod)
     assert status == 201, body
     assert not await serves_price(http, pod)

@@ -23,7 +23,7 @@ async def test_an_idle_dispatcher_waits_its_whole_poll(pg_dsn: str) -> None:
     try:
         await outbox.ensure_schema(conn)
         await conn.execute("DELETE FROM dap.outbox")
-        assert await conn.fetchval(dispatcher.DUE) is None
+        assert await conn.fetchval(dispatcher.DUE, None) is None
         tenant = uuid.uuid4()
         await conn.execute(
             "INSERT INTO dap.outbox (tenant_id, entity, action, event, payload, attempts, next_at) "
@@ -31,11 +31,40 @@ async def test_an_idle_dispatcher_waits_its_whole_poll(pg_dsn: str) -> None:
             "($1, 'shop/order', 'update', 'updated', '{}', 2, now() + interval '30 seconds')",
             tenant,
         )
-        assert 25 < await conn.fetchval(dispatcher.DUE) <= 30  # the retry, not the new row
+        assert 25 < await conn.fetchval(dispatcher.DUE, None) <= 30  # the retry, not the new row
         await conn.execute("UPDATE dap.outbox SET next_at = now() - interval '5 seconds' WHERE attempts = 2")
-        assert await conn.fetchval(dispatcher.DUE) <= -4  # overdue: the loop's 50 ms floor applies
+        assert await conn.fetchval(dispatcher.DUE, None) <= -4  # overdue: the loop's 50 ms floor applies
         await conn.execute("DELETE FROM dap.outbox WHERE tenant_id = $1", tenant)
     finally:
+        await conn.close()
+
+
+async def test_a_dispatcher_for_one_tenant_leaves_the_others_events(pg_dsn: str) -> None:
+    """Resource pods of different workspaces may share one database: a dispatcher given its
+    tenants (``Settings.tenants``) claims only their rows, so another workspace's events are never
+    settled with a catalog that lacks their declarations (the kind suite lost webhooks so)."""
+    conn = await asyncpg.connect(pg_dsn)
+    mine, other = uuid.uuid4(), uuid.uuid4()
+    try:
+        await outbox.ensure_schema(conn)
+        await conn.execute(
+            "INSERT INTO dap.outbox (tenant_id, entity, action, event, payload, attempts, next_at) "
+            "VALUES ($1, 'shop/order', 'create', 'created', '{}', 0, now()), "
+            "($2, 'shop/order', 'create', 'created', '{}', 0, now()), "
+            "($2, 'shop/order', 'update', 'updated', '{}', 3, now() - interval '5 seconds')",
+            mine,
+            other,
+        )
+        async with conn.transaction():
+            rows = await conn.fetch(dispatcher.CLAIM, 100, [mine])
+        assert {r["tenant_id"] for r in rows} == {mine}
+        assert await conn.fetchval(dispatcher.DUE, [mine]) is None  # the other's retry is not ours
+        assert await conn.fetchval(dispatcher.DUE, [other]) <= -4
+        async with conn.transaction():
+            everyone = await conn.fetch(dispatcher.CLAIM, 100, None)
+        assert {mine, other} <= {r["tenant_id"] for r in everyone}  # no tenants given: all of them
+    finally:
+        await conn.execute("DELETE FROM dap.outbox WHERE tenant_id = ANY($1::uuid[])", [mine, other])
         await conn.close()
 
 

@@ -43,9 +43,13 @@ from dap.server.storage import db
 log = logging.getLogger(__name__)
 FEED_LOCK = 0x64617066  # 'dapf': serialises giving out feed positions (held to the commit)
 
+# $2: the tenants this process delivers for (NULL: all). Processes serving different workspaces
+# may share one database (resource pods of one namespace): one must never settle another's
+# events with its own catalog, which lacks their declarations (it would mark them delivered).
 CLAIM = """
 SELECT o.* FROM dap.outbox o
 WHERE o.delivered_at IS NULL AND o.next_at <= now()
+  AND ($2::uuid[] IS NULL OR o.tenant_id = ANY($2::uuid[]))
   AND NOT EXISTS (
     SELECT 1 FROM dap.outbox p
     WHERE p.delivered_at IS NULL AND p.tenant_id = o.tenant_id AND p.record_id = o.record_id AND p.id < o.id
@@ -78,7 +82,7 @@ DONE = (
 # an idle dispatcher would poll at its 50 ms floor instead of every ``poll``); past ones are <= 0
 DUE = (
     "SELECT extract(epoch FROM min(next_at) - now())::float8 FROM dap.outbox "
-    "WHERE delivered_at IS NULL AND attempts > 0"
+    "WHERE delivered_at IS NULL AND attempts > 0 AND ($1::uuid[] IS NULL OR tenant_id = ANY($1::uuid[]))"
 )
 PRUNE = (
     "DELETE FROM dap.outbox WHERE id IN (SELECT id FROM dap.outbox WHERE delivered_at IS NOT NULL "
@@ -92,6 +96,8 @@ class Settings:
     batch: int = 100
     poll: float = 1.0  # seconds between polls for retries that fell due
     keep: float = 3600.0  # seconds delivered rows are kept (websocket resume)
+    # only these tenants' events (a resource pod: its workspace's); None: every tenant's
+    tenants: frozenset[uuid.UUID] | None = None
 
 
 class Dispatcher:
@@ -150,7 +156,9 @@ class Dispatcher:
                 async with db.connection(self.pool) as conn:
                     if rounds % 60 == 1:
                         await conn.execute(PRUNE, self.settings.keep)
-                    due = await conn.fetchval(DUE)  # the next retry, when sooner than the poll
+                    due = await conn.fetchval(
+                        DUE, self._tenants()
+                    )  # the next retry, when sooner than the poll
                 if due is not None:
                     wait = min(wait, max(0.05, due))  # retrying rows only: new ones NOTIFY
             except asyncio.CancelledError:
@@ -161,10 +169,14 @@ class Dispatcher:
                 async with asyncio.timeout(wait):  # not wait_for: 3.11 loses a stop there
                     await self._wake.wait()
 
+    def _tenants(self) -> list[uuid.UUID] | None:
+        tenants = self.settings.tenants
+        return sorted(tenants) if tenants is not None else None
+
     async def drain_once(self) -> int:
         """Claim and settle one batch in one transaction; how many rows were claimed."""
         async with db.connection(self.pool) as conn, db.committed(conn):
-            rows = await conn.fetch(CLAIM, self.settings.batch)
+            rows = await conn.fetch(CLAIM, self.settings.batch, self._tenants())
             entities = self.entities()
             planned = []
             for row in rows:
