@@ -216,7 +216,7 @@ async def create(
                 row = done.row
                 answer = idempotency.Answer(
                     201,
-                    encode({"data": access.view(reading.present(resource, row, done.children))}).decode(),
+                    encode({"data": access.view(done.presented(resource))}).decode(),
                     {"Location": call.location(row["id"]), "ETag": f'"{row["version"]}"'},
                 )
                 if key is not None:
@@ -244,7 +244,7 @@ async def update(
         except asyncpg.PostgresError as exc:
             raise writing.translate(resource, exc) from exc
     call.cache.invalidate((resource.table.name, tenant, record_id))
-    data = access.view(reading.present(resource, done.row, done.children))
+    data = access.view(done.presented(resource))
     return Updated(data, done.row["version"], done.event)
 
 

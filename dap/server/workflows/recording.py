@@ -32,11 +32,19 @@ Children = dict[str, list[dict[str, Any]]] | None
 @dataclass(frozen=True)
 class Written:
     """A record after its write: the row, its child rows (read in the transaction) and the built-in
-    event's public id in the outbox."""
+    event's public id in the outbox. ``record`` is the row as REST presents it (all fields) when
+    the write already presented it for its event: an answer reuses it (``present`` once per write)."""
 
     row: asyncpg.Record
     children: Children
     event: uuid.UUID
+    record: dict[str, Any] | None = None
+
+    def presented(self, resource: Resource) -> dict[str, Any]:
+        """The record as REST presents it (all fields; the caller's view narrows it)."""
+        if self.record is not None:
+            return self.record
+        return reading.present(resource, self.row, self.children)
 
 
 def refuse_unless_draft(access: guards.Access, current: asyncpg.Record | Mapping[str, Any]) -> None:
@@ -87,9 +95,9 @@ async def create(
         joined = builtin.joined(statement, args, write, "create", predicted)
         row = await conn.fetchrow(joined.sql, *joined.args)
         assert row is not None
-        event = await builtin.settle_joined(conn, write, joined, row)
+        settled = await builtin.settle_joined(conn, write, joined, row)
         await lifecycle.created(conn, write, row, submitted=submit)
-        return Written(row, None, event)
+        return Written(row, None, settled.event, settled.record)
     row = await conn.fetchrow(statement, *args)
     assert row is not None
     await writing.write_children(conn, resource, tenant, row["id"], children)
@@ -134,10 +142,10 @@ async def update(
         )
         row = await conn.fetchrow(joined.sql, *joined.args)
         assert row is not None
-        event = await builtin.settle_joined(conn, write, joined, row, changed=values.keys())
+        settled = await builtin.settle_joined(conn, write, joined, row, changed=values.keys())
         await caching.announce(conn, resource, tenant, record_id)  # every process, at commit
         await trail.finish(conn, row)
-        return Written(row, None, event)
+        return Written(row, None, settled.event, settled.record)
     row = await conn.fetchrow(statement, *args)
     assert row is not None
     await caching.announce(conn, resource, tenant, record_id)  # every process, at commit
