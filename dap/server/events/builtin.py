@@ -125,9 +125,10 @@ class Joined:
 
 
 @functools.lru_cache(maxsize=1024)
-def _joined_sql(statement: str, n: int) -> str:
+def _joined_sql(statement: str, n: int, notify: bool) -> str:
     """The text of :func:`joined`'s statement around ``statement`` (with ``n`` parameters of its
     own): built once per statement text, since a table's writes repeat a few column sets."""
+    wake = f", pg_notify('{outbox.CHANNEL}', txid_current()::text)" if notify else ""
     record = f"${n + 5}::jsonb"
     record = f"jsonb_set({record}, '{{record,id}}', to_jsonb(w.id::text))"
     record = f"jsonb_set({record}, '{{record,version}}', to_jsonb(w.version))"
@@ -137,7 +138,7 @@ def _joined_sql(statement: str, n: int) -> str:
         f"WITH w AS ({statement}), e AS (INSERT INTO dap.outbox (tenant_id, entity, record_id, action, "
         "event, payload, actor_sub, actor_username, request_id, version) "
         f"SELECT ${n + 1}, ${n + 2}, w.id, ${n + 3}, ${n + 4}, {record}, ${n + 6}, ${n + 7}, ${n + 8}, "
-        f"w.version FROM w RETURNING public_id, pg_notify('{outbox.CHANNEL}', txid_current()::text)) "
+        f"w.version FROM w RETURNING public_id{wake}) "
         f"SELECT w.*, e.public_id AS {EVENT_COLUMN} FROM w, e"
     )
 
@@ -150,6 +151,7 @@ def joined(
     predicted: Mapping[str, Any],
     *,
     changed: Iterable[str] | None = None,
+    notify: bool = True,
 ) -> Joined:
     """``statement`` (an ``INSERT``/``UPDATE`` of one row ``RETURNING`` the record's columns) and the
     built-in event of ``action`` on its row, as one statement returning the row and
@@ -157,6 +159,11 @@ def joined(
 
     For a resource without child fields only (the payload carries no child rows). The caller
     checks the outcome with :func:`settle_joined` in the same transaction.
+
+    ``notify`` ``False`` leaves out the ``NOTIFY dap_outbox`` that wakes every process's
+    dispatcher: for a caller that wakes its own process's running dispatcher after the commit
+    instead. A transaction that NOTIFYs holds a database-wide lock through its commit, so such
+    commits (and their WAL flushes) run one at a time (docs/performance.md).
     """
     as_stored = {  # Postgres gives a timestamptz back in UTC
         k: v.astimezone(dt.UTC) if isinstance(v, dt.datetime) and v.tzinfo is not None else v
@@ -173,7 +180,7 @@ def joined(
         write.username,
         write.request_id,
     ]
-    return Joined(_joined_sql(statement, len(args)), [*args, *extra], body)
+    return Joined(_joined_sql(statement, len(args), notify), [*args, *extra], body)
 
 
 @dataclass(frozen=True)

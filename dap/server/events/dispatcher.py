@@ -128,6 +128,11 @@ class Dispatcher:
     def wake(self) -> None:
         self._wake.set()
 
+    @property
+    def running(self) -> bool:
+        """Whether this process delivers (started, not stopped; ``DAP_EVENTS_DISPATCH=0`` never starts it)."""
+        return self._task is not None
+
     async def _listen(self) -> None:
         try:
             await self._listener.ensure()

@@ -52,6 +52,7 @@ def _call(
         catalog,
         resource,
         request.get(state.REQUEST_ID),
+        app[state.EVENTS].local_wake(),
     )
 
 

@@ -77,6 +77,7 @@ async def _run(request: web.Request, frame: dict[str, Any], principal: auth.Prin
         catalog,
         resource,
         request.get(state.REQUEST_ID),
+        app[state.EVENTS].local_wake(),
     )
     body = frame.get("body") or {}
     if not isinstance(body, dict):

@@ -71,12 +71,14 @@ async def create(
     values: dict[str, Any],
     *,
     submit: bool,
+    notify: bool = True,
 ) -> Written:
     """Insert one record (submitted at once when ``submit``) in the caller's transaction.
 
     ``body`` is the decoded input after ``guards.writable``; ``values`` its validation
     (``writing.validate_body``). Raises the package's errors (422, 403, 409) before or after the
-    insert; the caller's transaction then undoes it.
+    insert; the caller's transaction then undoes it. ``notify`` ``False``: the caller wakes its
+    process's dispatcher after the commit itself (``builtin.joined``).
     """
     resource, tenant, catalog = write.resource, write.tenant, write.catalog
     principal = access.principal
@@ -92,7 +94,7 @@ async def create(
         predicted: dict[str, Any] = {c.name: None for c in resource.table.columns}
         predicted.update(docstatus=lifecycle.DRAFT)  # the column's default (a submit sets it)
         predicted.update(columns, owner=principal.username, created_by=principal.username)
-        joined = builtin.joined(statement, args, write, "create", predicted)
+        joined = builtin.joined(statement, args, write, "create", predicted, notify=notify)
         row = await conn.fetchrow(joined.sql, *joined.args)
         assert row is not None
         settled = await builtin.settle_joined(conn, write, joined, row)
@@ -116,11 +118,13 @@ async def update(
     values: dict[str, Any],
     *,
     expected: int | None,
+    notify: bool = True,
 ) -> Written:
     """Update one record (drafts only, for documents) in the caller's transaction.
 
     The row is locked ``FOR UPDATE`` through ``guards.select_for_write`` (row scope, ``expected``
-    version); 409 ``SVC.DOC.UPDATE_NOT_DRAFT`` for a submitted or cancelled document.
+    version); 409 ``SVC.DOC.UPDATE_NOT_DRAFT`` for a submitted or cancelled document. ``notify``:
+    as for :func:`create`.
     """
     resource, tenant, catalog = write.resource, write.tenant, write.catalog
     principal: auth.Principal = access.principal
@@ -138,7 +142,7 @@ async def update(
     statement, args = sql.update(resource.table, tenant, record_id, columns, expected_version=None)
     if not resource.children:  # the row and its event in one statement (``builtin.joined``)
         joined = builtin.joined(
-            statement, args, write, "update", {**current, **columns}, changed=values.keys()
+            statement, args, write, "update", {**current, **columns}, changed=values.keys(), notify=notify
         )
         row = await conn.fetchrow(joined.sql, *joined.args)
         assert row is not None
