@@ -3,6 +3,7 @@ and PostGraphile 5.
 
     .venv/bin/python bench/peers.py [--rows 100000] [--seconds 5] [--rounds 3]
                                     [--only find page create update] [--statements]
+                                    [--before DIR]
 
 Run by ``make bench``, never by ``make test``: it installs npm packages (``--quick`` only says
 that it is skipped). Everything it installs lives under ``.dap/bench-peers``: PostGraphile 5,
@@ -29,6 +30,11 @@ counted against its 2xx answers, and dap's outbox against its writes (exactly on
 created row). The cached server is stopped before the writes (its dispatcher would wake at every
 write too). ``--statements`` then logs, through Postgres's own log, the statements each server
 sends for one create and one update (``bench/statements.py``).
+
+``--before DIR`` adds a fifth target to the writes, ``dap before``: the ``dap serve`` of the source
+tree ``DIR`` (its ``dap`` package first on ``PYTHONPATH``; for instance ``git archive main | tar -x
+-C DIR``) on the same database, so that a change is compared with what it changes in one run. Its
+creates are checked as dap's (one ``created`` event per row, in one snapshot).
 """
 
 from __future__ import annotations
@@ -194,45 +200,49 @@ WRITES: dict[str, dict[str, Any]] = {
     "POST": {"code": f"@WHO@{loadgen.UNIQUE}", "title": "new", "price": "12.50", "qty": 3, "category": "red"},
     "PATCH": {"title": f"@WHO@{loadgen.UNIQUE}", "qty": 7},
 }
-WHO = {"dap": "D", "floor": "F", "postgraphile": "P"}
+WHO = {"dap": "D", "dap before": "B", "floor": "F", "postgraphile": "P"}
 
 
-async def outbox_count(dsn: str) -> int:
-    conn = await asyncpg.connect(dsn)
-    try:
-        return int(await conn.fetchval("SELECT count(*) FROM dap.outbox WHERE entity = 'bench/item'"))
-    finally:
-        await conn.close()
-
-
-async def check_writes(dsn: str, name: str, figures: dict[str, loadgen.Figure], outbox_before: int) -> str:
+async def check_writes(dsn: str, name: str, figures: dict[str, loadgen.Figure]) -> str:
     """The rows each target wrote, against the 2xx answers it got (warm-ups included): wrk stops
     counting with requests in flight, so a run may write up to one row per connection more than it
-    counted. For dap, one ``created``/``updated`` event per write in ``dap.outbox`` (delivered or
-    not: the dispatcher marks rows, it prunes none within a run): exactly one per row for creates.
-    Raises on a mismatch."""
+    counted. For dap (and ``dap before``), one ``created``/``updated`` event per write in
+    ``dap.outbox`` (delivered or not: the dispatcher marks rows, it prunes none within a run),
+    told apart by the code or title its body wrote: exactly one per row for creates (counted in
+    one snapshot: a row and its event commit together, while requests still in flight may commit
+    between two queries). Raises on a mismatch."""
     conn = await asyncpg.connect(dsn)
     try:
         notes = []
         for target, figure in figures.items():
             answered = sum(r.answered for r in figure.runs)
             slack = 2 * loadgen.CONNECTIONS * len(figure.runs)  # in flight at a warm-up's or a run's end
-            rows = None
+            prefix = f"{WHO[target]}%"
             if name == "create":
-                rows = await conn.fetchval(
-                    "SELECT count(*) FROM bench__item WHERE code LIKE $1", f"{WHO[target]}%"
-                )
+                rows = await conn.fetchval("SELECT count(*) FROM bench__item WHERE code LIKE $1", prefix)
                 if not answered <= rows <= answered + slack:
                     raise RuntimeError(f"create {target}: {rows} rows for {answered} answers")
                 notes.append(f"{target} {rows} rows for {answered} answers")
-            if target == "dap":
-                events = (
-                    await conn.fetchval("SELECT count(*) FROM dap.outbox WHERE entity = 'bench/item'")
-                    - outbox_before
+            if not target.startswith("dap"):
+                continue
+            if name == "create":
+                odd = await conn.fetchval(
+                    "SELECT count(*) FROM bench__item i WHERE i.code LIKE $1 AND (SELECT count(*) "
+                    "FROM dap.outbox o WHERE o.record_id = i.id AND o.action = 'create') <> 1",
+                    prefix,
                 )
-                if (rows is not None and events != rows) or not answered <= events <= answered + slack:
-                    raise RuntimeError(f"{name} dap: {events} events in the outbox for {answered} answers")
-                notes.append(f"dap {events} events")
+                if odd:
+                    raise RuntimeError(f"create {target}: {odd} rows without exactly one created event")
+            events = await conn.fetchval(
+                "SELECT count(*) FROM dap.outbox WHERE entity = 'bench/item' AND action = $1 "
+                "AND payload->'record'->>$2 LIKE $3",
+                name,
+                "code" if name == "create" else "title",
+                prefix,
+            )
+            if not answered <= events <= answered + slack:
+                raise RuntimeError(f"{name} {target}: {events} events in the outbox for {answered} answers")
+            notes.append(f"{target} {events} events")
         return f"{name} checked: " + ", ".join(notes)
     finally:
         await conn.close()
@@ -290,6 +300,12 @@ async def main(args: argparse.Namespace) -> int:
         serve = rest.spawn_serve(spec, dsn, api_port, extra_env=loop_env)
         procs.append(serve)
         await rest.wait_http(f"http://127.0.0.1:{api_port}/default/_ui/_meta/apps")
+        before_port, old_serve = rest.port(), None
+        if args.before:  # the same spec served by another source tree (a change's baseline)
+            tree = {"PYTHONPATH": args.before}  # made absolute by the argument parser
+            old_serve = rest.spawn_serve(spec, dsn, before_port, extra_env={**loop_env, **tree})
+            procs.append(old_serve)
+            await rest.wait_http(f"http://127.0.0.1:{before_port}/default/_ui/_meta/apps")
         print(f"loading {args.rows} rows ...", flush=True)
         tenant, ids = await rest.load_rows(dsn, args.rows)
         fifo_port = rest.port()
@@ -389,6 +405,9 @@ async def main(args: argparse.Namespace) -> int:
                 "postgraphile": peer_target([update_body.replace("@ID@", i) for i in ids]),
             },
         }
+        if old_serve is not None:
+            writes["create"]["dap before"] = write_target(before_port, [item], old_serve, "POST", "B")
+            writes["update"]["dap before"] = write_target(before_port, finds, old_serve, "PATCH", "B")
         if args.only:
             scenarios = {k: v for k, v in {**scenarios, **writes}.items() if k in args.only}
         else:
@@ -402,10 +421,9 @@ async def main(args: argparse.Namespace) -> int:
                 cached_rss = rest.rss_mib(cached.pid)
                 rest.stop(cached)
             print(f"running {name}: {args.rounds} rounds of {args.seconds}s per target ...", flush=True)
-            before = await outbox_count(dsn)
             results[name] = loadgen.interleave(targets, args.rounds)
             if name in writes:
-                print("  " + await check_writes(dsn, name, results[name], before), flush=True)
+                print("  " + await check_writes(dsn, name, results[name]), flush=True)
         if args.statements:
 
             def send(url: str, method: str, body: str) -> Callable[[], Awaitable[None]]:
@@ -458,6 +476,13 @@ async def main(args: argparse.Namespace) -> int:
                 if "floor fifo" in by_target
                 else ""
             )
+            if "dap before" in by_target:
+                print(
+                    f"  {name}: dap/dap before {loadgen.ratio(by_target['dap'], by_target['dap before'])}, "
+                    f"dap before/floor {loadgen.ratio(by_target['dap before'], by_target['floor'])}, "
+                    "server CPU per request dap/dap before "
+                    f"{loadgen.cpu_ratio(by_target['dap'], by_target['dap before'])}"
+                )
             print(
                 f"  {name}: dap/postgraphile {loadgen.ratio(by_target['dap'], by_target['postgraphile'])}, "
                 f"dap/floor {loadgen.ratio(by_target['dap'], by_target['floor'])}, {fifo_part}"
@@ -487,9 +512,14 @@ if __name__ == "__main__":
         "--statements", action="store_true", help="also log the statements each server sends per write"
     )
     parser.add_argument(
+        "--before", metavar="DIR", help="also time the writes of dap serve from this source tree (dap before)"
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="skipped: installs npm packages (make bench only)"
     )
     parsed = parser.parse_args()
+    if parsed.before:
+        parsed.before = str(Path(parsed.before).resolve())
     if parsed.quick:
         print("bench/peers.py: skipped with --quick (it installs npm packages; make bench runs it)")
         sys.exit(0)

@@ -53,6 +53,12 @@ class Events:
     dispatcher: dispatcher.Dispatcher
     feed: feed.Feed
 
+    def local_wake(self) -> Callable[[], None] | None:
+        """The wake of this process's dispatcher when it runs, for a write to call after its commit
+        (``operations.Call.wake``); ``None`` when it does not run: then the write NOTIFYs the
+        processes that do."""
+        return self.dispatcher.wake if self.dispatcher.running else None
+
 
 EVENTS: web.AppKey[Events] = web.AppKey("events")
 # extra checks of the admin /health: each returns a reason when unhealthy, None when fine. The list

@@ -5,9 +5,11 @@ carrying the record as it is."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -155,3 +157,77 @@ async def test_a_row_unlike_its_prediction_still_gets_its_record_in_the_event(
     assert events[0]["record"] == created["data"]
     assert events[1]["record"] == updated["data"]
     assert len([r for r in caplog.records if REWRITTEN in r.getMessage()]) == 2
+
+
+# --- the wake: a NOTIFY only where no local dispatcher runs ---------------------------------
+
+
+async def _notifications(dsn: str) -> tuple[asyncpg.Connection, list[str]]:
+    got: list[str] = []
+    conn = await asyncpg.connect(dsn)
+    await conn.add_listener("dap_outbox", lambda *args: got.append(args[3]))
+    return conn, got
+
+
+async def _delivered(dsn: str, record_id: str, within: float) -> float | None:
+    """Seconds until every event of ``record_id`` is delivered (``None`` past ``within``)."""
+    start = time.monotonic()
+    conn = await asyncpg.connect(dsn)
+    try:
+        while time.monotonic() - start < within:
+            left = await conn.fetchval(
+                "SELECT count(*) FROM dap.outbox WHERE record_id = $1 AND delivered_at IS NULL",
+                uuid.UUID(record_id),
+            )
+            if left == 0:
+                return time.monotonic() - start
+            await asyncio.sleep(0.02)
+        return None
+    finally:
+        await conn.close()
+
+
+async def test_a_dispatching_process_wakes_its_own_dispatcher_without_a_notify(
+    srv: Running, pg_dsn: str
+) -> None:
+    """A NOTIFY in the write's transaction would serialise commits (docs/performance.md): the
+    process that dispatches wakes its own dispatcher after the commit, and the event is delivered
+    at once -- well before the dispatcher's 1 s poll."""
+    listener, got = await _notifications(pg_dsn)
+    try:
+        status, created = await call(srv, "POST", "product", {"sku": "W-1", "title": "Wake", "price": "1.00"})
+        assert status == 201, created
+        record_id = created["data"]["id"]
+        took = await _delivered(pg_dsn, record_id, 5.0)
+        assert took is not None and took < 0.5, took
+        status, updated = await call(srv, "PATCH", f"product/{record_id}", {"title": "Woken"})
+        assert status == 200, updated
+        took = await _delivered(pg_dsn, record_id, 5.0)
+        assert took is not None and took < 0.5, took
+        assert [e["event"] for e in await events_of(pg_dsn, record_id)] == ["created", "updated"]
+        assert got == []  # neither write NOTIFYed dap_outbox
+    finally:
+        await listener.close()
+
+
+async def test_a_process_that_does_not_dispatch_still_notifies(
+    pg_dsn: str, catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``DAP_EVENTS_DISPATCH=0``: the write NOTIFYs, so that the processes that dispatch wake."""
+    monkeypatch.setenv("DAP_EVENTS_DISPATCH", "0")
+    listener, got = await _notifications(pg_dsn)
+    try:
+        async with running(pg_dsn, catalog) as quiet:
+            status, created = await call(
+                quiet, "POST", "product", {"sku": "W-2", "title": "Quiet", "price": "1.00"}
+            )
+            assert status == 201, created
+            status, _ = await call(quiet, "PATCH", f"product/{created['data']['id']}", {"title": "Still"})
+            assert status == 200
+        for _ in range(100):
+            if len(got) >= 2:
+                break
+            await asyncio.sleep(0.02)
+        assert len(got) >= 2  # one NOTIFY per write's transaction
+    finally:
+        await listener.close()

@@ -22,6 +22,7 @@ see every change) and is ``async``.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -123,6 +124,25 @@ class Joined:
     expected: dict[str, Any]  # the payload the statement writes, before its filled values
 
 
+@functools.lru_cache(maxsize=1024)
+def _joined_sql(statement: str, n: int, notify: bool) -> str:
+    """The text of :func:`joined`'s statement around ``statement`` (with ``n`` parameters of its
+    own): built once per statement text, since a table's writes repeat a few column sets."""
+    wake = f", pg_notify('{outbox.CHANNEL}', txid_current()::text)" if notify else ""
+    record = f"${n + 5}::jsonb"
+    record = f"jsonb_set({record}, '{{record,id}}', to_jsonb(w.id::text))"
+    record = f"jsonb_set({record}, '{{record,version}}', to_jsonb(w.version))"
+    record = f"jsonb_set({record}, '{{record,created_at}}', {_iso('w.created_at')})"
+    record = f"jsonb_set({record}, '{{record,updated_at}}', {_iso('w.updated_at')})"
+    return (
+        f"WITH w AS ({statement}), e AS (INSERT INTO dap.outbox (tenant_id, entity, record_id, action, "
+        "event, payload, actor_sub, actor_username, request_id, version) "
+        f"SELECT ${n + 1}, ${n + 2}, w.id, ${n + 3}, ${n + 4}, {record}, ${n + 6}, ${n + 7}, ${n + 8}, "
+        f"w.version FROM w RETURNING public_id{wake}) "
+        f"SELECT w.*, e.public_id AS {EVENT_COLUMN} FROM w, e"
+    )
+
+
 def joined(
     statement: str,
     args: Sequence[Any],
@@ -131,6 +151,7 @@ def joined(
     predicted: Mapping[str, Any],
     *,
     changed: Iterable[str] | None = None,
+    notify: bool = True,
 ) -> Joined:
     """``statement`` (an ``INSERT``/``UPDATE`` of one row ``RETURNING`` the record's columns) and the
     built-in event of ``action`` on its row, as one statement returning the row and
@@ -138,25 +159,17 @@ def joined(
 
     For a resource without child fields only (the payload carries no child rows). The caller
     checks the outcome with :func:`settle_joined` in the same transaction.
+
+    ``notify`` ``False`` leaves out the ``NOTIFY dap_outbox`` that wakes every process's
+    dispatcher: for a caller that wakes its own process's running dispatcher after the commit
+    instead. A transaction that NOTIFYs holds a database-wide lock through its commit, so such
+    commits (and their WAL flushes) run one at a time (docs/performance.md).
     """
     as_stored = {  # Postgres gives a timestamptz back in UTC
         k: v.astimezone(dt.UTC) if isinstance(v, dt.datetime) and v.tzinfo is not None else v
         for k, v in predicted.items()
     }
     body = payload(write, {**as_stored, **_PLACEHOLDER}, None, changed)
-    n = len(args)
-    record = f"${n + 5}::jsonb"
-    record = f"jsonb_set({record}, '{{record,id}}', to_jsonb(w.id::text))"
-    record = f"jsonb_set({record}, '{{record,version}}', to_jsonb(w.version))"
-    record = f"jsonb_set({record}, '{{record,created_at}}', {_iso('w.created_at')})"
-    record = f"jsonb_set({record}, '{{record,updated_at}}', {_iso('w.updated_at')})"
-    sql = (
-        f"WITH w AS ({statement}), e AS (INSERT INTO dap.outbox (tenant_id, entity, record_id, action, "
-        "event, payload, actor_sub, actor_username, request_id, version) "
-        f"SELECT ${n + 1}, ${n + 2}, w.id, ${n + 3}, ${n + 4}, {record}, ${n + 6}, ${n + 7}, ${n + 8}, "
-        f"w.version FROM w RETURNING public_id, pg_notify('{outbox.CHANNEL}', txid_current()::text)) "
-        f"SELECT w.*, e.public_id AS {EVENT_COLUMN} FROM w, e"
-    )
     extra = [
         write.tenant,
         write.resource.key,
@@ -167,7 +180,16 @@ def joined(
         write.username,
         write.request_id,
     ]
-    return Joined(sql, [*args, *extra], body)
+    return Joined(_joined_sql(statement, len(args), notify), [*args, *extra], body)
+
+
+@dataclass(frozen=True)
+class Settled:
+    """A joined write's event, and the record it carries as REST presents it (all fields, before
+    any caller's view): the answer of the write is the same record, presented once for both."""
+
+    event: uuid.UUID
+    record: dict[str, Any]
 
 
 async def settle_joined(
@@ -177,10 +199,10 @@ async def settle_joined(
     row: asyncpg.Record,
     *,
     changed: Iterable[str] | None = None,
-) -> uuid.UUID:
-    """The event's public id; its payload rewritten (in the caller's transaction) when the row came
-    out otherwise than predicted (a column default, a trigger), so that the event always carries
-    the record as it is."""
+) -> Settled:
+    """The event's public id and record; its payload rewritten (in the caller's transaction) when
+    the row came out otherwise than predicted (a column default, a trigger), so that the event
+    always carries the record as it is."""
     event = row[EVENT_COLUMN]
     assert isinstance(event, uuid.UUID)
     actual = payload(write, row, None, changed)
@@ -193,4 +215,4 @@ async def settle_joined(
             extra={"ctx": {"event": str(event)}},
         )
         await conn.execute("UPDATE dap.outbox SET payload = $1 WHERE public_id = $2", actual, event)
-    return event
+    return Settled(event, dict(actual["record"]))  # a copy: the caller may narrow it for its view

@@ -8,7 +8,10 @@ One per server process; several processes share the work safely:
   record never run out of order, across processes and under retries (a failing event holds the
   record's later events back until it is delivered or dead).
 - **Wake**: a dedicated connection ``LISTEN``s on ``dap_outbox`` (one NOTIFY per emitting
-  transaction, its id only); a poll every ``poll`` seconds picks up retries that fell due.
+  transaction, its id only); a poll every ``poll`` seconds picks up retries that fell due, and
+  rows no NOTIFY announced. A create or update through the adapters NOTIFYs nothing while this
+  process's dispatcher runs (:attr:`Dispatcher.running`): it calls :meth:`Dispatcher.wake` after
+  its commit instead (``operations.Call.wake``, ``events.builtin.joined``).
 - **Deliver**: one transaction per batch. Each delivery that writes runs in a savepoint and,
   when it succeeds, its ``(consumer, event_id)`` row goes into ``dap.event_deliveries`` in that
   same transaction (one insert for the batch); a delivery already settled is skipped. What a
@@ -133,6 +136,11 @@ class Dispatcher:
 
     def wake(self) -> None:
         self._wake.set()
+
+    @property
+    def running(self) -> bool:
+        """Whether this process delivers (started, not stopped; ``DAP_EVENTS_DISPATCH=0`` never starts it)."""
+        return self._task is not None
 
     async def _listen(self) -> None:
         try:

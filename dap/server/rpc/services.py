@@ -88,7 +88,14 @@ class EntityService:
             )
         request_id = md.get("x-request-id") or uuid.uuid4().hex
         return operations.Call(
-            app[state.POOL], app[state.CACHE], workspace, principal, catalog, resource, request_id
+            app[state.POOL],
+            app[state.CACHE],
+            workspace,
+            principal,
+            catalog,
+            resource,
+            request_id,
+            app[state.EVENTS].local_wake(),
         )
 
     def _record(self, data: Mapping[str, Any]) -> message.Message:

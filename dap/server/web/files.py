@@ -34,7 +34,7 @@ from dap.config.fields import Field
 from dap.server import errors, state
 from dap.server.access import guards
 from dap.server.catalog import Resource
-from dap.server.documents import reading, writing
+from dap.server.documents import writing
 from dap.server.storage import db, files
 from dap.server.web import delivery, requests
 from dap.server.workflows import recording
@@ -154,7 +154,7 @@ async def upload(request: web.Request) -> web.Response:
     settled = await delivery.settle(request, resource, "updated", done.event)
     return delivery.stamp(
         requests.reply(
-            {"data": access.view(reading.present(resource, done.row, done.children))},
+            {"data": access.view(done.presented(resource))},
             headers={"ETag": f'"{done.row["version"]}"'},
         ),
         settled,

@@ -95,6 +95,21 @@ def too_deep(value: Any, limit: int) -> bool:
     return False
 
 
+_EXACT = json.JSONDecoder(parse_float=Decimal)  # made once: ``json.loads`` makes one per call
+_PLAIN = json.JSONDecoder()
+
+
+def _decode(raw: bytes, decoder: json.JSONDecoder) -> Any:
+    """``json.loads(raw, …)`` with a decoder made once (the same encoding detection)."""
+    return decoder.decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))
+
+
+def _too_deep() -> errors.BadRequest:
+    return errors.BadRequest(
+        f"the body nests objects and arrays deeper than {MAX_JSON_DEPTH} levels", code="SVC.REQUEST.TOO_DEEP"
+    )
+
+
 async def read_json(request: web.Request, *, exact_numbers: bool = False) -> dict[str, Any]:
     """The JSON object of a request body, or a 4xx problem: 415 when it is not JSON, 400 when malformed.
 
@@ -107,19 +122,16 @@ async def read_json(request: web.Request, *, exact_numbers: bool = False) -> dic
         raise errors.UnsupportedMediaType(
             f"the body must be JSON sent as Content-Type: application/json, not {media}"
         )
-    deep = errors.BadRequest(
-        f"the body nests objects and arrays deeper than {MAX_JSON_DEPTH} levels", code="SVC.REQUEST.TOO_DEEP"
-    )
     try:
-        body = json.loads(raw, parse_float=Decimal if exact_numbers else float) if raw else None
+        body = _decode(raw, _EXACT if exact_numbers else _PLAIN) if raw else None
     except (ValueError, UnicodeDecodeError) as exc:
         raise errors.BadRequest(
             f"the body is not valid JSON: {exc}", code="SVC.REQUEST.MALFORMED_JSON"
         ) from exc
     except RecursionError as exc:
-        raise deep from exc
+        raise _too_deep() from exc
     if too_deep(body, MAX_JSON_DEPTH):
-        raise deep
+        raise _too_deep()
     if not isinstance(body, dict):
         raise errors.BadRequest("the body must be a JSON object", code="SVC.REQUEST.MALFORMED_JSON")
     return body
@@ -202,4 +214,5 @@ def call(
         catalog,
         resource,
         request.get(state.REQUEST_ID),
+        app[state.EVENTS].local_wake(),
     )

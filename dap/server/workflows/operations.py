@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +48,10 @@ class Call:
     catalog: Catalog
     resource: Resource
     request_id: str | None = None
+    # the process's running dispatcher's wake (``state.Events.local_wake``): a create or update
+    # then wakes it after its commit instead of NOTIFYing every process inside its transaction,
+    # which would make commits wait for one another (``builtin.joined``). ``None``: NOTIFY.
+    wake: Callable[[], None] | None = None
 
     @property
     def tenant(self) -> uuid.UUID:
@@ -212,17 +217,21 @@ async def create(
                 stored = await idempotency.claim(conn, tenant, key, digest) if key is not None else None
                 if stored is not None:
                     return Stored(stored, None)
-                done = await recording.create(conn, write, access, body, values, submit=submit)
+                done = await recording.create(
+                    conn, write, access, body, values, submit=submit, notify=call.wake is None
+                )
                 row = done.row
                 answer = idempotency.Answer(
                     201,
-                    encode({"data": access.view(reading.present(resource, row, done.children))}).decode(),
+                    encode({"data": access.view(done.presented(resource))}).decode(),
                     {"Location": call.location(row["id"]), "ETag": f'"{row["version"]}"'},
                 )
                 if key is not None:
                     await idempotency.store(conn, tenant, key, digest, answer)
         except asyncpg.PostgresError as exc:
             raise writing.translate(resource, exc) from exc
+    if call.wake is not None:  # committed: this process's dispatcher delivers the event
+        call.wake()
     return Stored(answer, done.event)
 
 
@@ -240,11 +249,15 @@ async def update(
     async with db.connection(call.pool) as conn:
         try:
             async with db.committed(conn):
-                done = await recording.update(conn, write, access, record_id, body, values, expected=expected)
+                done = await recording.update(
+                    conn, write, access, record_id, body, values, expected=expected, notify=call.wake is None
+                )
         except asyncpg.PostgresError as exc:
             raise writing.translate(resource, exc) from exc
+    if call.wake is not None:  # committed: this process's dispatcher delivers the event
+        call.wake()
     call.cache.invalidate((resource.table.name, tenant, record_id))
-    data = access.view(reading.present(resource, done.row, done.children))
+    data = access.view(done.presented(resource))
     return Updated(data, done.row["version"], done.event)
 
 

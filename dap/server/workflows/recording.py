@@ -32,11 +32,19 @@ Children = dict[str, list[dict[str, Any]]] | None
 @dataclass(frozen=True)
 class Written:
     """A record after its write: the row, its child rows (read in the transaction) and the built-in
-    event's public id in the outbox."""
+    event's public id in the outbox. ``record`` is the row as REST presents it (all fields) when
+    the write already presented it for its event: an answer reuses it (``present`` once per write)."""
 
     row: asyncpg.Record
     children: Children
     event: uuid.UUID
+    record: dict[str, Any] | None = None
+
+    def presented(self, resource: Resource) -> dict[str, Any]:
+        """The record as REST presents it (all fields; the caller's view narrows it)."""
+        if self.record is not None:
+            return self.record
+        return reading.present(resource, self.row, self.children)
 
 
 def refuse_unless_draft(access: guards.Access, current: asyncpg.Record | Mapping[str, Any]) -> None:
@@ -63,12 +71,14 @@ async def create(
     values: dict[str, Any],
     *,
     submit: bool,
+    notify: bool = True,
 ) -> Written:
     """Insert one record (submitted at once when ``submit``) in the caller's transaction.
 
     ``body`` is the decoded input after ``guards.writable``; ``values`` its validation
     (``writing.validate_body``). Raises the package's errors (422, 403, 409) before or after the
-    insert; the caller's transaction then undoes it.
+    insert; the caller's transaction then undoes it. ``notify`` ``False``: the caller wakes its
+    process's dispatcher after the commit itself (``builtin.joined``).
     """
     resource, tenant, catalog = write.resource, write.tenant, write.catalog
     principal = access.principal
@@ -84,12 +94,12 @@ async def create(
         predicted: dict[str, Any] = {c.name: None for c in resource.table.columns}
         predicted.update(docstatus=lifecycle.DRAFT)  # the column's default (a submit sets it)
         predicted.update(columns, owner=principal.username, created_by=principal.username)
-        joined = builtin.joined(statement, args, write, "create", predicted)
+        joined = builtin.joined(statement, args, write, "create", predicted, notify=notify)
         row = await conn.fetchrow(joined.sql, *joined.args)
         assert row is not None
-        event = await builtin.settle_joined(conn, write, joined, row)
+        settled = await builtin.settle_joined(conn, write, joined, row)
         await lifecycle.created(conn, write, row, submitted=submit)
-        return Written(row, None, event)
+        return Written(row, None, settled.event, settled.record)
     row = await conn.fetchrow(statement, *args)
     assert row is not None
     await writing.write_children(conn, resource, tenant, row["id"], children)
@@ -108,11 +118,13 @@ async def update(
     values: dict[str, Any],
     *,
     expected: int | None,
+    notify: bool = True,
 ) -> Written:
     """Update one record (drafts only, for documents) in the caller's transaction.
 
     The row is locked ``FOR UPDATE`` through ``guards.select_for_write`` (row scope, ``expected``
-    version); 409 ``SVC.DOC.UPDATE_NOT_DRAFT`` for a submitted or cancelled document.
+    version); 409 ``SVC.DOC.UPDATE_NOT_DRAFT`` for a submitted or cancelled document. ``notify``:
+    as for :func:`create`.
     """
     resource, tenant, catalog = write.resource, write.tenant, write.catalog
     principal: auth.Principal = access.principal
@@ -130,14 +142,14 @@ async def update(
     statement, args = sql.update(resource.table, tenant, record_id, columns, expected_version=None)
     if not resource.children:  # the row and its event in one statement (``builtin.joined``)
         joined = builtin.joined(
-            statement, args, write, "update", {**current, **columns}, changed=values.keys()
+            statement, args, write, "update", {**current, **columns}, changed=values.keys(), notify=notify
         )
         row = await conn.fetchrow(joined.sql, *joined.args)
         assert row is not None
-        event = await builtin.settle_joined(conn, write, joined, row, changed=values.keys())
+        settled = await builtin.settle_joined(conn, write, joined, row, changed=values.keys())
         await caching.announce(conn, resource, tenant, record_id)  # every process, at commit
         await trail.finish(conn, row)
-        return Written(row, None, event)
+        return Written(row, None, settled.event, settled.record)
     row = await conn.fetchrow(statement, *args)
     assert row is not None
     await caching.announce(conn, resource, tenant, record_id)  # every process, at commit
