@@ -27,9 +27,9 @@ from aiohttp import web
 IMMUTABLE = "public, max-age=31536000, immutable"
 REVALIDATE = "no-cache"
 COMPRESSIBLE = ("text/", "application/javascript", "application/json", "image/svg+xml")
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # fullmatch: "$" would pass "a.js\n"
 # a Vite build name: stem, '-', a hash of 8 or more URL-safe characters, extension
-HASHED = re.compile(r"^.+-[A-Za-z0-9_-]{8,}\.[a-z0-9]+$")
+HASHED = re.compile(r".+-[A-Za-z0-9_-]{8,}\.[a-z0-9]+")
 
 
 @dataclass(frozen=True)
@@ -89,9 +89,9 @@ class Bundle:
     async def asset(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
         path = self.assets / name
-        if not SAFE_NAME.match(name) or not path.is_file():
+        if not SAFE_NAME.fullmatch(name) or not path.is_file():
             raise web.HTTPNotFound()
-        return respond(request, self.body(path), IMMUTABLE if HASHED.match(name) else REVALIDATE)
+        return respond(request, self.body(path), IMMUTABLE if HASHED.fullmatch(name) else REVALIDATE)
 
     def index(self, request: web.Request) -> web.Response:
         return respond(request, self.body(self.web_dir / "index.html"), REVALIDATE)
