@@ -1,7 +1,7 @@
 // A Kanban manifest: one column per state (or enum option), each loading one page of its cards;
 // a card moves by drag and drop or by its "Move to" menu, through a transition (state) or an
 // update (enum) — only to columns the API would accept.
-import { useState } from "preact/hooks";
+import { useRef, useState } from "preact/hooks";
 import { Problem, call, get } from "../api";
 import { useLive, useLoad } from "../hooks";
 import { html } from "../html";
@@ -39,7 +39,12 @@ export function KanbanBlock({ board, me }: { board: KanbanComp; me: Me }) {
   const meta = useLoad(() => entityMeta(board.entity), [board.entity]);
   const [tick, setTick] = useState(0);
   const [problem, setProblem] = useState<string | null>(null);
-  const [dragging, setDragging] = useState<Row | null>(null);
+  const [dragging, setDraggingState] = useState<Row | null>(null);
+  // the card in hand, read by the columns' drag handlers at once: the state above only restyles
+  // the columns, and its re-render can come after the first dragover on a busy machine (the drop
+  // was then refused)
+  const held = useRef<Row | null>(null);
+  const setDragging = (r: Row | null) => { held.current = r; setDraggingState(r); };
   useLive(board.entity, null, () => setTick((t) => t + 1)); // another client's move shows at once
   if (meta.error) return html`<p class="error" role="alert">${meta.error.message}</p>`;
   if (!meta.value) return html`<p aria-busy="true">Loading…</p>`;
@@ -64,7 +69,7 @@ export function KanbanBlock({ board, me }: { board: KanbanComp; me: Me }) {
     ${problem && html`<p class="error" role="alert">${problem}</p>`}
     <div class="kanban">
       ${columns.map((c) => html`<${Column} key=${`${c.value}-${tick}`} board=${board} meta=${m} me=${me} column=${c} columns=${columns}
-        dragging=${dragging} setDragging=${setDragging} move=${move} />`)}
+        dragging=${dragging} held=${held} setDragging=${setDragging} move=${move} />`)}
     </div>
   </div>`;
 }
@@ -76,11 +81,12 @@ type ColumnProps = {
   column: { value: string; label: string };
   columns: { value: string; label: string }[];
   dragging: Row | null;
+  held: { current: Row | null };
   setDragging: (r: Row | null) => void;
   move: (card: Row, to: string) => void;
 };
 
-function Column({ board, meta, me, column, columns, dragging, setDragging, move }: ColumnProps) {
+function Column({ board, meta, me, column, columns, dragging, held, setDragging, move }: ColumnProps) {
   const [pages, setPages] = useState(1);
   const cards = useLoad(async () => {
     const q = new URLSearchParams({ [board.group_by]: column.value, limit: String(CARDS_PER_PAGE * pages), offset: "0", count: "true" });
@@ -88,11 +94,12 @@ function Column({ board, meta, me, column, columns, dragging, setDragging, move 
     const labels = await relationLabels(meta, answer.data, board.card_fields);
     return { rows: answer.data, total: answer.total ?? answer.data.length, labels };
   }, [pages]);
-  const droppable = dragging !== null && movesOf(meta, dragging, board.group_by, me).has(column.value);
+  const accepts = (card: Row | null) => card !== null && movesOf(meta, card, board.group_by, me).has(column.value);
+  const droppable = accepts(dragging);
   const id = `col-${column.value}`;
   return html`<section class=${`column${droppable ? " droppable" : ""}`} aria-labelledby=${id}
-    onDragOver=${(e: DragEvent) => { if (droppable) e.preventDefault(); }}
-    onDrop=${(e: DragEvent) => { e.preventDefault(); if (dragging) move(dragging, column.value); setDragging(null); }}>
+    onDragOver=${(e: DragEvent) => { if (accepts(held.current)) e.preventDefault(); }}
+    onDrop=${(e: DragEvent) => { e.preventDefault(); const card = held.current; if (card) move(card, column.value); setDragging(null); }}>
     <h3 id=${id}>${column.label} <span class="count">${cards.value?.total ?? ""}</span></h3>
     <ul>
       ${cards.value?.rows.map((card) => {
