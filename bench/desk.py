@@ -1,6 +1,6 @@
 """The desk's load figures: the first load of a list page of 50 rows, cold and warm, on loopback.
 
-    .venv/bin/python bench/desk.py [--rows 500] [--rounds 5]
+    .venv/bin/python bench/desk.py [--rows 500] [--rounds 5] [--quick]
 
 ``dap serve`` serves tests/ui/specs/lending (not the example) with the built bundle on an
 embedded Postgres (or ``DAP_BENCH_DSN``); ``--rows`` books are created through the REST API. Headless
@@ -97,7 +97,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="small and short: proves the benchmark runs")
     args = parser.parse_args()
+    if args.quick:
+        args.rows, args.rounds = 60, 1
     if not (BUNDLE / "index.html").is_file():
         print("no UI bundle: run `make ui` (needs npm); nothing measured")
         return 0
