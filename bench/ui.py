@@ -183,8 +183,9 @@ def live_update_ms(
         page = context.new_page()
         page.goto(url)
         page.wait_for_function("() => document.documentElement.dataset.live === 'live'", timeout=30_000)
-        page.wait_for_selector("tbody tr td", timeout=30_000)
-        code = page.locator("tbody tr td").first.inner_text().strip()
+        first = "tbody tr td:not(.pick)"  # the row's first field (its selection box has a cell too)
+        page.wait_for_selector(first, timeout=30_000)
+        code = page.locator(first).first.inner_text().strip()
         with urllib.request.urlopen(urllib.request.Request(f"{base}?code={code}", headers=headers)) as resp:
             record_id = json.load(resp)["data"][0]["id"]
         out = []
