@@ -442,6 +442,9 @@ def test_csv_import_all_or_nothing_under_the_callers_rules(lending: UiServer) ->
     # the loader's vote column would vote as someone else: refused before anything runs
     status, refused = _import(lending, admin, "lending/member", "card,full_name,_votes\nI-8,X,y\n")
     assert status == 422 and refused["code"] == "SVC.IMPORT.COLUMNS", refused
+    # an entity REST does not expose takes no import either
+    status, missing = _import(lending, admin, "lending/nothing_here", "card\nI-7\n")
+    assert status == 404 and missing["code"] == "SVC.ENTITY.NOT_FOUND", missing
 
 
 def test_csv_import_in_the_browser(lending: UiServer, browser: Any, tmp_path: Path) -> None:

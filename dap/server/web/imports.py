@@ -42,9 +42,13 @@ def _problem(p: seeds.Problem) -> dict[str, Any]:
 async def handler(request: web.Request) -> web.Response:
     workspace, principal, catalog = await requests.resolve(request)
     entity = f"{request.match_info['module']}/{request.match_info['entity']}"
-    resource = catalog.resources.get(entity)
+    # what REST exposes, as every other route of the entity: an import writes through its
+    # create (and update, for rows naming a record already there)
+    resource = catalog.resource(request.match_info["module"], request.match_info["entity"])
     if resource is None:
-        raise errors.NotFound(f"{entity} is not exposed over REST", code="SVC.NOT_FOUND")
+        raise errors.NotFound(f"no entity {entity} is exposed over REST", code="SVC.ENTITY.NOT_FOUND")
+    if "create" not in resource.actions and "update" not in resource.actions:
+        raise errors.NotFound(f"{entity} exposes neither create nor update", code="SVC.ACTION.NOT_EXPOSED")
     if request.content_length is not None and request.content_length > MAX_BYTES:
         raise errors.PayloadTooLarge(
             f"an import takes at most {MAX_BYTES} bytes", code="SVC.IMPORT.TOO_LARGE"
