@@ -78,6 +78,8 @@ class Reconciler:
         self.trust = trust
         self.skip_signature = skip_signature
         self.dev_auto_grant = dev_auto_grant
+        # the dev-mode grants this process has announced (claim -> (reason, message)): said once
+        self._auto_grants_said: dict[tuple[str, str], tuple[str, str]] = {}
         self.pod_env_secret = pod_env_secret
         self.pod_health = pod_health or podhealth.Watcher()
         self._slots = asyncio.Semaphore(workspace_concurrency)
@@ -334,8 +336,12 @@ class Reconciler:
             (c for c in before.get("conditions", []) if c.get("type") == "Ready"), {}
         )
         ready = verdict.condition("Ready")
-        if was.get("reason") == ready.reason and was.get("message") == ready.message:
-            return  # already said for this grant (the status already carried it)
+        said = (ready.reason, ready.message)
+        if (was.get("reason"), was.get("message")) == said or self._auto_grants_said.get(key) == said:
+            # already said for this grant: the status carried it, or a reconcile that read the
+            # claim before this process's own status write reached the cache said it
+            return
+        self._auto_grants_said[key] = said
         self.metrics.claims_dev_auto_granted_total.inc()
         spec = claim.get("spec", {})
         logger.warning(
