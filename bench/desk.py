@@ -19,7 +19,6 @@ import gzip
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,14 +29,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import asyncpg
-import jwt
+from ui import SECRET, create_database, port, token  # the UI benchmark's own helpers
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLE = ROOT / "dap" / "server" / "web" / "bundle"
 SPEC = ROOT / "tests" / "ui" / "specs" / "lending"
 DAP = str(Path(sys.executable).parent / "dap")
-SECRET = "bench-desk-secret-of-at-least-thirty-two-bytes"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run"]
 ROW_50 = "() => document.querySelectorAll('main table tbody tr').length >= 50"
 TIMING = """() => {
@@ -45,19 +42,6 @@ TIMING = """() => {
   const all = [nav, ...performance.getEntriesByType('resource')];
   return { ms: performance.now(), bytes: all.reduce((n, e) => n + (e.transferSize || 0), 0) };
 }"""
-
-
-def token() -> str:
-    now = int(time.time())
-    claims = {
-        "sub": "bench",
-        "username": "bench",
-        "roles": ["admin"],
-        "iss": "svc",
-        "iat": now,
-        "exp": now + 3600,
-    }
-    return jwt.encode(claims, SECRET, algorithm="HS256")
 
 
 def post(api: str, path: str, bearer: str, body: Any) -> None:
@@ -83,14 +67,6 @@ def load_once(context: Any, url: str) -> dict[str, float]:
     figures: dict[str, float] = page.evaluate(TIMING)
     page.close()
     return figures
-
-
-async def create_database(server_dsn: str, name: str) -> None:
-    conn = await asyncpg.connect(server_dsn)
-    try:
-        await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
 
 
 def main() -> int:
@@ -122,7 +98,7 @@ def main() -> int:
     try:
         name = f"bench_desk_{uuid.uuid4().hex[:8]}"
         asyncio.run(create_database(server_dsn, name))
-        api_port = free_port()
+        api_port = port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("DAP_")}
         env.update({"DAP_DSN": embedded.dsn_for_database(server_dsn, name), "DAP_JWT_SECRET": SECRET})
         env["DAP_CORS_ORIGIN"] = "http://localhost:3000"
@@ -188,12 +164,6 @@ def main() -> int:
         if pg is not None:
             embedded.stop(pg, tmp / "pg")
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 if __name__ == "__main__":
