@@ -30,6 +30,7 @@ test: $(STAMP) k8s dex ui chromium wrk grpcurl
 	$(MAKE) ui-test
 	$(BIN)/python -m pytest
 	$(MAKE) bench-quick
+	$(MAKE) e2e
 
 # The UI bundle (ui/, TypeScript + Vite) is built into dap/server/web/bundle, which the package
 # ships and `dap serve` serves; rebuilt only when its sources change. Without npm make goes on:
@@ -118,7 +119,9 @@ kind-node:
 	bash tools/kind/node-image.sh
 
 # The kind suite (e2e-kind/): creates a cluster from kind-node, loads dap:dev, applies
-# kustomize/overlays/kind and drives Workspaces with kubectl. Skips, saying why, without Docker.
+# kustomize/overlays/kind and drives Workspaces with kubectl. Part of `make test`; skips, saying
+# why, where no Docker engine can run (prepare.sh starts dockerd when it is installed but stopped,
+# and installs Debian's docker.io as root with apt-get).
 e2e: $(STAMP) ui
 	@bash tools/kind/prepare.sh; rc=$$?; \
 	if [ $$rc -eq 3 ]; then echo "e2e: no Docker engine or Go toolchain here: the suite skips"; \

@@ -5,7 +5,8 @@ builds the dap image, kind's node image, the kind CLI and kubectl, and writes th
 ``.dap/e2e.env``, which this file reads (``DAP_E2E_*`` variables override it). Skipped, with the
 reason, where no Docker engine runs (``docker info`` must succeed: a client binary is not enough)
 or the prepared parts are missing, and everywhere unless ``DAP_E2E=1`` (``make e2e`` sets it: the
-suite creates a cluster of its own, minutes of work kept out of ``make test``). The cluster is
+suite creates a cluster of its own, so it runs as its own step, the last of ``make test``, rather
+than inside the main pytest run). The cluster is
 created once per session and deleted at the end unless ``DAP_E2E_KEEP=1``; ``DAP_E2E_CLUSTER``
 names it (default ``dap-e2e``), and an existing cluster of that name is reused. The kind CLI is
 driven directly (no pytest-kind dependency).
@@ -55,7 +56,7 @@ NODE_IMAGE = PARTS.get("DAP_E2E_NODE_IMAGE", "")
 
 def _missing() -> str | None:
     if os.environ.get("DAP_E2E") != "1":
-        return "the kind suite runs with make e2e (DAP_E2E=1), not inside make test"
+        return "the kind suite runs in its own step, make e2e (DAP_E2E=1; the last step of make test)"
     if shutil.which("docker") is None:
         return "docker is not installed"
     try:

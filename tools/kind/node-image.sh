@@ -24,7 +24,7 @@ bash "$here/dockerd.sh" || exit 3
 bins=$(bash "$here/build-k8s.sh" | tail -n 1) || exit $?
 release=$(cat "$bins/version")
 tag=dap-kind-node:$release
-key=$( { echo "$bins"; cd "$here" && find node pause.c node-image.sh coredns/go.sum -type f | sort | xargs sha256sum; } \
+key=$( { echo "$bins"; cd "$here" && find node pause.c node-image.sh coredns -type f | sort | xargs sha256sum; } \
     | sha256sum | cut -c1-16)
 if [[ $(docker image inspect "$tag" --format '{{index .Config.Labels "dap.kind.key"}}' 2>/dev/null) == "$key" ]]; then
     echo "tools/kind: reusing $tag" >&2
@@ -80,12 +80,16 @@ single pause "$(image_of pause)" "$work/pause" /usr/local/bin/pause
 
 coredns_image=$(image_of coredns)
 coredns_version=${coredns_image##*:}
-coredns="$cache/coredns/$coredns_version/coredns"
+# tools/kind/coredns/main.go links only the plugins kubeadm's Corefile uses (why: in that file).
+grep -q "github.com/coredns/coredns $coredns_version\$" "$here/coredns/go.mod" \
+    || { echo "tools/kind: kubeadm deploys CoreDNS $coredns_version: pin it in tools/kind/coredns/go.mod" >&2; exit 1; }
+coredns_key=$(cat "$here/coredns/main.go" "$here/coredns/go.sum" | sha256sum | cut -c1-12)
+coredns="$cache/coredns/$coredns_version-$coredns_key/coredns"
 if [[ ! -x $coredns ]]; then
     echo "tools/kind: building CoreDNS $coredns_version (go build, a few minutes cold) ..." >&2
     mkdir -p "$(dirname "$coredns")"
     (cd "$here/coredns" && CGO_ENABLED=0 GOTOOLCHAIN=local nice -n 10 go build -trimpath -ldflags '-s -w' \
-        -o "$coredns.tmp" github.com/coredns/coredns)
+        -o "$coredns.tmp" .)
     mv "$coredns.tmp" "$coredns"
 fi
 single coredns "$coredns_image" "$coredns" /usr/local/bin/coredns
