@@ -151,8 +151,18 @@ class Runtime:
         return True
 
     async def _refresh_keys(self) -> None:
+        """Every ``keys_refresh_interval``; sooner (1, 2, 4 … s) while no key is known yet. The
+        control plane often starts after the operator (one ``kubectl apply`` creates both), and
+        until the operator hands pods a key they cannot verify an artifact, so cannot serve: a
+        fresh cluster must not wait a whole interval for its first keys."""
+        interval = self.options.keys_refresh_interval
+        retry = 1.0
         while True:
-            await asyncio.sleep(self.options.keys_refresh_interval)
+            if self.trust.keys:
+                await asyncio.sleep(interval)
+            else:
+                await asyncio.sleep(min(retry, interval))
+                retry = min(retry * 2, interval)
             if await self._refresh_keys_once():
                 for key in self.caches.workspace_keys():
                     self.nudger.nudge("workspace", key, self.reconciler.workspace)

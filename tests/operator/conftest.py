@@ -161,6 +161,8 @@ async def control() -> AsyncIterator[Control]:
         return web.json_response({}, status=202)
 
     async def keys(request: web.Request) -> web.Response:
+        if state.fail:
+            return web.Response(status=503)
         return web.json_response({"keys": [{"id": k[:16], "public_key": k} for k in state.keys]})
 
     app = web.Application()

@@ -149,6 +149,29 @@ async def test_failing_control_plane_never_blocks_reconciling(
     await wait_for(lambda: control.workspace_status, what="status report delivered after recovery")
 
 
+async def test_keys_unavailable_at_start_are_fetched_again_soon(
+    api: Api, control: Control, start_operator: StartOperator
+) -> None:
+    """A control plane that comes up after the operator hands out its keys within seconds, not
+    after the 60 s refresh interval (a fresh cluster's pods wait for them to serve)."""
+    control.fail = True
+    await start_operator(control_cluster_url=control.url, report_interval=0.2)
+    await api.create("workspaces", workspace())
+    await wait_for(lambda: api.get("configmaps", NS, "dap-shop"), what="the workspace's ConfigMap")
+    control.keys = [KEY_A]
+    control.fail = False
+
+    def trusted() -> str | None:
+        config = api.get("configmaps", NS, "dap-shop") or {}
+        return config.get("data", {}).get("DAP_TRUSTED_KEYS")
+
+    await wait_for(
+        lambda: trusted() == KEY_A,
+        within=10,
+        what="the keys in the ConfigMap once the control plane answers",
+    )
+
+
 def test_failures_are_logged_at_most_once_per_period(caplog: pytest.LogCaptureFixture) -> None:
     now = [0.0]
     limiter = reporting._LogLimiter(every=60, clock=lambda: now[0])
