@@ -8,10 +8,15 @@ import uuid
 
 import asyncpg
 
-from dap.server import state
-from dap.server.events import dispatcher, outbox
+from dap import config
+from dap.config.events import DeliveryTarget
+from dap.server import booting, state
+from dap.server.catalog import Catalog
+from dap.server.events import channels, dispatcher, measures, outbox
+from dap.server.storage import db
 from dap.server.web import jobs
 
+from . import events_worker
 from .conftest import running
 
 
@@ -91,3 +96,64 @@ async def test_the_loops_stop_when_stopped_as_they_are_woken(pg_dsn: str) -> Non
             events.dispatcher.start()
             events.feed.start()
             await worker.start()
+
+
+async def test_a_stop_lets_the_batch_in_flight_commit(pg_dsn: str) -> None:
+    """A pod being replaced stops its dispatcher while a batch's deliveries are out: the batch
+    commits (its effects and its settled rows) instead of being rolled back and delivered again by
+    another process, which a webhook receiver saw as the same id twice. A batch that outlasts the
+    grace is still cancelled, so a stop always ends."""
+    spec = config.load_files(events_worker.FILES)
+    catalog = Catalog.from_spec(spec)
+    specs = {e.key: e.spec for e in spec.entities.values()}
+    pool = await db.open_pool(pg_dsn, 3)
+    conn = await asyncpg.connect(pg_dsn)
+    tenant = uuid.uuid4()
+    try:
+        await booting.prepare_database(pool, catalog)
+        await conn.execute(events_worker.EFFECTS)
+        out, delay = asyncio.Event(), [0.5]
+
+        async def slow_effect(c: db.Connection, event: channels.Event, target: DeliveryTarget) -> None:
+            await events_worker.effect(c, event, target)
+            out.set()
+            await asyncio.sleep(delay[0])
+
+        async def one_event() -> int:
+            return int(
+                await conn.fetchval(
+                    "INSERT INTO dap.outbox (tenant_id, entity, record_id, action, event, payload, version) "
+                    "VALUES ($1, 'kx/item', $2, 'poke', 'ping', '{}', 1) RETURNING id",
+                    tenant,
+                    uuid.uuid4(),
+                )
+            )
+
+        async def stopped_mid_delivery(grace: float) -> tuple[bool, int]:
+            work = dispatcher.Dispatcher(
+                pool,
+                pg_dsn,
+                lambda: specs,
+                channels.Channels(runner=slow_effect),
+                measures.Counters(),
+                dispatcher.Settings(poll=0.2, tenants=frozenset({tenant}), stop_grace=grace),
+            )
+            out.clear()
+            row = await one_event()
+            work.start()
+            await asyncio.wait_for(out.wait(), 10)  # the delivery ran; its transaction is open
+            async with asyncio.timeout(5):
+                await work.stop()
+            delivered = await conn.fetchval(
+                "SELECT delivered_at IS NOT NULL FROM dap.outbox WHERE id = $1", row
+            )
+            effects = await conn.fetchval("SELECT count(*) FROM kill_effects WHERE outbox_id = $1", row)
+            return bool(delivered), int(effects)
+
+        assert await stopped_mid_delivery(grace=10) == (True, 1)
+        delay[0] = 30  # outlasts the grace: cancelled, rolled back, left for another process
+        assert await stopped_mid_delivery(grace=0.3) == (False, 0)
+    finally:
+        await conn.execute("DELETE FROM dap.outbox WHERE tenant_id = $1", tenant)
+        await conn.close()
+        await pool.close()

@@ -25,6 +25,10 @@ One per server process; several processes share the work safely:
   order is commit order; the transaction NOTIFYs ``dap_feed`` (see ``feed``).
 - **Prune**: delivered rows older than ``keep`` seconds are deleted (websocket resume reaches that
   far back), so the table's dead tuples stay bounded.
+- **Stop**: no new batch is claimed, and the batch in flight, whose webhooks may already have been
+  sent, is given ``stop_grace`` seconds to commit. Cancelling it at once rolled it back, and another
+  process delivered it again (a receiver saw the same id twice whenever a pod was replaced); only a
+  batch still running after the grace is cancelled (still at least once: repeated elsewhere).
 """
 
 from __future__ import annotations
@@ -101,6 +105,9 @@ class Settings:
     keep: float = 3600.0  # seconds delivered rows are kept (websocket resume)
     # only these tenants' events (a resource pod: its workspace's); None: every tenant's
     tenants: frozenset[uuid.UUID] | None = None
+    # seconds a stop waits for the batch in flight to commit (a pod has 30 s between SIGTERM and
+    # SIGKILL, 5 of them spent in preStop)
+    stop_grace: float = 10.0
 
 
 class Dispatcher:
@@ -120,6 +127,7 @@ class Dispatcher:
         self.settings = settings or Settings()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self._listener = db.Listener(dsn, outbox.CHANNEL, self._wake)
 
     def start(self) -> None:
@@ -127,11 +135,22 @@ class Dispatcher:
             self._task = asyncio.create_task(self._run(), name="dap-events-dispatcher")
 
     async def stop(self) -> None:
+        """Claims nothing more; the batch in flight commits, or is cancelled after ``stop_grace``."""
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            self._stopping = True
+            self._wake.set()
+            try:
+                async with asyncio.timeout(self.settings.stop_grace):
+                    await asyncio.shield(task)
+            except TimeoutError:
+                log.warning("events dispatcher: the batch in flight outlasted the stop grace; cancelled")
+            finally:  # after the grace, or when this stop is itself cancelled
+                if not task.done():
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+                self._stopping = False
         await self._unlisten()
 
     def wake(self) -> None:
@@ -153,13 +172,15 @@ class Dispatcher:
 
     async def _run(self) -> None:
         rounds = 0
-        while True:
+        while not self._stopping:
             await self._listen()
             self._wake.clear()
             wait = self.settings.poll
             try:
-                while await self.drain_once():
+                while not self._stopping and await self.drain_once():
                     pass
+                if self._stopping:
+                    return
                 rounds += 1
                 async with db.connection(self.pool) as conn:
                     if rounds % 60 == 1:
@@ -173,6 +194,8 @@ class Dispatcher:
                 raise
             except Exception:  # Postgres away, a bug: log, wait, go on -- never die silently
                 log.exception("events dispatcher round failed")
+            if self._stopping:
+                return
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait):  # not wait_for: 3.11 loses a stop there
                     await self._wake.wait()
