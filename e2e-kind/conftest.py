@@ -131,6 +131,15 @@ class Kube:
         raise AssertionError(f"timed out after {within}s waiting for {what}")
 
 
+def psql(kube: Kube, sql: str) -> str:
+    """``sql`` run by psql as the superuser in the cluster's Postgres (namespace e2e); its output."""
+    script = (
+        "bin=$(echo /opt/dap/lib/python3*/site-packages/pgserver/pginstall/bin); "
+        '"$bin/psql" -h /tmp -U dap -d postgres -v ON_ERROR_STOP=1 -c "$0"'
+    )
+    return kube.run("exec", "-n", NS, "deploy/postgres", "--", "sh", "-c", script, sql)
+
+
 def _sh(*args: str, timeout: int = 900) -> None:
     subprocess.run(args, check=True, timeout=timeout, cwd=ROOT)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import NS, WS, Books, Kube, dap
+from conftest import NS, WS, Books, Kube, dap, psql
 from traffic import http
 
 pytestmark = pytest.mark.e2e
@@ -80,14 +80,6 @@ def _condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
     return next((c for c in (obj or {}).get("status", {}).get("conditions", []) if c["type"] == type_), {})
 
 
-def _psql(kube: Kube, sql: str) -> str:
-    script = (
-        "bin=$(echo /opt/dap/lib/python3*/site-packages/pgserver/pginstall/bin); "
-        '"$bin/psql" -h /tmp -U dap -d postgres -v ON_ERROR_STOP=1 -c "$0"'
-    )
-    return kube.run("exec", "-n", NS, "deploy/postgres", "--", "sh", "-c", script, sql)
-
-
 @pytest.fixture(scope="module")
 def owner(books: Books, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The datastore's owner key, the Postgres role and database behind it, the Datastore."""
@@ -96,10 +88,10 @@ def owner(books: Books, tmp_path_factory: pytest.TempPathFactory) -> Path:
     printed = dap("claim", "keygen", "--out", str(key))
     public = re.search(r"public-key: ([0-9a-f]{64})", printed)
     assert public, printed
-    roles = _psql(kube, "SELECT count(*) FROM pg_roles WHERE rolname = 'orders_app'")
+    roles = psql(kube, "SELECT count(*) FROM pg_roles WHERE rolname = 'orders_app'")
     if " 0\n" in roles:
-        _psql(kube, f"CREATE ROLE orders_app LOGIN PASSWORD '{ROLE_PASSWORD}'")
-        _psql(kube, "CREATE DATABASE orders OWNER orders_app")
+        psql(kube, f"CREATE ROLE orders_app LOGIN PASSWORD '{ROLE_PASSWORD}'")
+        psql(kube, "CREATE DATABASE orders OWNER orders_app")
     kube.run("apply", "-f", "-", stdin=ENDPOINT)
     kube.run("apply", "-f", "-", stdin=DATASTORE.format(ns=NS, public=public.group(1)))
     kube.wait_for(

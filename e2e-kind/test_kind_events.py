@@ -38,6 +38,7 @@ from conftest import (
     Kube,
     dap,
     port_forward,
+    psql,
     ready_addresses,
     record,
     register,
@@ -174,6 +175,12 @@ async def _listen(url: str, token: str, written: list[str], post: Any) -> list[d
     return frames
 
 
+_OUTBOX_OF = (
+    "SELECT id, record_id, event, attempts, next_at, delivered_at, left(last_error, 200) AS last_error "
+    "FROM dap.outbox WHERE record_id IN ({ids}) ORDER BY id"
+)
+
+
 def _received(kube: Kube) -> list[dict[str, Any]]:
     status, body = http("GET", f"http://{kube.node_ip}:{HOOK_PORT}/seen", timeout=5)
     assert status == 200, body
@@ -262,7 +269,12 @@ def test_two_replicas_share_websocket_events_and_webhooks_survive_a_killed_repli
         def all_delivered() -> bool:
             return set(acknowledged) <= {d["body"]["record_id"] for d in _received(kube)}
 
-        kube.wait_for(all_delivered, within=120, what="every acknowledged write's event at the receiver")
+        try:
+            kube.wait_for(all_delivered, within=120, what="every acknowledged write's event at the receiver")
+        except AssertionError as exc:  # say where the missing events are
+            missing = set(acknowledged) - {d["body"]["record_id"] for d in _received(kube)}
+            rows = psql(kube, _OUTBOX_OF.format(ids=",".join(f"'{rid}'" for rid in sorted(missing))))
+            raise AssertionError(f"{exc}; {len(missing)} missing; their outbox rows:\n{rows}") from None
         deliveries = [d for d in _received(kube) if d["body"]["record_id"] in set(acknowledged)]
         ids_of: dict[str, set[str]] = {}
         for d in deliveries:
