@@ -48,7 +48,10 @@ def subscribed(page: Any, frames: list[dict[str, Any]], **match: Any) -> None:
 def test_realtime_contexts_follow_other_clients(lending: UiServer, browser: Any) -> None:
     admin = lending.token("root", ["admin"])
     status, made = lending.call(
-        "POST", "api/lending/member", admin, {"card": "C-1", "full_name": "Ada Context", "email": "ada@example.org"}
+        "POST",
+        "api/lending/member",
+        admin,
+        {"card": "C-1", "full_name": "Ada Context", "email": "ada@example.org"},
     )
     assert status == 201, made
     member = made["data"]
@@ -90,7 +93,9 @@ def test_realtime_contexts_follow_other_clients(lending: UiServer, browser: Any)
     expect(field(page, "Name when the page opened")).to_have_text("Ada Context")
 
     # a new member: the realtime list (and the count over it) follows too
-    status, other = lending.call("POST", "api/lending/member", admin, {"card": "C-2", "full_name": "Grace Hopper"})
+    status, other = lending.call(
+        "POST", "api/lending/member", admin, {"card": "C-2", "full_name": "Grace Hopper"}
+    )
     assert status == 201, other
     expect(field(page, "Members of the library")).to_have_text(str(count + 1), timeout=15_000)
     assert page.evaluate("() => window.__same === true"), "the page reloaded"
@@ -105,7 +110,10 @@ def test_realtime_contexts_follow_other_clients(lending: UiServer, browser: Any)
 def test_contexts_without_read_permission_get_the_fallback(lending: UiServer, browser: Any) -> None:
     admin = lending.token("root", ["admin"])
     status, made = lending.call(
-        "POST", "api/lending/member", admin, {"card": "S-1", "full_name": "Secret Person", "email": "s@example.org"}
+        "POST",
+        "api/lending/member",
+        admin,
+        {"card": "S-1", "full_name": "Secret Person", "email": "s@example.org"},
     )
     assert status == 201, made
     member = made["data"]

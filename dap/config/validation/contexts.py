@@ -34,7 +34,9 @@ def page_context_rules(spec: Spec) -> Iterator[Problem]:
         for i, decl in enumerate(page.spec.context):
             path = f"spec.context[{i}]"
             if not NAME.match(decl.name):
-                yield locating.at(spec, page, f"{path}.name", f"context name {decl.name!r} is not an identifier")
+                yield locating.at(
+                    spec, page, f"{path}.name", f"context name {decl.name!r} is not an identifier"
+                )
             elif decl.name in seen:
                 yield locating.at(spec, page, f"{path}.name", f"context {decl.name!r} is declared twice")
             entity = decl.source is ContextSource.ENTITY
@@ -79,7 +81,9 @@ def _expression(
             )
 
 
-def _call(spec: Spec, page: m.PageManifest, path: str, call: str | None, module: str) -> Iterator[Problem]:
+def _call(
+    spec: Spec, page: m.PageManifest, path: str, call: str | None, module: str | None
+) -> Iterator[Problem]:
     match = CALL.match(call or "")
     if match is None:
         yield locating.at(spec, page, f"{path}.call", "source api needs a call: module.service.action")
