@@ -47,8 +47,10 @@ export type Resolved = {
 };
 
 type Outcome = { ok: true; value: unknown } | { ok: false; error: string };
-/** Loaded answers kept across resolutions: a realtime event forgets only its own context's. */
-export type Memo = Map<string, Outcome>;
+/** Loaded answers kept across resolutions, by context: a realtime event forgets only its own
+ * context's. A read is kept from the moment it starts, so forgetting it while it is in flight
+ * also drops what it answers (it may predate the change the event announces). */
+export type Memo = Map<string, Promise<Outcome>>;
 
 const REF = /\{(context|session|route)((?:\.[A-Za-z0-9_]+)+)\}/g;
 
@@ -131,15 +133,15 @@ export function forget(memo: Memo, name: string): void {
 }
 
 async function remember(memo: Memo, key: string, load: () => Promise<unknown>): Promise<unknown> {
-  let outcome = memo.get(key);
-  if (!outcome) {
-    try {
-      outcome = { ok: true, value: await load() };
-    } catch (error) {
-      outcome = { ok: false, error: error instanceof Error ? error.message : String(error) };
-    }
-    memo.set(key, outcome);
+  let pending = memo.get(key);
+  if (!pending) {
+    pending = load().then(
+      (value): Outcome => ({ ok: true, value }),
+      (error: unknown): Outcome => ({ ok: false, error: error instanceof Error ? error.message : String(error) }),
+    );
+    memo.set(key, pending);
   }
+  const outcome = await pending;
   if (!outcome.ok) throw new Error(outcome.error);
   return outcome.value;
 }

@@ -179,6 +179,20 @@ describe("resolveContexts", () => {
     expect(reads).toEqual(["lending/member/m1", "lending/member/m1", "lending/member?", "lending/member/m1"]);
   });
 
+  it("a read forgotten while in flight is not kept: the next resolution reads again", async () => {
+    const records: Record<string, Row> = { m1: { ...ada } };
+    const { loader, reads } = store(records);
+    const decls: ContextDecl[] = [{ name: "live", source: "entity", entity: "lending/member", id: ":id", realtime: true }];
+    const memo: Memo = new Map();
+    const early = resolveContexts(decls, env, loader, memo); // its read is under way
+    forget(memo, "live"); // an event arrives before it answers
+    records.m1 = { ...ada, full_name: "Ada King" };
+    expect(((await early).values.live as Row).full_name).toBe("Ada Lovelace");
+    const late = await resolveContexts(decls, env, loader, memo); // the early answer was not kept
+    expect((late.values.live as Row).full_name).toBe("Ada King");
+    expect(reads).toHaveLength(2);
+  });
+
   it("a failed read is remembered too (no retry storm), and forgotten like any other", async () => {
     const { loader, reads } = store({});
     const decls: ContextDecl[] = [{ name: "x", source: "entity", entity: "lending/member", id: "secret", realtime: true, fallback: "?" }];
