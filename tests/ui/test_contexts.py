@@ -55,6 +55,9 @@ def test_realtime_contexts_follow_other_clients(lending: UiServer, browser: Any)
     )
     assert status == 201, made
     member = made["data"]
+    for isbn, title, borrower in (("C-B1", "Borrowed Here", member["id"]), ("C-B2", "On The Shelf", None)):
+        book = {"isbn": isbn, "headline": title, "author": "A", "borrower": borrower}
+        assert lending.call("POST", "api/lending/book", admin, book)[0] == 201
     _, listed = lending.call("GET", "api/lending/member?count=true&limit=1", admin)
     count = listed["total"]
 
@@ -70,6 +73,9 @@ def test_realtime_contexts_follow_other_clients(lending: UiServer, browser: Any)
     expect(field(page, "Name when the page opened")).to_have_text("Ada Context")
     expect(field(page, "Members of the library")).to_have_text(str(count))
     expect(page.locator(".context-problems")).to_have_count(0)  # no context failed
+    books = page.get_by_role("table", name="Books")  # param: {borrower: "{context.member.id}"}
+    expect(books.get_by_role("link", name="Borrowed Here")).to_be_visible()
+    expect(books.get_by_role("row")).to_have_count(2)  # the header and the member's one book
     assert violations(page) == []
     shot(page, "contexts-card")
 
@@ -135,6 +141,8 @@ def test_contexts_without_read_permission_get_the_fallback(lending: UiServer, br
     expect(field(page, "Name when the page opened")).to_have_text("-")
     expect(field(page, "Members of the library")).to_have_text("0")
     expect(page.locator(".context-problems")).to_have_count(0)  # every failing context had a fallback
+    # the books table's param names the member's id, which the fallback lacks: not every book
+    expect(page.get_by_role("region", name="Books")).to_contain_text("Nothing to list here.")
     # the socket refuses the subscriptions; a change to the record sends the visitor nothing
     subscribed(page, frames, entity="lending/member", record=member["id"])
     status, changed = lending.call(

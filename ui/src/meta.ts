@@ -139,6 +139,8 @@ export type Block = {
   asset?: string;
   mode?: "view" | "edit";
   binds?: { source: string; param: string };
+  /** A table's or listing's fixed list parameters (templates over the page's contexts). */
+  param?: Record<string, unknown>;
   props?: Record<string, unknown>;
 };
 export type PageMeta = { name: string; title?: string; route?: string; layout: string; blocks: Block[]; context?: ContextDecl[] };

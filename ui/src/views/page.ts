@@ -142,12 +142,13 @@ export function PageView({ app, page, id, query, me, setCrumb }: Props) {
   }, [page.name]);
   const refKey = (ref: string | undefined) => (ref && !ref.includes("/") ? `${app.name.split("/")[0]}/${ref}` : ref ?? "");
   const component = (ref: string | undefined) => (ref ? app.components[refKey(ref)] : undefined);
+  const scope = { context: contexts?.values ?? {}, session: env.session, route: env.route };
   const render = (block: Block, index: number) => {
     const c = component(block.ref);
     const key = block.id ?? `block-${index}`;
     if (!block.ref && !block.asset && block.props) {
       if (!contexts) return html`<section class="block summary" aria-busy="true"><p class="muted">Loading…</p></section>`;
-      const props = fillProps(block.props, { context: contexts.values, session: env.session, route: env.route });
+      const props = fillProps(block.props, scope);
       return html`<${SummaryBlock} props=${props} index=${index} />`;
     }
     if (!c) return html`<section class="block"><p class="muted">This block (${block.ref ?? "asset"}) has no renderer here.</p></section>`;
@@ -155,15 +156,24 @@ export function PageView({ app, page, id, query, me, setCrumb }: Props) {
     if (c.kind === "dashboard") return html`<section class="block" aria-label=${c.title ?? "Dashboard"}><${DashboardBlock} board=${c} app=${app} me=${me} /></section>`;
     if (c.kind === "approval_inbox")
       return html`<section class="block" aria-label=${c.title ?? "Approvals"}><${InboxBlock} name=${refKey(block.ref)} inbox=${c} app=${app} /></section>`;
+    let fixed: Record<string, string> | undefined;
+    if ((c.kind === "listing" || c.kind === "table") && block.param) {
+      // ``param``: list parameters fixed by the page, templates over its contexts filled; one
+      // that comes out empty lists nothing (never the whole entity)
+      if (!contexts) return html`<section class="block" aria-busy="true" aria-label=${c.title ?? "List"}><p class="muted">Loading…</p></section>`;
+      fixed = Object.fromEntries(Object.entries(fillProps(block.param, scope)).map(([k, v]) => [k, textOf(v)]));
+      if (Object.values(fixed).some((v) => v.trim() === ""))
+        return html`<section class="block" aria-label=${c.title ?? "List"}><h2>${c.title ?? "List"}</h2><p class="muted">Nothing to list here.</p></section>`;
+    }
     if (c.kind === "listing") {
       const table: TableComp = { kind: "table", entity: c.entity, title: c.title, columns: c.fields.map((field) => ({ field })), filters: c.filters, fixed_filters: [], page_size: 25 };
-      return html`<section class="block" aria-label=${c.title ?? "List"}><${TableBlock} table=${table} me=${me} query=${query} selected=${null} onSelect=${null} openHref=${null} /></section>`;
+      return html`<section class="block" aria-label=${c.title ?? "List"}><${TableBlock} table=${table} me=${me} query=${query} selected=${null} onSelect=${null} openHref=${null} fixed=${fixed} /></section>`;
     }
     if (c.kind === "table") {
       const target = formPage(app, c.form);
       const bound = page.blocks.some((b) => b.binds?.source === key);
       return html`<section class="block" aria-label=${c.title ?? "List"}>
-        <${TableBlock} table=${c} me=${me} query=${query}
+        <${TableBlock} table=${c} me=${me} query=${query} fixed=${fixed}
           selected=${selected[key] ?? null}
           onSelect=${bound ? (rowId: string) => setSelected((s) => ({ ...s, [key]: rowId })) : null}
           openHref=${target ? (rowId: string) => pageHref(app.name, target, rowId) : null} />
