@@ -9,6 +9,11 @@ Debian Chromium opens the Books page (50 rows a page, counted). *Cold*: a fresh 
 again (a new tab), where the hashed assets come from the cache (``immutable``) and the index is
 revalidated (304). Each prints the median of ``--rounds`` and the bytes the page transferred
 (``transferSize`` of the navigation and its resources: compressed bodies and headers).
+
+*Realtime context*: a member renamed through the API while its Member card page (a ``realtime:
+true`` page context, docs/ui.md "Page contexts") is open: milliseconds from sending the PATCH to
+the new name on screen; the baseline, in the same run, is the member's record page (the form's
+own live reload over the same socket).
 """
 
 from __future__ import annotations
@@ -67,6 +72,39 @@ def load_once(context: Any, url: str) -> dict[str, float]:
     figures: dict[str, float] = page.evaluate(TIMING)
     page.close()
     return figures
+
+
+def patch(api: str, path: str, bearer: str, body: Any) -> None:
+    request = urllib.request.Request(
+        f"{api}/default/{path}",
+        data=json.dumps(body).encode(),
+        method="PATCH",
+        headers={"Authorization": f"Bearer {bearer}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as resp:
+        assert resp.status == 200
+
+
+def rename_ms(context: Any, url: str, api: str, bearer: str, member: str, rounds: int) -> list[float]:
+    """Open ``url`` (a page showing ``member``'s name), rename the member ``rounds`` times through
+    the API; each time the milliseconds until the page shows the new name."""
+    page = context.new_page()
+    page.goto(url)
+    page.wait_for_function("() => document.documentElement.dataset.live === 'live'", timeout=30_000)
+    page.wait_for_function(
+        "() => document.querySelector('main h2')?.innerText.includes('Member')", timeout=30_000
+    )
+    page.wait_for_timeout(500)  # the page's subscriptions reach the server
+    out = []
+    for i in range(rounds):
+        name = f"Member {i} {uuid.uuid4().hex[:6]}"
+        started = time.perf_counter()
+        patch(api, f"api/lending/member/{member}", bearer, {"full_name": name})
+        shown = f"() => document.querySelector('main').innerText.includes({name!r})"
+        page.wait_for_function(shown, timeout=30_000, polling=5)
+        out.append((time.perf_counter() - started) * 1000)
+    page.close()
+    return out
 
 
 def main() -> int:
@@ -129,6 +167,14 @@ def main() -> int:
                 bearer,
                 {"isbn": f"978-{i:07d}", "headline": f"Book {i}", "author": "A"},
             )
+        request = urllib.request.Request(
+            f"{api}/default/api/lending/member",
+            data=json.dumps({"card": "B-1", "full_name": "Member"}).encode(),
+            method="POST",
+            headers={"Authorization": f"Bearer {bearer}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            member = json.load(resp)["data"]["id"]
         url = f"{api}/default/#/a/lending/desk/books"
         init = f"sessionStorage.setItem('dap.token.default', {bearer!r});"
         cold: list[dict[str, float]] = []
@@ -146,6 +192,16 @@ def main() -> int:
                     cold.append(load_once(context, url))
                     warm.append(load_once(context, url))
                     context.close()
+                context = browser.new_context()
+                context.add_init_script(init)
+                renames = 3 if args.quick else 20
+                card = f"{api}/default/#/a/lending/desk/card/{member}"
+                form = f"{api}/default/#/a/lending/desk/member/{member}"
+                live = {
+                    "Member card, realtime context": rename_ms(context, card, api, bearer, member, renames),
+                    "member record page (baseline)": rename_ms(context, form, api, bearer, member, renames),
+                }
+                context.close()
             finally:
                 browser.close()
         for label, runs in (("cold", cold), ("warm", warm)):
@@ -156,6 +212,11 @@ def main() -> int:
                 f"Books list, 50 of {args.rows} rows, {label}: median {ms:.0f} ms, {kib:.1f} KiB transferred"
             )
             print(f"  rounds, ms: {rounds}")
+        for label, ms_list in live.items():
+            print(
+                f"rename by the API -> shown, {label}, {len(ms_list)} rounds: "
+                f"median {statistics.median(ms_list):.0f} ms, max {max(ms_list):.0f} ms"
+            )
         return 0
     finally:
         if proc is not None:

@@ -166,9 +166,9 @@ export type FilterValues = Record<string, string>;
 export function listQuery(
   filters: FilterSpec[],
   values: FilterValues,
-  opts: { sort?: string; offset: number; limit: number; fields?: string[] },
+  opts: { sort?: string; offset: number; limit: number; fields?: string[]; fixed?: Record<string, string> },
 ): string {
-  const q = new URLSearchParams();
+  const q = new URLSearchParams(opts.fixed);
   for (const f of filters) {
     const type = f.type ?? "text";
     if (type === "date_range") {

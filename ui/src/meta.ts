@@ -1,4 +1,5 @@
 // The shapes of the UI metadata (GET /{ws}/_ui/_meta/…; docs/server.md "UI metadata").
+import type { ContextDecl } from "./contexts";
 
 export type Option = { value: string | number | boolean; label: string };
 export type FieldMeta = {
@@ -135,11 +136,14 @@ export type WorkspaceLook = {
 export type Block = {
   id?: string;
   ref?: string;
+  asset?: string;
   mode?: "view" | "edit";
   binds?: { source: string; param: string };
+  /** A table's or listing's fixed list parameters (templates over the page's contexts). */
+  param?: Record<string, unknown>;
   props?: Record<string, unknown>;
 };
-export type PageMeta = { name: string; title?: string; route?: string; layout: string; blocks: Block[] };
+export type PageMeta = { name: string; title?: string; route?: string; layout: string; blocks: Block[]; context?: ContextDecl[] };
 export type Chrome = {
   nav?: string; brand?: string; breadcrumbs?: string; footer?: string; theme_switcher?: string;
   regions?: Record<string, string>;

@@ -122,6 +122,10 @@ describe("list queries", () => {
     expect([q.get("sort"), q.get("offset"), q.get("limit"), q.get("count")]).toEqual(["-order_date", "25", "25", "true"]);
     expect(new URLSearchParams(listQuery(filters, { "order_date.from": "2024-01-01" }, { offset: 0, limit: 5 })).get("order_date[gte]")).toBe("2024-01-01");
   });
+  it("always sends the page's fixed parameters, beside the user's filters", () => {
+    const q = new URLSearchParams(listQuery(filters, { docstatus: "draft" }, { offset: 0, limit: 5, fixed: { borrower: "m1", "total[gte]": "10", limit: "999" } }));
+    expect([q.get("borrower"), q.get("total[gte]"), q.get("docstatus"), q.get("limit")]).toEqual(["m1", "10", "draft", "5"]);
+  });
   it("defaults a filter to today", () => {
     expect(filterDefault({ field: "d", default: "today" }, "2026-11-24")).toBe("2026-11-24");
     expect(filterDefault({ field: "d" }, "2026-11-24")).toBe("");

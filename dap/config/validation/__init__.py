@@ -13,14 +13,24 @@ The rules are grouped by what they look at, one module each:
 - ``behaviour``: actions, events and deliveries, the state machine and approvals;
 - ``scoping``: row scope, the create scope, backdating;
 - ``references``: UI views, apps, module dependencies, workspaces;
-- ``formulas``: expressions and the names they read.
+- ``formulas``: expressions and the names they read;
+- ``contexts``: a page's contexts (ContextDecl).
 """
 
 from __future__ import annotations
 
 from dap.config.errors import Problem
 from dap.config.specs import Spec
-from dap.config.validation import behaviour, fields, formulas, locating, naming, references, scoping
+from dap.config.validation import (
+    behaviour,
+    contexts,
+    fields,
+    formulas,
+    locating,
+    naming,
+    references,
+    scoping,
+)
 from dap.config.validation.formulas import CONTEXT_ROOTS
 from dap.config.validation.locating import FILTERABLE_SYSTEM_FIELDS, SYSTEM_FIELDS, Rule
 from dap.config.validation.scoping import SESSION_OPS
@@ -50,6 +60,7 @@ RULES: tuple[Rule, ...] = (
     references.ui_reference_rules,
     references.app_rules,
     formulas.expression_rules,
+    contexts.page_context_rules,
 )
 
 

@@ -1,8 +1,13 @@
 // A page from its manifest: blocks in a single, split or grid layout; ``binds`` pass a block's
-// selection (a record id) to another block's parameter.
-import { useEffect, useState } from "preact/hooks";
+// selection (a record id) to another block's parameter; ``context`` values (contexts.ts) fill the
+// blocks' ``props`` templates, and the realtime ones follow their entity over the live socket.
+import { useEffect, useMemo, useRef, useState } from "preact/hooks";
+import { Problem, call, get } from "../api";
+import { type ContextDecl, type Env, type Loader, type Memo, type Resolved, fillProps, forget, qualified, resolveContexts, textOf } from "../contexts";
 import { html } from "../html";
-import type { AppDetail, Block, Component, Me, PageMeta, TableComp } from "../meta";
+import { listen } from "../live";
+import type { AppDetail, Block, Component, Me, PageMeta, Row, TableComp } from "../meta";
+import { entityMeta } from "../store";
 import { pageHref } from "../route";
 import { InboxBlock } from "./approvals";
 import { DashboardBlock } from "./dashboard";
@@ -47,31 +52,128 @@ export function RegionBlock({ app, me, name, refName }: { app: AppDetail; me: Me
   return html`<aside class=${`region region-${name}`} aria-label=${label}><${Guard}>${body()}<//></aside>`;
 }
 
+/** Where contexts come from: the REST API with the caller's token (its permissions, row scope and
+ * field rules); a record that is not there (404) is nothing, any other refusal a failure. */
+const loader: Loader = {
+  async record(entity, id) {
+    const meta = await entityMeta(entity);
+    if (!meta.api || !meta.rest.includes("find")) throw new Error(`${entity} is not readable over REST`);
+    try {
+      return { row: (await get<Row>(`${meta.api}/${encodeURIComponent(id)}`)).data, fields: meta.fields };
+    } catch (error) {
+      if (error instanceof Problem && error.status === 404) return null;
+      throw error;
+    }
+  },
+  async list(entity, params) {
+    const meta = await entityMeta(entity);
+    if (!meta.api || !meta.rest.includes("list")) throw new Error(`${entity} is not listed over REST`);
+    const query = new URLSearchParams(params).toString();
+    return { rows: (await get<Row[]>(query ? `${meta.api}?${query}` : meta.api)).data, fields: meta.fields };
+  },
+  async call(module, service, action, params) {
+    const answer = await call<{ result?: unknown }>("POST", `api/${module}/${service}/${action}`, params);
+    return answer.data?.result ?? null;
+  },
+};
+
+const NONE: Resolved = { values: {}, typed: {}, problems: {}, targets: [] };
+
+/** The page's contexts, resolved when it opens; a realtime context reads its record (or list)
+ * again on each of its entity's live events (150 ms batches), the others keep what they read. */
+function usePageContexts(decls: ContextDecl[], env: Env): Resolved | null {
+  const memo = useRef<Memo>(new Map());
+  const [resolved, setResolved] = useState<Resolved | null>(decls.length ? null : NONE);
+  const [tick, setTick] = useState(0);
+  const envKey = JSON.stringify(env);
+  useEffect(() => {
+    if (!decls.length) return;
+    let live = true;
+    resolveContexts(decls, env, loader, memo.current).then((r) => live && setResolved(r));
+    return () => {
+      live = false;
+    };
+  }, [decls, envKey, tick]);
+  const targets = resolved?.targets ?? [];
+  const targetKey = JSON.stringify(targets);
+  useEffect(() => {
+    let pending: ReturnType<typeof setTimeout> | null = null;
+    const changed = new Set<string>();
+    const stops = targets.map((t) =>
+      listen(t.entity, t.record, () => {
+        changed.add(t.name);
+        pending ??= setTimeout(() => {
+          pending = null;
+          for (const name of changed) forget(memo.current, name);
+          changed.clear();
+          setTick((n) => n + 1);
+        }, 150);
+      }),
+    );
+    return () => {
+      for (const stop of stops) stop();
+      if (pending) clearTimeout(pending);
+    };
+  }, [targetKey]);
+  return resolved;
+}
+
+/** A block with no component but ``props`` (``title``, ``text``, ``fields``: label → value),
+ * their ``{context.…}`` templates filled: a page's summary of its contexts. */
+function SummaryBlock({ props, index }: { props: Record<string, unknown>; index: number }) {
+  const title = typeof props.title === "string" ? props.title : null;
+  const fields = props.fields && typeof props.fields === "object" && !Array.isArray(props.fields) ? Object.entries(props.fields) : [];
+  const id = `summary-${index}`;
+  return html`<section class="block summary" aria-labelledby=${title ? id : undefined} aria-label=${title ? undefined : "Summary"}>
+    ${title && html`<h2 id=${id}>${title}</h2>`}
+    ${props.text !== undefined && html`<p>${textOf(props.text)}</p>`}
+    ${fields.length > 0 && html`<dl>${fields.map(([label, value]) => html`<div><dt>${label}</dt><dd>${textOf(value)}</dd></div>`)}</dl>`}
+  </section>`;
+}
+
 export function PageView({ app, page, id, query, me, setCrumb }: Props) {
   const [selected, setSelected] = useState<Record<string, string | null>>({});
+  const env: Env = { session: { username: me.username, roles: me.roles }, route: { ...Object.fromEntries(query), ...(id ? { id } : {}) } };
+  const decls = useMemo(() => qualified(page.context ?? [], page.name.split("/")[0]), [page]);
+  const contexts = usePageContexts(decls, env);
   useEffect(() => {
     document.title = `${page.title ?? page.name} · ${app.title}`;
     setCrumb(null);
   }, [page.name]);
   const refKey = (ref: string | undefined) => (ref && !ref.includes("/") ? `${app.name.split("/")[0]}/${ref}` : ref ?? "");
   const component = (ref: string | undefined) => (ref ? app.components[refKey(ref)] : undefined);
+  const scope = { context: contexts?.values ?? {}, session: env.session, route: env.route };
   const render = (block: Block, index: number) => {
     const c = component(block.ref);
     const key = block.id ?? `block-${index}`;
+    if (!block.ref && !block.asset && block.props) {
+      if (!contexts) return html`<section class="block summary" aria-busy="true"><p class="muted">Loading…</p></section>`;
+      const props = fillProps(block.props, scope);
+      return html`<${SummaryBlock} props=${props} index=${index} />`;
+    }
     if (!c) return html`<section class="block"><p class="muted">This block (${block.ref ?? "asset"}) has no renderer here.</p></section>`;
     if (c.kind === "kanban") return html`<section class="block" aria-label=${c.title ?? "Board"}><${KanbanBlock} board=${c} me=${me} /></section>`;
     if (c.kind === "dashboard") return html`<section class="block" aria-label=${c.title ?? "Dashboard"}><${DashboardBlock} board=${c} app=${app} me=${me} /></section>`;
     if (c.kind === "approval_inbox")
       return html`<section class="block" aria-label=${c.title ?? "Approvals"}><${InboxBlock} name=${refKey(block.ref)} inbox=${c} app=${app} /></section>`;
+    let fixed: Record<string, string> | undefined;
+    if ((c.kind === "listing" || c.kind === "table") && block.param) {
+      // ``param``: list parameters fixed by the page, templates over its contexts filled; one
+      // that comes out empty lists nothing (never the whole entity)
+      if (!contexts) return html`<section class="block" aria-busy="true" aria-label=${c.title ?? "List"}><p class="muted">Loading…</p></section>`;
+      fixed = Object.fromEntries(Object.entries(fillProps(block.param, scope)).map(([k, v]) => [k, textOf(v)]));
+      if (Object.values(fixed).some((v) => v.trim() === ""))
+        return html`<section class="block" aria-label=${c.title ?? "List"}><h2>${c.title ?? "List"}</h2><p class="muted">Nothing to list here.</p></section>`;
+    }
     if (c.kind === "listing") {
       const table: TableComp = { kind: "table", entity: c.entity, title: c.title, columns: c.fields.map((field) => ({ field })), filters: c.filters, fixed_filters: [], page_size: 25 };
-      return html`<section class="block" aria-label=${c.title ?? "List"}><${TableBlock} table=${table} me=${me} query=${query} selected=${null} onSelect=${null} openHref=${null} /></section>`;
+      return html`<section class="block" aria-label=${c.title ?? "List"}><${TableBlock} table=${table} me=${me} query=${query} selected=${null} onSelect=${null} openHref=${null} fixed=${fixed} /></section>`;
     }
     if (c.kind === "table") {
       const target = formPage(app, c.form);
       const bound = page.blocks.some((b) => b.binds?.source === key);
       return html`<section class="block" aria-label=${c.title ?? "List"}>
-        <${TableBlock} table=${c} me=${me} query=${query}
+        <${TableBlock} table=${c} me=${me} query=${query} fixed=${fixed}
           selected=${selected[key] ?? null}
           onSelect=${bound ? (rowId: string) => setSelected((s) => ({ ...s, [key]: rowId })) : null}
           openHref=${target ? (rowId: string) => pageHref(app.name, target, rowId) : null} />
@@ -91,6 +193,9 @@ export function PageView({ app, page, id, query, me, setCrumb }: Props) {
   };
   return html`<div class=${`page layout-${page.layout}`}>
     <h1>${page.title ?? page.name}</h1>
+    ${contexts && Object.keys(contexts.problems).length > 0 && html`<div class="error context-problems" role="status">
+      ${Object.entries(contexts.problems).map(([name, why]) => html`<p>Context ${name}: ${why}</p>`)}
+    </div>`}
     <div class="blocks">${page.blocks.map((b, i) => html`<${Guard} key=${b.id ?? i}>${render(b, i)}<//>`)}</div>
   </div>`;
 }

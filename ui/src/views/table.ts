@@ -72,6 +72,8 @@ type Props = {
   openHref: ((id: string) => string) | null;
   /** A dashboard's list: the rows only (no filters, column choice or paging). */
   compact?: boolean;
+  /** List parameters the page fixes (a block's ``param``, its templates filled): always sent. */
+  fixed?: Record<string, string>;
 };
 
 export function TableBlock(props: Props) {
@@ -81,7 +83,7 @@ export function TableBlock(props: Props) {
   return html`<${Rows} ...${props} meta=${meta.value} />`;
 }
 
-function Rows({ table, me, selected, onSelect, openHref, meta, compact }: Props & { meta: EntityMeta }) {
+function Rows({ table, me, selected, onSelect, openHref, meta, compact, fixed }: Props & { meta: EntityMeta }) {
   const shown = visibleFields(meta.fields, me).filter((f) => f.type !== "child");
   const mayRead = (name: string) => !!SYSTEM_FIELDS[name] || shown.some((f) => f.name === name);
   const filters = (compact ? [] : table.filters.length ? table.filters : meta.filters.filter((f) => !f.from)).filter((f) => mayRead(f.field));
@@ -92,7 +94,7 @@ function Rows({ table, me, selected, onSelect, openHref, meta, compact }: Props 
   const [hidden, setHidden] = useState<Set<string>>(new Set());
   const columns = allColumns.filter((c) => !hidden.has(c.field));
   const limit = table.page_size || 50;
-  const query = listQuery(filters, values, { sort, offset, limit, fields: [...new Set([...allColumns.map((c) => c.field), ...(meta.title_field && mayRead(meta.title_field) ? [meta.title_field] : [])])].filter((f) => !SYSTEM_FIELDS[f] || f === "docstatus") });
+  const query = listQuery(filters, values, { fixed, sort, offset, limit, fields: [...new Set([...allColumns.map((c) => c.field), ...(meta.title_field && mayRead(meta.title_field) ? [meta.title_field] : [])])].filter((f) => !SYSTEM_FIELDS[f] || f === "docstatus") });
   const page = useLoad(async () => {
     const answer = await get<Row[]>(`${meta.api}?${query}`);
     const labels = await relationLabels(meta, answer.data, allColumns.map((c) => c.field));
