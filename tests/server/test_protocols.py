@@ -9,8 +9,9 @@ reflection, an entity without ``grpc`` in ``expose`` having no service, ``dap sc
 from __future__ import annotations
 
 import asyncio
+import sys
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import aiohttp
@@ -28,6 +29,7 @@ from dap.server.web import app
 
 from .conftest import Running, load, serve_options
 from .protocols_spec import PACKAGE, SPEC, Grpc, Outcome, Rest, Ws, bearer
+from .services_spec import install_handlers
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -43,8 +45,17 @@ class Both:
         self.rest, self.rpc, self.ws, self.port = rest, rpc, ws, port
 
 
+@pytest.fixture(scope="module")
+def registered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The actions' native handlers (``ops-test-echo``), installed as a deployed app installs them."""
+    root = install_handlers(tmp_path_factory.mktemp("protocol-handlers"))
+    sys.path.insert(0, str(root))
+    yield
+    sys.path.remove(str(root))
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def both(pg_dsn: str) -> AsyncIterator[Both]:
+async def both(pg_dsn: str, registered: None) -> AsyncIterator[Both]:
     catalog = load(SPEC)
     server = await app.create_server(serve_options(pg_dsn, grpc_addr="127.0.0.1:0"), catalog)
     rpc = rpc_server.attach(server.app, server.opts)
@@ -181,6 +192,140 @@ async def lifecycle_moves_as_actions(c: Client, tag: str) -> Any:
     return refused[0], submitted, again[0], cancelled
 
 
+# --- actions: custom, job (``call: async``) and service actions ------------------------------
+
+
+def acted(outcome: Outcome, *keys: str) -> Outcome:
+    """An action's outcome: the named ``result`` values (the echo handler's params and caller) and
+    ``name`` of the record, or the job's ``state``/``action``/``target`` when one was queued."""
+    code, data = outcome
+    if code != "ok" or data is None:
+        return code, None
+    if "job" in data:
+        job = data["job"]
+        return code, {"job": {k: str(job.get(k)) for k in ("state", "action", "target")}}
+    result = data.get("result") or {}
+    seen = {k: str((result.get("params") or {}).get(k)) for k in keys}
+    seen["user"] = str(result.get("user"))
+    if data.get("data") is not None:
+        seen["name"] = str(data["data"].get("name"))
+    return code, seen
+
+
+async def finished_job(c: Client, target: str, job_id: str, who: str) -> Outcome:
+    """The job once it succeeded or failed (read through the protocol's own job lookup)."""
+    for _ in range(200):
+        code, job = await c.job(target, job_id, who)
+        if code != "ok" or job["state"] in ("succeeded", "failed"):
+            return code, job
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"job {job_id} did not finish")
+
+
+def job_id(outcome: Outcome) -> str:
+    code, data = outcome
+    assert code == "ok" and "job" in data, outcome
+    return str(data["job"]["id"])
+
+
+async def custom_action_runs(c: Client, tag: str) -> Any:
+    row = await created(c, "customer", {"name": f"{tag}-a"})
+    return acted(
+        await c.action("customer", row["id"], "bump", MANAGER, params={"text": tag, "times": 2}),
+        "text",
+        "times",
+    )
+
+
+async def custom_action_permission(c: Client, tag: str) -> Any:
+    row = await created(c, "customer", {"name": f"{tag}-p"})
+    return await c.action("customer", row["id"], "bump", CLERK, params={"text": tag})
+
+
+async def custom_action_validation(c: Client, tag: str) -> Any:
+    row = await created(c, "customer", {"name": f"{tag}-v"})
+    missing = await c.action("customer", row["id"], "bump", MANAGER, params={"times": 1})
+    wrong = await c.action("customer", row["id"], "bump", MANAGER, params={"text": tag, "times": "many"})
+    unknown = await c.action("customer", str(uuid.uuid4()), "bump", MANAGER, params={"text": tag})
+    return missing, wrong, unknown
+
+
+async def custom_action_idempotency(c: Client, tag: str) -> Any:
+    row = await created(c, "customer", {"name": f"{tag}-k"})
+    key = f"{c.name}-{tag}"
+    first = await c.action("customer", row["id"], "bump", MANAGER, params={"text": tag}, key=key)
+    again = await c.action("customer", row["id"], "bump", MANAGER, params={"text": tag}, key=key)
+    other = await c.action("customer", row["id"], "bump", MANAGER, params={"text": "other"}, key=key)
+    return acted(first, "text"), first == again, other[0]
+
+
+async def job_action_runs(c: Client, tag: str) -> Any:
+    row = await created(c, "customer", {"name": f"{tag}-j"})
+    queued = await c.action("customer", row["id"], "recount", MANAGER, params={"text": tag})
+    code, job = await finished_job(c, "customer", job_id(queued), MANAGER)
+    result = (job or {}).get("result") or {}
+    done = (
+        code,
+        job["state"],
+        result.get("result", {}).get("params", {}).get("text"),
+        job["record_id"] == row["id"],
+    )
+    return acted(queued)[0], acted(queued)[1]["job"]["action"], done
+
+
+async def job_action_refusals(c: Client, tag: str) -> Any:
+    row = await created(c, "customer", {"name": f"{tag}-r"})
+    forbidden = await c.action("customer", row["id"], "recount", CLERK, params={"text": tag})
+    invalid = await c.action("customer", row["id"], "recount", MANAGER, params={})
+    missing = await c.action("customer", str(uuid.uuid4()), "recount", MANAGER, params={"text": tag})
+    return forbidden, invalid, missing
+
+
+async def job_idempotency_and_owner(c: Client, tag: str) -> Any:
+    row = await created(c, "customer", {"name": f"{tag}-o"})
+    key = f"{c.name}-{tag}"
+    first = await c.action("customer", row["id"], "recount", MANAGER, params={"text": tag}, key=key)
+    again = await c.action("customer", row["id"], "recount", MANAGER, params={"text": tag}, key=key)
+    other = await c.action("customer", row["id"], "recount", MANAGER, params={"text": "x"}, key=key)
+    job = job_id(first)
+    same = job == job_id(again)
+    await finished_job(c, "customer", job, MANAGER)
+    return same, other[0], (await c.job("customer", job, BOB))[0], (await c.job("tools", job, MANAGER))[0]
+
+
+async def service_action_runs(c: Client, tag: str) -> Any:
+    return acted(await c.service("quote", MANAGER, params={"text": tag, "times": 3}), "text", "times")
+
+
+async def service_action_refusals(c: Client, tag: str) -> Any:
+    forbidden = await c.service("quote", CLERK, params={"text": tag})
+    anonymous = await c.service("quote", None, params={"text": tag})
+    invalid = await c.service("quote", MANAGER, params={"times": "x"})
+    return forbidden, anonymous[0].startswith("SVC.AUTH."), invalid
+
+
+async def service_idempotency(c: Client, tag: str) -> Any:
+    key = f"{c.name}-{tag}"
+    first = await c.service("quote", MANAGER, params={"text": tag}, key=key)
+    again = await c.service("quote", MANAGER, params={"text": tag}, key=key)
+    other = await c.service("quote", MANAGER, params={"text": "other"}, key=key)
+    return acted(first, "text"), first == again, other[0]
+
+
+async def service_job_runs(c: Client, tag: str) -> Any:
+    key = f"{c.name}-{tag}"
+    queued = await c.service("batch", CLERK, params={"text": tag}, key=key)
+    again = await c.service("batch", CLERK, params={"text": tag}, key=key)
+    code, job = await finished_job(c, "tools", job_id(queued), CLERK)
+    result = (job or {}).get("result") or {}
+    return (
+        acted(queued),
+        job_id(queued) == job_id(again),
+        (code, job["state"], result.get("result", {}).get("params", {}).get("text"), job.get("record_id")),
+        (await c.job("tools", job_id(queued), MANAGER))[0],
+    )
+
+
 CASES: dict[str, tuple[Case, Any]] = {
     # name: (case, the outcome both protocols must give; ... where the value is checked otherwise)
     "create_and_read_back": (
@@ -219,6 +364,53 @@ CASES: dict[str, tuple[Case, Any]] = {
             ("ok", {"docstatus": "submitted", "version": "2"}),
             "SVC.DOC.ALREADY_SUBMITTED",
             ("ok", {"docstatus": "cancelled"}),
+        ),
+    ),
+    "custom_action_runs": (
+        custom_action_runs,
+        ("ok", {"text": "TAG", "times": "2", "user": "meg", "name": "TAG-a"}),
+    ),
+    "custom_action_permission": (custom_action_permission, ("SVC.AUTH.FORBIDDEN", None)),
+    "custom_action_validation": (
+        custom_action_validation,
+        (
+            ("SVC.ACTION.PARAMS_INVALID", None),
+            ("SVC.ACTION.PARAMS_INVALID", None),
+            ("SVC.RECORD.NOT_FOUND", None),
+        ),
+    ),
+    "custom_action_idempotency": (
+        custom_action_idempotency,
+        (("ok", {"text": "TAG", "user": "meg", "name": "TAG-k"}), True, "SVC.IDEMPOTENCY.KEY_REUSED"),
+    ),
+    "job_action_runs": (
+        job_action_runs,
+        ("ok", "recount", ("ok", "succeeded", "TAG", True)),
+    ),
+    "job_action_refusals": (
+        job_action_refusals,
+        (("SVC.AUTH.FORBIDDEN", None), ("SVC.ACTION.PARAMS_INVALID", None), ("SVC.RECORD.NOT_FOUND", None)),
+    ),
+    "job_idempotency_and_owner": (
+        job_idempotency_and_owner,
+        (True, "SVC.IDEMPOTENCY.KEY_REUSED", "SVC.JOB.NOT_FOUND", "SVC.JOB.NOT_FOUND"),
+    ),
+    "service_action_runs": (service_action_runs, ("ok", {"text": "TAG", "times": "3", "user": "meg"})),
+    "service_action_refusals": (
+        service_action_refusals,
+        (("SVC.AUTH.FORBIDDEN", None), True, ("SVC.ACTION.PARAMS_INVALID", None)),
+    ),
+    "service_idempotency": (
+        service_idempotency,
+        (("ok", {"text": "TAG", "user": "meg"}), True, "SVC.IDEMPOTENCY.KEY_REUSED"),
+    ),
+    "service_job_runs": (
+        service_job_runs,
+        (
+            ("ok", {"job": {"state": "queued", "action": "batch", "target": "sales/tools"}}),
+            True,
+            ("ok", "succeeded", "TAG", None),
+            "SVC.JOB.NOT_FOUND",
         ),
     ),
 }
@@ -289,7 +481,10 @@ async def test_an_entity_without_grpc_has_no_service(both: Both) -> None:
     names = {
         s.full_name for f in [pool.FindFileByName("acme/sales/v1.proto")] for s in f.services_by_name.values()
     }
-    assert names == {f"{PACKAGE}.CustomerService", f"{PACKAGE}.OrderService", f"{PACKAGE}.TicketService"}
+    assert names == {
+        *(f"{PACKAGE}.CustomerService", f"{PACKAGE}.OrderService", f"{PACKAGE}.TicketService"),
+        f"{PACKAGE}.ToolsService",  # the Service manifest's actions
+    }
     order = pool.FindServiceByName(f"{PACKAGE}.OrderService")
     assert sorted(m.name for m in order.methods) == [
         *("Cancel", "Create", "Delete", "Get", "List", "Submit", "Update", "Watch")

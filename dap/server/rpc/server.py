@@ -62,10 +62,11 @@ class RpcServer:
         protos = descriptors.files(catalog)
         pool = self.pool = pool_of(protos)
         entities = descriptors.entities(catalog)
+        actions = descriptors.services(catalog)
         # a request as large as REST's --max-body-bytes at most (RESOURCE_EXHAUSTED past it)
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", self.opts.max_body_bytes)])
-        server.add_generic_rpc_handlers(services.handlers(self.app, pool, entities))
-        self.services = [e.service for e in entities]
+        server.add_generic_rpc_handlers(services.handlers(self.app, pool, entities, actions))
+        self.services = [e.service for e in entities] + [s.service for s in actions]
         reflection.enable_server_reflection([*self.services, reflection.SERVICE_NAME], server, pool=pool)
         addr = self.opts.grpc_addr
         assert addr is not None
