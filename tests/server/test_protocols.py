@@ -580,3 +580,95 @@ async def test_ws_calls_are_refused_for_an_entity_without_ws(both: Both) -> None
         None,
     )
     assert (await both.ws._call(ADMIN, entity="sales/customer", verb="purge"))[0] == "SVC.ACTION.NOT_EXPOSED"
+
+
+async def test_each_action_is_served_only_where_its_expose_says(both: Both) -> None:
+    rest, rpc, ws = both.rest, both.rpc, both.ws
+    row = await created(rest, "customer", {"name": "exposed"})
+    rid = row["id"]
+    # REST: rest_only runs, wire_only (expose: [grpc, ws]) is not there
+    assert (await rest.action("customer", rid, "rest_only", ADMIN))[0] == "ok"
+    assert (await rest.action("customer", rid, "wire_only", ADMIN))[0] == "SVC.ACTION.NOT_FOUND"
+    assert (await rest.service("rest_only", ADMIN))[0] == "ok"
+    assert (await rest.service("wire_only", ADMIN))[0] == "SVC.ACTION.NOT_FOUND"
+    # gRPC: no method for what leaves grpc out (UNIMPLEMENTED, absent from the schema)
+    customer = rpc.pool.FindServiceByName(f"{PACKAGE}.CustomerService")
+    assert sorted(m.name for m in customer.methods) == [
+        *("Bump", "Create", "Delete", "Get", "GetJob", "List", "Recount", "Update", "Watch", "WireOnly")
+    ]
+    assert customer.methods_by_name["Recount"].output_type.full_name == "dap.jobs.v1.Job"
+    assert customer.methods_by_name["Bump"].output_type.full_name == f"{PACKAGE}.CustomerActionResult"
+    tools = rpc.pool.FindServiceByName(f"{PACKAGE}.ToolsService")
+    assert sorted(m.name for m in tools.methods) == ["Batch", "GetJob", "Hello", "Quote", "WireOnly"]
+    assert (await rpc.action("customer", rid, "wire_only", ADMIN))[0] == "ok"
+    assert (await rpc.service("wire_only", ADMIN))[0] == "ok"
+    for path in (f"/{PACKAGE}.CustomerService/RestOnly", f"/{PACKAGE}.ToolsService/RestOnly"):
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await rpc.channel.unary_unary(path)(b"", metadata=rpc.metadata(ADMIN))
+        assert raised.value.code() is grpc.StatusCode.UNIMPLEMENTED
+    # ws: refused with REST's code
+    assert (await ws.action("customer", rid, "wire_only", ADMIN))[0] == "ok"
+    assert (await ws.action("customer", rid, "rest_only", ADMIN))[0] == "SVC.ACTION.NOT_FOUND"
+    assert (await ws.service("wire_only", ADMIN))[0] == "ok"
+    for action in ("rest_only", "hello"):  # hello: expose [rest, grpc]
+        assert (await ws.service(action, ADMIN))[0] == "SVC.ACTION.NOT_FOUND"
+    assert (await ws._call(ADMIN, service="sales/memo", verb="x"))[0] == "SVC.ENTITY.NOT_FOUND"
+
+
+async def test_a_public_service_action_takes_an_anonymous_caller(both: Both) -> None:
+    for c in (both.rest, both.rpc):
+        code, answer = await c.service("hello", None)
+        assert code == "ok" and answer["result"]["user"] == "", (c.name, answer)  # anonymous
+        code, answer = await c.service("hello", CLERK)  # a token sent is verified and used
+        assert code == "ok" and answer["result"]["user"] == "carl", (c.name, answer)
+
+
+async def test_an_idempotency_key_replays_across_protocols(both: Both) -> None:
+    rest, rpc, ws = both.rest, both.rpc, both.ws
+    key = uuid.uuid4().hex
+    first = await rest.service("quote", MANAGER, params={"text": "once"}, key=key)
+    assert first[0] == "ok"
+    assert await rpc.service("quote", MANAGER, params={"text": "once"}, key=key) == first
+    assert await ws.service("quote", MANAGER, params={"text": "once"}, key=key) == first
+    assert (await ws.service("quote", MANAGER, params={"text": "twice"}, key=key))[0] == (
+        "SVC.IDEMPOTENCY.KEY_REUSED"
+    )
+    row = await created(rest, "customer", {"name": "keyed"})
+    key = uuid.uuid4().hex
+    queued = job_id(
+        await rpc.action("customer", row["id"], "recount", MANAGER, params={"text": "t"}, key=key)
+    )
+    again = await rest.action("customer", row["id"], "recount", MANAGER, params={"text": "t"}, key=key)
+    assert job_id(again) == queued  # one job, whichever protocol repeats the call
+    for c in (rest, rpc, ws):  # and each protocol reads it alike
+        code, job = await finished_job(c, "customer", queued, MANAGER)
+        assert (
+            code == "ok"
+            and job["state"] == "succeeded"
+            and job["result"]["result"]["params"] == {"text": "t"}
+        )
+
+
+async def test_job_params_keep_exact_numbers() -> None:
+    from decimal import Decimal
+
+    from dap.server.workflows import acting, jobs
+
+    text = acting.json_text({"a": Decimal("12.50"), "b": [1, Decimal("0.1"), None], "c": "x"})
+    assert text == '{"a":12.50,"b":[1,0.1,null],"c":"x"}'
+    assert jobs.decode(text) == {"a": Decimal("12.50"), "b": [1, Decimal("0.1"), None], "c": "x"}
+
+
+async def test_the_rate_limit_address_of_a_grpc_caller_has_no_port() -> None:
+    from dap.server.rpc.services import peer_ip
+
+    class Peer:
+        def __init__(self, peer: str) -> None:
+            self._peer = peer
+
+        def peer(self) -> str:
+            return self._peer
+
+    assert peer_ip(Peer("ipv4:127.0.0.1:50123")) == "127.0.0.1"  # type: ignore[arg-type]
+    assert peer_ip(Peer("ipv6:[::1]:50123")) == "::1"  # type: ignore[arg-type]
+    assert peer_ip(Peer("unix:/tmp/s")) == "unix:/tmp/s"  # type: ignore[arg-type]

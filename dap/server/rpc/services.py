@@ -195,7 +195,8 @@ class EntityService:
             resource = call.resource
             access = guards.check(call.principal, resource, name)  # required_permission, hidden fields
             expected = request.version if request.HasField("version") else None
-            out: Any = self.classes[f"{self.entity.message}ActionResult"]()
+            result = f"{self.entity.message}ActionResult"  # absent when every action is a job's
+            out: Any = self.classes[result]() if result in self.classes else None
             if name in lifecycle.MOVES and resource.lifecycle:
                 moved = await operations.move(call, access, name, request.id, expected=expected)
                 await self._settle(context, builtin.NAMES[name], moved.event, resource)
