@@ -23,6 +23,7 @@ from google.protobuf import descriptor_pb2
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from dap.server import cli as server_cli
+from dap.server import state
 from dap.server.rpc import descriptors
 from dap.server.rpc import server as rpc_server
 from dap.server.web import app
@@ -672,3 +673,44 @@ async def test_the_rate_limit_address_of_a_grpc_caller_has_no_port() -> None:
     assert peer_ip(Peer("ipv4:127.0.0.1:50123")) == "127.0.0.1"  # type: ignore[arg-type]
     assert peer_ip(Peer("ipv6:[::1]:50123")) == "::1"  # type: ignore[arg-type]
     assert peer_ip(Peer("unix:/tmp/s")) == "unix:/tmp/s"  # type: ignore[arg-type]
+
+
+EXTRA = """
+apiVersion: dap.io/v1
+kind: Service
+metadata: {name: extra, module: sales}
+spec:
+  expose: [{type: grpc}]
+  actions:
+    - {name: ping, impl: {type: native, handler: ops-test-echo}}
+"""
+
+
+async def test_the_grpc_services_follow_a_catalog_swap(both: Both) -> None:
+    """A catalog swapped in (the resource pod's new artifact) is served without a restart: a service
+    it adds answers and is reflected, an entity it no longer exposes has no service."""
+    app = both.rest.srv.server.app
+    rpc = app[rpc_server.RPC]
+    swapped = {k: v for k, v in SPEC.items() if k != "sales/ticket.yaml"} | {"sales/extra.yaml": EXTRA}
+    previous = app[state.SPEC].swap(load(swapped))
+    try:
+        assert f"{PACKAGE}.ExtraService" in rpc.services and f"{PACKAGE}.TicketService" not in rpc.services
+        stub = reflection_pb2_grpc.ServerReflectionStub(both.rpc.channel)
+        request = reflection_pb2.ServerReflectionRequest(list_services="")
+        async for answer in stub.ServerReflectionInfo(iter([request])):
+            names = {s.name for s in answer.list_services_response.service}
+            break
+        assert f"{PACKAGE}.ExtraService" in names and f"{PACKAGE}.TicketService" not in names
+        client = Grpc(both.rpc.channel, rpc.pool)
+        code, answer = await client._unary(
+            "extra", "Ping", client.request("extra", "Ping"), client.metadata(CLERK)
+        )
+        assert code == "ok" and answer["result"]["user"] == "carl", answer
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await both.rpc.channel.unary_unary(f"/{PACKAGE}.TicketService/Get")(
+                b"", metadata=client.metadata(ADMIN)
+            )
+        assert raised.value.code() is grpc.StatusCode.UNIMPLEMENTED
+    finally:
+        app[state.SPEC].swap(previous)
+    assert f"{PACKAGE}.TicketService" in rpc.services and f"{PACKAGE}.ExtraService" not in rpc.services

@@ -398,15 +398,15 @@ def _classes(pool: DescriptorPool, name: str) -> dict[str, type[message.Message]
     return classes
 
 
-def handlers(
+def methods(
     app: web.Application,
     pool: DescriptorPool,
     entities: list[descriptors.Entity],
-    services: list[descriptors.ServiceEntry] = [],  # noqa: B006 -- read only
-) -> list[grpc.GenericRpcHandler]:
-    """One generic handler per entity service (:class:`EntityService`) and per ``Service``
-    manifest (:class:`ServiceActions`)."""
-    out: list[grpc.GenericRpcHandler] = []
+    services: list[descriptors.ServiceEntry],
+) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
+    """The method handlers of every entity service (:class:`EntityService`) and ``Service``
+    manifest (:class:`ServiceActions`), by path (``/package.Service/Method``)."""
+    out: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
     targets: list[tuple[str, Any, dict[str, str]]] = []
     for e in entities:
         entity = EntityService(app, e, _classes(pool, e.service))
@@ -420,7 +420,6 @@ def handlers(
         )
     for name, service, actions_by_method in targets:
         service_desc = pool.FindServiceByName(name)
-        methods: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
         for m in service_desc.methods:
             request_class = message_factory.GetMessageClass(m.input_type)
             response_class = message_factory.GetMessageClass(m.output_type)
@@ -431,17 +430,17 @@ def handlers(
                 if m.name in descriptors.VERBS
                 else service.action(actions_by_method[m.name])
             )
+            path = f"/{name}/{m.name}"
             if m.server_streaming:
-                methods[m.name] = grpc.unary_stream_rpc_method_handler(
+                out[path] = grpc.unary_stream_rpc_method_handler(
                     _streaming(fn),
                     request_deserializer=request_class.FromString,
                     response_serializer=response_class.SerializeToString,
                 )
             else:
-                methods[m.name] = grpc.unary_unary_rpc_method_handler(
+                out[path] = grpc.unary_unary_rpc_method_handler(
                     _unary(fn),
                     request_deserializer=request_class.FromString,
                     response_serializer=response_class.SerializeToString,
                 )
-        out.append(grpc.method_handlers_generic_handler(name, methods))
     return out
