@@ -12,6 +12,13 @@ Pure functions: a :class:`Catalog` in, one ``FileDescriptorProto`` per module ou
     rpc Delete(DeleteProductRequest) returns (google.protobuf.Empty);
     rpc Watch(WatchProductRequest) returns (stream ProductEvent);     // resumable with after
     rpc Submit(SubmitProductRequest) returns (ProductActionResult);    // one per exposed action
+    rpc Recount(RecountProductRequest) returns (dap.jobs.v1.Job);      // a ``call: async`` action
+    rpc GetJob(dap.jobs.v1.GetJobRequest) returns (dap.jobs.v1.Job);   // when one runs as a job
+
+and for each ``Service`` manifest exposed over gRPC a service ``<Service>Service`` with one method
+per action open to gRPC (``<Action><Service>Request{params}`` → ``<Service>ActionResult{result,
+event}``, or ``dap.jobs.v1.Job`` for ``call: async``) and ``GetJob``. The job messages live in a
+file of their own (``dap/jobs/v1.proto``) so no entity or service name can clash with them.
 
 A record message carries the system fields (numbers 1-7) and then the REST-visible fields in
 manifest order from 16 on. Exact numbers (``decimal``, ``money``, ``percent``) and dates are

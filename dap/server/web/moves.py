@@ -3,10 +3,12 @@
 Which action a path names, and the HTTP answer when it names none: 404 for an unknown or disabled
 action (or one whose ``expose`` leaves out rest). ``submit``/``cancel`` of a lifecycle entity are
 ``documents.lifecycle.move`` (405 where the entity does not expose ``update``: such a move is a
-write of the record). Custom actions and state-machine transitions are ``workflows.actions``
-(:func:`_custom`): the JSON body is the action's params, ``If-Match`` and ``Idempotency-Key`` (for
-``idempotent`` actions) apply, and the answer is ``{"data": record, "result": …}`` plus, for a
-transition, ``"transition": {"from", "to"}`` and, when it emitted one, ``"event"`` (the outbox id).
+write of the record). Custom actions and state-machine transitions are
+``workflows.acting.record_action`` (:func:`_custom`; every protocol's): the JSON body is the
+action's params, ``If-Match`` and ``Idempotency-Key`` (for ``idempotent`` actions) apply, a
+``call: async`` one answers 202 with its job (``web.jobs``), and the answer is ``{"data": record,
+"result": …}`` plus, for a transition, ``"transition": {"from", "to"}`` and, when it emitted one,
+``"event"`` (the outbox id).
 A transition gated by an approval answers 202 with ``"approval"`` (``workflows.approvals``): the
 record does not move until the approval's last step reaches its quorum.
 """

@@ -13,6 +13,15 @@ answered by ``{"type": "result", "id": "c1", "data": …}`` (a list adds ``limit
 ``total``; a create, update or move adds ``version``) or ``{"type": "error", "id": "c1", "status":
 404, "code": "SVC.…", "detail": "…", "errors": […]}`` -- REST's status and problem, correlated by
 ``id``. Calls of one socket run one at a time, in the order sent.
+
+Actions (``workflows.acting``, as REST's): a custom action or transition is its name as the
+``verb`` with ``record``, ``body`` (its params), ``version``, ``idempotency_key`` and, for a job,
+``callback_url``; a ``Service``'s action is ``{"service": "module/name", "verb": action, "body"}``.
+Their result frame is REST's JSON answer plus its ``status`` (200; 202 with ``data`` the job and
+``location`` its REST address for ``call: async``, or a gated transition). ``{"verb": "_job",
+"entity"|"service": key, "job": id}`` reads a job (its caller's only). An action whose own
+``expose`` leaves out ``ws`` answers ``SVC.ACTION.NOT_FOUND``; a service without a ``ws`` entry
+``SVC.ENTITY.NOT_FOUND``.
 """
 
 from __future__ import annotations
