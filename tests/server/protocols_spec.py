@@ -249,14 +249,14 @@ class Ws:
         code, answer = await self._call(
             who, entity=f"sales/{entity}", verb=action, record=record_id, body=params or {}, **extra
         )
-        return code, _acted(answer, answer.get("status") == 202 if answer else False)
+        return code, _acted(answer, "location" in answer if answer else False)
 
     async def service(
         self, action: str, who: str | None, *, params: dict[str, Any] | None = None, key: str | None = None
     ) -> Outcome:
         extra = {"idempotency_key": key} if key else {}
         code, answer = await self._call(who, service="sales/tools", verb=action, body=params or {}, **extra)
-        return code, _acted(answer, answer.get("status") == 202 if answer else False)
+        return code, _acted(answer, "location" in answer if answer else False)
 
     async def job(self, target: str, job_id: str, who: str | None) -> Outcome:
         kind = "service" if target == "tools" else "entity"
@@ -361,21 +361,21 @@ class Rest:
         key: str | None = None,
     ) -> Outcome:
         headers = {"Idempotency-Key": key} if key else {}
-        status, answer, _ = await self._call(
+        status, answer, sent = await self._call(
             "POST", f"{entity}/{record_id}/{action}", who, params or {}, headers
         )
         if status >= 400:
             return answer["code"], None
-        return "ok", _acted(answer, status == 202)
+        return "ok", _acted(answer, status == 202 and "Location" in sent)  # a job, not an approval
 
     async def service(
         self, action: str, who: str | None, *, params: dict[str, Any] | None = None, key: str | None = None
     ) -> Outcome:
         headers = {"Idempotency-Key": key} if key else {}
-        status, answer, _ = await self._call("POST", f"tools/{action}", who, params or {}, headers)
+        status, answer, sent = await self._call("POST", f"tools/{action}", who, params or {}, headers)
         if status >= 400:
             return answer["code"], None
-        return "ok", _acted(answer, status == 202)
+        return "ok", _acted(answer, status == 202 and "Location" in sent)
 
     async def job(self, target: str, job_id: str, who: str | None) -> Outcome:
         status, answer, _ = await self._call("GET", f"{target}/_jobs/{job_id}", who)
