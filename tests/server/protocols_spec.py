@@ -100,6 +100,9 @@ spec:
         fields:
           - {name: text, type: string, required: true}
     - {name: hello, public: true, expose: [rest, grpc], impl: {type: native, handler: ops-test-echo}}
+    - name: limited
+      impl: {type: native, handler: ops-test-echo}
+      rate_limit: {requests: 2, per: 60s, key: principal}
     - {name: rest_only, expose: [rest], impl: {type: native, handler: ops-test-echo}}
     - {name: wire_only, expose: [grpc, ws], impl: {type: native, handler: ops-test-echo}}
 """,

@@ -327,6 +327,11 @@ async def service_job_runs(c: Client, tag: str) -> Any:
     )
 
 
+async def service_rate_limit(c: Client, tag: str) -> Any:
+    caller = bearer(f"{tag}-limited")  # a budget of its own per run
+    return [(await c.service("limited", caller))[0] for _ in range(3)]
+
+
 CASES: dict[str, tuple[Case, Any]] = {
     # name: (case, the outcome both protocols must give; ... where the value is checked otherwise)
     "create_and_read_back": (
@@ -405,6 +410,7 @@ CASES: dict[str, tuple[Case, Any]] = {
         service_idempotency,
         (("ok", {"text": "TAG", "user": "meg"}), True, "SVC.IDEMPOTENCY.KEY_REUSED"),
     ),
+    "service_rate_limit": (service_rate_limit, ["ok", "ok", "SVC.RATE.LIMITED"]),
     "service_job_runs": (
         service_job_runs,
         (
@@ -600,7 +606,14 @@ async def test_each_action_is_served_only_where_its_expose_says(both: Both) -> N
     assert customer.methods_by_name["Recount"].output_type.full_name == "dap.jobs.v1.Job"
     assert customer.methods_by_name["Bump"].output_type.full_name == f"{PACKAGE}.CustomerActionResult"
     tools = rpc.pool.FindServiceByName(f"{PACKAGE}.ToolsService")
-    assert sorted(m.name for m in tools.methods) == ["Batch", "GetJob", "Hello", "Quote", "WireOnly"]
+    assert sorted(m.name for m in tools.methods) == [
+        "Batch",
+        "GetJob",
+        "Hello",
+        "Limited",
+        "Quote",
+        "WireOnly",
+    ]
     assert (await rpc.action("customer", rid, "wire_only", ADMIN))[0] == "ok"
     assert (await rpc.service("wire_only", ADMIN))[0] == "ok"
     for path in (f"/{PACKAGE}.CustomerService/RestOnly", f"/{PACKAGE}.ToolsService/RestOnly"):
