@@ -78,8 +78,9 @@ async def _custom(
     expected = requests.if_match(request)
     body = await requests.read_body(request) if request.body_exists else {}
     key = request.headers.get(acting.key_header(declared)) if declared is not None else None
-    raw = (await request.read()).decode() if request.body_exists else ""
-    callback = callbacks.url_of(request.headers, declared.callback) if declared is not None else None
+    job = acting.is_async(declared)  # the body's text and a callback URL are a job's only
+    raw = (await request.read()).decode() if job and request.body_exists else ""
+    callback = callbacks.url_of(request.headers, declared.callback) if job and declared is not None else None
     call = requests.call(request, workspace, principal, catalog, resource)
     done = await acting.record_action(
         call,

@@ -70,7 +70,9 @@ async def service_action(request: web.Request) -> web.Response:
     handler = acting.service_handler(catalog, principal, service, plan, request.app.get(sidecars.INVOKER))
     body = await requests.read_body(request) if request.body_exists else {}
     key = request.headers.get(acting.key_header(declared))
-    raw = (await request.read()).decode() if request.body_exists else ""
+    job = acting.is_async(declared)  # the body's text and a callback URL are a job's only
+    raw = (await request.read()).decode() if job and request.body_exists else ""
+    callback = callbacks.url_of(request.headers, declared.callback) if job else None
     call = acting.ServiceCall(
         request.app[state.POOL], workspace, principal, service, plan, request.get(state.REQUEST_ID)
     )
@@ -82,6 +84,6 @@ async def service_action(request: web.Request) -> web.Response:
         key=key,
         target=request.path_qs,
         ip=request.remote or "",
-        queue=acting.Queue(request.app[state.WORKER], callbacks.url_of(request.headers, declared.callback)),
+        queue=acting.Queue(request.app[state.WORKER], callback),
     )
     return requests.respond(answer)
