@@ -95,6 +95,7 @@ spec:
       call: async
       track: true
       idempotent: true
+      callback: {channel: webhook, header: X-Reply-To}
       impl: {type: native, handler: ops-test-echo}
       params:
         fields:
@@ -255,9 +256,17 @@ class Ws:
         return code, _acted(answer, "location" in answer if answer else False)
 
     async def service(
-        self, action: str, who: str | None, *, params: dict[str, Any] | None = None, key: str | None = None
+        self,
+        action: str,
+        who: str | None,
+        *,
+        params: dict[str, Any] | None = None,
+        key: str | None = None,
+        callback: str | None = None,
     ) -> Outcome:
         extra = {"idempotency_key": key} if key else {}
+        if callback:
+            extra["callback_url"] = callback
         code, answer = await self._call(who, service="sales/tools", verb=action, body=params or {}, **extra)
         return code, _acted(answer, "location" in answer if answer else False)
 
@@ -372,9 +381,17 @@ class Rest:
         return "ok", _acted(answer, status == 202 and "Location" in sent)  # a job, not an approval
 
     async def service(
-        self, action: str, who: str | None, *, params: dict[str, Any] | None = None, key: str | None = None
+        self,
+        action: str,
+        who: str | None,
+        *,
+        params: dict[str, Any] | None = None,
+        key: str | None = None,
+        callback: str | None = None,
     ) -> Outcome:
         headers = {"Idempotency-Key": key} if key else {}
+        if callback:
+            headers["X-Reply-To"] = callback
         status, answer, sent = await self._call("POST", f"tools/{action}", who, params or {}, headers)
         if status >= 400:
             return answer["code"], None
@@ -504,12 +521,20 @@ class Grpc:
         return await self._acted(entity, method, request, self.metadata(who, **extra))
 
     async def service(
-        self, action: str, who: str | None, *, params: dict[str, Any] | None = None, key: str | None = None
+        self,
+        action: str,
+        who: str | None,
+        *,
+        params: dict[str, Any] | None = None,
+        key: str | None = None,
+        callback: str | None = None,
     ) -> Outcome:
         method = camel(action)
         request = self.request("tools", method)
         request.params.update(params or {})
         extra = {"idempotency-key": key} if key else {}
+        if callback:
+            extra["x-reply-to"] = callback  # the action's callback.header, lower-cased
         return await self._acted("tools", method, request, self.metadata(who, **extra))
 
     async def _acted(self, target: str, method: str, request: Any, md: list[tuple[str, str]]) -> Outcome:

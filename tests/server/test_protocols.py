@@ -327,6 +327,12 @@ async def service_job_runs(c: Client, tag: str) -> Any:
     )
 
 
+async def service_job_callback_refused(c: Client, tag: str) -> Any:
+    """A callback URL (the action's ``callback.header``) is checked before a job exists: loopback
+    is refused without ``--callback-allow``."""
+    return await c.service("batch", CLERK, params={"text": tag}, callback="http://127.0.0.1:9/hook")
+
+
 async def service_rate_limit(c: Client, tag: str) -> Any:
     caller = bearer(f"{tag}-limited")  # a budget of its own per run
     return [(await c.service("limited", caller))[0] for _ in range(3)]
@@ -410,6 +416,7 @@ CASES: dict[str, tuple[Case, Any]] = {
         service_idempotency,
         (("ok", {"text": "TAG", "user": "meg"}), True, "SVC.IDEMPOTENCY.KEY_REUSED"),
     ),
+    "service_job_callback_refused": (service_job_callback_refused, ("SVC.JOB.CALLBACK_REFUSED", None)),
     "service_rate_limit": (service_rate_limit, ["ok", "ok", "SVC.RATE.LIMITED"]),
     "service_job_runs": (
         service_job_runs,
