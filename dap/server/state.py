@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from dap.server.access import auth
     from dap.server.events import dispatcher, feed
     from dap.server.storage import caching, files, workspaces
+    from dap.server.workflows import worker
 
 
 @dataclass
@@ -43,6 +44,8 @@ OPTIONS: web.AppKey[options.ServeOptions] = web.AppKey("options")
 CACHE: web.AppKey[caching.FindCache] = web.AppKey("find_cache")
 # the file fields' store (``web.files`` sets it; a host, the resource pod, may root it elsewhere)
 FILES: web.AppKey[files.FileStore] = web.AppKey("files")
+# the process's job worker (``web.jobs.attach``): every protocol queues ``call: async`` actions on it
+WORKER: web.AppKey[worker.Worker] = web.AppKey("job_worker")
 
 
 @dataclass

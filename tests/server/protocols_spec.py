@@ -41,7 +41,7 @@ kind: Role
 metadata: {name: manager}
 spec:
   includes: [clerk]
-  permissions: ['sales.order.*', sales.customer.read_credit]
+  permissions: ['sales.order.*', sales.customer.read_credit, sales.customer.bump, sales.tools.quote]
 """,
     "sales/customer.yaml": """
 apiVersion: dap.io/v1
@@ -54,7 +54,58 @@ spec:
     - {name: visits, type: integer}
     - {name: vip, type: boolean}
     - {name: tags, type: string, multiple: true}
+  actions:
+    - name: bump
+      required_permission: sales.customer.bump
+      idempotent: true
+      impl: {type: native, handler: ops-test-echo}
+      params:
+        fields:
+          - {name: text, type: string, required: true}
+          - {name: times, type: integer}
+    - name: recount
+      call: async
+      track: true
+      idempotent: true
+      required_permission: sales.customer.bump
+      impl: {type: native, handler: ops-test-echo}
+      params:
+        fields:
+          - {name: text, type: string, required: true}
+    - {name: rest_only, expose: [rest], impl: {type: native, handler: ops-test-echo}}
+    - {name: wire_only, expose: [grpc, ws], impl: {type: native, handler: ops-test-echo}}
   expose: [{type: rest}, {type: grpc}, {type: ws}]
+""",
+    "sales/tools.yaml": """
+apiVersion: dap.io/v1
+kind: Service
+metadata: {name: tools, module: sales}
+spec:
+  expose: [{type: rest}, {type: grpc}, {type: ws}]
+  actions:
+    - name: quote
+      required_permission: sales.tools.quote
+      idempotent: true
+      impl: {type: native, handler: ops-test-echo}
+      params:
+        fields:
+          - {name: text, type: string, required: true}
+          - {name: times, type: integer}
+    - name: batch
+      call: async
+      track: true
+      idempotent: true
+      callback: {channel: webhook, header: X-Reply-To}
+      impl: {type: native, handler: ops-test-echo}
+      params:
+        fields:
+          - {name: text, type: string, required: true}
+    - {name: hello, public: true, expose: [rest, grpc], impl: {type: native, handler: ops-test-echo}}
+    - name: limited
+      impl: {type: native, handler: ops-test-echo}
+      rate_limit: {requests: 2, per: 60s, key: principal}
+    - {name: rest_only, expose: [rest], impl: {type: native, handler: ops-test-echo}}
+    - {name: wire_only, expose: [grpc, ws], impl: {type: native, handler: ops-test-echo}}
 """,
     "sales/order.yaml": """
 apiVersion: dap.io/v1
@@ -188,6 +239,52 @@ class Ws:
         code, answer = await self._call(who, entity=f"sales/{entity}", verb=action, record=record_id)
         return code, answer["data"] if answer else None
 
+    async def action(
+        self,
+        entity: str,
+        record_id: str,
+        action: str,
+        who: str | None,
+        *,
+        params: dict[str, Any] | None = None,
+        key: str | None = None,
+    ) -> Outcome:
+        extra = {"idempotency_key": key} if key else {}
+        code, answer = await self._call(
+            who, entity=f"sales/{entity}", verb=action, record=record_id, body=params or {}, **extra
+        )
+        return code, _acted(answer, "location" in answer if answer else False)
+
+    async def service(
+        self,
+        action: str,
+        who: str | None,
+        *,
+        params: dict[str, Any] | None = None,
+        key: str | None = None,
+        callback: str | None = None,
+    ) -> Outcome:
+        extra = {"idempotency_key": key} if key else {}
+        if callback:
+            extra["callback_url"] = callback
+        code, answer = await self._call(who, service="sales/tools", verb=action, body=params or {}, **extra)
+        return code, _acted(answer, "location" in answer if answer else False)
+
+    async def job(self, target: str, job_id: str, who: str | None) -> Outcome:
+        kind = "service" if target == "tools" else "entity"
+        code, answer = await self._call(who, **{kind: f"sales/{target}"}, verb="_job", job=job_id)
+        return code, answer["data"] if answer else None
+
+
+def _acted(answer: Any, job: bool) -> Any:
+    """An action's answer, alike for every protocol: ``{"job"}`` for a queued job, else its record
+    (``data``, entities only) and ``result``."""
+    if answer is None:
+        return None
+    if job:
+        return {"job": answer["data"]}
+    return {"data": answer.get("data"), "result": answer.get("result")}
+
 
 class Rest:
     name = "rest"
@@ -263,6 +360,45 @@ class Rest:
 
     async def act(self, entity: str, record_id: str, action: str, who: str | None) -> Outcome:
         status, answer, _ = await self._call("POST", f"{entity}/{record_id}/{action}", who)
+        return self._outcome(status, answer)
+
+    async def action(
+        self,
+        entity: str,
+        record_id: str,
+        action: str,
+        who: str | None,
+        *,
+        params: dict[str, Any] | None = None,
+        key: str | None = None,
+    ) -> Outcome:
+        headers = {"Idempotency-Key": key} if key else {}
+        status, answer, sent = await self._call(
+            "POST", f"{entity}/{record_id}/{action}", who, params or {}, headers
+        )
+        if status >= 400:
+            return answer["code"], None
+        return "ok", _acted(answer, status == 202 and "Location" in sent)  # a job, not an approval
+
+    async def service(
+        self,
+        action: str,
+        who: str | None,
+        *,
+        params: dict[str, Any] | None = None,
+        key: str | None = None,
+        callback: str | None = None,
+    ) -> Outcome:
+        headers = {"Idempotency-Key": key} if key else {}
+        if callback:
+            headers["X-Reply-To"] = callback
+        status, answer, sent = await self._call("POST", f"tools/{action}", who, params or {}, headers)
+        if status >= 400:
+            return answer["code"], None
+        return "ok", _acted(answer, status == 202 and "Location" in sent)
+
+    async def job(self, target: str, job_id: str, who: str | None) -> Outcome:
+        status, answer, _ = await self._call("GET", f"{target}/_jobs/{job_id}", who)
         return self._outcome(status, answer)
 
 
@@ -367,3 +503,62 @@ class Grpc:
         request = self.request(entity, method, id=record_id)
         code, data = await self._unary(entity, method, request, self.metadata(who))
         return code, data["data"] if data is not None else None
+
+    async def action(
+        self,
+        entity: str,
+        record_id: str,
+        action: str,
+        who: str | None,
+        *,
+        params: dict[str, Any] | None = None,
+        key: str | None = None,
+    ) -> Outcome:
+        method = camel(action)
+        request = self.request(entity, method, id=record_id)
+        request.params.update(params or {})
+        extra = {"idempotency-key": key} if key else {}
+        return await self._acted(entity, method, request, self.metadata(who, **extra))
+
+    async def service(
+        self,
+        action: str,
+        who: str | None,
+        *,
+        params: dict[str, Any] | None = None,
+        key: str | None = None,
+        callback: str | None = None,
+    ) -> Outcome:
+        method = camel(action)
+        request = self.request("tools", method)
+        request.params.update(params or {})
+        extra = {"idempotency-key": key} if key else {}
+        if callback:
+            extra["x-reply-to"] = callback  # the action's callback.header, lower-cased
+        return await self._acted("tools", method, request, self.metadata(who, **extra))
+
+    async def _acted(self, target: str, method: str, request: Any, md: list[tuple[str, str]]) -> Outcome:
+        try:
+            answer = await self._method(target, method)(request, metadata=md)
+        except grpc.aio.AioRpcError as exc:
+            return status.reason(exc.trailing_metadata()) or exc.code().name, None
+        data = integral(self.data(answer))
+        if answer.DESCRIPTOR.full_name == "dap.jobs.v1.Job":
+            return "ok", {"job": data}
+        return "ok", {"data": data.get("data"), "result": data.get("result")}
+
+    async def job(self, target: str, job_id: str, who: str | None) -> Outcome:
+        request = self.cls("dap.jobs.v1.GetJobRequest")(id=job_id)
+        code, data = await self._unary(target, "GetJob", request, self.metadata(who))
+        return code, integral(data)
+
+
+def integral(value: Any) -> Any:
+    """JSON as REST writes it: a ``google.protobuf.Value`` number is a double (2 reads 2.0)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [integral(v) for v in value]
+    if isinstance(value, dict):
+        return {k: integral(v) for k, v in value.items()}
+    return value

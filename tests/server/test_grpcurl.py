@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-from collections.abc import AsyncIterator
+import sys
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -21,11 +22,13 @@ from dap.server.web import app
 
 from .conftest import load, serve_options
 from .protocols_spec import PACKAGE, SPEC, bearer
+from .services_spec import install_handlers
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 BUILD = Path(__file__).resolve().parents[2] / "tools" / "grpcurl" / "build.sh"
 ADMIN = bearer("root", "admin")
+MANAGER = bearer("meg", "manager")
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +40,16 @@ def grpcurl() -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
+@pytest.fixture(scope="module")
+def registered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    root = install_handlers(tmp_path_factory.mktemp("grpcurl-handlers"))
+    sys.path.insert(0, str(root))
+    yield
+    sys.path.remove(str(root))
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def address(pg_dsn: str) -> AsyncIterator[str]:
+async def address(pg_dsn: str, registered: None) -> AsyncIterator[str]:
     server = await app.create_server(serve_options(pg_dsn, grpc_addr="127.0.0.1:0"), load(SPEC))
     rpc = rpc_server.attach(server.app, server.opts)
     assert isinstance(rpc, rpc_server.RpcServer)
@@ -92,3 +103,44 @@ async def test_grpcurl_calls_with_a_token_and_reads_the_error_code(grpcurl: str,
     anonymous = ["-H", "dap-workspace: default"]  # no token
     code, out = await run(grpcurl, *anonymous, "-d", missing, address, f"{PACKAGE}.CustomerService/Get")
     assert code != 0 and "Unauthenticated" in out, out
+
+
+async def test_grpcurl_calls_actions_and_reads_their_job(grpcurl: str, address: str) -> None:
+    headers = ["-H", f"authorization: {MANAGER}", "-H", "dap-workspace: default"]
+    code, out = await run(grpcurl, address, "describe", f"{PACKAGE}.ToolsService")
+    assert code == 0 and "rpc Batch" in out and "returns ( .dap.jobs.v1.Job )" in out, out
+    quote = json.dumps({"params": {"text": "by reflection", "times": 2}})
+    code, out = await run(grpcurl, *headers, "-d", quote, address, f"{PACKAGE}.ToolsService/Quote")
+    assert code == 0, out
+    assert json.loads(out)["result"]["params"] == {"text": "by reflection", "times": 2}
+    code, out = await run(
+        grpcurl,
+        *headers,
+        "-d",
+        json.dumps({"record": {"name": "acted"}}),
+        address,
+        f"{PACKAGE}.CustomerService/Create",
+    )
+    assert code == 0, out
+    record = json.loads(out)["id"]
+    recount = json.dumps({"id": record, "params": {"text": "later"}})
+    code, out = await run(grpcurl, *headers, "-d", recount, address, f"{PACKAGE}.CustomerService/Recount")
+    assert code == 0, out
+    job = json.loads(out)
+    assert job["state"] == "queued" and job["action"] == "recount" and job["record_id"] == record, job
+    for _ in range(100):
+        code, out = await run(
+            grpcurl,
+            *headers,
+            "-d",
+            json.dumps({"id": job["id"]}),
+            address,
+            f"{PACKAGE}.CustomerService/GetJob",
+        )
+        assert code == 0, out
+        if json.loads(out)["state"] == "succeeded":
+            break
+        await asyncio.sleep(0.1)
+    assert json.loads(out)["result"]["result"]["params"] == {"text": "later"}, out
+    code, out = await run(grpcurl, *headers, "-d", "{}", address, f"{PACKAGE}.CustomerService/Bump")
+    assert code != 0 and "SVC.RECORD.NOT_FOUND" in out, out  # no id: no record

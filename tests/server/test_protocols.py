@@ -9,8 +9,9 @@ reflection, an entity without ``grpc`` in ``expose`` having no service, ``dap sc
 from __future__ import annotations
 
 import asyncio
+import sys
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import aiohttp
@@ -22,12 +23,14 @@ from google.protobuf import descriptor_pb2
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from dap.server import cli as server_cli
+from dap.server import state
 from dap.server.rpc import descriptors
 from dap.server.rpc import server as rpc_server
 from dap.server.web import app
 
 from .conftest import Running, load, serve_options
 from .protocols_spec import PACKAGE, SPEC, Grpc, Outcome, Rest, Ws, bearer
+from .services_spec import install_handlers
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -43,8 +46,17 @@ class Both:
         self.rest, self.rpc, self.ws, self.port = rest, rpc, ws, port
 
 
+@pytest.fixture(scope="module")
+def registered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The actions' native handlers (``ops-test-echo``), installed as a deployed app installs them."""
+    root = install_handlers(tmp_path_factory.mktemp("protocol-handlers"))
+    sys.path.insert(0, str(root))
+    yield
+    sys.path.remove(str(root))
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def both(pg_dsn: str) -> AsyncIterator[Both]:
+async def both(pg_dsn: str, registered: None) -> AsyncIterator[Both]:
     catalog = load(SPEC)
     server = await app.create_server(serve_options(pg_dsn, grpc_addr="127.0.0.1:0"), catalog)
     rpc = rpc_server.attach(server.app, server.opts)
@@ -181,6 +193,151 @@ async def lifecycle_moves_as_actions(c: Client, tag: str) -> Any:
     return refused[0], submitted, again[0], cancelled
 
 
+# --- actions: custom, job (``call: async``) and service actions ------------------------------
+
+
+def acted(outcome: Outcome, *keys: str) -> Outcome:
+    """An action's outcome: the named ``result`` values (the echo handler's params and caller) and
+    ``name`` of the record, or the job's ``state``/``action``/``target`` when one was queued."""
+    code, data = outcome
+    if code != "ok" or data is None:
+        return code, None
+    if "job" in data:
+        job = data["job"]
+        return code, {"job": {k: str(job.get(k)) for k in ("state", "action", "target")}}
+    result = data.get("result") or {}
+    seen = {k: str((result.get("params") or {}).get(k)) for k in keys}
+    seen["user"] = str(result.get("user"))
+    if data.get("data") is not None:
+        seen["name"] = str(data["data"].get("name"))
+    return code, seen
+
+
+async def finished_job(c: Client, target: str, job_id: str, who: str) -> Outcome:
+    """The job once it succeeded or failed (read through the protocol's own job lookup)."""
+    for _ in range(200):
+        code, job = await c.job(target, job_id, who)
+        if code != "ok" or job["state"] in ("succeeded", "failed"):
+            return code, job
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"job {job_id} did not finish")
+
+
+def job_id(outcome: Outcome) -> str:
+    code, data = outcome
+    assert code == "ok" and "job" in data, outcome
+    return str(data["job"]["id"])
+
+
+async def custom_action_runs(c: Client, tag: str) -> Any:
+    row = await created(c, "customer", {"name": f"{tag}-a"})
+    return acted(
+        await c.action("customer", row["id"], "bump", MANAGER, params={"text": tag, "times": 2}),
+        "text",
+        "times",
+    )
+
+
+async def custom_action_permission(c: Client, tag: str) -> Any:
+    row = await created(c, "customer", {"name": f"{tag}-p"})
+    return await c.action("customer", row["id"], "bump", CLERK, params={"text": tag})
+
+
+async def custom_action_validation(c: Client, tag: str) -> Any:
+    row = await created(c, "customer", {"name": f"{tag}-v"})
+    missing = await c.action("customer", row["id"], "bump", MANAGER, params={"times": 1})
+    wrong = await c.action("customer", row["id"], "bump", MANAGER, params={"text": tag, "times": "many"})
+    unknown = await c.action("customer", str(uuid.uuid4()), "bump", MANAGER, params={"text": tag})
+    return missing, wrong, unknown
+
+
+async def custom_action_idempotency(c: Client, tag: str) -> Any:
+    row = await created(c, "customer", {"name": f"{tag}-k"})
+    key = f"{c.name}-{tag}"
+    first = await c.action("customer", row["id"], "bump", MANAGER, params={"text": tag}, key=key)
+    again = await c.action("customer", row["id"], "bump", MANAGER, params={"text": tag}, key=key)
+    other = await c.action("customer", row["id"], "bump", MANAGER, params={"text": "other"}, key=key)
+    return acted(first, "text"), first == again, other[0]
+
+
+async def job_action_runs(c: Client, tag: str) -> Any:
+    row = await created(c, "customer", {"name": f"{tag}-j"})
+    queued = await c.action("customer", row["id"], "recount", MANAGER, params={"text": tag})
+    code, job = await finished_job(c, "customer", job_id(queued), MANAGER)
+    result = (job or {}).get("result") or {}
+    done = (
+        code,
+        job["state"],
+        result.get("result", {}).get("params", {}).get("text"),
+        job["record_id"] == row["id"],
+    )
+    return acted(queued)[0], acted(queued)[1]["job"]["action"], done
+
+
+async def job_action_refusals(c: Client, tag: str) -> Any:
+    row = await created(c, "customer", {"name": f"{tag}-r"})
+    forbidden = await c.action("customer", row["id"], "recount", CLERK, params={"text": tag})
+    invalid = await c.action("customer", row["id"], "recount", MANAGER, params={})
+    missing = await c.action("customer", str(uuid.uuid4()), "recount", MANAGER, params={"text": tag})
+    return forbidden, invalid, missing
+
+
+async def job_idempotency_and_owner(c: Client, tag: str) -> Any:
+    row = await created(c, "customer", {"name": f"{tag}-o"})
+    key = f"{c.name}-{tag}"
+    first = await c.action("customer", row["id"], "recount", MANAGER, params={"text": tag}, key=key)
+    again = await c.action("customer", row["id"], "recount", MANAGER, params={"text": tag}, key=key)
+    other = await c.action("customer", row["id"], "recount", MANAGER, params={"text": "x"}, key=key)
+    job = job_id(first)
+    same = job == job_id(again)
+    await finished_job(c, "customer", job, MANAGER)
+    return same, other[0], (await c.job("customer", job, BOB))[0], (await c.job("tools", job, MANAGER))[0]
+
+
+async def service_action_runs(c: Client, tag: str) -> Any:
+    return acted(await c.service("quote", MANAGER, params={"text": tag, "times": 3}), "text", "times")
+
+
+async def service_action_refusals(c: Client, tag: str) -> Any:
+    forbidden = await c.service("quote", CLERK, params={"text": tag})
+    anonymous = await c.service("quote", None, params={"text": tag})
+    invalid = await c.service("quote", MANAGER, params={"times": "x"})
+    return forbidden, anonymous[0].startswith("SVC.AUTH."), invalid
+
+
+async def service_idempotency(c: Client, tag: str) -> Any:
+    key = f"{c.name}-{tag}"
+    first = await c.service("quote", MANAGER, params={"text": tag}, key=key)
+    again = await c.service("quote", MANAGER, params={"text": tag}, key=key)
+    other = await c.service("quote", MANAGER, params={"text": "other"}, key=key)
+    return acted(first, "text"), first == again, other[0]
+
+
+async def service_job_runs(c: Client, tag: str) -> Any:
+    key = f"{c.name}-{tag}"
+    queued = await c.service("batch", CLERK, params={"text": tag}, key=key)
+    again = await c.service("batch", CLERK, params={"text": tag}, key=key)
+    code, job = await finished_job(c, "tools", job_id(queued), CLERK)
+    result = (job or {}).get("result") or {}
+    return (
+        acted(queued),
+        job_id(queued) == job_id(again),
+        (code, job["state"], result.get("result", {}).get("params", {}).get("text"), job.get("record_id")),
+        (await c.job("tools", job_id(queued), MANAGER))[0],
+    )
+
+
+async def service_job_callback_refused(c: Client, tag: str) -> Any:
+    """A callback URL (the action's ``callback.header``) is checked before a job exists: loopback
+    is refused without ``--callback-allow``."""
+    return await c.service("batch", CLERK, params={"text": tag}, callback="http://127.0.0.1:9/hook")
+
+
+async def service_rate_limit(c: Client, tag: str) -> Any:
+    caller = bearer(f"{tag}-limited")  # a budget of its own per run
+    return [(await c.service("limited", caller))[0] for _ in range(3)]
+
+
 CASES: dict[str, tuple[Case, Any]] = {
     # name: (case, the outcome both protocols must give; ... where the value is checked otherwise)
     "create_and_read_back": (
@@ -219,6 +376,55 @@ CASES: dict[str, tuple[Case, Any]] = {
             ("ok", {"docstatus": "submitted", "version": "2"}),
             "SVC.DOC.ALREADY_SUBMITTED",
             ("ok", {"docstatus": "cancelled"}),
+        ),
+    ),
+    "custom_action_runs": (
+        custom_action_runs,
+        ("ok", {"text": "TAG", "times": "2", "user": "meg", "name": "TAG-a"}),
+    ),
+    "custom_action_permission": (custom_action_permission, ("SVC.AUTH.FORBIDDEN", None)),
+    "custom_action_validation": (
+        custom_action_validation,
+        (
+            ("SVC.ACTION.PARAMS_INVALID", None),
+            ("SVC.ACTION.PARAMS_INVALID", None),
+            ("SVC.RECORD.NOT_FOUND", None),
+        ),
+    ),
+    "custom_action_idempotency": (
+        custom_action_idempotency,
+        (("ok", {"text": "TAG", "user": "meg", "name": "TAG-k"}), True, "SVC.IDEMPOTENCY.KEY_REUSED"),
+    ),
+    "job_action_runs": (
+        job_action_runs,
+        ("ok", "recount", ("ok", "succeeded", "TAG", True)),
+    ),
+    "job_action_refusals": (
+        job_action_refusals,
+        (("SVC.AUTH.FORBIDDEN", None), ("SVC.ACTION.PARAMS_INVALID", None), ("SVC.RECORD.NOT_FOUND", None)),
+    ),
+    "job_idempotency_and_owner": (
+        job_idempotency_and_owner,
+        (True, "SVC.IDEMPOTENCY.KEY_REUSED", "SVC.JOB.NOT_FOUND", "SVC.JOB.NOT_FOUND"),
+    ),
+    "service_action_runs": (service_action_runs, ("ok", {"text": "TAG", "times": "3", "user": "meg"})),
+    "service_action_refusals": (
+        service_action_refusals,
+        (("SVC.AUTH.FORBIDDEN", None), True, ("SVC.ACTION.PARAMS_INVALID", None)),
+    ),
+    "service_idempotency": (
+        service_idempotency,
+        (("ok", {"text": "TAG", "user": "meg"}), True, "SVC.IDEMPOTENCY.KEY_REUSED"),
+    ),
+    "service_job_callback_refused": (service_job_callback_refused, ("SVC.JOB.CALLBACK_REFUSED", None)),
+    "service_rate_limit": (service_rate_limit, ["ok", "ok", "SVC.RATE.LIMITED"]),
+    "service_job_runs": (
+        service_job_runs,
+        (
+            ("ok", {"job": {"state": "queued", "action": "batch", "target": "sales/tools"}}),
+            True,
+            ("ok", "succeeded", "TAG", None),
+            "SVC.JOB.NOT_FOUND",
         ),
     ),
 }
@@ -289,7 +495,10 @@ async def test_an_entity_without_grpc_has_no_service(both: Both) -> None:
     names = {
         s.full_name for f in [pool.FindFileByName("acme/sales/v1.proto")] for s in f.services_by_name.values()
     }
-    assert names == {f"{PACKAGE}.CustomerService", f"{PACKAGE}.OrderService", f"{PACKAGE}.TicketService"}
+    assert names == {
+        *(f"{PACKAGE}.CustomerService", f"{PACKAGE}.OrderService", f"{PACKAGE}.TicketService"),
+        f"{PACKAGE}.ToolsService",  # the Service manifest's actions
+    }
     order = pool.FindServiceByName(f"{PACKAGE}.OrderService")
     assert sorted(m.name for m in order.methods) == [
         *("Cancel", "Create", "Delete", "Get", "List", "Submit", "Update", "Watch")
@@ -385,3 +594,143 @@ async def test_ws_calls_are_refused_for_an_entity_without_ws(both: Both) -> None
         None,
     )
     assert (await both.ws._call(ADMIN, entity="sales/customer", verb="purge"))[0] == "SVC.ACTION.NOT_EXPOSED"
+
+
+async def test_each_action_is_served_only_where_its_expose_says(both: Both) -> None:
+    rest, rpc, ws = both.rest, both.rpc, both.ws
+    row = await created(rest, "customer", {"name": "exposed"})
+    rid = row["id"]
+    # REST: rest_only runs, wire_only (expose: [grpc, ws]) is not there
+    assert (await rest.action("customer", rid, "rest_only", ADMIN))[0] == "ok"
+    assert (await rest.action("customer", rid, "wire_only", ADMIN))[0] == "SVC.ACTION.NOT_FOUND"
+    assert (await rest.service("rest_only", ADMIN))[0] == "ok"
+    assert (await rest.service("wire_only", ADMIN))[0] == "SVC.ACTION.NOT_FOUND"
+    # gRPC: no method for what leaves grpc out (UNIMPLEMENTED, absent from the schema)
+    customer = rpc.pool.FindServiceByName(f"{PACKAGE}.CustomerService")
+    assert sorted(m.name for m in customer.methods) == [
+        *("Bump", "Create", "Delete", "Get", "GetJob", "List", "Recount", "Update", "Watch", "WireOnly")
+    ]
+    assert customer.methods_by_name["Recount"].output_type.full_name == "dap.jobs.v1.Job"
+    assert customer.methods_by_name["Bump"].output_type.full_name == f"{PACKAGE}.CustomerActionResult"
+    tools = rpc.pool.FindServiceByName(f"{PACKAGE}.ToolsService")
+    assert sorted(m.name for m in tools.methods) == [
+        "Batch",
+        "GetJob",
+        "Hello",
+        "Limited",
+        "Quote",
+        "WireOnly",
+    ]
+    assert (await rpc.action("customer", rid, "wire_only", ADMIN))[0] == "ok"
+    assert (await rpc.service("wire_only", ADMIN))[0] == "ok"
+    for path in (f"/{PACKAGE}.CustomerService/RestOnly", f"/{PACKAGE}.ToolsService/RestOnly"):
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await rpc.channel.unary_unary(path)(b"", metadata=rpc.metadata(ADMIN))
+        assert raised.value.code() is grpc.StatusCode.UNIMPLEMENTED
+    # ws: refused with REST's code
+    assert (await ws.action("customer", rid, "wire_only", ADMIN))[0] == "ok"
+    assert (await ws.action("customer", rid, "rest_only", ADMIN))[0] == "SVC.ACTION.NOT_FOUND"
+    assert (await ws.service("wire_only", ADMIN))[0] == "ok"
+    for action in ("rest_only", "hello"):  # hello: expose [rest, grpc]
+        assert (await ws.service(action, ADMIN))[0] == "SVC.ACTION.NOT_FOUND"
+    assert (await ws._call(ADMIN, service="sales/memo", verb="x"))[0] == "SVC.ENTITY.NOT_FOUND"
+
+
+async def test_a_public_service_action_takes_an_anonymous_caller(both: Both) -> None:
+    for c in (both.rest, both.rpc):
+        code, answer = await c.service("hello", None)
+        assert code == "ok" and answer["result"]["user"] == "", (c.name, answer)  # anonymous
+        code, answer = await c.service("hello", CLERK)  # a token sent is verified and used
+        assert code == "ok" and answer["result"]["user"] == "carl", (c.name, answer)
+
+
+async def test_an_idempotency_key_replays_across_protocols(both: Both) -> None:
+    rest, rpc, ws = both.rest, both.rpc, both.ws
+    key = uuid.uuid4().hex
+    first = await rest.service("quote", MANAGER, params={"text": "once"}, key=key)
+    assert first[0] == "ok"
+    assert await rpc.service("quote", MANAGER, params={"text": "once"}, key=key) == first
+    assert await ws.service("quote", MANAGER, params={"text": "once"}, key=key) == first
+    assert (await ws.service("quote", MANAGER, params={"text": "twice"}, key=key))[0] == (
+        "SVC.IDEMPOTENCY.KEY_REUSED"
+    )
+    row = await created(rest, "customer", {"name": "keyed"})
+    key = uuid.uuid4().hex
+    queued = job_id(
+        await rpc.action("customer", row["id"], "recount", MANAGER, params={"text": "t"}, key=key)
+    )
+    again = await rest.action("customer", row["id"], "recount", MANAGER, params={"text": "t"}, key=key)
+    assert job_id(again) == queued  # one job, whichever protocol repeats the call
+    for c in (rest, rpc, ws):  # and each protocol reads it alike
+        code, job = await finished_job(c, "customer", queued, MANAGER)
+        assert (
+            code == "ok"
+            and job["state"] == "succeeded"
+            and job["result"]["result"]["params"] == {"text": "t"}
+        )
+
+
+async def test_job_params_keep_exact_numbers() -> None:
+    from decimal import Decimal
+
+    from dap.server.workflows import acting, jobs
+
+    text = acting.json_text({"a": Decimal("12.50"), "b": [1, Decimal("0.1"), None], "c": "x"})
+    assert text == '{"a":12.50,"b":[1,0.1,null],"c":"x"}'
+    assert jobs.decode(text) == {"a": Decimal("12.50"), "b": [1, Decimal("0.1"), None], "c": "x"}
+
+
+async def test_the_rate_limit_address_of_a_grpc_caller_has_no_port() -> None:
+    from dap.server.rpc.services import peer_ip
+
+    class Peer:
+        def __init__(self, peer: str) -> None:
+            self._peer = peer
+
+        def peer(self) -> str:
+            return self._peer
+
+    assert peer_ip(Peer("ipv4:127.0.0.1:50123")) == "127.0.0.1"  # type: ignore[arg-type]
+    assert peer_ip(Peer("ipv6:[::1]:50123")) == "::1"  # type: ignore[arg-type]
+    assert peer_ip(Peer("unix:/tmp/s")) == "unix:/tmp/s"  # type: ignore[arg-type]
+
+
+EXTRA = """
+apiVersion: dap.io/v1
+kind: Service
+metadata: {name: extra, module: sales}
+spec:
+  expose: [{type: grpc}]
+  actions:
+    - {name: ping, impl: {type: native, handler: ops-test-echo}}
+"""
+
+
+async def test_the_grpc_services_follow_a_catalog_swap(both: Both) -> None:
+    """A catalog swapped in (the resource pod's new artifact) is served without a restart: a service
+    it adds answers and is reflected, an entity it no longer exposes has no service."""
+    app = both.rest.srv.server.app
+    rpc = app[rpc_server.RPC]
+    swapped = {k: v for k, v in SPEC.items() if k != "sales/ticket.yaml"} | {"sales/extra.yaml": EXTRA}
+    previous = app[state.SPEC].swap(load(swapped))
+    try:
+        assert f"{PACKAGE}.ExtraService" in rpc.services and f"{PACKAGE}.TicketService" not in rpc.services
+        stub = reflection_pb2_grpc.ServerReflectionStub(both.rpc.channel)
+        request = reflection_pb2.ServerReflectionRequest(list_services="")
+        async for answer in stub.ServerReflectionInfo(iter([request])):
+            names = {s.name for s in answer.list_services_response.service}
+            break
+        assert f"{PACKAGE}.ExtraService" in names and f"{PACKAGE}.TicketService" not in names
+        client = Grpc(both.rpc.channel, rpc.pool)
+        code, answer = await client._unary(
+            "extra", "Ping", client.request("extra", "Ping"), client.metadata(CLERK)
+        )
+        assert code == "ok" and answer["result"]["user"] == "carl", answer
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await both.rpc.channel.unary_unary(f"/{PACKAGE}.TicketService/Get")(
+                b"", metadata=client.metadata(ADMIN)
+            )
+        assert raised.value.code() is grpc.StatusCode.UNIMPLEMENTED
+    finally:
+        app[state.SPEC].swap(previous)
+    assert f"{PACKAGE}.TicketService" in rpc.services and f"{PACKAGE}.ExtraService" not in rpc.services

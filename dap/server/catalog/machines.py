@@ -190,9 +190,10 @@ def _plan(action: Action) -> ActionPlan:
     return ActionPlan(action.name, action, None, MappingProxyType(params), _conditions(action))
 
 
-def compile_service(key: str, spec: ServiceSpec) -> ServicePlan | None:
-    """The REST plan of a service; ``None`` when no enabled ``expose`` entry of type rest opens it."""
-    if "/" not in key or not any(e.type == "rest" and e.enabled for e in spec.expose):
+def compile_service(key: str, spec: ServiceSpec, protocol: str = "rest") -> ServicePlan | None:
+    """The plan of a service over ``protocol`` (``rest``, ``grpc``, ``ws``); ``None`` when no
+    enabled ``expose`` entry of that type opens it."""
+    if "/" not in key or not any(e.type == protocol and e.enabled for e in spec.expose):
         return None
     module, name = key.split("/", 1)
     return ServicePlan(

@@ -123,6 +123,19 @@ def _verbs(spec: EntitySpec, entry: ExposeConfig | None) -> frozenset[str]:
     return frozenset(str(a) for a in REST_ACTIONS if entry.allows(a) and not _disabled(spec, a))
 
 
+def _services(
+    services: Mapping[str, ServiceSpec] | None, protocol: str
+) -> Mapping[str, machines.ServicePlan]:
+    """The services an enabled ``expose`` entry of ``protocol`` opens, compiled."""
+    return MappingProxyType(
+        {
+            k: p
+            for k, s in (services or {}).items()
+            if (p := machines.compile_service(k, s, protocol)) is not None
+        }
+    )
+
+
 def _main_table(by_entity: Mapping[str, list[Table]], key: str) -> Table | None:
     return next((t for t in by_entity.get(key, ()) if t.kind == "entity"), None)
 
@@ -253,10 +266,22 @@ class Catalog:
     grants: Grants = field(default_factory=Grants)  # resolved Role manifests
     inboxes: Mapping[str, ApprovalInboxSpec] = field(default_factory=dict)  # ApprovalInbox manifests
     services: Mapping[str, machines.ServicePlan] = field(default_factory=dict)  # exposed over REST
+    # services whose ``expose`` has ``grpc`` / ``ws`` (a service's actions over those protocols)
+    grpc_services: Mapping[str, machines.ServicePlan] = field(default_factory=dict)
+    ws_services: Mapping[str, machines.ServicePlan] = field(default_factory=dict)
     datastores: Mapping[str, DatastoreSpec] = field(default_factory=dict)  # Datastore manifests (the bridge)
 
     def resource(self, module: str, name: str) -> Resource | None:
         return self.resources.get(f"{module}/{name}")
+
+    def any_resource(self, key: str) -> Resource | None:
+        """The entity ``key`` as exposed on any protocol (a job runs whichever protocol queued it;
+        the resources differ only in the verbs each opens)."""
+        return self.resources.get(key) or self.grpc.get(key) or self.ws.get(key)
+
+    def any_service(self, key: str) -> machines.ServicePlan | None:
+        """The service ``key`` as exposed on any protocol (its plan is the same on each)."""
+        return self.services.get(key) or self.grpc_services.get(key) or self.ws_services.get(key)
 
     @classmethod
     def build(
@@ -375,13 +400,9 @@ class Catalog:
             referrers=MappingProxyType(_referrers(entities, by_entity)),
             grants=grants,
             inboxes=MappingProxyType(dict(inboxes or {})),
-            services=MappingProxyType(
-                {
-                    k: p
-                    for k, s in (services or {}).items()
-                    if (p := machines.compile_service(k, s)) is not None
-                }
-            ),
+            services=_services(services, "rest"),
+            grpc_services=_services(services, "grpc"),
+            ws_services=_services(services, "ws"),
         )
 
     @classmethod

@@ -12,6 +12,13 @@ Pure functions: a :class:`Catalog` in, one ``FileDescriptorProto`` per module ou
     rpc Delete(DeleteProductRequest) returns (google.protobuf.Empty);
     rpc Watch(WatchProductRequest) returns (stream ProductEvent);     // resumable with after
     rpc Submit(SubmitProductRequest) returns (ProductActionResult);    // one per exposed action
+    rpc Recount(RecountProductRequest) returns (dap.jobs.v1.Job);      // a ``call: async`` action
+    rpc GetJob(dap.jobs.v1.GetJobRequest) returns (dap.jobs.v1.Job);   // when one runs as a job
+
+and for each ``Service`` manifest exposed over gRPC a service ``<Service>Service`` with one method
+per action open to gRPC (``<Action><Service>Request{params}`` → ``<Service>ActionResult{result,
+event}``, or ``dap.jobs.v1.Job`` for ``call: async``) and ``GetJob``. The job messages live in a
+file of their own (``dap/jobs/v1.proto``) so no entity or service name can clash with them.
 
 A record message carries the system fields (numbers 1-7) and then the REST-visible fields in
 manifest order from 16 on. Exact numbers (``decimal``, ``money``, ``percent``) and dates are
@@ -32,6 +39,7 @@ from google.protobuf import descriptor_pb2
 from dap.config.enums import CallMode, FieldType, ProtocolType
 from dap.config.fields import Field
 from dap.server.catalog import Catalog, Resource
+from dap.server.catalog.machines import ActionPlan, ServicePlan
 from dap.server.documents import lifecycle
 
 FD = descriptor_pb2.FieldDescriptorProto
@@ -113,14 +121,64 @@ def entities(catalog: Catalog) -> list[Entity]:
     ]
 
 
-VERBS = frozenset({"List", "Get", "Create", "Update", "Delete", "Watch"})
+VERBS = frozenset({"List", "Get", "Create", "Update", "Delete", "Watch", "GetJob"})
+# the job of a ``call: async`` action (REST's 202 body), in a package of its own so that no
+# entity or service name can clash with it; ``GetJob`` is REST's ``GET …/_jobs/{id}``
+JOBS_PACKAGE = "dap.jobs.v1"
+JOBS_FILE = "dap/jobs/v1.proto"
+JOB = f".{JOBS_PACKAGE}.Job"
+GET_JOB = f".{JOBS_PACKAGE}.GetJobRequest"
+
+
+@dataclass(frozen=True)
+class ServiceEntry:
+    """One ``Service`` manifest exposed over gRPC: its names in its package."""
+
+    plan: ServicePlan
+    package: str
+    message: str  # e.g. ``Tools`` for service ``tools``: service ``ToolsService``
+
+    @property
+    def service(self) -> str:
+        return f"{self.package}.{self.message}Service"
+
+    def full(self, name: str) -> str:
+        return f"{self.package}.{name}"
+
+
+def services(catalog: Catalog) -> list[ServiceEntry]:
+    """The services exposed over gRPC with at least one action open to it, in key order (none of
+    a module whose ``api.grpc.enabled`` is false)."""
+    off = {name for name, grpc in catalog.module_grpc.items() if not grpc.enabled}
+    return [
+        ServiceEntry(p, package_of(catalog, p.module), camel(p.name))
+        for _key, p in sorted(catalog.grpc_services.items())
+        if p.module not in off and service_actions(p)
+    ]
+
+
+def service_actions(plan: ServicePlan) -> list[str]:
+    """A service's actions served over gRPC, one method each: those enabled whose own ``expose``
+    is empty or names ``grpc``, none whose method name would be a verb's."""
+    return [
+        name
+        for name, a in sorted(plan.actions.items())
+        if a.declared is not None
+        and not a.declared.disabled
+        and (not a.declared.expose or ProtocolType.GRPC in a.declared.expose)
+        and camel(name) not in VERBS
+    ]
+
+
+def is_async(plan: ActionPlan | None) -> bool:
+    return plan is not None and plan.declared is not None and plan.declared.call is CallMode.ASYNC
 
 
 def exposed_actions(resource: Resource) -> list[str]:
     """The record actions served over gRPC, one method each: ``submit``/``cancel`` of a lifecycle
-    entity whose grpc entry opens ``update``, and the synchronous custom actions and transitions
-    whose own ``expose`` is empty or names ``grpc`` (``call: async`` ones are REST's tracked jobs,
-    not served here); none whose method name would be a verb's."""
+    entity whose grpc entry opens ``update``, and the custom actions and transitions whose own
+    ``expose`` is empty or names ``grpc`` (a ``call: async`` one answers its job); none whose
+    method name would be a verb's."""
     out: list[str] = []
     for name in sorted(set(resource.workflow) | set(lifecycle.MOVES)):
         declared = resource.spec.action(name)
@@ -135,10 +193,52 @@ def exposed_actions(resource: Resource) -> list[str]:
             continue
         if declared is not None and declared.expose and ProtocolType.GRPC not in declared.expose:
             continue
-        if declared is not None and declared.call is CallMode.ASYNC:
-            continue
         out.append(name)
     return out
+
+
+def async_actions(resource: Resource) -> list[str]:
+    """The exposed record actions that run as jobs (their methods answer ``dap.jobs.v1.Job``)."""
+    return [
+        a
+        for a in exposed_actions(resource)
+        if not (a in lifecycle.MOVES and resource.lifecycle) and is_async(resource.workflow.get(a))
+    ]
+
+
+def jobs_file() -> descriptor_pb2.FileDescriptorProto:
+    """``dap/jobs/v1.proto``: the job of an async action, and the request of ``GetJob``."""
+    f = descriptor_pb2.FileDescriptorProto(
+        name=JOBS_FILE, package=JOBS_PACKAGE, syntax="proto3", dependency=[STRUCT]
+    )
+    job = f.message_type.add(name="Job")
+    for number, (name, kind) in enumerate(JOB_FIELDS, start=1):
+        if isinstance(kind, str):
+            _add(job, name, number, FD.TYPE_MESSAGE, kind)
+        else:
+            _add(job, name, number, kind, optional=name in JOB_OPTIONAL)
+    request = f.message_type.add(name="GetJobRequest")
+    _add(request, "id", 1, FD.TYPE_STRING)
+    return f
+
+
+# the fields of a job (``workflows.jobs.Job.view``, REST's ``{"data": job}``)
+JOB_FIELDS: tuple[tuple[str, int | str], ...] = (
+    ("id", FD.TYPE_STRING),
+    ("state", FD.TYPE_STRING),  # queued, running, succeeded, failed
+    ("progress", FD.TYPE_DOUBLE),
+    ("action", FD.TYPE_STRING),
+    ("target", FD.TYPE_STRING),
+    ("record_id", FD.TYPE_STRING),
+    ("created_at", FD.TYPE_STRING),
+    ("started_at", FD.TYPE_STRING),
+    ("finished_at", FD.TYPE_STRING),
+    ("runs", FD.TYPE_INT64),
+    ("result", VALUE),  # succeeded: what the synchronous call would have answered
+    ("error", VALUE),  # failed: the problem document
+    ("callback", VALUE),  # {state, attempts, error} when a callback was asked for
+)
+JOB_OPTIONAL = frozenset({"record_id", "started_at", "finished_at"})
 
 
 def field_kind(f: Field) -> tuple[int, str | None]:
@@ -237,7 +337,7 @@ def _entity_messages(e: Entity) -> Iterable[descriptor_pb2.DescriptorProto]:
         delete = descriptor_pb2.DescriptorProto(name=f"Delete{e.message}Request")
         _add(delete, "id", 1, FD.TYPE_STRING)
         yield delete
-    acts = exposed_actions(e.resource)
+    acts = [a for a in exposed_actions(e.resource) if a not in async_actions(e.resource)]
     if acts:
         result = descriptor_pb2.DescriptorProto(name=f"{e.message}ActionResult")
         _add(result, "data", 1, FD.TYPE_MESSAGE, ref)
@@ -247,7 +347,7 @@ def _entity_messages(e: Entity) -> Iterable[descriptor_pb2.DescriptorProto]:
         _add(result, "event", 5, FD.TYPE_STRING, optional=True)
         _add(result, "approval", 6, FD.TYPE_MESSAGE, VALUE)
         yield result
-    for action in acts:
+    for action in exposed_actions(e.resource):
         request = descriptor_pb2.DescriptorProto(name=f"{camel(action)}{e.message}Request")
         _add(request, "id", 1, FD.TYPE_STRING)
         _add(request, "version", 2, FD.TYPE_INT64, optional=True)  # If-Match
@@ -278,20 +378,54 @@ def _service(e: Entity) -> descriptor_pb2.ServiceDescriptorProto:
             output_type=out,
             server_streaming=streaming,
         )
+    jobs = async_actions(e.resource)
     for action in exposed_actions(e.resource):
         service.method.add(
             name=camel(action),
             input_type=f".{e.full(f'{camel(action)}{e.message}Request')}",
-            output_type=f".{e.full(f'{e.message}ActionResult')}",
+            output_type=JOB if action in jobs else f".{e.full(f'{e.message}ActionResult')}",
         )
+    if jobs:
+        service.method.add(name="GetJob", input_type=GET_JOB, output_type=JOB)
+    return service
+
+
+def _service_messages(s: ServiceEntry) -> Iterable[descriptor_pb2.DescriptorProto]:
+    names = service_actions(s.plan)
+    if any(not is_async(s.plan.actions[a]) for a in names):
+        result = descriptor_pb2.DescriptorProto(name=f"{s.message}ActionResult")
+        _add(result, "result", 1, FD.TYPE_MESSAGE, VALUE)
+        _add(result, "event", 2, FD.TYPE_STRING, optional=True)
+        yield result
+    for action in names:
+        request = descriptor_pb2.DescriptorProto(name=f"{camel(action)}{s.message}Request")
+        _add(request, "params", 1, FD.TYPE_MESSAGE, ".google.protobuf.Struct")
+        yield request
+
+
+def _service_of(s: ServiceEntry) -> descriptor_pb2.ServiceDescriptorProto:
+    """``<Service>Service``: one method per action (a job for ``call: async``), and ``GetJob``."""
+    service = descriptor_pb2.ServiceDescriptorProto(name=f"{s.message}Service")
+    names = service_actions(s.plan)
+    for action in names:
+        service.method.add(
+            name=camel(action),
+            input_type=f".{s.full(f'{camel(action)}{s.message}Request')}",
+            output_type=JOB if is_async(s.plan.actions[action]) else f".{s.full(f'{s.message}ActionResult')}",
+        )
+    if any(is_async(s.plan.actions[a]) for a in names):
+        service.method.add(name="GetJob", input_type=GET_JOB, output_type=JOB)
     return service
 
 
 def files(catalog: Catalog) -> list[descriptor_pb2.FileDescriptorProto]:
-    """One file per package holding exposed entities, in package order."""
-    by_package: dict[str, list[Entity]] = {}
+    """One file per package holding exposed entities and services, in package order; first the
+    jobs file when an exposed action runs as a job."""
+    by_package: dict[str, list[Entity | ServiceEntry]] = {}
     for e in entities(catalog):
         by_package.setdefault(e.package, []).append(e)
+    for s in services(catalog):
+        by_package.setdefault(s.package, []).append(s)
     out = []
     for package, members in sorted(by_package.items()):
         f = descriptor_pb2.FileDescriptorProto(
@@ -300,10 +434,18 @@ def files(catalog: Catalog) -> list[descriptor_pb2.FileDescriptorProto]:
             syntax="proto3",
             dependency=[STRUCT, EMPTY, FIELD_MASK],
         )
-        for e in members:
-            f.message_type.extend(_entity_messages(e))
-            f.service.append(_service(e))
+        for m in members:
+            if isinstance(m, Entity):
+                f.message_type.extend(_entity_messages(m))
+                f.service.append(_service(m))
+            else:
+                f.message_type.extend(_service_messages(m))
+                f.service.append(_service_of(m))
+        if any(meth.output_type == JOB for svc in f.service for meth in svc.method):
+            f.dependency.append(JOBS_FILE)
         out.append(f)
+    if any(JOBS_FILE in f.dependency for f in out):
+        out.insert(0, jobs_file())
     return out
 
 

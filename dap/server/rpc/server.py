@@ -1,16 +1,21 @@
-"""The gRPC listener of ``dap serve --grpc-addr``: built at boot from the catalog, beside the HTTP one.
+"""The gRPC listener of ``dap serve --grpc-addr``: built from the catalog served, beside the HTTP one.
 
 :func:`attach` (a ``dap.server.cli.ATTACH`` hook, also called by tests) adds the listener to the
 application's start and shutdown, in the same event loop as the HTTP server and sharing its pool,
 caches, verifier and event feed. The descriptors come from ``descriptors`` into a pool of this
 server's own (never the process-wide default, so that two servers in a process never clash), and
 gRPC server reflection serves them, so ``grpcurl`` lists, describes and calls the services with no
-``.proto`` file. TLS follows REST's: ``--tls-cert``/``--tls-key`` serve both.
+``.proto`` file. The schema follows a catalog swap (:class:`RpcServer`: rebuilt by the first call
+after it), so a newly exposed entity or service needs no restart. TLS follows REST's:
+``--tls-cert``/``--tls-key`` serve both.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from aiohttp import web
@@ -24,9 +29,10 @@ from google.protobuf import (
     struct_pb2,
 )
 from google.rpc import error_details_pb2, status_pb2
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
 from dap.server import options, state
+from dap.server.catalog import Catalog
 from dap.server.rpc import descriptors, services
 
 log = logging.getLogger(__name__)
@@ -46,27 +52,75 @@ def pool_of(protos: list[descriptor_pb2.FileDescriptorProto]) -> descriptor_pool
     return pool
 
 
-class RpcServer:
-    """The gRPC server of one application; ``port`` once started."""
+@dataclass(frozen=True)
+class Schema:
+    """The gRPC face of one catalog: its descriptors, method handlers by path and service names."""
+
+    catalog: Catalog
+    pool: descriptor_pool.DescriptorPool
+    methods: Mapping[str, grpc.RpcMethodHandler[Any, Any]]
+    services: tuple[str, ...]
+    reflection: reflection.aio.ReflectionServicer
+
+    @classmethod
+    def of(cls, app: web.Application, catalog: Catalog) -> Schema:
+        pool = pool_of(descriptors.files(catalog))
+        entities, actions = descriptors.entities(catalog), descriptors.services(catalog)
+        names = tuple([e.service for e in entities] + [s.service for s in actions])
+        return cls(
+            catalog,
+            pool,
+            services.methods(app, pool, entities, actions),
+            names,
+            reflection.aio.ReflectionServicer([*names, reflection.SERVICE_NAME], pool=pool),
+        )
+
+
+class RpcServer(grpc.GenericRpcHandler):
+    """The gRPC server of one application; ``port`` once started.
+
+    The services follow the catalog served: the schema is built at start and again by the first
+    call after a swap (``state.SpecHolder.swap``, the resource pod loading a new artifact), so an
+    entity or service exposed by the new catalog is served, and reflected, without a restart; a
+    call already running finishes on the schema it started with.
+    """
 
     def __init__(self, app: web.Application, opts: options.ServeOptions) -> None:
         assert opts.grpc_addr is not None
         self.app, self.opts = app, opts
         self.server: grpc.aio.Server | None = None
         self.port = 0
-        self.services: list[str] = []
-        self.pool: descriptor_pool.DescriptorPool | None = None
+        self._schema: Schema | None = None
+
+    def schema(self) -> Schema:
+        """The schema of the catalog served now (rebuilt once after a swap)."""
+        current = self.app[state.SPEC].current
+        schema = self._schema
+        if schema is None or schema.catalog is not current:
+            schema = self._schema = Schema.of(self.app, current)
+            log.info("gRPC services", extra={"ctx": {"services": list(schema.services)}})
+        return schema
+
+    @property
+    def services(self) -> list[str]:
+        return list(self.schema().services)
+
+    @property
+    def pool(self) -> descriptor_pool.DescriptorPool:
+        return self.schema().pool
+
+    def service(
+        self, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        """The handler of a call's method in the current schema (``None``: UNIMPLEMENTED)."""
+        return self.schema().methods.get(handler_call_details.method)
 
     async def start(self, _app: web.Application | None = None) -> None:
-        catalog = self.app[state.SPEC].current
-        protos = descriptors.files(catalog)
-        pool = self.pool = pool_of(protos)
-        entities = descriptors.entities(catalog)
+        self.schema()
         # a request as large as REST's --max-body-bytes at most (RESOURCE_EXHAUSTED past it)
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", self.opts.max_body_bytes)])
-        server.add_generic_rpc_handlers(services.handlers(self.app, pool, entities))
-        self.services = [e.service for e in entities]
-        reflection.enable_server_reflection([*self.services, reflection.SERVICE_NAME], server, pool=pool)
+        server.add_generic_rpc_handlers([self])
+        reflection_pb2_grpc.add_ServerReflectionServicer_to_server(_Reflection(self), server)
         addr = self.opts.grpc_addr
         assert addr is not None
         target = f"[{addr.host}]:{addr.port}" if ":" in addr.host else f"{addr.host}:{addr.port}"
@@ -87,6 +141,20 @@ class RpcServer:
         if self.server is not None:
             await self.server.stop(GRACE)
             self.server = None
+
+
+class _Reflection(reflection_pb2_grpc.ServerReflectionServicer):  # type: ignore[misc]
+    """Server reflection over the current schema: each stream answers from the schema of the
+    catalog served when it opened."""
+
+    def __init__(self, rpc: RpcServer) -> None:
+        self.rpc = rpc
+
+    async def ServerReflectionInfo(  # noqa: N802 -- the generated servicer's name
+        self, request_iterator: Any, context: Any
+    ) -> AsyncIterator[Any]:
+        async for answer in self.rpc.schema().reflection.ServerReflectionInfo(request_iterator, context):
+            yield answer
 
 
 RPC: web.AppKey[RpcServer] = web.AppKey("rpc", RpcServer)

@@ -10,6 +10,7 @@ permissions, field permissions, row scope, the document lifecycle, ``idempotency
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -23,13 +24,16 @@ from aiohttp import web
 from google.protobuf import message, message_factory
 from google.protobuf.descriptor_pool import DescriptorPool
 
+from dap.config.actions import Action
+from dap.config.enums import ProtocolType
 from dap.server import errors, identity, state
 from dap.server.access import auth, guards
-from dap.server.catalog import Resource
+from dap.server.catalog import Resource, machines
 from dap.server.documents import idempotency, lifecycle
-from dap.server.events import builtin, plans
+from dap.server.events import builtin
 from dap.server.rpc import codec, descriptors, status
-from dap.server.workflows import actions, operations, sidecars, watching
+from dap.server.storage.workspaces import Workspace
+from dap.server.workflows import acting, operations, sidecars, watching
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +195,8 @@ class EntityService:
             resource = call.resource
             access = guards.check(call.principal, resource, name)  # required_permission, hidden fields
             expected = request.version if request.HasField("version") else None
-            out: Any = self.classes[f"{self.entity.message}ActionResult"]()
+            result = f"{self.entity.message}ActionResult"  # absent when every action is a job's
+            out: Any = self.classes[result]() if result in self.classes else None
             if name in lifecycle.MOVES and resource.lifecycle:
                 moved = await operations.move(call, access, name, request.id, expected=expected)
                 await self._settle(context, builtin.NAMES[name], moved.event, resource)
@@ -199,30 +204,30 @@ class EntityService:
                 return out  # type: ignore[no-any-return]
             plan = resource.workflow[name]
             declared = plan.declared
-            handler = actions.runner(resource.key, plan, self.app.get(sidecars.INVOKER))  # 501 first
-            if declared is not None and declared.emits is not None:
-                plans.event_type(resource.spec, declared.emits, declared)  # 422 for a mismatched event
+            invoker = self.app.get(sidecars.INVOKER)
+            handler = acting.prepare(resource, plan, ProtocolType.GRPC, invoker)  # 404, 501, 422 first
             record_id = operations.parse_id(request.id)
             body = codec.decode_struct(request.params) if request.HasField("params") else {}
-            key = None
-            if declared is not None and declared.idempotent:
-                header = declared.idempotency_key.header if declared.idempotency_key else idempotency.HEADER
-                key = idempotency.key_of(_metadata(context), header.lower())
-            done = await operations.act(
+            md = _metadata(context)
+            done = await acting.record_action(
                 call,
                 access,
                 plan,
                 handler,
                 record_id,
                 body,
+                raw=acting.json_text(body),
                 expected=expected,
-                key=key,
+                key=md.get(acting.key_header(declared).lower()) if declared is not None else None,
                 target=f"{call.location(record_id)}/{name}",
-                ip=context.peer() or "",
+                ip=peer_ip(context),
+                queue=_queue(self.app, declared, md),
             )
+            answer = orjson.loads(done.answer.body)
+            if acting.is_async(declared):
+                return _job(self.classes, answer["data"])
             if declared is not None and declared.emits and done.event is not None:
                 await self._settle(context, declared.emits, done.event, resource)
-            answer = orjson.loads(done.answer.body)
             codec.encode(answer["data"], out.data)
             if answer.get("transition"):
                 out.transition_from = answer["transition"]["from"]
@@ -233,6 +238,124 @@ class EntityService:
             return out  # type: ignore[no-any-return]
 
         return run
+
+    async def get_job(self, request: Any, context: Any) -> message.Message:
+        """REST's ``GET …/_jobs/{id}``: a job of this entity's actions, to the caller who started it."""
+        workspace, principal = await _caller(self.app, context, optional=True)
+        view = await acting.find_job(
+            self.app[state.POOL], workspace.tenant_id, self.key, request.id, principal.sub
+        )
+        return _job(self.classes, view)
+
+
+def peer_ip(context: grpc.aio.ServicerContext[Any, Any]) -> str:
+    """The caller's address without its port (``ipv4:127.0.0.1:5000`` → ``127.0.0.1``), as REST's
+    ``request.remote``: the key of an ``ip`` rate limit."""
+    peer = context.peer() or ""
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv6" and rest.startswith("["):
+        return rest[1 : rest.find("]")] if "]" in rest else rest
+    if kind == "ipv4":
+        return rest.rpartition(":")[0] or rest
+    return peer
+
+
+def _queue(app: web.Application, declared: Action | None, md: Metadata) -> acting.Queue:
+    """The process's job queue, with the callback URL the metadata names (the action's
+    ``callback.header``, lower-cased)."""
+    header = acting.callback_header(declared) if declared is not None else None
+    url = md.get(header.lower(), "").strip() if header is not None else ""
+    return acting.Queue(app[state.WORKER], url or None)
+
+
+def _job(classes: Mapping[str, type[message.Message]], view: Mapping[str, Any]) -> message.Message:
+    return codec.encode(view, classes[descriptors.JOB.lstrip(".")]())
+
+
+async def _caller(
+    app: web.Application, context: grpc.aio.ServicerContext[Any, Any], *, optional: bool
+) -> tuple[Workspace, auth.Principal]:
+    """The workspace the metadata names and its verified caller (anonymous without a token when
+    ``optional``)."""
+    md = _metadata(context)
+    slug = md.get(WORKSPACE) or app[state.OPTIONS].workspace
+    if not slug:
+        raise errors.NotFound(
+            f"name the workspace in the metadata {WORKSPACE}", code="SVC.WORKSPACE.NOT_FOUND"
+        )
+    workspace = await app[state.REGISTRY].resolve(slug)
+    header = md.get("authorization")
+    if header is None and optional:
+        return workspace, guards.anonymous(workspace.slug)
+    principal = await identity.authenticate(
+        app, auth.bearer_token(header), workspace=workspace.slug, bind=True
+    )
+    return workspace, principal
+
+
+@dataclass(frozen=True)
+class ServiceActions:
+    """The handlers of one ``Service`` manifest's gRPC service: its actions, and ``GetJob``."""
+
+    app: web.Application
+    entry: descriptors.ServiceEntry
+    classes: Mapping[str, type[message.Message]]
+
+    @property
+    def key(self) -> str:
+        return self.entry.plan.key
+
+    def _service(self) -> machines.ServicePlan:
+        service = self.app[state.SPEC].current.grpc_services.get(self.key)
+        if service is None:  # a catalog swapped since the boot
+            raise errors.NotFound(f"{self.key} is not exposed over gRPC", code="SVC.ACTION.NOT_FOUND")
+        return service
+
+    def action(self, name: str) -> Handler:
+        async def run(request: Any, context: Any) -> message.Message:
+            service = self._service()
+            plan = acting.plan_of(service, name, ProtocolType.GRPC)
+            declared = plan.declared
+            assert declared is not None
+            workspace, principal = await _caller(self.app, context, optional=declared.public)
+            catalog = self.app[state.SPEC].current
+            handler = acting.service_handler(
+                catalog, principal, service, plan, self.app.get(sidecars.INVOKER)
+            )
+            body = codec.decode_struct(request.params) if request.HasField("params") else {}
+            md = _metadata(context)
+            call = acting.ServiceCall(
+                self.app[state.POOL],
+                workspace,
+                principal,
+                service,
+                plan,
+                md.get("x-request-id") or uuid.uuid4().hex,
+            )
+            answer = await acting.service_action(
+                call,
+                handler,
+                body,
+                raw=acting.json_text(body),
+                key=md.get(acting.key_header(declared).lower()),
+                target=f"/{workspace.slug}/api/{service.key}/{name}",
+                ip=peer_ip(context),
+                queue=_queue(self.app, declared, md),
+            )
+            data = orjson.loads(answer.body)
+            if acting.is_async(declared):
+                return _job(self.classes, data["data"])
+            return codec.encode(data, self.classes[f"{self.entry.message}ActionResult"]())
+
+        return run
+
+    async def get_job(self, request: Any, context: Any) -> message.Message:
+        self._service()
+        workspace, principal = await _caller(self.app, context, optional=True)
+        view = await acting.find_job(
+            self.app[state.POOL], workspace.tenant_id, self.key, request.id, principal.sub
+        )
+        return _job(self.classes, view)
 
 
 def _unary(fn: Handler) -> Handler:
@@ -262,42 +385,62 @@ def _streaming(fn: Callable[[Any, Any], AsyncIterator[Any]]) -> Callable[[Any, A
     return handler
 
 
-def handlers(
-    app: web.Application, pool: DescriptorPool, entities: list[descriptors.Entity]
-) -> list[grpc.GenericRpcHandler]:
-    """One generic handler per entity service, its methods bound to :class:`EntityService`."""
-    out: list[grpc.GenericRpcHandler] = []
-    empty = message_factory.GetMessageClass(pool.FindMessageTypeByName("google.protobuf.Empty"))
+def _classes(pool: DescriptorPool, name: str) -> dict[str, type[message.Message]]:
+    """The messages of service ``name``'s package by short name (its file holds them all), with
+    Empty and the job (by full name)."""
+    service_desc = pool.FindServiceByName(name)
+    classes: dict[str, type[message.Message]] = {
+        n: message_factory.GetMessageClass(d) for n, d in service_desc.file.message_types_by_name.items()
+    }
+    for full in ("google.protobuf.Empty", descriptors.JOB.lstrip(".")):
+        with contextlib.suppress(KeyError):  # no job anywhere: no jobs file
+            classes[full] = message_factory.GetMessageClass(pool.FindMessageTypeByName(full))
+    return classes
+
+
+def methods(
+    app: web.Application,
+    pool: DescriptorPool,
+    entities: list[descriptors.Entity],
+    services: list[descriptors.ServiceEntry],
+) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
+    """The method handlers of every entity service (:class:`EntityService`) and ``Service``
+    manifest (:class:`ServiceActions`), by path (``/package.Service/Method``)."""
+    out: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+    targets: list[tuple[str, Any, dict[str, str]]] = []
     for e in entities:
-        service_desc = pool.FindServiceByName(e.service)
-        # the messages of the entity's package by short name (its file holds them all), and Empty
-        classes: dict[str, type[message.Message]] = {
-            name: message_factory.GetMessageClass(d)
-            for name, d in service_desc.file.message_types_by_name.items()
-        }
-        classes["google.protobuf.Empty"] = empty
-        service = EntityService(app, e, classes)
-        actions_by_method = {descriptors.camel(a): a for a in descriptors.exposed_actions(e.resource)}
-        methods: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+        entity = EntityService(app, e, _classes(pool, e.service))
+        targets.append(
+            (e.service, entity, {descriptors.camel(a): a for a in descriptors.exposed_actions(e.resource)})
+        )
+    for s in services:
+        actions_of = ServiceActions(app, s, _classes(pool, s.service))
+        targets.append(
+            (s.service, actions_of, {descriptors.camel(a): a for a in descriptors.service_actions(s.plan)})
+        )
+    for name, service, actions_by_method in targets:
+        service_desc = pool.FindServiceByName(name)
         for m in service_desc.methods:
             request_class = message_factory.GetMessageClass(m.input_type)
             response_class = message_factory.GetMessageClass(m.output_type)
             fn: Any = (
-                getattr(service, m.name.lower())
+                service.get_job
+                if m.name == "GetJob"
+                else getattr(service, m.name.lower())
                 if m.name in descriptors.VERBS
                 else service.action(actions_by_method[m.name])
             )
+            path = f"/{name}/{m.name}"
             if m.server_streaming:
-                methods[m.name] = grpc.unary_stream_rpc_method_handler(
+                out[path] = grpc.unary_stream_rpc_method_handler(
                     _streaming(fn),
                     request_deserializer=request_class.FromString,
                     response_serializer=response_class.SerializeToString,
                 )
             else:
-                methods[m.name] = grpc.unary_unary_rpc_method_handler(
+                out[path] = grpc.unary_unary_rpc_method_handler(
                     _unary(fn),
                     request_deserializer=request_class.FromString,
                     response_serializer=response_class.SerializeToString,
                 )
-        out.append(grpc.method_handlers_generic_handler(e.service, methods))
     return out

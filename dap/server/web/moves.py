@@ -3,10 +3,12 @@
 Which action a path names, and the HTTP answer when it names none: 404 for an unknown or disabled
 action (or one whose ``expose`` leaves out rest). ``submit``/``cancel`` of a lifecycle entity are
 ``documents.lifecycle.move`` (405 where the entity does not expose ``update``: such a move is a
-write of the record). Custom actions and state-machine transitions are ``workflows.actions``
-(:func:`_custom`): the JSON body is the action's params, ``If-Match`` and ``Idempotency-Key`` (for
-``idempotent`` actions) apply, and the answer is ``{"data": record, "result": …}`` plus, for a
-transition, ``"transition": {"from", "to"}`` and, when it emitted one, ``"event"`` (the outbox id).
+write of the record). Custom actions and state-machine transitions are
+``workflows.acting.record_action`` (:func:`_custom`; every protocol's): the JSON body is the
+action's params, ``If-Match`` and ``Idempotency-Key`` (for ``idempotent`` actions) apply, a
+``call: async`` one answers 202 with its job (``web.jobs``), and the answer is ``{"data": record,
+"result": …}`` plus, for a transition, ``"transition": {"from", "to"}`` and, when it emitted one,
+``"event"`` (the outbox id).
 A transition gated by an approval answers 202 with ``"approval"`` (``workflows.approvals``): the
 record does not move until the approval's last step reaches its quorum.
 """
@@ -15,16 +17,15 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from dap.config.enums import CallMode
+from dap.config.enums import ProtocolType
 from dap.server import errors, state
 from dap.server.access import auth, guards
 from dap.server.catalog import Catalog, Resource, machines
-from dap.server.documents import idempotency, lifecycle
+from dap.server.documents import lifecycle
 from dap.server.events import builtin
-from dap.server.storage import db
 from dap.server.storage.workspaces import Workspace
-from dap.server.web import delivery, jobs, requests
-from dap.server.workflows import actions, operations, sidecars
+from dap.server.web import delivery, requests
+from dap.server.workflows import acting, callbacks, operations, sidecars
 
 _CRUD = frozenset({"list", "find", "create", "update", "delete"})
 
@@ -71,54 +72,29 @@ async def _custom(
     plan: machines.ActionPlan,
 ) -> web.Response:
     declared = plan.declared
-    if declared is not None and declared.expose and "rest" not in declared.expose:
-        raise errors.NotFound(
-            f"{resource.key} does not expose {plan.name!r} over REST", code="SVC.ACTION.NOT_FOUND"
-        )
-    # 501s before anything is read or counted
-    handler = actions.runner(resource.key, plan, request.app.get(sidecars.INVOKER))
-    if declared is not None and declared.emits is not None:
-        delivery.check(resource, declared.emits, declared)  # 422 for a sync event of an async action
+    # 404 unless open to REST, 501s and 422 for a mismatched event before anything is read
+    handler = acting.prepare(resource, plan, ProtocolType.REST, request.app.get(sidecars.INVOKER))
     record_id = requests.parse_record_id(request)
     expected = requests.if_match(request)
     body = await requests.read_body(request) if request.body_exists else {}
-    actions.parse_params(plan, body)  # 422 before anything is counted (operations.act parses again)
-    keyed = None
-    if declared is not None and declared.idempotent:
-        header = declared.idempotency_key.header if declared.idempotency_key else idempotency.HEADER
-        key = idempotency.key_of(request.headers, header)
-        if key is not None:
-            keyed = (key, idempotency.fingerprint(principal.sub, request.path_qs, body))
-    tenant = workspace.tenant_id
-    if declared is not None and declared.call is CallMode.ASYNC:  # a tracked job (web.jobs)
-        async with db.connection(request.app[state.POOL]) as conn:
-            await actions.limit(
-                conn, resource.key, plan, tenant=tenant, sub=principal.sub, ip=request.remote or ""
-            )
-            await guards.select_record(conn, resource, tenant, record_id, principal=principal)  # 403/404 now
-        return await jobs.start(
-            request,
-            slug=workspace.slug,
-            tenant=tenant,
-            target=resource.key,
-            kind="entity",
-            declared=declared,
-            record_id=record_id,
-            principal=principal,
-            keyed=keyed,
-        )
+    key = request.headers.get(acting.key_header(declared)) if declared is not None else None
+    job = acting.is_async(declared)  # the body's text and a callback URL are a job's only
+    raw = (await request.read()).decode() if job and request.body_exists else ""
+    callback = callbacks.url_of(request.headers, declared.callback) if job and declared is not None else None
     call = requests.call(request, workspace, principal, catalog, resource)
-    done = await operations.act(
+    done = await acting.record_action(
         call,
         access,
         plan,
         handler,
         record_id,
         body,
+        raw=raw,
         expected=expected,
-        key=keyed[0] if keyed is not None else None,
+        key=key,
         target=request.path_qs,
         ip=request.remote or "",
+        queue=acting.Queue(request.app[state.WORKER], callback),
     )
     settled = None
     if declared is not None and declared.emits and done.event is not None:

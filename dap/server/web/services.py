@@ -16,19 +16,16 @@ or not exposed over REST → 404; the caller (a token, or none for a ``public: t
 
 from __future__ import annotations
 
-import uuid
 from typing import Literal
 
 from aiohttp import web
 
-from dap.config.enums import CallMode
-from dap.server import errors, identity, state
+from dap.config.enums import ProtocolType
+from dap.server import identity, state
 from dap.server.access import auth, guards
 from dap.server.catalog import Catalog
-from dap.server.documents import idempotency
-from dap.server.storage import db
-from dap.server.web import jobs, requests
-from dap.server.workflows import actions, services, sidecars
+from dap.server.web import requests
+from dap.server.workflows import acting, callbacks, sidecars
 
 
 def target(catalog: Catalog, module: str, name: str) -> Literal["service", "entity"]:
@@ -59,14 +56,9 @@ async def service_action(request: web.Request) -> web.Response:
         request.match_info["id"],
     )
     service = catalog.services[f"{module}/{name}"]
-    plan = service.actions.get(action)
-    declared = plan.declared if plan is not None else None
-    if plan is None or declared is None or declared.disabled:
-        raise errors.NotFound(f"{service.key} has no action {action!r}", code="SVC.ACTION.NOT_FOUND")
-    if declared.expose and "rest" not in declared.expose:
-        raise errors.NotFound(
-            f"{service.key} does not expose {action!r} over REST", code="SVC.ACTION.NOT_FOUND"
-        )
+    plan = acting.plan_of(service, action, ProtocolType.REST)  # 404: unknown, disabled, not REST's
+    declared = plan.declared
+    assert declared is not None
     header = request.headers.get("Authorization")
     if header is None and declared.public:
         principal = guards.anonymous(workspace.slug)
@@ -74,45 +66,24 @@ async def service_action(request: web.Request) -> web.Response:
         principal = await identity.authenticate(
             request.app, auth.bearer_token(header), workspace=workspace.slug, bind=True
         )
-    services.permit(catalog, principal, service, plan)
-    # 501s before anything is read or counted (sidecar without an app process attached)
-    handler = actions.runner(service.key, plan, request.app.get(sidecars.INVOKER))
+    # 401/403, then 501s before anything is read or counted (sidecar without an app process)
+    handler = acting.service_handler(catalog, principal, service, plan, request.app.get(sidecars.INVOKER))
     body = await requests.read_body(request) if request.body_exists else {}
-    params = actions.parse_params(plan, body)
-    keyed = None
-    if declared.idempotent:
-        header_name = declared.idempotency_key.header if declared.idempotency_key else idempotency.HEADER
-        key = idempotency.key_of(request.headers, header_name)
-        if key is not None:
-            keyed = (key, idempotency.fingerprint(principal.sub, request.path_qs, body))
-    tenant = workspace.tenant_id
-    pool = request.app[state.POOL]
-    async with db.connection(pool) as conn:
-        await actions.limit(
-            conn, service.key, plan, tenant=tenant, sub=principal.sub, ip=request.remote or ""
-        )
-    if declared.call is CallMode.ASYNC:
-        return await jobs.start(
-            request,
-            slug=workspace.slug,
-            tenant=tenant,
-            target=service.key,
-            kind="service",
-            declared=declared,
-            record_id=None,
-            principal=principal,
-            keyed=keyed,
-        )
-    call = services.Call(
-        service=service,
-        plan=plan,
-        tenant=tenant,
-        principal=principal,
-        params=params,
-        call_id=uuid.uuid4(),
-        request_id=request.get(state.REQUEST_ID),
-        idempotency=keyed,
+    key = request.headers.get(acting.key_header(declared))
+    job = acting.is_async(declared)  # the body's text and a callback URL are a job's only
+    raw = (await request.read()).decode() if job and request.body_exists else ""
+    callback = callbacks.url_of(request.headers, declared.callback) if job else None
+    call = acting.ServiceCall(
+        request.app[state.POOL], workspace, principal, service, plan, request.get(state.REQUEST_ID)
     )
-    async with db.connection(pool) as conn:
-        answer = await services.run(conn, call, handler, services.answer)
+    answer = await acting.service_action(
+        call,
+        handler,
+        body,
+        raw=raw,
+        key=key,
+        target=request.path_qs,
+        ip=request.remote or "",
+        queue=acting.Queue(request.app[state.WORKER], callback),
+    )
     return requests.respond(answer)

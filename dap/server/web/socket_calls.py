@@ -13,6 +13,15 @@ answered by ``{"type": "result", "id": "c1", "data": …}`` (a list adds ``limit
 ``total``; a create, update or move adds ``version``) or ``{"type": "error", "id": "c1", "status":
 404, "code": "SVC.…", "detail": "…", "errors": […]}`` -- REST's status and problem, correlated by
 ``id``. Calls of one socket run one at a time, in the order sent.
+
+Actions (``workflows.acting``, as REST's): a custom action or transition is its name as the
+``verb`` with ``record``, ``body`` (its params), ``version``, ``idempotency_key`` and, for a job,
+``callback_url``; a ``Service``'s action is ``{"service": "module/name", "verb": action, "body"}``.
+Their result frame is REST's JSON answer plus its ``status`` (200; 202 with ``data`` the job and
+``location`` its REST address for ``call: async``, or a gated transition). ``{"verb": "_job",
+"entity"|"service": key, "job": id}`` reads a job (its caller's only). An action whose own
+``expose`` leaves out ``ws`` answers ``SVC.ACTION.NOT_FOUND``; a service without a ``ws`` entry
+``SVC.ENTITY.NOT_FOUND``.
 """
 
 from __future__ import annotations
@@ -24,14 +33,85 @@ from urllib.parse import parse_qsl
 
 from aiohttp import web
 
+from dap.config.enums import ProtocolType
 from dap.server import errors, state
 from dap.server.access import auth, guards
+from dap.server.catalog import Catalog
 from dap.server.documents import idempotency, lifecycle
 from dap.server.events import builtin
+from dap.server.storage.workspaces import Workspace
 from dap.server.web import requests
-from dap.server.workflows import operations
+from dap.server.workflows import acting, operations, sidecars
 
 VERBS = frozenset({"list", "find", "create", "update", "delete"})
+JOB = "_job"  # the verb of a job lookup (no action is named so: names start with a letter)
+
+
+def _body(frame: dict[str, Any]) -> dict[str, Any]:
+    """The frame's ``body`` (a record's fields, an action's params) with exact numbers."""
+    body = frame.get("body") or {}
+    if not isinstance(body, dict):
+        raise errors.BadRequest("body must be a JSON object", code="SVC.REQUEST.MALFORMED_JSON")
+    exact: dict[str, Any] = json.loads(json.dumps(body), parse_float=Decimal)  # as REST reads
+    return exact
+
+
+def _sent(frame: dict[str, Any], name: str) -> str | None:
+    """A text the frame sends (an idempotency key, a callback URL), ``None`` without one."""
+    value = frame.get(name)
+    return None if value is None else str(value)
+
+
+def _answered(answer: idempotency.Answer) -> dict[str, Any]:
+    """An action's answer as a result frame's fields: REST's JSON body, its ``status`` (200, or 202
+    for a job or a gated transition) and, for a job, its REST ``location``."""
+    out: dict[str, Any] = {**json.loads(answer.body), "status": answer.status}
+    if "Location" in answer.headers:
+        out["location"] = answer.headers["Location"]
+    return out
+
+
+async def _job(
+    request: web.Request, workspace: Workspace, key: str, frame: dict[str, Any], principal: auth.Principal
+) -> dict[str, Any]:
+    return await acting.find_job(
+        request.app[state.POOL], workspace.tenant_id, key, str(frame.get("job", "")), principal.sub
+    )
+
+
+async def _service(
+    request: web.Request,
+    workspace: Workspace,
+    catalog: Catalog,
+    frame: dict[str, Any],
+    principal: auth.Principal,
+    verb: str,
+) -> dict[str, Any]:
+    """A service action (``"service": "module/name"``, ``"verb"``: the action) or its job."""
+    key = str(frame.get("service", ""))
+    service = catalog.ws_services.get(key)
+    if service is None:
+        raise errors.NotFound(f"no service {key} is exposed over ws", code="SVC.ENTITY.NOT_FOUND")
+    if verb == JOB:
+        return {"data": await _job(request, workspace, key, frame, principal)}
+    plan = acting.plan_of(service, verb, ProtocolType.WS)
+    app = request.app
+    handler = acting.service_handler(catalog, principal, service, plan, app.get(sidecars.INVOKER))
+    body = _body(frame)
+    call = acting.ServiceCall(
+        app[state.POOL], workspace, principal, service, plan, request.get(state.REQUEST_ID)
+    )
+    answer = await acting.service_action(
+        call,
+        handler,
+        body,
+        raw=acting.json_text(body),
+        key=_sent(frame, "idempotency_key"),
+        target=f"/{workspace.slug}/api/{service.key}/{verb}",
+        ip=request.remote or "",
+        queue=acting.Queue(app[state.WORKER], _sent(frame, "callback_url")),
+    )
+    return _answered(answer)
 
 
 async def answer(
@@ -63,22 +143,50 @@ async def _run(request: web.Request, frame: dict[str, Any], principal: auth.Prin
     app = request.app
     workspace = await app[state.REGISTRY].resolve(request.match_info["ws"])
     catalog = app[state.SPEC].current
-    key, verb = str(frame.get("entity", "")), str(frame.get("verb", ""))
+    verb = str(frame.get("verb", ""))
+    if "service" in frame:
+        return await _service(request, workspace, catalog, frame, principal, verb)
+    key = str(frame.get("entity", ""))
     resource = catalog.ws.get(key)
     if resource is None:
         raise errors.NotFound(f"no entity {key} is exposed over ws", code="SVC.ENTITY.NOT_FOUND")
+    if verb == JOB:
+        return {"data": await _job(request, workspace, key, frame, principal)}
     move = verb in lifecycle.MOVES and resource.lifecycle and lifecycle.move_open(resource, verb)
-    if verb not in resource.actions and not move:
+    custom = verb not in VERBS and not (verb in lifecycle.MOVES and resource.lifecycle)
+    plan = resource.workflow.get(verb) if custom else None
+    if verb not in resource.actions and not move and plan is None:
         raise errors.NotFound(f"{key} does not expose {verb} over ws", code="SVC.ACTION.NOT_EXPOSED")
     call = requests.call(request, workspace, principal, catalog, resource)
-    body = frame.get("body") or {}
-    if not isinstance(body, dict):
-        raise errors.BadRequest("body must be a JSON object", code="SVC.REQUEST.MALFORMED_JSON")
-    body = json.loads(json.dumps(body), parse_float=Decimal)  # exact numbers, as REST reads
+    body = _body(frame)
     version = frame.get("version")
     if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
         raise errors.BadRequest("version is the record's version, an integer", code="SVC.REQUEST.IF_MATCH")
     record = str(frame.get("record", ""))
+    if plan is not None:  # a custom action or transition, as REST's POST …/{id}/{action}
+        access = guards.check(principal, resource, verb)  # required_permission (403)
+        declared = plan.declared
+        if declared is not None and declared.disabled:
+            raise errors.NotFound(f"{key} has disabled {verb!r}", code="SVC.ACTION.NOT_FOUND")
+        handler = acting.prepare(resource, plan, ProtocolType.WS, app.get(sidecars.INVOKER))
+        record_id = operations.parse_id(record)
+        acted = await acting.record_action(
+            call,
+            access,
+            plan,
+            handler,
+            record_id,
+            body,
+            raw=acting.json_text(body),
+            expected=version,
+            key=_sent(frame, "idempotency_key"),
+            target=f"{call.location(record_id)}/{verb}",
+            ip=request.remote or "",
+            queue=acting.Queue(app[state.WORKER], _sent(frame, "callback_url")),
+        )
+        if declared is not None and declared.emits and acted.event is not None:
+            await operations.settle(app[state.EVENTS].feed, resource, declared.emits, acted.event)
+        return _answered(acted.answer)
     feed = app[state.EVENTS].feed
     if verb == "list":
         page = await operations.list_records(

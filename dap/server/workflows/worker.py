@@ -102,7 +102,7 @@ async def execute(
     body = jobs.decode(row["body"])
     tenant: uuid.UUID = row["tenant_id"]
     if row["kind"] == "entity":
-        resource = catalog.resources.get(row["target"])
+        resource = catalog.any_resource(row["target"])
         plan = resource.workflow.get(row["action"]) if resource is not None else None
         if resource is None or plan is None:
             raise _gone(job)
@@ -123,7 +123,7 @@ async def execute(
         )
         answer = await actions.run(conn, call, handler, lambda o: record_answer(access, resource, o))
     else:
-        service = catalog.services.get(row["target"])
+        service = catalog.any_service(row["target"])
         splan = service.actions.get(row["action"]) if service is not None else None
         if service is None or splan is None:
             raise _gone(job)
