@@ -19,6 +19,7 @@ import pytest
 import pytest_asyncio
 
 from dap.server import state
+from dap.server.access import guards
 from dap.server.catalog import Catalog
 from dap.server.events import builtin
 from dap.server.storage import deferred
@@ -254,3 +255,114 @@ async def test_refused_names_the_payload_check_only() -> None:
     other = asyncpg.NotNullViolationError("null value")
     other.table_name, other.column_name = "shop__product", "title"  # type: ignore[attr-defined]
     assert not builtin.refused(other)
+
+
+# --- updates: read unlocked, written with the version read ----------------------------------
+
+
+async def test_a_plain_update_is_a_read_and_one_statement(srv: Any, pg_dsn: str) -> None:
+    r, logs = srv
+    status, created = await call(r, "POST", "product", {"sku": "U-1", "title": "a", "price": "1"})
+    assert status == 201, created
+    rid = created["data"]["id"]
+    status, updated = await call(r, "PATCH", f"product/{rid}", {"title": "U-1 b", "price": "2.5"})
+    assert status == 200, updated
+    sent = await settled(logs, "U-1 b")
+    assert len(sent) == 1 and sent[0].startswith("WITH w AS (UPDATE"), sent
+    assert "version = $" in sent[0]  # the version it read
+    events = await events_of(pg_dsn, rid)
+    assert [e["event"] for e in events] == ["created", "updated"]
+    assert events[1]["record"] == updated["data"]
+    assert events[1]["changed"] == ["price", "title"]
+
+
+async def test_an_update_404_and_412_as_ever(srv: Any) -> None:
+    r, _ = srv
+    status, problem = await call(r, "PATCH", f"product/{uuid.uuid4()}", {"title": "x"})
+    assert status == 404, problem
+    status, created = await call(r, "POST", "product", {"sku": "U-2", "title": "a", "price": "1"})
+    rid = created["data"]["id"]
+    status, problem = await call(r, "PATCH", f"product/{rid}", {"title": "y"}, **{"If-Match": '"7"'})
+    assert status == 412, problem
+    status, ok = await call(r, "PATCH", f"product/{rid}", {"title": "z"}, **{"If-Match": '"1"'})
+    assert (status, ok["data"]["version"]) == (200, 2)
+
+
+async def test_an_update_whose_row_moved_after_its_read_takes_the_locked_path(
+    srv: Any, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another write lands between the unlocked read and the statement: the statement (its
+    ``WHERE version``) writes nothing, and the locked path writes over the other write's row."""
+    r, logs = srv
+    status, created = await call(r, "POST", "product", {"sku": "U-3", "title": "a", "price": "1"})
+    rid = created["data"]["id"]
+    real = guards.select_for_write
+
+    async def read_then_race(*args: Any, **kwargs: Any) -> Any:
+        current = await real(*args, **kwargs)
+        if not kwargs.get("lock", True):
+            other = await asyncpg.connect(pg_dsn)
+            try:
+                await other.execute(
+                    "UPDATE shop__product SET version = version + 1, qty = 42 WHERE id = $1", uuid.UUID(rid)
+                )
+            finally:
+                await other.close()
+        return current
+
+    monkeypatch.setattr(guards, "select_for_write", read_then_race)
+    status, updated = await call(r, "PATCH", f"product/{rid}", {"title": "U-3 b"})
+    monkeypatch.undo()
+    assert status == 200, updated
+    assert (updated["data"]["qty"], updated["data"]["version"]) == (42, 3)
+    tried = [q for queries in logs for q, args in queries if "U-3 b" in args]
+    assert len(tried) == 2, tried  # the lone statement (nothing written), then the locked path's
+    sent = await settled(logs, "U-3 b")
+    assert sent[0].startswith("BEGIN") and "FOR UPDATE" in sent[1] and sent[-1].startswith("COMMIT"), sent
+    events = await events_of(pg_dsn, rid)
+    assert [e["event"] for e in events] == ["created", "updated"]
+    assert events[1]["record"] == updated["data"]
+
+
+async def test_an_update_changed_by_a_trigger_is_refused_alone_and_rewritten_locked(
+    srv: Any, pg_dsn: str
+) -> None:
+    r, logs = srv
+    status, created = await call(r, "POST", "product", {"sku": "U-4", "title": "a", "price": "1"})
+    rid = created["data"]["id"]
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        await conn.execute(
+            "CREATE FUNCTION count_up() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN NEW.qty := coalesce(NEW.qty, 0) + 1; RETURN NEW; END $$"
+        )
+        await conn.execute(
+            "CREATE TRIGGER count_up BEFORE UPDATE ON shop__product FOR EACH ROW EXECUTE FUNCTION count_up()"
+        )
+        status, updated = await call(r, "PATCH", f"product/{rid}", {"title": "U-4 b"})
+    finally:
+        await conn.execute("DROP TRIGGER IF EXISTS count_up ON shop__product")
+        await conn.execute("DROP FUNCTION IF EXISTS count_up()")
+        await conn.close()
+    assert status == 200, updated
+    assert (updated["data"]["qty"], updated["data"]["version"]) == (1, 2)  # counted up once
+    sent = await settled(logs, "U-4 b")
+    assert sent[0].startswith("BEGIN") and sent[-1].startswith("COMMIT"), sent
+    events = await events_of(pg_dsn, rid)
+    assert events[1]["record"] == updated["data"]
+
+
+async def test_an_update_with_a_relation_commits_its_check_with_it(srv: Any, pg_dsn: str) -> None:
+    r, logs = srv
+    status, product = await call(r, "POST", "product", {"sku": "U-5", "title": "p", "price": "1"})
+    status, note = await call(r, "POST", "note", {"text": "U-5 n"})
+    rid = note["data"]["id"]
+    status, updated = await call(
+        r, "PATCH", f"note/{rid}", {"text": "U-5 m", "product": product["data"]["id"]}
+    )
+    assert status == 200, updated
+    sent = await settled(logs, "U-5 m")
+    assert sent[0].startswith("BEGIN") and any("FOR KEY SHARE" in s for s in sent), sent
+    assert not any("FOR UPDATE" in s for s in sent), sent  # the version in the statement instead
+    events = await events_of(pg_dsn, rid)
+    assert events[-1]["record"] == updated["data"]

@@ -157,7 +157,7 @@ def joined(
     *,
     changed: Iterable[str] | None = None,
     notify: bool = True,
-    check: str | None = None,
+    check: Check | None = None,
 ) -> Joined:
     """``statement`` (an ``INSERT``/``UPDATE`` of one row ``RETURNING`` the record's columns) and the
     built-in event of ``action`` on its row, as one statement returning the row and
@@ -171,7 +171,8 @@ def joined(
     instead. A transaction that NOTIFYs holds a database-wide lock through its commit, so such
     commits (and their WAL flushes) run one at a time (docs/performance.md).
 
-    ``check`` (:func:`matching`) makes the statement fail, writing nothing, when the row comes out
+    ``check`` (:func:`matching`, its parameters numbered from ``len(args) + 9``) makes the
+    statement fail, writing nothing, when the row comes out
     otherwise than predicted: for a statement committed by itself, whose event cannot be rewritten
     afterwards in the same transaction as :func:`settle_joined` does.
     """
@@ -190,7 +191,10 @@ def joined(
         write.username,
         write.request_id,
     ]
-    return Joined(_joined_sql(statement, len(args), notify, check), [*args, *extra], body)
+    if check is None:
+        return Joined(_joined_sql(statement, len(args), notify, None), [*args, *extra], body)
+    text = _joined_sql(statement, len(args), notify, check.sql)
+    return Joined(text, [*args, *extra, *check.args], body)
 
 
 @dataclass(frozen=True)
@@ -202,36 +206,48 @@ class Settled:
     record: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class Check:
+    """A condition on the written row ``w`` for :func:`joined`, and the parameters it adds."""
+
+    sql: str
+    args: list[Any]
+
+
 def matching(
-    resource: Resource, predicted: Mapping[str, Any], placed: Mapping[str, int], *, alias: str = "w"
-) -> str | None:
-    """SQL: the row ``alias`` holds what ``predicted`` says in every column the event's record shows
-    (but :data:`_FILLED`), for :func:`joined`'s ``check``; ``None`` when that cannot be said in SQL.
-    Pure.
+    resource: Resource, predicted: Mapping[str, Any], placed: Mapping[str, int], first: int
+) -> Check:
+    """SQL: the row ``w`` holds what ``predicted`` says in every column the event's record shows
+    (but :data:`_FILLED`), for :func:`joined`'s ``check``; ``first`` is the number its own
+    parameters start at. Pure.
 
     A column the statement wrote from its parameter ``$k`` (``placed``) is compared as text with
     that parameter (``1.50`` against ``1.5`` differs, as their JSON does), a column predicted null
-    must be null, and ``docstatus`` its number. Stricter than :func:`settle_joined`'s comparison of
-    presented records (a stored value equal as text decodes to the value that was sent), never
-    looser: a false alarm only costs the caller its transaction path.
+    must be null, any other with a parameter of its own (the predicted value, of the column's
+    type without its modifier, so that nothing rounds it). Stricter than :func:`settle_joined`'s
+    comparison of presented records (a stored value equal as text decodes to the value that was
+    sent), never looser: a false alarm only costs the caller its transaction path.
     """
     terms: list[str] = []
+    args: list[Any] = []
     columns = [column for _, column, _ in reading.shown(resource, "rest") if column is not None]
     columns += ["owner", *(["docstatus"] if resource.lifecycle else [])]
     for column in columns:
         if column in _FILLED:
             continue
-        ref = f"{alias}.{tables.quote(column)}"
+        ref = f"w.{tables.quote(column)}"
         value = predicted.get(column)
         if column in placed:
             terms.append(f"{ref}::text IS NOT DISTINCT FROM ${placed[column]}::text")
         elif value is None:
             terms.append(f"{ref} IS NULL")
-        elif column == "docstatus" and isinstance(value, int):
-            terms.append(f"{ref} = {int(value)}")
         else:
-            return None
-    return " AND ".join(terms) or "true"
+            declared = resource.table.column(column)
+            assert declared is not None
+            base = declared.sql_type.split("(", 1)[0]
+            args.append(value)
+            terms.append(f"{ref}::text IS NOT DISTINCT FROM (${first + len(args) - 1}::{base})::text")
+    return Check(" AND ".join(terms) or "true", args)
 
 
 def refused(exc: asyncpg.PostgresError) -> bool:

@@ -18,7 +18,7 @@ same 503 when the commit is lost) and rolls back on an error.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
@@ -41,12 +41,13 @@ class Deferred(_Proxy):
     deferred paths opens a savepoint or a cursor first). Everything else goes to the connection.
     """
 
-    __slots__ = ("_alone", "_transaction")
+    __slots__ = ("_alone", "_reading", "_transaction")
 
     def __init__(self, conn: db.Connection) -> None:  # no super().__init__: not a proxy of the pool
         self._con = conn  # the pool's proxy (or a plain connection): released with it, as ever
         self._transaction: Transaction | None = None
         self._alone = False
+        self._reading = False
 
     @property
     def pristine(self) -> bool:
@@ -58,7 +59,7 @@ class Deferred(_Proxy):
         return self._transaction is not None
 
     async def _begin(self) -> None:
-        if self._transaction is not None:
+        if self._transaction is not None or self._reading:
             return
         if self._alone:
             raise RuntimeError("a statement after one sent alone: it would not be part of its write")
@@ -83,6 +84,23 @@ class Deferred(_Proxy):
             self._alone = was
             raise
         return row
+
+    @contextlib.contextmanager
+    def unlocked(self) -> Iterator[None]:
+        """Statements sent alone (autocommitted) inside the block, before anything has begun: reads
+        of a write that checks in its own statement that what it read is still so (a version)."""
+        if not self.pristine:
+            raise RuntimeError("unlocked reads come first")
+        self._reading = True
+        try:
+            yield
+        finally:
+            self._reading = False
+
+    def undone(self) -> None:
+        """The statement sent alone wrote nothing (it returned none of the rows it writes): nothing
+        is bound to it, and the connection is as it was before it."""
+        self._alone = False
 
     async def finish(self) -> None:
         """Commit what began (nothing when nothing did)."""

@@ -258,9 +258,9 @@ async def update(
     body = guards.writable(access, body)
     values = writing.validate_body(resource, body, partial=True, catalog=call.catalog)
     write = call.write()
-    async with db.connection(call.pool) as conn:
-        try:
-            async with db.committed(conn):
+    async with db.connection(call.pool) as pooled:
+        try:  # the transaction deferred: a plain update reads unlocked and writes in one statement
+            async with deferred.deferred(pooled) as conn:
                 done = await recording.update(
                     conn, write, access, record_id, body, values, expected=expected, notify=call.wake is None
                 )
