@@ -366,3 +366,29 @@ async def test_an_update_with_a_relation_commits_its_check_with_it(srv: Any, pg_
     assert not any("FOR UPDATE" in s for s in sent), sent  # the version in the statement instead
     events = await events_of(pg_dsn, rid)
     assert events[-1]["record"] == updated["data"]
+
+
+async def test_the_lone_statement_is_prepared_once_per_connection(srv: Any) -> None:
+    """asyncpg's statement cache serves the joined statement again (its text is the same for the
+    same set of columns): Postgres plans it once per connection, not once per create."""
+    r, _ = srv
+    for i in range(8):
+        status, _ = await call(r, "POST", "note", {"text": f"P-{i}"})
+        assert status == 201
+    pool = r.server.app[state.POOL]
+    held = [await pool.acquire() for _ in range(pool.get_max_size())]
+    try:
+        found = [
+            await conn.fetch(
+                "SELECT generic_plans + custom_plans AS runs FROM pg_prepared_statements "
+                'WHERE statement LIKE \'WITH w AS (INSERT INTO "shop__note" ("tenant_id", "created_by", '
+                '"owner", "text") %\''
+            )
+            for conn in held
+        ]
+    finally:
+        for conn in held:
+            await pool.release(conn)
+    prepared = [row["runs"] for rows in found for row in rows]
+    assert len(prepared) <= len(held) and all(len(rows) <= 1 for rows in found), found
+    assert sum(prepared) >= 8  # every create ran a statement prepared before (N-5 ran it too)
