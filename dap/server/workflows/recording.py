@@ -8,8 +8,9 @@ written once (ARCHITECTURE.md, "Protocols are adapters"). Each function runs ins
 transaction and opens none: a request commits one record, a seed run commits all of its records
 together. A caller may defer that transaction (``storage.deferred``, as ``operations`` does):
 a create or update that needs nothing but its own statement then sends it alone, committed by
-itself (docs/decisions.md, "One statement per write"). What stays with the caller is what belongs to its protocol: decoding the body, the
-permission check that yields ``access``, the ``Idempotency-Key``, the answer and its delivery.
+itself (docs/decisions.md, "One statement per write"). What stays with the caller is what
+belongs to its protocol: decoding the body, the permission check that yields ``access``, the
+``Idempotency-Key``, the answer and its delivery.
 """
 
 from __future__ import annotations
