@@ -4,7 +4,10 @@ Real Postgres, real asyncpg, a real broken socket: the relay forwards bytes both
 told, closes every connection (``down``), refuses new ones, or breaks the one connection that is
 committing: after relaying the server's answer to ``COMMIT`` (``after_commit``: the write is
 committed and the client knows it) or before (``during_commit``: committed, but the client never
-hears so).
+hears so). ``break_statement`` does the same to a statement committed by itself (autocommit, no
+``COMMIT``): the first one whose text, sent to be parsed, holds ``statement_marker``; its answer
+is one row (asyncpg's ``fetchrow`` asks for one: the portal is suspended after it, and the
+statement commits at the ``Sync`` that follows).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from urllib.parse import parse_qs, urlsplit
 COMMIT_QUERY = b"COMMIT"
 COMMIT_DONE = b"C\x00\x00\x00\x0bCOMMIT\x00"  # CommandComplete with the tag COMMIT
 READY = b"Z\x00\x00\x00\x05"  # ReadyForQuery
+ONE_ROW_DONE = b"s\x00\x00\x00\x04"  # PortalSuspended: the one row asked for was sent
 
 
 class PgProxy:
@@ -35,6 +39,8 @@ class PgProxy:
         self.down = False
         self.break_commit: str | None = None  # "after_commit" or "during_commit", once
         self.broken = asyncio.Event()
+        self.break_statement: str | None = None  # "after" or "during", once
+        self.statement_marker = b""
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
 
@@ -71,8 +77,11 @@ class PgProxy:
         self._writers |= {client_w, server_w}
         committing = asyncio.Event()
 
+        armed = asyncio.Event()  # the statement to break was sent
+
         def kill() -> None:
             self.break_commit = None
+            self.break_statement = None
             for w in (client_w, server_w):
                 w.transport.abort()
                 self._writers.discard(w)
@@ -81,6 +90,8 @@ class PgProxy:
         async def upstream() -> None:
             while data := await client_r.read(65536):
                 server_w.write(data)
+                if self.break_statement and self.statement_marker and self.statement_marker in data:
+                    armed.set()
                 if self.break_commit and COMMIT_QUERY in data:
                     committing.set()
                     if self.break_commit == "during_commit":
@@ -94,6 +105,24 @@ class PgProxy:
             while data := await server_r.read(65536):
                 if self.break_commit == "during_commit" and committing.is_set():
                     continue  # the answer to COMMIT never reaches the client
+                if self.break_statement and armed.is_set():
+                    seen += data
+                    at = seen.find(ONE_ROW_DONE)
+                    if at >= 0 and READY in seen[at:]:  # the statement ran and committed (Sync)
+                        if self.break_statement == "after":
+                            client_w.write(data)
+                            await client_w.drain()
+                            # closed, not aborted: the client reads the answer, then the end
+                            client_w.close()
+                            server_w.transport.abort()
+                            self._writers -= {client_w, server_w}
+                            self.break_statement = None
+                            self.broken.set()
+                            return
+                        kill()  # "during": its answer never reaches the client
+                        return
+                    client_w.write(data)
+                    continue
                 client_w.write(data)
                 if self.break_commit == "after_commit" and committing.is_set():
                     seen += data

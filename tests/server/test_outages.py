@@ -25,6 +25,7 @@ from .pgproxy import PgProxy
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 P = "/default/api/shop/product"
+JOINED_INSERT = b'WITH w AS (INSERT INTO "shop__product"'  # a create's row and event, one statement
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -80,10 +81,40 @@ async def test_a_commit_whose_answer_arrived_is_201_even_if_the_connection_dies(
 ) -> None:
     proxy.broken.clear()
     proxy.break_commit = "after_commit"
-    status, answer, _ = await post(srv, product("C1"))
+    # with a key: a create in a transaction (a plain one is a statement alone, tested below)
+    status, answer, _ = await post(srv, product("C1"), **{"Idempotency-Key": str(uuid.uuid4())})
     assert proxy.broken.is_set()  # the relay did break the connection right after COMMIT
     assert status == 201, answer
     assert await count(pg_dsn, "C1") == 1
+
+
+# A plain create is one statement committed by itself (``storage.deferred``): its answer is its
+# commit's. Each test sends a set of columns no other sent, so that its statement's text is
+# parsed on its connection (later runs of a cached statement do not carry the text the relay
+# looks for).
+
+
+async def test_a_lone_statement_whose_answer_arrived_is_201_even_if_the_connection_dies(
+    srv: Running, proxy: PgProxy, pg_dsn: str
+) -> None:
+    proxy.broken.clear()
+    proxy.statement_marker, proxy.break_statement = JOINED_INSERT, "after"
+    status, answer, _ = await post(srv, {**product("L1"), "description": "after"})
+    assert proxy.broken.is_set()  # the relay broke the connection right after the answer
+    assert status == 201, answer
+    assert await count(pg_dsn, "L1") == 1
+
+
+async def test_a_lone_statement_whose_answer_was_lost_says_the_outcome_is_unknown(
+    srv: Running, proxy: PgProxy, pg_dsn: str
+) -> None:
+    proxy.broken.clear()
+    proxy.statement_marker, proxy.break_statement = JOINED_INSERT, "during"
+    status, problem, headers = await post(srv, {**product("L2"), "color": "red"})
+    assert proxy.broken.is_set()
+    assert (status, problem.get("code")) == (503, "SVC.DB.OUTCOME_UNKNOWN"), problem
+    assert "Retry-After" in headers
+    assert await count(pg_dsn, "L2") == 1  # it did commit
 
 
 async def test_a_lost_commit_says_the_outcome_is_unknown_and_the_key_makes_the_retry_safe(

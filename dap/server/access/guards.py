@@ -315,9 +315,11 @@ async def select_for_write(
     *,
     principal: auth.Principal,
     expected: int | None,
+    lock: bool = True,
 ) -> asyncpg.Record:
-    """The record locked ``FOR UPDATE`` for a write; 412 unless it is at the ``If-Match`` version."""
-    current = await select_record(conn, resource, tenant, record_id, principal=principal, lock=True)
+    """The record locked ``FOR UPDATE`` for a write; 412 unless it is at the ``If-Match`` version.
+    ``lock`` ``False``: for a write whose statement checks the version it read (``recording``)."""
+    current = await select_record(conn, resource, tenant, record_id, principal=principal, lock=lock)
     if expected is not None and current["version"] != expected:
         raise errors.PreconditionFailed(
             f"the record is at version {current['version']}, not {expected}",

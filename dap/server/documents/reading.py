@@ -45,6 +45,11 @@ def present(
     return out
 
 
+def shown(resource: Resource, surface: str) -> tuple[Presented, ...]:
+    """The ``(name, column, convert)`` of each slot ``surface`` shows (``column`` ``None``: child rows)."""
+    return _shown(resource, surface)
+
+
 def _shown(resource: Resource, surface: str) -> tuple[Presented, ...]:
     """The slots ``surface`` shows, as plain tuples: a list page answers this per row."""
     shown = resource.presenting.get(surface)

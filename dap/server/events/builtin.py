@@ -31,9 +31,10 @@ from typing import Any
 
 import asyncpg
 
+from dap.server.catalog import Resource
 from dap.server.documents import auditing, reading
 from dap.server.events import outbox
-from dap.server.storage import db
+from dap.server.storage import db, tables
 
 log = logging.getLogger(__name__)
 
@@ -125,11 +126,15 @@ class Joined:
 
 
 @functools.lru_cache(maxsize=1024)
-def _joined_sql(statement: str, n: int, notify: bool) -> str:
+def _joined_sql(statement: str, n: int, notify: bool, check: str | None) -> str:
     """The text of :func:`joined`'s statement around ``statement`` (with ``n`` parameters of its
-    own): built once per statement text, since a table's writes repeat a few column sets."""
+    own): built once per statement text, since a table's writes repeat a few column sets.
+    ``check``: a condition on the written row ``w`` under which the payload is written; otherwise
+    it is null, which ``dap.outbox.payload``'s ``NOT NULL`` refuses (:func:`refused`)."""
     wake = f", pg_notify('{outbox.CHANNEL}', txid_current()::text)" if notify else ""
     record = f"${n + 5}::jsonb"
+    if check is not None:
+        record = f"CASE WHEN {check} THEN {record} END"
     record = f"jsonb_set({record}, '{{record,id}}', to_jsonb(w.id::text))"
     record = f"jsonb_set({record}, '{{record,version}}', to_jsonb(w.version))"
     record = f"jsonb_set({record}, '{{record,created_at}}', {_iso('w.created_at')})"
@@ -152,6 +157,7 @@ def joined(
     *,
     changed: Iterable[str] | None = None,
     notify: bool = True,
+    check: Check | None = None,
 ) -> Joined:
     """``statement`` (an ``INSERT``/``UPDATE`` of one row ``RETURNING`` the record's columns) and the
     built-in event of ``action`` on its row, as one statement returning the row and
@@ -164,6 +170,11 @@ def joined(
     dispatcher: for a caller that wakes its own process's running dispatcher after the commit
     instead. A transaction that NOTIFYs holds a database-wide lock through its commit, so such
     commits (and their WAL flushes) run one at a time (docs/performance.md).
+
+    ``check`` (:func:`matching`, its parameters numbered from ``len(args) + 9``) makes the
+    statement fail, writing nothing, when the row comes out
+    otherwise than predicted: for a statement committed by itself, whose event cannot be rewritten
+    afterwards in the same transaction as :func:`settle_joined` does.
     """
     as_stored = {  # Postgres gives a timestamptz back in UTC
         k: v.astimezone(dt.UTC) if isinstance(v, dt.datetime) and v.tzinfo is not None else v
@@ -180,7 +191,10 @@ def joined(
         write.username,
         write.request_id,
     ]
-    return Joined(_joined_sql(statement, len(args), notify), [*args, *extra], body)
+    if check is None:
+        return Joined(_joined_sql(statement, len(args), notify, None), [*args, *extra], body)
+    text = _joined_sql(statement, len(args), notify, check.sql)
+    return Joined(text, [*args, *extra, *check.args], body)
 
 
 @dataclass(frozen=True)
@@ -190,6 +204,74 @@ class Settled:
 
     event: uuid.UUID
     record: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Check:
+    """A condition on the written row ``w`` for :func:`joined`, and the parameters it adds."""
+
+    sql: str
+    args: list[Any]
+
+
+def matching(
+    resource: Resource, predicted: Mapping[str, Any], placed: Mapping[str, int], first: int
+) -> Check:
+    """SQL: the row ``w`` holds what ``predicted`` says in every column the event's record shows
+    (but :data:`_FILLED`), for :func:`joined`'s ``check``; ``first`` is the number its own
+    parameters start at. Pure.
+
+    A column the statement wrote from its parameter ``$k`` (``placed``) is compared as text with
+    that parameter (``1.50`` against ``1.5`` differs, as their JSON does), a column predicted null
+    must be null, any other with a parameter of its own (the predicted value, of the column's
+    type without its modifier, so that nothing rounds it). Stricter than :func:`settle_joined`'s
+    comparison of presented records (a stored value equal as text decodes to the value that was
+    sent), never looser: a false alarm only costs the caller its transaction path.
+    """
+    terms: list[str] = []
+    args: list[Any] = []
+    columns = [column for _, column, _ in reading.shown(resource, "rest") if column is not None]
+    columns += ["owner", *(["docstatus"] if resource.lifecycle else [])]
+    for column in columns:
+        if column in _FILLED:
+            continue
+        ref = f"w.{tables.quote(column)}"
+        value = predicted.get(column)
+        if column in placed:
+            terms.append(f"{ref}::text IS NOT DISTINCT FROM ${placed[column]}::text")
+        elif value is None:
+            terms.append(f"{ref} IS NULL")
+        else:
+            declared = resource.table.column(column)
+            assert declared is not None
+            base = declared.sql_type.split("(", 1)[0]
+            args.append(value)
+            terms.append(f"{ref}::text IS NOT DISTINCT FROM (${first + len(args) - 1}::{base})::text")
+    return Check(" AND ".join(terms) or "true", args)
+
+
+def refused(exc: asyncpg.PostgresError) -> bool:
+    """The error of a :func:`joined` statement whose ``check`` failed (nothing was written)."""
+    return (
+        isinstance(exc, asyncpg.NotNullViolationError)
+        and getattr(exc, "table_name", None) == "outbox"
+        and getattr(exc, "column_name", None) == "payload"
+    )
+
+
+def compared(
+    write: auditing.Write, done: Joined, row: asyncpg.Record, *, changed: Iterable[str] | None = None
+) -> tuple[Settled, dict[str, Any] | None]:
+    """A joined write's event and record, and the payload it should have carried when the row came
+    out otherwise than predicted (``None`` when it came out as predicted). Pure."""
+    event = row[EVENT_COLUMN]
+    assert isinstance(event, uuid.UUID)
+    actual = payload(write, row, None, changed)
+    expected = {**done.expected, "record": {**done.expected["record"]}}
+    for name in _FILLED:
+        expected["record"][name] = actual["record"][name]
+    settled = Settled(event, dict(actual["record"]))  # a copy: the caller may narrow it for its view
+    return settled, (actual if actual != expected else None)
 
 
 async def settle_joined(
@@ -203,16 +285,11 @@ async def settle_joined(
     """The event's public id and record; its payload rewritten (in the caller's transaction) when
     the row came out otherwise than predicted (a column default, a trigger), so that the event
     always carries the record as it is."""
-    event = row[EVENT_COLUMN]
-    assert isinstance(event, uuid.UUID)
-    actual = payload(write, row, None, changed)
-    expected = {**done.expected, "record": {**done.expected["record"]}}
-    for name in _FILLED:
-        expected["record"][name] = actual["record"][name]
-    if actual != expected:
+    settled, actual = compared(write, done, row, changed=changed)
+    if actual is not None:
         log.debug(
             "event payload rewritten: the row differs from its prediction",
-            extra={"ctx": {"event": str(event)}},
+            extra={"ctx": {"event": str(settled.event)}},
         )
-        await conn.execute("UPDATE dap.outbox SET payload = $1 WHERE public_id = $2", actual, event)
-    return Settled(event, dict(actual["record"]))  # a copy: the caller may narrow it for its view
+        await conn.execute("UPDATE dap.outbox SET payload = $1 WHERE public_id = $2", actual, settled.event)
+    return settled

@@ -6,6 +6,7 @@ all build on it). Its modules are its face; siblings elsewhere import them from 
 (``from dap.server.storage import sql``), never anything not listed in ``__all__``::
 
     db           the process's one asyncpg pool, connection types, JSON encoding
+    deferred     a transaction begun by the first statement that needs it (lone statements)
     tables       entities → tables, columns, indexes, shortened identifiers (pure)
     migrations   stored registry + manifests → ordered, classified steps (pure)
     schema_sync  applying a plan to Postgres and recording it
@@ -24,6 +25,7 @@ migration needs.
 __all__ = [
     "caching",
     "db",
+    "deferred",
     "files",
     "migrations",
     "numbering",

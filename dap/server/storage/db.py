@@ -197,13 +197,18 @@ async def committed(conn: Connection) -> AsyncIterator[None]:
     try:
         await transaction.commit()
     except UNREACHABLE as exc:
-        raise errors.ServiceUnavailable(
-            "the connection to Postgres broke while this write was committing, so it may or may not "
-            "have happened: read the record before writing again, or repeat a create with the same "
-            "Idempotency-Key",
-            retry_after=RETRY_AFTER,
-            code="SVC.DB.OUTCOME_UNKNOWN",
-        ) from exc
+        raise outcome_unknown() from exc
+
+
+def outcome_unknown() -> errors.ServiceUnavailable:
+    """The 503 of a write whose commit was lost with its connection: it may or may not have happened."""
+    return errors.ServiceUnavailable(
+        "the connection to Postgres broke while this write was committing, so it may or may not "
+        "have happened: read the record before writing again, or repeat a create with the same "
+        "Idempotency-Key",
+        retry_after=RETRY_AFTER,
+        code="SVC.DB.OUTCOME_UNKNOWN",
+    )
 
 
 class Listener:

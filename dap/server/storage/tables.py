@@ -97,7 +97,17 @@ class Table:
         return f"SELECT {self.select_columns} FROM {quote(self.name)} WHERE tenant_id = $1 AND id = $2"
 
     def column_for(self, field_name: str) -> Column | None:
-        return next((c for c in self.columns if c.field == field_name), None)
+        return self._by_field.get(field_name)
+
+    @functools.cached_property
+    def _by_field(self) -> dict[str, Column]:
+        """Each field's column (the first, as the scan it replaces found), built once: every write
+        looks up each of its fields."""
+        found: dict[str, Column] = {}
+        for c in self.columns:
+            if c.field is not None:
+                found.setdefault(c.field, c)
+        return found
 
 
 def numeric_type(f: Field) -> str:

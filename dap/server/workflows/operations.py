@@ -30,7 +30,7 @@ from dap.server.access import auth, guards
 from dap.server.catalog import Catalog, Resource, machines
 from dap.server.documents import auditing, filling, idempotency, lifecycle, reading, writing
 from dap.server.events import builtin, feed, plans
-from dap.server.storage import caching, db, files, sql
+from dap.server.storage import caching, db, deferred, files, sql
 from dap.server.storage.workspaces import Workspace
 from dap.server.workflows import actions, filters, recording
 
@@ -211,28 +211,40 @@ async def create(
     body = guards.writable(access, body, create=True)  # row-scope fields filled from the caller
     values = writing.validate_body(resource, body, partial=False, catalog=call.catalog)
     write = call.write()
-    async with db.connection(call.pool) as conn:
+    async with db.connection(call.pool) as pooled:
         try:
-            async with db.committed(conn):
-                stored = await idempotency.claim(conn, tenant, key, digest) if key is not None else None
-                if stored is not None:
-                    return Stored(stored, None)
-                done = await recording.create(
-                    conn, write, access, body, values, submit=submit, notify=call.wake is None
-                )
-                row = done.row
-                answer = idempotency.Answer(
-                    201,
-                    encode({"data": access.view(done.presented(resource))}).decode(),
-                    {"Location": call.location(row["id"]), "ETag": f'"{row["version"]}"'},
-                )
-                if key is not None:
-                    await idempotency.store(conn, tenant, key, digest, answer)
+            if key is None:  # the transaction deferred: a plain create may be one lone statement
+                async with deferred.deferred(pooled) as conn:
+                    done = await recording.create(
+                        conn, write, access, body, values, submit=submit, notify=call.wake is None
+                    )
+            else:
+                async with db.committed(pooled):
+                    stored = await idempotency.claim(pooled, tenant, key, digest)
+                    if stored is not None:
+                        return Stored(stored, None)
+                    done = await recording.create(
+                        pooled, write, access, body, values, submit=submit, notify=call.wake is None
+                    )
+                    answer = _created(call, access, done)
+                    await idempotency.store(pooled, tenant, key, digest, answer)
         except asyncpg.PostgresError as exc:
             raise writing.translate(resource, exc) from exc
+    if key is None:
+        answer = _created(call, access, done)
     if call.wake is not None:  # committed: this process's dispatcher delivers the event
         call.wake()
     return Stored(answer, done.event)
+
+
+def _created(call: Call, access: guards.Access, done: recording.Written) -> idempotency.Answer:
+    """A create's answer: 201, the record in the caller's view, its ``Location`` and ``ETag``."""
+    row = done.row
+    return idempotency.Answer(
+        201,
+        encode({"data": access.view(done.presented(call.resource))}).decode(),
+        {"Location": call.location(row["id"]), "ETag": f'"{row["version"]}"'},
+    )
 
 
 async def update(
@@ -246,9 +258,9 @@ async def update(
     body = guards.writable(access, body)
     values = writing.validate_body(resource, body, partial=True, catalog=call.catalog)
     write = call.write()
-    async with db.connection(call.pool) as conn:
-        try:
-            async with db.committed(conn):
+    async with db.connection(call.pool) as pooled:
+        try:  # the transaction deferred: a plain update reads unlocked and writes in one statement
+            async with deferred.deferred(pooled) as conn:
                 done = await recording.update(
                     conn, write, access, record_id, body, values, expected=expected, notify=call.wake is None
                 )

@@ -6,16 +6,20 @@ so a rule of creating or updating -- relations, derived values and natural keys,
 scope, backdating, children, the document lifecycle, the audit trail, the built-in event -- is
 written once (ARCHITECTURE.md, "Protocols are adapters"). Each function runs inside the caller's
 transaction and opens none: a request commits one record, a seed run commits all of its records
-together. What stays with the caller is what belongs to its protocol: decoding the body, the
-permission check that yields ``access``, the ``Idempotency-Key``, the answer and its delivery.
+together. A caller may defer that transaction (``storage.deferred``, as ``operations`` does):
+a create or update that needs nothing but its own statement then sends it alone, committed by
+itself (docs/decisions.md, "One statement per write"). What stays with the caller is what
+belongs to its protocol: decoding the body, the permission check that yields ``access``, the
+``Idempotency-Key``, the answer and its delivery.
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import asyncpg
 
@@ -24,9 +28,10 @@ from dap.server.access import auth, guards
 from dap.server.catalog import Catalog, Resource
 from dap.server.documents import auditing, filling, lifecycle, reading, writing
 from dap.server.events import builtin
-from dap.server.storage import caching, db, sql
+from dap.server.storage import caching, db, deferred, sql
 
 Children = dict[str, list[dict[str, Any]]] | None
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,11 @@ async def create(
         predicted: dict[str, Any] = {c.name: None for c in resource.table.columns}
         predicted.update(docstatus=lifecycle.DRAFT)  # the column's default (a submit sets it)
         predicted.update(columns, owner=principal.username, created_by=principal.username)
+        if alone_possible(conn, write, submit):
+            check = builtin.matching(resource, predicted, sql.insert_places(columns), len(args) + 9)
+            done = await _create_alone(conn, write, statement, args, predicted, check, notify)
+            if done is not None:
+                return done
         joined = builtin.joined(statement, args, write, "create", predicted, notify=notify)
         row = await conn.fetchrow(joined.sql, *joined.args)
         assert row is not None
@@ -107,6 +117,49 @@ async def create(
     kids = await children_of(conn, resource, tenant, row["id"], catalog)
     event = await builtin.record(conn, write, "create", row, kids)
     return Written(row, kids, event)
+
+
+def alone_possible(conn: db.Connection, write: auditing.Write, submit: bool) -> TypeGuard[deferred.Deferred]:
+    """A create can be one statement committed by itself (``deferred``): its caller deferred the
+    transaction, nothing has been sent yet, and nothing follows the insert (a create-and-submit
+    checks references, an audited create writes its audit row)."""
+    return (
+        isinstance(conn, deferred.Deferred)
+        and conn.pristine
+        and not submit
+        and auditing.recorded(write.resource, "create") is None
+    )
+
+
+async def _create_alone(
+    conn: deferred.Deferred,
+    write: auditing.Write,
+    statement: str,
+    args: list[Any],
+    predicted: dict[str, Any],
+    check: builtin.Check,
+    notify: bool,
+) -> Written | None:
+    """The row and its event in one statement committed by itself: one round trip instead of
+    ``BEGIN``, the statement and ``COMMIT``. ``None`` when the row would have come out otherwise
+    than predicted (a column default, a trigger): the statement refused it and wrote nothing, and
+    the caller takes the transaction path, whose event is rewritten to the row as it is."""
+    joined = builtin.joined(statement, args, write, "create", predicted, notify=notify, check=check)
+    try:
+        row = await conn.alone(joined.sql, *joined.args)
+    except asyncpg.PostgresError as exc:
+        if builtin.refused(exc):
+            return None
+        raise
+    assert row is not None
+    settled, actual = builtin.compared(write, joined, row)
+    if actual is not None:  # ``matching`` is stricter than this comparison: not expected
+        log.warning(
+            "event payload rewritten after a lone create: the check in SQL let a difference through",
+            extra={"ctx": {"event": str(settled.event)}},
+        )
+        await conn.alone("UPDATE dap.outbox SET payload = $1 WHERE public_id = $2", actual, settled.event)
+    return Written(row, None, settled.event, settled.record)
 
 
 async def update(
@@ -128,6 +181,10 @@ async def update(
     """
     resource, tenant, catalog = write.resource, write.tenant, write.catalog
     principal: auth.Principal = access.principal
+    if optimistic_possible(conn, write):
+        done = await _update_optimistic(conn, write, access, record_id, body, values, expected, notify)
+        if done is not None:
+            return done
     current = await guards.select_for_write(
         conn, resource, tenant, record_id, principal=principal, expected=expected
     )
@@ -158,3 +215,82 @@ async def update(
     kids = await children_of(conn, resource, tenant, record_id, catalog)
     event = await builtin.record(conn, write, "update", row, kids, changed=values.keys())
     return Written(row, kids, event)
+
+
+def optimistic_possible(conn: db.Connection, write: auditing.Write) -> TypeGuard[deferred.Deferred]:
+    """An update can read its record unlocked and write it with its event in one statement that
+    checks the version it read (``deferred``): its caller deferred the transaction, nothing has
+    been sent yet, and nothing else needs the record locked (no child rows, no cache to announce
+    to, no audited field whose trail compares before and after)."""
+    resource = write.resource
+    return (
+        isinstance(conn, deferred.Deferred)
+        and conn.pristine
+        and not resource.children
+        and resource.cache_ttl is None
+        and auditing.recorded(resource, "update") is None
+    )
+
+
+async def _update_optimistic(
+    conn: deferred.Deferred,
+    write: auditing.Write,
+    access: guards.Access,
+    record_id: uuid.UUID,
+    body: Mapping[str, Any],
+    values: dict[str, Any],
+    expected: int | None,
+    notify: bool,
+) -> Written | None:
+    """An update in two round trips instead of four: the record read unlocked (404, 412 and the
+    draft rule as ever), then the row and its event in one statement whose ``WHERE`` holds the
+    version read -- committed by itself unless a step in between needed the transaction (a
+    relation's ``FOR KEY SHARE``), in which case it commits with it.
+
+    ``None`` when the statement wrote nothing: another write came between the read and the
+    statement (the version moved), or the row would have come out otherwise than predicted (the
+    check refused it). The transaction is then rolled back and the caller takes the locked path,
+    which waits for the other write and answers as it always did."""
+    resource, tenant, principal = write.resource, write.tenant, access.principal
+    with conn.unlocked():
+        current = await guards.select_for_write(
+            conn, resource, tenant, record_id, principal=principal, expected=expected, lock=False
+        )
+    refuse_unless_draft(access, current)
+    await writing.check_relations(conn, resource, tenant, values)
+    values = await filling.prepare_update(conn, resource, tenant, principal, current, body, values)
+    await guards.before_update(conn, access, tenant, current, values)
+    columns, _ = writing.split(resource, values)
+    statement, args = sql.update(
+        resource.table, tenant, record_id, columns, expected_version=current["version"]
+    )
+    predicted = {**current, **columns}
+    check = builtin.matching(resource, predicted, sql.update_places(columns), len(args) + 9)
+    joined = builtin.joined(
+        statement, args, write, "update", predicted, changed=values.keys(), notify=notify, check=check
+    )
+    try:
+        if conn.begun:
+            row = await conn.fetchrow(joined.sql, *joined.args)
+        else:
+            row = await conn.alone(joined.sql, *joined.args)
+    except asyncpg.PostgresError as exc:
+        if not builtin.refused(exc):
+            raise
+        row = None
+    if row is None:  # nothing written: the locked path, from the start
+        await conn.abandon()
+        conn.undone()
+        return None
+    settled, actual = builtin.compared(write, joined, row, changed=values.keys())
+    if actual is not None:  # ``matching`` is stricter than this comparison: not expected
+        log.warning(
+            "event payload rewritten after a lone update: the check in SQL let a difference through",
+            extra={"ctx": {"event": str(settled.event)}},
+        )
+        rewrite = "UPDATE dap.outbox SET payload = $1 WHERE public_id = $2"
+        if conn.begun:
+            await conn.execute(rewrite, actual, settled.event)
+        else:
+            await conn.alone(rewrite, actual, settled.event)
+    return Written(row, None, settled.event, settled.record)
