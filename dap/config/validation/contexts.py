@@ -21,8 +21,8 @@ from dap.config.errors import Problem
 from dap.config.specs import Spec, qualify
 from dap.config.validation import locating
 
-NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-CALL = re.compile(r"^([a-z][a-z0-9_]*)[./]([a-z][a-z0-9_]*)\.([a-z][a-z0-9_]*)$")
+NAME = re.compile(r"[a-z][a-z0-9_]*")
+CALL = re.compile(r"([a-z][a-z0-9_]*)[./]([a-z][a-z0-9_]*)\.([a-z][a-z0-9_]*)")
 # Names an expression context reads besides the earlier contexts (contexts.ts ``resolveContexts``).
 ROOTS = frozenset({"session", "route"})
 
@@ -33,7 +33,7 @@ def page_context_rules(spec: Spec) -> Iterator[Problem]:
         seen: set[str] = set()
         for i, decl in enumerate(page.spec.context):
             path = f"spec.context[{i}]"
-            if not NAME.match(decl.name):
+            if not NAME.fullmatch(decl.name):
                 yield locating.at(
                     spec, page, f"{path}.name", f"context name {decl.name!r} is not an identifier"
                 )
@@ -84,7 +84,7 @@ def _expression(
 def _call(
     spec: Spec, page: m.PageManifest, path: str, call: str | None, module: str | None
 ) -> Iterator[Problem]:
-    match = CALL.match(call or "")
+    match = CALL.fullmatch(call or "")
     if match is None:
         yield locating.at(spec, page, f"{path}.call", "source api needs a call: module.service.action")
         return

@@ -22,6 +22,7 @@ package applies them to a request::
     sidecars   actions run by the app process: the ``Invoker`` the bridge provides, its reply applied
     recording  a record's create and update, the one pipeline REST and the seed loader share
     operations the entity verbs and record actions, protocol-neutral: REST and gRPC adapt them
+    acting     custom, async and service actions and their jobs, protocol-neutral: REST, gRPC, ws
     filters    a list's query string (filters, sort, limit, fields) as a ``ListQuery`` (pure)
     watching   an entity's delivered events as one caller may see them (websocket, gRPC Watch)
     seeds      seed files (YAML, CSV) read into rows that know their file, line and fields (pure)
@@ -35,6 +36,7 @@ and ``jobs`` (their tables) only. The events an action emits are written by
 """
 
 __all__ = [
+    "acting",
     "actions",
     "approvals",
     "approvals_flow",
