@@ -2,76 +2,38 @@
 
 Each case runs once per protocol on records of its own (a tag per run) and the two outcomes --
 ``"ok"`` with the values that matter, or the ``SVC.*`` code -- must be equal; each case also pins
-the outcome it expects, so that two equally wrong adapters do not pass. Then what gRPC alone has:
-reflection, an entity without ``grpc`` in ``expose`` having no service, ``dap schema --proto``.
+the outcome it expects, so that two equally wrong adapters do not pass. What gRPC alone has
+(reflection, services per ``expose``, ``dap schema --proto``) is in ``test_protocol_surfaces``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import sys
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-import aiohttp
-import grpc
 import pytest
-import pytest_asyncio
-from click.testing import CliRunner
-from google.protobuf import descriptor_pb2
-from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from dap.server import cli as server_cli
-from dap.server import state
-from dap.server.rpc import descriptors
-from dap.server.rpc import server as rpc_server
-from dap.server.web import app
-
-from .conftest import Running, load, serve_options
-from .protocols_spec import PACKAGE, SPEC, Grpc, Outcome, Rest, Ws, bearer
-from .services_spec import install_handlers
+from .protocols_harness import (
+    ADMIN,
+    BOB,
+    CLERK,
+    MANAGER,
+    NOBODY,
+    Both,
+    Client,
+    both,
+    created,
+    finished_job,
+    job_id,
+    registered,
+)
+from .protocols_spec import Outcome, bearer
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-ADMIN = bearer("root", "admin")
-CLERK = bearer("carl", "clerk")
-BOB = bearer("bob", "clerk")
-MANAGER = bearer("meg", "manager")
-NOBODY = bearer("nils")
+__all__ = ["both", "registered"]  # fixtures, used by name
 
-
-class Both:
-    def __init__(self, rest: Rest, rpc: Grpc, ws: Ws, port: int) -> None:
-        self.rest, self.rpc, self.ws, self.port = rest, rpc, ws, port
-
-
-@pytest.fixture(scope="module")
-def registered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """The actions' native handlers (``ops-test-echo``), installed as a deployed app installs them."""
-    root = install_handlers(tmp_path_factory.mktemp("protocol-handlers"))
-    sys.path.insert(0, str(root))
-    yield
-    sys.path.remove(str(root))
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def both(pg_dsn: str, registered: None) -> AsyncIterator[Both]:
-    catalog = load(SPEC)
-    server = await app.create_server(serve_options(pg_dsn, grpc_addr="127.0.0.1:0"), catalog)
-    rpc = rpc_server.attach(server.app, server.opts)
-    assert isinstance(rpc, rpc_server.RpcServer)
-    await server.start()
-    try:
-        async with aiohttp.ClientSession() as http, grpc.aio.insecure_channel(f"127.0.0.1:{rpc.port}") as ch:
-            assert rpc.pool is not None
-            running = Running(server, http)
-            yield Both(Rest(running), Grpc(ch, rpc.pool), Ws(running), rpc.port)
-    finally:
-        await server.stop()
-
-
-Client = Rest | Grpc | Ws
 Case = Callable[[Client, str], Awaitable[Any]]
 
 
@@ -83,14 +45,6 @@ def pick(outcome: Outcome, *keys: str) -> Outcome:
     if isinstance(data, list):
         return code, sorted(tuple(str(row.get(k)) for k in keys) for row in data)
     return code, {k: str(data.get(k)) for k in keys}
-
-
-async def created(
-    c: Client, entity: str, body: dict[str, Any], who: str = ADMIN, **kw: Any
-) -> dict[str, Any]:
-    code, data = await c.create(entity, body, who, **kw)
-    assert code == "ok", (c.name, code)
-    return dict(data)
 
 
 # --- the cases: each returns a comparable outcome ----------------------------------------
@@ -211,22 +165,6 @@ def acted(outcome: Outcome, *keys: str) -> Outcome:
     if data.get("data") is not None:
         seen["name"] = str(data["data"].get("name"))
     return code, seen
-
-
-async def finished_job(c: Client, target: str, job_id: str, who: str) -> Outcome:
-    """The job once it succeeded or failed (read through the protocol's own job lookup)."""
-    for _ in range(200):
-        code, job = await c.job(target, job_id, who)
-        if code != "ok" or job["state"] in ("succeeded", "failed"):
-            return code, job
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"job {job_id} did not finish")
-
-
-def job_id(outcome: Outcome) -> str:
-    code, data = outcome
-    assert code == "ok" and "job" in data, outcome
-    return str(data["job"]["id"])
 
 
 async def custom_action_runs(c: Client, tag: str) -> Any:
@@ -488,249 +426,3 @@ async def test_the_cases_pin_what_matters(both: Both) -> None:
     assert update[0] == "SVC.DOC.UPDATE_NOT_DRAFT" and delete[0].startswith("SVC.DOC.")
     first_i, again, same, other = await idempotency_replays(c, tag)
     assert first_i == again and same is True and other.startswith("SVC.IDEMPOTENCY")
-
-
-async def test_an_entity_without_grpc_has_no_service(both: Both) -> None:
-    pool = both.rpc.pool
-    names = {
-        s.full_name for f in [pool.FindFileByName("acme/sales/v1.proto")] for s in f.services_by_name.values()
-    }
-    assert names == {
-        *(f"{PACKAGE}.CustomerService", f"{PACKAGE}.OrderService", f"{PACKAGE}.TicketService"),
-        f"{PACKAGE}.ToolsService",  # the Service manifest's actions
-    }
-    order = pool.FindServiceByName(f"{PACKAGE}.OrderService")
-    assert sorted(m.name for m in order.methods) == [
-        *("Cancel", "Create", "Delete", "Get", "List", "Submit", "Update", "Watch")
-    ]
-    ticket = pool.FindServiceByName(f"{PACKAGE}.TicketService")
-    assert sorted(m.name for m in ticket.methods) == ["Create", "Get", "Watch"]  # expose: [find, create]
-    with pytest.raises(grpc.aio.AioRpcError) as raised:
-        await both.rpc.channel.unary_unary(f"/{PACKAGE}.MemoService/Get")(
-            b"", metadata=both.rpc.metadata(ADMIN)
-        )
-    assert raised.value.code() is grpc.StatusCode.UNIMPLEMENTED
-
-
-async def test_reflection_lists_and_describes_the_services(both: Both) -> None:
-    stub = reflection_pb2_grpc.ServerReflectionStub(both.rpc.channel)
-
-    async def ask(**request: Any) -> Any:
-        async for answer in stub.ServerReflectionInfo(
-            iter([reflection_pb2.ServerReflectionRequest(**request)])
-        ):
-            return answer
-        raise AssertionError("no answer")
-
-    listed = await ask(list_services="")
-    names = {s.name for s in listed.list_services_response.service}
-    assert {f"{PACKAGE}.OrderService", f"{PACKAGE}.CustomerService"} <= names
-    assert f"{PACKAGE}.MemoService" not in names
-    described = await ask(file_containing_symbol=f"{PACKAGE}.OrderService")
-    files = [
-        descriptor_pb2.FileDescriptorProto.FromString(raw)
-        for raw in described.file_descriptor_response.file_descriptor_proto
-    ]
-    order = next(m for f in files for m in f.message_type if m.name == "Order")
-    assert [f.name for f in order.field][:2] == ["id", "version"]
-    assert "number" in [f.name for f in order.field]
-
-
-async def test_schema_proto_prints_the_services(tmp_path: Any) -> None:
-    for name, text in SPEC.items():
-        path = tmp_path / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    result = CliRunner().invoke(server_cli.schema, ["--proto", str(tmp_path)])
-    assert result.exit_code == 0, result.output
-    assert f"package {PACKAGE};" in result.output
-    assert "service OrderService {" in result.output
-    assert (
-        "rpc List(acme.sales.v1.ListOrderRequest) returns (stream acme.sales.v1.ListOrderPage);"
-        in result.output
-    )
-    assert "MemoService" not in result.output
-    assert "optional string number = 16;" in result.output
-    assert descriptors.proto_text([]) == ""
-
-
-async def test_watch_resumes_after_a_seq_then_streams_live_events(both: Both) -> None:
-    c = both.rpc
-    row = await created(c, "customer", {"name": "watched", "credit": "9.00"})
-    watch = c._method("customer", "Watch", streaming=True)
-    request = c.request("customer", "Watch", record=row["id"], after=0)
-    events = watch(request, metadata=c.metadata(CLERK))  # the clerk may not read credit
-
-    first = await asyncio.wait_for(events.read(), 30)
-    assert first.event == "created" and first.record.name == "watched" and first.record_id == row["id"]
-    assert not first.record.HasField("credit")  # field permissions, as the websocket's
-    assert first.seq > 0
-    assert (await c.update("customer", row["id"], {"visits": 4}, ADMIN))[0] == "ok"
-    live = await asyncio.wait_for(events.read(), 30)
-    assert live.event == "updated" and live.record.visits == 4 and live.seq > first.seq
-    events.cancel()
-
-    resumed = watch(
-        c.request("customer", "Watch", record=row["id"], after=first.seq), metadata=c.metadata(ADMIN)
-    )
-    again = await asyncio.wait_for(resumed.read(), 30)
-    assert again.seq == live.seq and again.record.credit == "9.00"  # no repeat, no gap
-    resumed.cancel()
-
-
-async def test_watch_refuses_a_caller_without_a_token(both: Both) -> None:
-    c = both.rpc
-    stream = c._method("customer", "Watch", streaming=True)(
-        c.request("customer", "Watch"), metadata=[("dap-workspace", "default")]
-    )
-    with pytest.raises(grpc.aio.AioRpcError) as raised:
-        await stream.read()
-    assert raised.value.code() is grpc.StatusCode.UNAUTHENTICATED
-
-
-async def test_ws_calls_are_refused_for_an_entity_without_ws(both: Both) -> None:
-    assert await both.ws._call(ADMIN, entity="sales/memo", verb="find", record=str(uuid.uuid4())) == (
-        "SVC.ENTITY.NOT_FOUND",
-        None,
-    )
-    assert (await both.ws._call(ADMIN, entity="sales/customer", verb="purge"))[0] == "SVC.ACTION.NOT_EXPOSED"
-
-
-async def test_each_action_is_served_only_where_its_expose_says(both: Both) -> None:
-    rest, rpc, ws = both.rest, both.rpc, both.ws
-    row = await created(rest, "customer", {"name": "exposed"})
-    rid = row["id"]
-    # REST: rest_only runs, wire_only (expose: [grpc, ws]) is not there
-    assert (await rest.action("customer", rid, "rest_only", ADMIN))[0] == "ok"
-    assert (await rest.action("customer", rid, "wire_only", ADMIN))[0] == "SVC.ACTION.NOT_FOUND"
-    assert (await rest.service("rest_only", ADMIN))[0] == "ok"
-    assert (await rest.service("wire_only", ADMIN))[0] == "SVC.ACTION.NOT_FOUND"
-    # gRPC: no method for what leaves grpc out (UNIMPLEMENTED, absent from the schema)
-    customer = rpc.pool.FindServiceByName(f"{PACKAGE}.CustomerService")
-    assert sorted(m.name for m in customer.methods) == [
-        *("Bump", "Create", "Delete", "Get", "GetJob", "List", "Recount", "Update", "Watch", "WireOnly")
-    ]
-    assert customer.methods_by_name["Recount"].output_type.full_name == "dap.jobs.v1.Job"
-    assert customer.methods_by_name["Bump"].output_type.full_name == f"{PACKAGE}.CustomerActionResult"
-    tools = rpc.pool.FindServiceByName(f"{PACKAGE}.ToolsService")
-    assert sorted(m.name for m in tools.methods) == [
-        "Batch",
-        "GetJob",
-        "Hello",
-        "Limited",
-        "Quote",
-        "WireOnly",
-    ]
-    assert (await rpc.action("customer", rid, "wire_only", ADMIN))[0] == "ok"
-    assert (await rpc.service("wire_only", ADMIN))[0] == "ok"
-    for path in (f"/{PACKAGE}.CustomerService/RestOnly", f"/{PACKAGE}.ToolsService/RestOnly"):
-        with pytest.raises(grpc.aio.AioRpcError) as raised:
-            await rpc.channel.unary_unary(path)(b"", metadata=rpc.metadata(ADMIN))
-        assert raised.value.code() is grpc.StatusCode.UNIMPLEMENTED
-    # ws: refused with REST's code
-    assert (await ws.action("customer", rid, "wire_only", ADMIN))[0] == "ok"
-    assert (await ws.action("customer", rid, "rest_only", ADMIN))[0] == "SVC.ACTION.NOT_FOUND"
-    assert (await ws.service("wire_only", ADMIN))[0] == "ok"
-    for action in ("rest_only", "hello"):  # hello: expose [rest, grpc]
-        assert (await ws.service(action, ADMIN))[0] == "SVC.ACTION.NOT_FOUND"
-    assert (await ws._call(ADMIN, service="sales/memo", verb="x"))[0] == "SVC.ENTITY.NOT_FOUND"
-
-
-async def test_a_public_service_action_takes_an_anonymous_caller(both: Both) -> None:
-    for c in (both.rest, both.rpc):
-        code, answer = await c.service("hello", None)
-        assert code == "ok" and answer["result"]["user"] == "", (c.name, answer)  # anonymous
-        code, answer = await c.service("hello", CLERK)  # a token sent is verified and used
-        assert code == "ok" and answer["result"]["user"] == "carl", (c.name, answer)
-
-
-async def test_an_idempotency_key_replays_across_protocols(both: Both) -> None:
-    rest, rpc, ws = both.rest, both.rpc, both.ws
-    key = uuid.uuid4().hex
-    first = await rest.service("quote", MANAGER, params={"text": "once"}, key=key)
-    assert first[0] == "ok"
-    assert await rpc.service("quote", MANAGER, params={"text": "once"}, key=key) == first
-    assert await ws.service("quote", MANAGER, params={"text": "once"}, key=key) == first
-    assert (await ws.service("quote", MANAGER, params={"text": "twice"}, key=key))[0] == (
-        "SVC.IDEMPOTENCY.KEY_REUSED"
-    )
-    row = await created(rest, "customer", {"name": "keyed"})
-    key = uuid.uuid4().hex
-    queued = job_id(
-        await rpc.action("customer", row["id"], "recount", MANAGER, params={"text": "t"}, key=key)
-    )
-    again = await rest.action("customer", row["id"], "recount", MANAGER, params={"text": "t"}, key=key)
-    assert job_id(again) == queued  # one job, whichever protocol repeats the call
-    for c in (rest, rpc, ws):  # and each protocol reads it alike
-        code, job = await finished_job(c, "customer", queued, MANAGER)
-        assert (
-            code == "ok"
-            and job["state"] == "succeeded"
-            and job["result"]["result"]["params"] == {"text": "t"}
-        )
-
-
-async def test_job_params_keep_exact_numbers() -> None:
-    from decimal import Decimal
-
-    from dap.server.workflows import acting, jobs
-
-    text = acting.json_text({"a": Decimal("12.50"), "b": [1, Decimal("0.1"), None], "c": "x"})
-    assert text == '{"a":12.50,"b":[1,0.1,null],"c":"x"}'
-    assert jobs.decode(text) == {"a": Decimal("12.50"), "b": [1, Decimal("0.1"), None], "c": "x"}
-
-
-async def test_the_rate_limit_address_of_a_grpc_caller_has_no_port() -> None:
-    from dap.server.rpc.services import peer_ip
-
-    class Peer:
-        def __init__(self, peer: str) -> None:
-            self._peer = peer
-
-        def peer(self) -> str:
-            return self._peer
-
-    assert peer_ip(Peer("ipv4:127.0.0.1:50123")) == "127.0.0.1"  # type: ignore[arg-type]
-    assert peer_ip(Peer("ipv6:[::1]:50123")) == "::1"  # type: ignore[arg-type]
-    assert peer_ip(Peer("unix:/tmp/s")) == "unix:/tmp/s"  # type: ignore[arg-type]
-
-
-EXTRA = """
-apiVersion: dap.io/v1
-kind: Service
-metadata: {name: extra, module: sales}
-spec:
-  expose: [{type: grpc}]
-  actions:
-    - {name: ping, impl: {type: native, handler: ops-test-echo}}
-"""
-
-
-async def test_the_grpc_services_follow_a_catalog_swap(both: Both) -> None:
-    """A catalog swapped in (the resource pod's new artifact) is served without a restart: a service
-    it adds answers and is reflected, an entity it no longer exposes has no service."""
-    app = both.rest.srv.server.app
-    rpc = app[rpc_server.RPC]
-    swapped = {k: v for k, v in SPEC.items() if k != "sales/ticket.yaml"} | {"sales/extra.yaml": EXTRA}
-    previous = app[state.SPEC].swap(load(swapped))
-    try:
-        assert f"{PACKAGE}.ExtraService" in rpc.services and f"{PACKAGE}.TicketService" not in rpc.services
-        stub = reflection_pb2_grpc.ServerReflectionStub(both.rpc.channel)
-        request = reflection_pb2.ServerReflectionRequest(list_services="")
-        async for answer in stub.ServerReflectionInfo(iter([request])):
-            names = {s.name for s in answer.list_services_response.service}
-            break
-        assert f"{PACKAGE}.ExtraService" in names and f"{PACKAGE}.TicketService" not in names
-        client = Grpc(both.rpc.channel, rpc.pool)
-        code, answer = await client._unary(
-            "extra", "Ping", client.request("extra", "Ping"), client.metadata(CLERK)
-        )
-        assert code == "ok" and answer["result"]["user"] == "carl", answer
-        with pytest.raises(grpc.aio.AioRpcError) as raised:
-            await both.rpc.channel.unary_unary(f"/{PACKAGE}.TicketService/Get")(
-                b"", metadata=client.metadata(ADMIN)
-            )
-        assert raised.value.code() is grpc.StatusCode.UNIMPLEMENTED
-    finally:
-        app[state.SPEC].swap(previous)
-    assert f"{PACKAGE}.TicketService" in rpc.services and f"{PACKAGE}.ExtraService" not in rpc.services
