@@ -17,7 +17,8 @@ from dap.server.rpc import server as rpc_server
 from dap.server.web import app
 
 from .conftest import Running, load, serve_options
-from .protocols_spec import SPEC, Grpc, Outcome, Rest, Ws, bearer
+from .protocols_clients import Grpc, Rest, Ws
+from .protocols_spec import SPEC, Outcome, bearer
 from .services_spec import install_handlers
 
 ADMIN = bearer("root", "admin")

@@ -30,7 +30,7 @@ from dap.server.web import app
 
 from .conftest import SHOP, Running, running, serve_options
 from .oidc_issuer import Issuer
-from .protocols_spec import Grpc
+from .protocols_clients import Grpc
 
 PRODUCT = {"value": "gold"}
 # an entity whose create needs a permission, and the role that holds it (mapped from "staff")

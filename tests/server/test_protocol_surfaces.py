@@ -20,8 +20,9 @@ from dap.server.rpc import descriptors
 from dap.server.rpc import server as rpc_server
 
 from .conftest import load
+from .protocols_clients import Grpc
 from .protocols_harness import ADMIN, CLERK, MANAGER, Both, both, created, finished_job, job_id, registered
-from .protocols_spec import PACKAGE, SPEC, Grpc
+from .protocols_spec import PACKAGE, SPEC
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
