@@ -8,12 +8,15 @@ real HTTP to real Postgres.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
+import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import asyncpg
 import jwt
 import pytest
 
@@ -255,3 +258,16 @@ def catalog() -> Catalog:
 async def fresh_database_async(server_dsn: str) -> tuple[str, str]:
     """A new empty database on the test server (for tests that drop it themselves)."""
     return await new_database(server_dsn)
+
+
+async def events_of(dsn: str, record_id: str) -> list[dict[str, Any]]:
+    """The outbox events of one record, oldest first: ``event``, ``version`` and the payload's keys."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        found = await conn.fetch(
+            "SELECT event, version, payload FROM dap.outbox WHERE record_id = $1 ORDER BY id",
+            uuid.UUID(record_id),
+        )
+    finally:
+        await conn.close()
+    return [{"event": r["event"], "version": r["version"], **json.loads(r["payload"])} for r in found]

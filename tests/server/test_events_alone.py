@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -24,7 +23,7 @@ from dap.server.catalog import Catalog
 from dap.server.events import builtin
 from dap.server.storage import deferred
 
-from .conftest import SHOP, Running, load, running
+from .conftest import SHOP, Running, events_of, load, running
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -84,17 +83,6 @@ async def call(r: Running, method: str, path: str, body: Any = None, **headers: 
         method, f"{r.api}/default/api/shop/{path}", json=body, headers={**r.auth(), **headers}
     ) as resp:
         return resp.status, await resp.json()
-
-
-async def events_of(dsn: str, record_id: str) -> list[dict[str, Any]]:
-    conn = await asyncpg.connect(dsn)
-    try:
-        found = await conn.fetch(
-            "SELECT event, payload FROM dap.outbox WHERE record_id = $1 ORDER BY id", uuid.UUID(record_id)
-        )
-    finally:
-        await conn.close()
-    return [{"event": r["event"], **json.loads(r["payload"])} for r in found]
 
 
 async def settled(logs: list[list[tuple[str, Any]]], marker: str) -> list[str]:

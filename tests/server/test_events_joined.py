@@ -22,7 +22,7 @@ from dap.server.catalog import Catalog
 from dap.server.events import builtin
 from dap.server.storage import records
 
-from .conftest import SHOP, Running, load, running
+from .conftest import SHOP, Running, events_of, load, running
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -57,18 +57,6 @@ async def call(srv: Running, method: str, path: str, body: Any = None) -> tuple[
         method, f"{srv.api}/default/api/shop/{path}", json=body, headers=srv.auth()
     ) as resp:
         return resp.status, await resp.json()
-
-
-async def events_of(dsn: str, record_id: str) -> list[dict[str, Any]]:
-    conn = await asyncpg.connect(dsn)
-    try:
-        found = await conn.fetch(
-            "SELECT event, version, payload FROM dap.outbox WHERE record_id = $1 ORDER BY id",
-            uuid.UUID(record_id),
-        )
-    finally:
-        await conn.close()
-    return [{"event": r["event"], "version": r["version"], **json.loads(r["payload"])} for r in found]
 
 
 REWRITTEN = "event payload rewritten"
