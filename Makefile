@@ -25,7 +25,10 @@ ARGS ?=
 dev: $(STAMP) ui
 	$(BIN)/dap dev --spec $(SPEC) $(ARGS)
 
-test: $(STAMP) k8s dex ui chromium wrk grpcurl
+# Dex and the kind suite's images build in the background meanwhile (tools/background.sh): the
+# sign-in tests and `make e2e` wait for them when they get there.
+test: $(STAMP) k8s ui chromium wrk grpcurl
+	@bash tools/background.sh
 	$(MAKE) lint
 	$(MAKE) ui-test
 	$(BIN)/python -m pytest
@@ -64,13 +67,15 @@ chromium:
 		apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } || echo "chromium not installed: the browser tests skip"
 
 # The test control plane (etcd, kube-apiserver, kube-controller-manager, kubectl), built by
-# `go build` from the Go module proxy into ~/.cache/dap/k8s/ when missing, reused after. Where no
+# `go build` from the Go module proxy into ~/.cache/dap/k8s/ when missing, reused after (a kind
+# node's Kubernetes binaries are built into the same directory: tools/k8s/build.sh --node). Where no
 # Go toolchain exists (exit 3) make goes on, and the tests that need it skip saying why.
 k8s:
 	@bash tools/k8s/build.sh >/dev/null || [ $$? -eq 3 ]
 
 # Dex, the OpenID provider of the sign-in tests (tests/dex.py), built by `go build` from the Go
-# module proxy into ~/.cache/dap/dex/ when missing; without Go (exit 3) those tests skip.
+# module proxy into ~/.cache/dap/dex/ when missing; without Go (exit 3) those tests skip. make test
+# builds it in the background; the tests build it (or wait for that build) themselves.
 dex:
 	@bash tools/dex/build.sh >/dev/null || [ $$? -eq 3 ]
 

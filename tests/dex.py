@@ -1,7 +1,8 @@
 """Dex, a real OpenID Connect provider, on loopback for the sign-in tests.
 
 ``tools/dex/build.sh`` builds Dex from the Go module proxy into ~/.cache/dap/dex once (``make
-test`` runs it as ``make dex``); without a Go toolchain the tests that need Dex skip saying so.
+test`` starts that build in the background, and the first test that needs Dex waits for it);
+without a Go toolchain the tests that need Dex skip saying so.
 Dex runs with memory storage, one confidential client (``dap``) whose redirect URI is the dap
 server's callback, the password grant (for API tests that need tokens without a browser) and two
 static users of different groups (Dex 2.45 gives static users groups):

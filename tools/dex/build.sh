@@ -6,12 +6,14 @@
 #   DAP_DEX_BIN=DIR build.sh      use (or build into) DIR instead of the cache
 #
 # Exits 3 when no Go toolchain is installed, so that callers can tell "cannot build here" from
-# "the build failed".
+# "the build failed". Two runs at once: the second waits for the first.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here"
+source "$here/../lock.sh"
 digest=$(sha256sum go.sum | cut -c1-12)
 out=${DAP_DEX_BIN:-${XDG_CACHE_HOME:-$HOME/.cache}/dap/dex/$digest}
+take_lock "$out.lock" tools/dex
 if [[ -x "$out/dex" ]]; then
     echo "tools/dex: reusing $out/dex" >&2
     echo "$out/dex"

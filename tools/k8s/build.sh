@@ -1,25 +1,39 @@
 #!/usr/bin/env bash
-# Builds the test control plane (etcd, kube-apiserver, kube-controller-manager, kubectl) from the
-# Go module proxy into a cache outside the repository, and reuses it when every binary is there.
-# The cache key is the Kubernetes release plus a digest of go.sum, so a change of any pinned
-# module builds a fresh directory instead of mixing versions.
+# Builds Kubernetes from the Go module proxy into a cache outside the repository, and reuses what is
+# there: the test control plane (etcd, kube-apiserver, kube-controller-manager, kubectl) and, with
+# --node, a kind node's binaries as well (kubelet, kubeadm, kube-proxy, kube-scheduler). Both come
+# from the one module pinned here, into one directory, so a node build reuses the test plane's
+# binaries and Go's cache of their packages instead of building them again. The cache key is the
+# Kubernetes release plus a digest of go.sum: a change of any pinned module builds a fresh directory.
 #
-#   tools/k8s/build.sh            build when missing; print the directory of the binaries last
+#   tools/k8s/build.sh            build what is missing; print the directory of the binaries last
+#   tools/k8s/build.sh --node     the same, with the node's binaries
 #   DAP_K8S_BIN=DIR build.sh      use (or build into) DIR instead of the cache
 #
 # Prints its timings on stderr. Exits 3 when no Go toolchain is installed, so that callers can
-# tell "cannot build here" from "the build failed".
+# tell "cannot build here" from "the build failed". Two runs at once: the second waits for the first.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here"
+source "$here/../lock.sh"
 release=$(awk '$1 == "k8s.io/kubernetes" { print $2 }' go.mod)
 digest=$(sha256sum go.sum | cut -c1-12)
 out=${DAP_K8S_BIN:-${XDG_CACHE_HOME:-$HOME/.cache}/dap/k8s/$release-$digest}
-bins=(etcd kube-apiserver kube-controller-manager kubectl)
+# binary name -> the package that builds it
+declare -A packages=(
+    [etcd]=go.etcd.io/etcd/server/v3
+    [kube-apiserver]=k8s.io/kubernetes/cmd/kube-apiserver
+    [kube-controller-manager]=k8s.io/kubernetes/cmd/kube-controller-manager
+    [kubectl]=k8s.io/kubernetes/cmd/kubectl
+)
+if [[ ${1:-} == --node ]]; then
+    for b in kubelet kubeadm kube-proxy kube-scheduler; do packages[$b]=k8s.io/kubernetes/cmd/$b; done
+fi
 
-missing=0
-for b in "${bins[@]}"; do [[ -x "$out/$b" ]] || missing=1; done
-if [[ $missing == 0 ]]; then
+take_lock "$out.lock" tools/k8s
+missing=()
+for b in "${!packages[@]}"; do [[ -x "$out/$b" ]] || missing+=("$b"); done
+if [[ ${#missing[@]} == 0 ]]; then
     echo "tools/k8s: reusing $release binaries in $out" >&2
     echo "$out"
     exit 0
@@ -30,7 +44,7 @@ if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then
     PATH=/usr/local/go/bin:$PATH
 fi
 if ! command -v go >/dev/null 2>&1; then
-    echo "tools/k8s: no Go toolchain on PATH (nor /usr/local/go); cannot build the test control plane" >&2
+    echo "tools/k8s: no Go toolchain on PATH (nor /usr/local/go); cannot build Kubernetes" >&2
     exit 3
 fi
 
@@ -42,23 +56,20 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ldflags+=" -X $pkg.gitTreeState=clean"
 done
 
-mkdir -p "$(dirname "$out")"
+mkdir -p "$out"
 tmp=$(mktemp -d "$out.build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 start=$SECONDS
 echo "tools/k8s: downloading modules for $release ..." >&2
-go mod download
-echo "tools/k8s: modules ready after $((SECONDS - start)) s; building (several minutes cold) ..." >&2
+GOTOOLCHAIN=local go mod download
+echo "tools/k8s: modules ready after $((SECONDS - start)) s; building ${missing[*]} (many minutes cold) ..." >&2
+targets=()
+for b in "${missing[@]}"; do targets+=("${packages[$b]}"); done
 # One invocation, so the linker of one binary overlaps the compiler of the others.
-CGO_ENABLED=0 GOTOOLCHAIN=local go build -trimpath -ldflags "$ldflags" -o "$tmp/" \
-    go.etcd.io/etcd/server/v3 \
-    k8s.io/kubernetes/cmd/kube-apiserver \
-    k8s.io/kubernetes/cmd/kube-controller-manager \
-    k8s.io/kubernetes/cmd/kubectl
+CGO_ENABLED=0 GOTOOLCHAIN=local go build -trimpath -ldflags "$ldflags" -o "$tmp/" "${targets[@]}"
 # etcd's main package is the root of module go.etcd.io/etcd/server/v3; go names it "server".
-mv "$tmp/server" "$tmp/etcd"
-rm -rf "$out"
-mv "$tmp" "$out"
-trap - EXIT
-echo "tools/k8s: built ${bins[*]} in $((SECONDS - start)) s into $out" >&2
+[[ -e "$tmp/server" ]] && mv "$tmp/server" "$tmp/etcd"
+echo "$release" >"$out/version"
+mv "$tmp"/* "$out/"
+echo "tools/k8s: built ${missing[*]} in $((SECONDS - start)) s into $out" >&2
 echo "$out"

@@ -27,10 +27,11 @@ fi
 # The wrapper lives outside the work tree, so that a removed checkout cannot break the engine.
 install -D -m 0755 "$here/runc-wrapper" /usr/local/libexec/dap/runc-wrapper
 echo "tools/kind: starting dockerd (log: $log) ..." >&2
+# 9>&-: a build lock (tools/lock.sh) held by a caller must not live on in the daemon.
 setsid nohup dockerd \
     --add-runtime dap-runc=/usr/local/libexec/dap/runc-wrapper \
     --default-runtime dap-runc \
-    >>"$log" 2>&1 </dev/null &
+    >>"$log" 2>&1 </dev/null 9>&- &
 for _ in $(seq 1 60); do
     if docker info >/dev/null 2>&1; then echo "tools/kind: dockerd ready" >&2; exit 0; fi
     sleep 1

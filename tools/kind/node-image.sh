@@ -4,7 +4,7 @@
 #   - the node's root file system: Debian bookworm minbase with Debian's systemd, containerd, runc
 #     and containernetworking-plugins (mmdebstrap), dap's node files (tools/kind/node/files: the
 #     entrypoint, kubelet units, containerd's configuration, a bridge CNI), and kubelet, kubeadm,
-#     kubectl built from the Go module proxy (tools/kind/build-k8s.sh);
+#     kubectl built from the Go module proxy (tools/k8s/build.sh --node);
 #   - the images a node runs, built here under the names kubeadm asks for (registry.k8s.io/...):
 #     kube-apiserver, kube-controller-manager, kube-scheduler, etcd (static binaries, one file each),
 #     kube-proxy (its binary on a Debian minbase with iptables), CoreDNS (go build from the proxy),
@@ -21,7 +21,7 @@ mkdir -p "$cache"
 start=$SECONDS
 
 bash "$here/dockerd.sh" || exit 3
-bins=$(bash "$here/build-k8s.sh" | tail -n 1) || exit $?
+bins=$(bash "$here/../k8s/build.sh" --node | tail -n 1) || exit $?
 release=$(cat "$bins/version")
 tag=dap-kind-node:$release
 key=$( { echo "$bins"; cd "$here" && find node pause.c node-image.sh coredns -type f | sort | xargs sha256sum; } \
