@@ -3,6 +3,11 @@
 ``DAP_TEST_DSN`` wins when set (a server the caller runs). Otherwise one embedded ``pgserver``
 starts per test session in a temporary directory. Each test module gets a fresh database, so
 modules never see each other's tables.
+
+Tests that need a binary ``make test`` builds in the background while the others run (the test
+control plane, Dex, grpcurl: tools/background.sh) are marked ``late``: make test runs them in a
+second pytest pass once those builds are done, since a wait inside a test would count against its
+timeout. Run alone, they build (or wait for) what they need themselves.
 """
 
 from __future__ import annotations
@@ -17,6 +22,23 @@ import asyncpg
 import pytest
 
 from dap import embedded
+
+ROOT = Path(__file__).resolve().parents[1]
+# the test modules (or directories) that run a binary built by tools/k8s, tools/dex or tools/grpcurl
+LATE = (
+    "tests/kube/",
+    "tests/operator/test_crds_and_kustomize.py",
+    "tests/server/test_grpcurl.py",
+    "tests/server/test_oidc_dex.py",
+    "tests/ui/test_sign_in.py",
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.relative_to(ROOT).as_posix().startswith(LATE):
+            item.add_marker(pytest.mark.late)
 
 
 @pytest.fixture(scope="session")

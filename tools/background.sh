@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Starts, in the background at the lowest priority, the builds that later steps of `make test` need:
-# Dex (the sign-in tests, about halfway through pytest) and the kind suite's preparation (its last
-# step: the dap image, Kubernetes for the node, CoreDNS, the node image, kind). On a cold machine
-# they are tens of minutes of Go compiling; at nice 19 they take only the CPU that the lint, the
-# unit tests and the benchmarks leave idle, so that time goes into the test run instead of after it.
-# A step that needs one of them runs the same script when it gets there: that run waits for the
-# build in flight (tools/lock.sh) and reuses its result, and if the background build failed it
-# builds again and fails in the open. Nothing is skipped on a failure here. Log: .dap/background.log.
+# Starts, in the background at the lowest priority, the Go builds that later steps of `make test`
+# need: the test control plane (tools/k8s), Dex and grpcurl (the tests marked `late`, run in a
+# second pytest pass) and the kind suite's preparation (its last step: the dap image, Kubernetes for
+# the node, CoreDNS, the node image, kind). On a cold machine they are tens of minutes of compiling;
+# at nice 19 they take only the CPU that the lint, the first pytest pass and the benchmarks leave
+# idle, so that time goes into the test run instead of before and after it. A step that needs one
+# of them runs the same script when it gets there: that run waits for the build in flight
+# (tools/lock.sh) and reuses its result, and if the background build failed it builds again and
+# fails in the open. On a warm machine every build is a reuse and this ends within seconds.
+# Log: .dap/background.log.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -19,6 +21,7 @@ bash tools/kind/dockerd.sh >"$log" 2>&1
 low=(nice -n 19)
 command -v ionice >/dev/null && low+=(ionice -c 3)
 # Its own output only: no descriptor of make's (a CI log pipe would stay open until it ends).
-nohup "${low[@]}" bash -c 'bash tools/dex/build.sh; bash tools/kind/prepare.sh' \
+steps='bash tools/k8s/build.sh; bash tools/dex/build.sh; bash tools/grpcurl/build.sh; bash tools/kind/prepare.sh'
+nohup "${low[@]}" bash -c "$steps" \
     </dev/null >>"$log" 2>&1 9>&- &
-echo "make test: Dex and the kind suite's images build in the background at low priority (log: $log)"
+echo "make test: the Go builds and the kind suite's images run in the background at low priority (log: $log)"

@@ -5,10 +5,12 @@
 #   tools/grpcurl/build.sh        build when missing; print the path of the binary last
 #
 # Exits 3 when no Go toolchain is installed, so that callers can tell "cannot build here" from
-# "the build failed" (the tests then skip saying why).
+# "the build failed" (the tests then skip saying why). Two runs at once: the second waits.
 set -euo pipefail
+source "$(dirname "$0")/../lock.sh"
 version=${GRPCURL_VERSION:-v1.9.3}
 out=${XDG_CACHE_HOME:-$HOME/.cache}/dap/grpcurl/$version
+take_lock "$out.lock" tools/grpcurl
 if [[ -x "$out/grpcurl" ]]; then
     echo "$out/grpcurl"
     exit 0
