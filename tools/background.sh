@@ -7,8 +7,8 @@
 # idle, so that time goes into the test run instead of before and after it. A step that needs one
 # of them runs the same script when it gets there: that run waits for the build in flight
 # (tools/lock.sh) and reuses its result, and if the background build failed it builds again and
-# fails in the open. On a warm machine every build is a reuse and this ends within seconds.
-# Log: .dap/background.log.
+# fails in the open; while it waits, the build it waits for runs at its priority. On a warm machine
+# every build is a reuse and this ends within seconds. Log: .dap/background.log.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -22,6 +22,8 @@ low=(nice -n 19)
 command -v ionice >/dev/null && low+=(ionice -c 3)
 # Its own output only: no descriptor of make's (a CI log pipe would stay open until it ends).
 steps='bash tools/k8s/build.sh; bash tools/dex/build.sh; bash tools/grpcurl/build.sh; bash tools/kind/prepare.sh'
-nohup "${low[@]}" bash -c "$steps" \
+# Its own process group (setsid), which a step waiting for one of these builds raises to its own
+# priority (tools/lock.sh).
+nohup setsid "${low[@]}" bash -c "$steps" \
     </dev/null >>"$log" 2>&1 9>&- &
 echo "make test: the Go builds and the kind suite's images run in the background at low priority (log: $log)"
