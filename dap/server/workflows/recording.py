@@ -188,7 +188,9 @@ async def update(
 
     The row is locked ``FOR UPDATE`` through ``guards.select_for_write`` (row scope, ``expected``
     version); 409 ``SVC.DOC.UPDATE_NOT_DRAFT`` for a submitted or cancelled document. ``notify``:
-    as for :func:`create`.
+    as for :func:`create`. On a deferred connection an update that needs nothing of the record
+    is one statement (:func:`_update_blind`), else one that needs only a read reads unlocked
+    (:func:`_update_optimistic`); either falls back to the locked path when it wrote nothing.
     """
     resource, tenant, catalog = write.resource, write.tenant, write.catalog
     principal: auth.Principal = access.principal
