@@ -293,3 +293,128 @@ async def settle_joined(
         )
         await conn.execute("UPDATE dap.outbox SET payload = $1 WHERE public_id = $2", actual, settled.event)
     return settled
+
+
+# --- the event's record written by the statement from the row itself -------------------------
+# For a table whose every shown column Postgres can write as JSON exactly as ``reading.present``
+# does (text, integers, booleans, uuids, exact numbers, dates, timestamps), the statement builds
+# the event's ``record`` from the row it wrote: nothing is predicted, nothing can differ from the
+# row (a trigger, a default, a rounding), so there is no check to refuse and no payload to
+# rewrite -- and an update needs no read of its record first (``recording._update_blind``).
+# Any other column type (a float, a time, JSON, a set of values, a masked field, child rows)
+# keeps the prediction (:func:`joined`).
+
+_RENDERED_AS_IS = frozenset({"text", "bigint", "boolean"})  # to_jsonb writes them as JSON does
+_SYSTEM = frozenset({"id", "version", "created_at", "updated_at", "owner", "docstatus"})
+_renderings: dict[int, tuple[Resource, str | None]] = {}  # id(resource) -> (resource, SQL)
+
+
+def _rendered(sql_type: str, ref: str) -> str | None:
+    """SQL: the JSON of column ``ref`` as ``records.converter`` and the JSON encoder give it, or
+    ``None`` for a type whose text Postgres writes otherwise. Pure."""
+    if sql_type in _RENDERED_AS_IS:
+        return f"to_jsonb({ref})"
+    if sql_type == "uuid" or sql_type.startswith("numeric"):  # str(uuid), format(Decimal, "f")
+        return f"to_jsonb({ref}::text)"
+    if sql_type == "date":  # isoformat: Python's dates are years 1-9999
+        return f"to_jsonb(to_char({ref}, 'YYYY-MM-DD'))"
+    if sql_type == "timestamptz":
+        return _iso(ref)
+    return None
+
+
+def _rendering_of(resource: Resource) -> str | None:
+    pairs: list[tuple[str, str]] = []
+    for name, column, _ in reading.shown(resource, "rest"):
+        if column is None:  # child rows: read after the write, never in its statement
+            return None
+        if name in _SYSTEM:
+            continue
+        f = resource.fields.get(name)
+        declared = resource.table.column(column)
+        if f is None or declared is None or f.masked or f.multiple:
+            return None
+        value = _rendered(declared.sql_type, f"w.{tables.quote(column)}")
+        if value is None:
+            return None
+        pairs.append((name, value))
+    pairs += [
+        ("id", "to_jsonb(w.id::text)"),
+        ("version", "to_jsonb(w.version)"),
+        ("created_at", _iso("w.created_at")),
+        ("updated_at", _iso("w.updated_at")),
+        ("owner", "to_jsonb(w.owner)"),
+    ]
+    if resource.lifecycle:
+        states = ", ".join(f"'{s}'" for s in tables.DOCSTATUS)
+        pairs.append(("docstatus", f"to_jsonb((ARRAY[{states}])[w.docstatus + 1])"))
+    chunks = [pairs[i : i + 40] for i in range(0, len(pairs), 40)]  # a function takes 100 arguments
+    return " || ".join(
+        "jsonb_build_object(" + ", ".join(f"'{n.replace(chr(39), chr(39) * 2)}', {v}" for n, v in chunk) + ")"
+        for chunk in chunks
+    )
+
+
+def rendering(resource: Resource) -> str | None:
+    """SQL: the event's ``record`` built from the written row ``w`` exactly as
+    ``reading.present`` presents it (REST's surface, no child rows); ``None`` when a shown column
+    is of a type this cannot write exactly. Built once per resource."""
+    found = _renderings.get(id(resource))
+    if found is not None and found[0] is resource:
+        return found[1]
+    if len(_renderings) > 512:  # catalogs replaced many times over: forget the old ones
+        _renderings.clear()
+    text = _rendering_of(resource)
+    _renderings[id(resource)] = (resource, text)
+    return text
+
+
+@functools.lru_cache(maxsize=1024)
+def _written_sql(statement: str, n: int, notify: bool, record: str, changed: bool) -> str:
+    """The text of :func:`written`'s statement around ``statement`` (``n`` parameters of its own)."""
+    wake = f", pg_notify('{outbox.CHANNEL}', txid_current()::text)" if notify else ""
+    body = f"jsonb_build_object('record', {record}"
+    body += f", 'changed', ${n + 8}::jsonb)" if changed else ")"
+    return (
+        f"WITH w AS ({statement}), e AS (INSERT INTO dap.outbox (tenant_id, entity, record_id, action, "
+        "event, payload, actor_sub, actor_username, request_id, version) "
+        f"SELECT ${n + 1}, ${n + 2}, w.id, ${n + 3}, ${n + 4}, {body}, ${n + 5}, ${n + 6}, ${n + 7}, "
+        f"w.version FROM w RETURNING public_id{wake}) "
+        f"SELECT w.*, e.public_id AS {EVENT_COLUMN} FROM w, e"
+    )
+
+
+def written(
+    statement: str,
+    args: Sequence[Any],
+    write: auditing.Write,
+    action: str,
+    record: str,
+    *,
+    changed: Iterable[str] | None = None,
+    notify: bool = True,
+) -> tuple[str, list[Any]]:
+    """``statement`` (an ``INSERT``/``UPDATE`` of one row ``RETURNING`` the record's columns) and
+    the built-in event of ``action`` on its row, whose ``record`` the statement writes from the row
+    (``record``: :func:`rendering`'s SQL), as one statement returning the row and
+    :data:`EVENT_COLUMN`; ``(sql, args)``. Pure. ``notify``: as for :func:`joined`."""
+    extra: list[Any] = [
+        write.tenant,
+        write.resource.key,
+        action,
+        NAMES[action],
+        write.sub,
+        write.username,
+        write.request_id,
+    ]
+    if changed is not None:
+        extra.append(sorted(changed))
+    text = _written_sql(statement, len(args), notify, record, changed is not None)
+    return text, [*args, *extra]
+
+
+def event_of(row: asyncpg.Record) -> uuid.UUID:
+    """The event's public id beside a written row (:data:`EVENT_COLUMN`)."""
+    event = row[EVENT_COLUMN]
+    assert isinstance(event, uuid.UUID)
+    return event

@@ -80,10 +80,16 @@ RETRY = (
     "UPDATE dap.outbox SET attempts = attempts + 1, last_error = $2, "
     "next_at = now() + make_interval(secs => $3) WHERE id = $1"
 )
-# settled rows get their feed positions, and the feed's NOTIFY the highest: one statement
+# settled rows get their feed positions, and the feed's NOTIFY the highest: one statement; it
+# also says whether other rows are due (``more``), so that a batch that left none is not followed
+# by an empty claim (three round trips: BEGIN, the claim, COMMIT) before the dispatcher waits;
+# ``clock_timestamp()``, not ``now()``: a row committed since this transaction began is due
 DONE = (
     "WITH d AS (UPDATE dap.outbox SET delivered_at = now(), seq = nextval('dap.outbox_feed_seq') "
-    "WHERE id = ANY($1::bigint[]) RETURNING seq) SELECT pg_notify($2, max(seq)::text) FROM d"
+    "WHERE id = ANY($1::bigint[]) RETURNING seq) SELECT pg_notify($2, max(seq)::text), "
+    "EXISTS (SELECT 1 FROM dap.outbox o WHERE o.delivered_at IS NULL AND o.next_at <= clock_timestamp() "
+    "AND o.id <> ALL($1::bigint[]) AND ($3::uuid[] IS NULL OR o.tenant_id = ANY($3::uuid[]))) AS more "
+    "FROM d"
 )
 # seconds to the next retry, NULL when no row waits for one (``greatest`` would make that 0, and
 # an idle dispatcher would poll at its 50 ms floor instead of every ``poll``); past ones are <= 0
@@ -129,6 +135,10 @@ class Dispatcher:
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._listener = db.Listener(dsn, outbox.CHANNEL, self._wake)
+        self._more = False  # the last batch left other rows due (or was full): claim again
+        self._retried = False  # a delivery of this process failed since the last ``DUE``
+        self._due_checked = -1e9  # loop time of the last ``DUE``
+        self._next_due: float | None = None  # loop time of the next retry it found
 
     def start(self) -> None:
         if self._task is None:
@@ -177,19 +187,22 @@ class Dispatcher:
             self._wake.clear()
             wait = self.settings.poll
             try:
-                while not self._stopping and await self.drain_once():
+                while not self._stopping and await self.drain_once() and self._more:
                     pass
                 if self._stopping:
                     return
                 rounds += 1
-                async with db.connection(self.pool) as conn:
-                    if rounds % 60 == 1:
+                now = asyncio.get_running_loop().time()
+                if rounds % 60 == 1:
+                    async with db.connection(self.pool) as conn:
                         await conn.execute(PRUNE, self.settings.keep)
-                    due = await conn.fetchval(
-                        DUE, self._tenants()
-                    )  # the next retry, when sooner than the poll
-                if due is not None:
-                    wait = min(wait, max(0.05, due))  # retrying rows only: new ones NOTIFY
+                if self._due_needed(now):
+                    self._retried, self._due_checked = False, now
+                    async with db.connection(self.pool) as conn:
+                        due = await conn.fetchval(DUE, self._tenants())
+                    self._next_due = None if due is None else now + due
+                if self._next_due is not None:  # the next retry, when sooner than the poll
+                    wait = min(wait, max(0.05, self._next_due - now))  # retrying rows only: new ones wake it
             except asyncio.CancelledError:
                 raise
             except Exception:  # Postgres away, a bug: log, wait, go on -- never die silently
@@ -200,12 +213,25 @@ class Dispatcher:
                 async with asyncio.timeout(wait):  # not wait_for: 3.11 loses a stop there
                     await self._wake.wait()
 
+    def _due_needed(self, now: float) -> bool:
+        """Whether to ask Postgres when the next retry falls due: after a failed delivery here,
+        once the retry it last found is due, and once per ``poll`` (another process's retries);
+        not after every round of a busy dispatcher, whose rounds follow each write."""
+        return (
+            self._retried
+            or (self._next_due is not None and self._next_due <= now)
+            or now - self._due_checked >= self.settings.poll
+        )
+
     def _tenants(self) -> list[uuid.UUID] | None:
         tenants = self.settings.tenants
         return sorted(tenants) if tenants is not None else None
 
     async def drain_once(self) -> int:
-        """Claim and settle one batch in one transaction; how many rows were claimed."""
+        """Claim and settle one batch in one transaction; how many rows were claimed. Whether to
+        claim again at once is left in ``_more``: the batch was full, some of it waits for a retry,
+        or other rows are due (a record's next event, held back while this batch held its older one)."""
+        self._more = False
         async with db.connection(self.pool) as conn, db.committed(conn):
             rows = await conn.fetch(CLAIM, self.settings.batch, self._tenants())
             entities = self.entities()
@@ -225,9 +251,12 @@ class Dispatcher:
                     done.append(event.id)
             if outcomes:  # in this transaction: with the effects they settle, or not at all
                 await conn.execute(SETTLE, *(list(column) for column in zip(*outcomes, strict=True)))
+            more = len(rows) >= self.settings.batch or len(done) < len(rows)
             if done:
                 await conn.execute("SELECT pg_advisory_xact_lock($1)", FEED_LOCK)
-                await conn.execute(DONE, done, outbox.FEED)
+                found = await conn.fetchrow(DONE, done, outbox.FEED, self._tenants())
+                more = more or bool(found is not None and found["more"])
+        self._more = more
         return len(rows)
 
     async def _one(
@@ -287,6 +316,7 @@ class Dispatcher:
                 continue
             self.counters.delivered.labels(channel).inc()
         if failed:
+            self._retried = True
             wait = min(plans.backoff(d.retry, attempts) for d, _ in failed)
             await conn.execute(RETRY, event.id, failed[0][1], wait)
             return False

@@ -69,7 +69,9 @@ class Feed:
         self._wake = asyncio.Event()
         self._waiters: dict[uuid.UUID, asyncio.Future[None]] = {}
         self._task: asyncio.Task[None] | None = None
-        self._listener = db.Listener(dsn, outbox.FEED, self._wake)
+        self._listener = db.Listener(dsn, outbox.FEED, self._wake, self._heard)
+        self._heard_seq = 0  # the highest seq a dap_feed NOTIFY named
+        self._synced = -1  # the listener's connection (``opened``) since whose start HEAD was read
 
     def start(self) -> None:
         if self._task is None:
@@ -125,13 +127,23 @@ class Feed:
                 async with asyncio.timeout(self.poll):  # not wait_for: 3.11 loses a stop there
                     await self._wake.wait()
 
+    def _heard(self, payload: str) -> None:
+        """A ``dap_feed`` NOTIFY: its payload is the highest seq its transaction gave."""
+        with contextlib.suppress(ValueError):
+            self._heard_seq = max(self._heard_seq, int(payload))
+
     def _idle(self) -> bool:
         return not self.subscribers and not self._waiters
 
     async def _read(self) -> None:
         if self._idle():  # nobody here to offer rows to: move to the head without reading them
-            async with db.connection(self.pool) as conn:
-                head = await conn.fetchval(HEAD)
+            if self._synced == self._listener.opened:  # listening all along since the last HEAD:
+                # every seq is given by a transaction that NOTIFYs its highest, in commit order
+                head = self._heard_seq
+            else:  # a new listener (notifications in between were missed): ask
+                self._synced = self._listener.opened
+                async with db.connection(self.pool) as conn:
+                    head = await conn.fetchval(HEAD)
             if self._idle():  # still: one who came during the query is served by the read below
                 # seq order is commit order (``dispatcher``), so nothing below the head commits later;
                 # one who comes now reads what it missed itself (``since``, ``delivered``)

@@ -24,7 +24,7 @@ import json
 import logging
 import socket
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from decimal import Decimal
 from typing import Any, TypeAlias
 
@@ -219,9 +219,17 @@ class Listener:
     raises, so a failed round can drop it and the next one opens a fresh one.
     """
 
-    def __init__(self, dsn: str, channel: str, wake: asyncio.Event) -> None:
-        self.dsn, self.channel, self.wake = dsn, channel, wake
+    def __init__(
+        self, dsn: str, channel: str, wake: asyncio.Event, heard: Callable[[str], None] | None = None
+    ) -> None:
+        self.dsn, self.channel, self.wake, self.heard = dsn, channel, wake, heard
         self._conn: asyncpg.Connection[asyncpg.Record] | None = None
+        self.opened = 0  # connections opened so far: notifications sent in between were missed
+
+    def _notified(self, _conn: Any, _pid: int, _channel: str, payload: object) -> None:
+        if self.heard is not None:
+            self.heard(str(payload))
+        self.wake.set()
 
     async def ensure(self) -> None:
         if self._conn is not None and not self._conn.is_closed():
@@ -229,11 +237,12 @@ class Listener:
         await self.close()
         conn = await asyncpg.connect(self.dsn)
         try:
-            await conn.add_listener(self.channel, lambda *_: self.wake.set())
+            await conn.add_listener(self.channel, self._notified)
         except BaseException:
             await conn.close()
             raise
         self._conn = conn
+        self.opened += 1
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None

@@ -157,8 +157,10 @@ def update(
     values: Mapping[str, Any],
     *,
     expected_version: int | None,
+    draft_only: bool = False,
 ) -> Statement:
-    """Set ``values``, bump ``version``; with ``expected_version`` only when it still matches."""
+    """Set ``values``, bump ``version``; with ``expected_version`` only when it still matches, and
+    with ``draft_only`` only while the document is a draft (``docstatus = 0``)."""
     args = _Args(tenant)
     sets = ["version = version + 1", "updated_at = now()"]
     for column, value in values.items():
@@ -166,6 +168,8 @@ def update(
     where = f"tenant_id = $1 AND id = {args.add(record_id)}"
     if expected_version is not None:
         where += f" AND version = {args.add(expected_version)}"
+    if draft_only:
+        where += " AND docstatus = 0"
     sql = f"UPDATE {quote(table.name)} SET {', '.join(sets)} WHERE {where} RETURNING {_columns(table, None)}"
     return sql, args.values
 

@@ -95,6 +95,17 @@ async def create(
     columns, children = writing.split(resource, values)
     columns.update(lifecycle.initial_state(submit))
     statement, args = sql.insert(resource.table, tenant, columns, owner=principal.username)
+    record = builtin.rendering(resource)
+    if record is not None:  # the row and its event, its record written from the row: one statement
+        text, params = builtin.written(statement, args, write, "create", record, notify=notify)
+        if alone_possible(conn, write, submit):  # nothing before it, nothing after it
+            row = await conn.alone(text, *params)
+            assert row is not None
+        else:
+            row = await conn.fetchrow(text, *params)
+            assert row is not None
+            await lifecycle.created(conn, write, row, submitted=submit)
+        return Written(row, None, builtin.event_of(row))
     if not resource.children:  # the row and its event in one statement (``builtin.joined``)
         predicted: dict[str, Any] = {c.name: None for c in resource.table.columns}
         predicted.update(docstatus=lifecycle.DRAFT)  # the column's default (a submit sets it)
@@ -177,11 +188,17 @@ async def update(
 
     The row is locked ``FOR UPDATE`` through ``guards.select_for_write`` (row scope, ``expected``
     version); 409 ``SVC.DOC.UPDATE_NOT_DRAFT`` for a submitted or cancelled document. ``notify``:
-    as for :func:`create`.
+    as for :func:`create`. On a deferred connection an update that needs nothing of the record
+    is one statement (:func:`_update_blind`), else one that needs only a read reads unlocked
+    (:func:`_update_optimistic`); either falls back to the locked path when it wrote nothing.
     """
     resource, tenant, catalog = write.resource, write.tenant, write.catalog
     principal: auth.Principal = access.principal
-    if optimistic_possible(conn, write):
+    if blind_possible(conn, write, access, values):
+        done = await _update_blind(conn, write, access, record_id, values, expected, notify)
+        if done is not None:
+            return done
+    elif optimistic_possible(conn, write):
         done = await _update_optimistic(conn, write, access, record_id, body, values, expected, notify)
         if done is not None:
             return done
@@ -215,6 +232,68 @@ async def update(
     kids = await children_of(conn, resource, tenant, record_id, catalog)
     event = await builtin.record(conn, write, "update", row, kids, changed=values.keys())
     return Written(row, kids, event)
+
+
+def blind_possible(
+    conn: db.Connection, write: auditing.Write, access: guards.Access, values: Mapping[str, Any]
+) -> TypeGuard[deferred.Deferred]:
+    """An update can be one statement that reads nothing first (:func:`_update_blind`): what
+    :func:`optimistic_possible` asks, and nothing of the update needs the record as it is -- no
+    derived values or declared conditions (``filling``), no row scope, no create scope or
+    backdating rule on a field it sets (``guards.before_update``) -- and the statement can write
+    the event's record from the row itself (``builtin.rendering``)."""
+    if not optimistic_possible(conn, write):
+        return False
+    resource, policy = write.resource, access.policy
+    cs = policy.create_scope
+    return (
+        not resource.derivation.active
+        and not access.scope
+        and (cs is None or (cs.field not in values and cs.ref_field not in values))
+        and (policy.date_field is None or policy.date_field not in values)
+        and builtin.rendering(resource) is not None
+    )
+
+
+async def _update_blind(
+    conn: deferred.Deferred,
+    write: auditing.Write,
+    access: guards.Access,
+    record_id: uuid.UUID,
+    values: dict[str, Any],
+    expected: int | None,
+    notify: bool,
+) -> Written | None:
+    """An update in one round trip: the row and its event in one statement committed by itself,
+    whose ``WHERE`` holds what the locked path would have checked on the row it read (the
+    ``If-Match`` version, a document still a draft) and whose event's record is written from the
+    row (``builtin.written``). A relation's check, when the body sets one, sends its statement
+    first, and the update then commits with it.
+
+    ``None`` when the statement wrote nothing (no such record, another version, not a draft) or a
+    relation pointed nowhere: nothing is written, the transaction (if any) is rolled back, and the
+    caller takes the locked path, which answers 404, 412, 409 or 422 in its own order."""
+    resource, tenant = write.resource, write.tenant
+    try:
+        await writing.check_relations(conn, resource, tenant, values)
+    except errors.ValidationFailed:
+        await conn.abandon()
+        return None
+    columns, _ = writing.split(resource, values)
+    statement, args = sql.update(
+        resource.table, tenant, record_id, columns, expected_version=expected, draft_only=resource.lifecycle
+    )
+    record = builtin.rendering(resource)
+    assert record is not None
+    text, params = builtin.written(
+        statement, args, write, "update", record, changed=values.keys(), notify=notify
+    )
+    row = await conn.fetchrow(text, *params) if conn.begun else await conn.alone(text, *params)
+    if row is None:  # nothing written: the locked path, from the start
+        await conn.abandon()
+        conn.undone()
+        return None
+    return Written(row, None, builtin.event_of(row))
 
 
 def optimistic_possible(conn: db.Connection, write: auditing.Write) -> TypeGuard[deferred.Deferred]:
