@@ -2,9 +2,9 @@
 
 ``ensure()`` runs the build script, which reuses the cache when every binary is there (under a
 second) and builds otherwise (minutes; ``make test`` builds in the background and runs the tests
-that need it in its second pass, marked ``late``, so there they only reuse). The one reason to skip is a machine with no Go toolchain: the
-script says so with exit status 3 (binaries already in the cache are reused without Go). A
-failing build is an error, never a skip.
+that need it in its second pass, marked ``late``, so there they only reuse). The one reason to
+skip is a machine with no Go toolchain: the script says so with exit status 3 (binaries already
+in the cache are reused without Go). A failing build is an error, never a skip.
 """
 
 from __future__ import annotations

@@ -22,7 +22,9 @@ pytestmark = pytest.mark.slow
 
 EXAMPLE = REPO / "examples" / "procurement"
 SERVED_WITHIN = 8.0  # seconds from registration to "now serving" (the pod long-polls)
-STOPPED_WITHIN = 4.0  # seconds from Ctrl-C to exit (about 1 s when the machine is idle)
+# seconds from Ctrl-C to exit: about 1 s on an idle machine, 5.6 s once under a load average of 12;
+# what it must catch is a stop that waits out a timeout (the dispatcher's 10 s grace, a 30 s drain)
+STOPPED_WITHIN = 8.0
 TOKEN = tokens.dev_token()
 
 
