@@ -7,7 +7,7 @@ import asyncpg
 from dap.server import state
 from dap.server.storage import workspaces
 
-from .conftest import ADMIN, fresh_database_async, running
+from .conftest import ADMIN, ORIGIN, fresh_database_async, running
 
 BEARER = {"Authorization": f"Bearer {ADMIN}"}
 
@@ -118,6 +118,36 @@ async def test_metrics_and_health(pg_server_dsn: str) -> None:
             body = await resp.json()
             assert resp.status == 503 and body["status"] == "unhealthy" and body["reasons"]
             assert "checked_at" in body
+
+
+async def test_the_front_answers_what_the_router_refuses_and_counts_it(pg_server_dsn: str) -> None:
+    """The request id, CORS, problem documents and metrics run in front of the application
+    (``web.app._front``), not as an aiohttp middleware: what the router refuses before any handler
+    -- an unknown path, a method no route takes -- still gets all of them, and a preflight, which
+    no handler answers, is still counted under its route."""
+    _, dsn = await fresh_database_async(pg_server_dsn)
+    async with running(dsn) as srv:
+        async with srv.http.get(
+            f"{srv.api}/no/such/path/anywhere/at/all", headers={"X-Request-Id": "r-27"}
+        ) as resp:
+            assert resp.status == 404 and resp.content_type == "application/problem+json"
+            assert resp.headers["X-Request-Id"] == "r-27"
+        async with srv.http.put(f"{srv.api}/default/_ui/setup", headers={"Origin": ORIGIN}) as resp:
+            assert resp.status == 405 and resp.content_type == "application/problem+json"
+            assert resp.headers["Access-Control-Allow-Origin"] == ORIGIN
+            assert len(resp.headers["X-Request-Id"]) == 32  # made: none was given
+        preflight = {"Origin": ORIGIN, "Access-Control-Request-Method": "PATCH"}
+        async with srv.http.options(f"{srv.api}/default/api/shop/product/1", headers=preflight) as resp:
+            assert resp.status == 204 and resp.headers["Access-Control-Allow-Origin"] == ORIGIN
+        async with srv.http.get(f"{srv.admin}/metrics") as resp:
+            text = await resp.text()
+        for series in (
+            'method="GET",route="unmatched",status_class="4xx",workspace="_none"} 1.0',
+            'method="PUT",route="unmatched",status_class="4xx",workspace="_none"} 1.0',
+            'method="OPTIONS",route="/{ws}/api/{module}/{entity}/{id}",status_class="2xx",'
+            'workspace="_none"} 1.0',
+        ):
+            assert f"dap_http_requests_total{{{series}" in text, series
 
 
 async def test_graceful_stop_finishes_in_flight_requests(pg_dsn: str) -> None:

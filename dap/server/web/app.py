@@ -25,7 +25,7 @@ from pathlib import Path
 import aiohttp
 import asyncpg
 from aiohttp import web
-from aiohttp.typedefs import Handler, Middleware
+from aiohttp.typedefs import Handler
 
 from dap.server import booting, errors, metrics, options, state
 from dap.server.access import auth
@@ -79,9 +79,9 @@ def find_web_dir(given: Path | None) -> Path | None:
     return None
 
 
-def _route_template(request: web.Request) -> str:
-    route = request.match_info.route
-    resource = route.resource
+def _route_template(match_info: web.UrlMappingMatchInfo | None) -> str:
+    """The metrics label of a request's route: its path template, ``unmatched`` for none."""
+    resource = match_info.route.resource if match_info is not None else None
     return resource.canonical if resource is not None else "unmatched"
 
 
@@ -100,20 +100,30 @@ def _request_ids() -> Iterator[str]:
     return (f"{prefix}{n:016x}" for n in itertools.count())
 
 
-def _middleware(opts: options.ServeOptions, meter: metrics.Metrics) -> Middleware:
+def _front(app: web.Application, opts: options.ServeOptions, meter: metrics.Metrics) -> protocol.Front:
+    """What runs around every request of ``app``: request id, CORS, problem documents, metrics.
+
+    It is the server's handler in front of the application's own (``protocol.FRONT``), not an
+    aiohttp middleware: aiohttp wraps an application's middlewares in one more of its own
+    (``_fix_request_current_app``, for sub-applications, which this one has none of) and looks the
+    chain up per request. Everything the router and the handlers raise reaches it, as it reached
+    the middleware: an unknown path's 404 and a method's 405 are problem documents as well.
+    """
     allowed = frozenset(opts.cors_origins)
     new_id = _request_ids().__next__
+    router = app.router
 
-    @web.middleware
-    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    async def front(handler: Handler, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
         given = request.headers.get("X-Request-Id", "")
         request_id = given if given and _REQUEST_ID.fullmatch(given) else new_id()
         request[state.REQUEST_ID] = request_id
         origin = request.headers.get("Origin")
         response: web.StreamResponse
+        matched: web.UrlMappingMatchInfo | None = None
         try:
             if request.method == "OPTIONS" and request.headers.get("Access-Control-Request-Method"):
+                matched = await router.resolve(request)  # for the metrics label only
                 if origin not in allowed:
                     raise errors.Forbidden(
                         "origin not allowed by the CORS allow-list", code="SVC.CORS.ORIGIN"
@@ -152,7 +162,9 @@ def _middleware(opts: options.ServeOptions, meter: metrics.Metrics) -> Middlewar
             response.headers.update(_cors_headers(origin))
         response.headers.setdefault("X-Request-Id", request_id)
         workspace = request.get(state.WORKSPACE, "_none")
-        route = _route_template(request)
+        # the router's answer, set on the request by the application's handler (none when it
+        # never ran: a preflight, whose route was resolved above)
+        route = _route_template(matched or protocol.matched(request))
         seconds = time.perf_counter() - started
         meter.observe(
             workspace=workspace, route=route, method=request.method, status=response.status, seconds=seconds
@@ -169,7 +181,7 @@ def _middleware(opts: options.ServeOptions, meter: metrics.Metrics) -> Middlewar
             log.debug("request", extra={"ctx": ctx})
         return response
 
-    return middleware
+    return front
 
 
 async def _start_find_cache(app: web.Application) -> None:
@@ -241,7 +253,8 @@ def build_app(
     """The tenant-facing application (REST, UI metadata, setup, login, OpenAPI, UI bundle)."""
     meter = metrics.Metrics()
     meter.watch_pool(lambda: (pool.get_size(), pool.get_idle_size(), pool.get_max_size()))
-    app = web.Application(middlewares=[_middleware(opts, meter)], client_max_size=opts.max_body_bytes)
+    app = web.Application(client_max_size=opts.max_body_bytes)
+    app[protocol.FRONT] = _front(app, opts, meter)  # run by the server in front of the app's handler
     app[state.OPTIONS] = opts
     app[state.POOL] = pool
     app[state.SPEC] = state.SpecHolder(catalog)

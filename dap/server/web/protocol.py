@@ -15,21 +15,32 @@ field past :data:`MAX_HEADER_FIELD` bytes (a long bearer token, a cookie) or mor
 aiohttp's ``LineTooLong`` does not say which of the two it measured, only the limit it passed, so
 the two limits differ (8 KiB and 8190 bytes) and the limit tells them apart. Every other refusal stays 400,
 titled ``Bad request``.
+
+An application may name a :data:`FRONT`: the handler the server calls for every request, given
+the application's own handler to call (``web.app`` puts its request id, CORS, problem documents
+and metrics there instead of in an aiohttp middleware, which aiohttp wraps once more per request).
+An application with a front is served only by these runners.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
+from aiohttp.typedefs import Handler
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
 from dap.server import errors
 
 log = logging.getLogger(__name__)
+# the front gets the application's handler first, the request second (``functools.partial``)
+Front = Callable[[Handler, web.Request], Awaitable[web.StreamResponse]]
+FRONT: web.AppKey[Front] = web.AppKey("front")
 MAX_REQUEST_LINE = 8190  # bytes of the request line (aiohttp's default)
 MAX_HEADER_FIELD = 8192  # bytes of one header field, name and value (8 KiB; not the line limit: see above)
 MAX_HEADERS = 128  # header fields (aiohttp's default)
@@ -87,4 +98,15 @@ class AppRunner(web.AppRunner):
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
         server.__class__ = _ProblemServer  # same state, one overridden method
+        front = self.app.get(FRONT)
+        if front is not None:  # in front of the application's handler (set before any connection)
+            # the runner's request factory makes every request a ``web.Request``
+            server.request_handler = cast(Any, functools.partial(front, server.request_handler))
         return server
+
+
+def matched(request: BaseRequest) -> web.UrlMappingMatchInfo | None:
+    """The router's answer for ``request`` once the application's handler has routed it, else
+    ``None`` (aiohttp's ``Request.match_info`` asserts it is set, and keeps its first answer)."""
+    found = getattr(request, "_match_info", None)
+    return found if isinstance(found, web.UrlMappingMatchInfo) else None

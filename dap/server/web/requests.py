@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from dap.server import errors, identity, state
@@ -95,6 +96,29 @@ def too_deep(value: Any, limit: int) -> bool:
     return False
 
 
+def _shape(value: Any, limit: int) -> tuple[bool, bool]:
+    """:func:`too_deep` of a value orjson decoded (plain ``dict``, ``list``, ``float``: exact
+    types), and whether it holds a float, in one walk: a flat object -- what a record's body is --
+    is one pass over its values."""
+    floats = False
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        kind = type(item)
+        if kind is dict or kind is list:
+            if depth > limit:
+                return True, floats
+            for child in item.values() if kind is dict else item:
+                if type(child) in _CONTAINERS:
+                    stack.append((child, depth + 1))
+                elif type(child) is float:
+                    floats = True
+        elif kind is float:
+            floats = True
+    return False, floats
+
+
+_CONTAINERS = (dict, list)
 _EXACT = json.JSONDecoder(parse_float=Decimal)  # made once: ``json.loads`` makes one per call
 _PLAIN = json.JSONDecoder()
 
@@ -110,20 +134,29 @@ def _too_deep() -> errors.BadRequest:
     )
 
 
-async def read_json(request: web.Request, *, exact_numbers: bool = False) -> dict[str, Any]:
-    """The JSON object of a request body, or a 4xx problem: 415 when it is not JSON, 400 when malformed.
+def decode_json(raw: bytes, *, exact_numbers: bool) -> Any:
+    """The JSON value of ``raw``, exactly as the standard decoder reads it (400 when malformed or
+    nested deeper than :data:`MAX_JSON_DEPTH`).
 
-    Every JSON endpoint reads its body here. ``exact_numbers`` parses numbers with a fraction as
-    ``Decimal`` (money must not pass through a float).
+    orjson reads it first (several times faster on a record's body); its value is kept only when
+    it holds no float, where both decoders agree: strings, integers within 64 bits, booleans,
+    null, lists and objects (the last of a repeated key). Anything else -- a number with a
+    fraction or an exponent (a ``Decimal`` with ``exact_numbers``), an integer past 64 bits (which
+    orjson reads as a float), and whatever orjson refuses (a UTF-8 BOM, UTF-16, lone surrogates,
+    ``NaN``, malformed JSON) -- is decoded by the standard decoder as before, with its errors.
     """
-    raw = await request.read()  # aiohttp raises 413 past client_max_size
-    media = request.content_type  # aiohttp answers application/octet-stream when none is sent
-    if raw and not (media in _JSON_TYPES or (media.startswith("application/") and media.endswith("+json"))):
-        raise errors.UnsupportedMediaType(
-            f"the body must be JSON sent as Content-Type: application/json, not {media}"
-        )
     try:
-        body = _decode(raw, _EXACT if exact_numbers else _PLAIN) if raw else None
+        fast = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        pass
+    else:
+        deep, floats = _shape(fast, MAX_JSON_DEPTH)
+        if deep:
+            raise _too_deep()
+        if not floats:
+            return fast
+    try:
+        body = _decode(raw, _EXACT if exact_numbers else _PLAIN)
     except (ValueError, UnicodeDecodeError) as exc:
         raise errors.BadRequest(
             f"the body is not valid JSON: {exc}", code="SVC.REQUEST.MALFORMED_JSON"
@@ -132,6 +165,30 @@ async def read_json(request: web.Request, *, exact_numbers: bool = False) -> dic
         raise _too_deep() from exc
     if too_deep(body, MAX_JSON_DEPTH):
         raise _too_deep()
+    return body
+
+
+def _media(request: web.Request) -> str:
+    """The body's media type: the header itself when it is exactly ``application/json`` (what
+    clients send), else as aiohttp parses it (parameters dropped, lower case)."""
+    given = request.headers.get("Content-Type")
+    return given if given == "application/json" else request.content_type
+
+
+async def read_json(request: web.Request, *, exact_numbers: bool = False) -> dict[str, Any]:
+    """The JSON object of a request body, or a 4xx problem: 415 when it is not JSON, 400 when malformed.
+
+    Every JSON endpoint reads its body here. ``exact_numbers`` parses numbers with a fraction as
+    ``Decimal`` (money must not pass through a float).
+    """
+    raw = await request.read()  # aiohttp raises 413 past client_max_size
+    if raw:
+        media = _media(request)  # aiohttp answers application/octet-stream when none is sent
+        if not (media in _JSON_TYPES or (media.startswith("application/") and media.endswith("+json"))):
+            raise errors.UnsupportedMediaType(
+                f"the body must be JSON sent as Content-Type: application/json, not {media}"
+            )
+    body = decode_json(raw, exact_numbers=exact_numbers) if raw else None
     if not isinstance(body, dict):
         raise errors.BadRequest("the body must be a JSON object", code="SVC.REQUEST.MALFORMED_JSON")
     return body
