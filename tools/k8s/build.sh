@@ -30,14 +30,20 @@ if [[ ${1:-} == --node ]]; then
     for b in kubelet kubeadm kube-proxy kube-scheduler; do packages[$b]=k8s.io/kubernetes/cmd/$b; done
 fi
 
+reuse_when_complete() {
+    missing=()
+    for b in "${!packages[@]}"; do [[ -x "$out/$b" ]] || missing+=("$b"); done
+    if [[ ${#missing[@]} == 0 ]]; then
+        echo "tools/k8s: reusing $release binaries in $out" >&2
+        echo "$out"
+        exit 0
+    fi
+}
+# A binary appears only whole (moved in when linked): what is there is reused without waiting for a
+# build of other binaries into the same directory (the node's, in the background of make test).
+reuse_when_complete
 take_lock "$out.lock" tools/k8s
-missing=()
-for b in "${!packages[@]}"; do [[ -x "$out/$b" ]] || missing+=("$b"); done
-if [[ ${#missing[@]} == 0 ]]; then
-    echo "tools/k8s: reusing $release binaries in $out" >&2
-    echo "$out"
-    exit 0
-fi
+reuse_when_complete
 
 # Go's official tarball installs to /usr/local/go; a non-login shell may lack it on PATH.
 if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then
