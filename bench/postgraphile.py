@@ -121,35 +121,51 @@ async def queries(url: str) -> tuple[str, str]:
 
 async def mutations(url: str, tenant: str) -> tuple[str, str]:
     """The peer's create and update-by-id mutations (as its inflection names them), each as a
-    one-line request body with :data:`loadgen.UNIQUE` in its code/title and ``@ID@`` for the id."""
+    one-line request body with :data:`loadgen.UNIQUE` in its code/title and ``@ID@`` for the id.
+
+    The values travel as variables, the document stays the same text from request to request, as
+    a client of PostGraphile sends it: grafast plans an operation once per document and reuses the
+    plan. With the values written into the document, every request was a new document, parsed,
+    validated and planned anew (4 ms of the peer's CPU per create on this machine, 8x a find)."""
     data = await graphql(
         url,
         "{__schema{mutationType{fields{name args{type{ofType{name inputFields{name}}}}}}}}",
     )
     fields = data["__schema"]["mutationType"]["fields"]
 
-    def pick(test: Callable[[str], bool]) -> tuple[str, list[str]]:
+    def pick(test: Callable[[str], bool]) -> tuple[str, str, list[str]]:
         found = next((f for f in fields if test(f["name"])), None)
         if found is None:
             raise RuntimeError(f"PostGraphile exposes no such mutation: {[f['name'] for f in fields]}")
-        return found["name"], [i["name"] for i in found["args"][0]["type"]["ofType"]["inputFields"]]
+        given = found["args"][0]["type"]["ofType"]  # input: NonNull of the input object
+        return found["name"], given["name"], [i["name"] for i in given["inputFields"]]
 
-    create, create_in = pick(lambda n: n.startswith("create") and "item" in n.lower())
-    update, update_in = pick(lambda n: n.startswith("update") and "item" in n.lower() and n.endswith("RowId"))
+    create, create_type, create_in = pick(lambda n: n.startswith("create") and "item" in n.lower())
+    update, update_type, update_in = pick(
+        lambda n: n.startswith("update") and "item" in n.lower() and n.endswith("RowId")
+    )
     record = next(n for n in create_in if n != "clientMutationId")
     patch = next(n for n in update_in if n.endswith("Patch"))
     selection = "{ rowId " + " ".join(FIELDS) + " }"
-    new = (
-        f'{{tenantId: "{tenant}", code: "P{loadgen.UNIQUE}", title: "new", price: "12.50", qty: "3", '
-        'category: "red", createdBy: "alice", owner: "alice"}'
+    new = {
+        "tenantId": tenant,
+        "code": f"P{loadgen.UNIQUE}",
+        "title": "new",
+        "price": "12.50",
+        "qty": "3",
+        "category": "red",
+        "createdBy": "alice",
+        "owner": "alice",
+    }
+    keys = {"tenantId": tenant, "rowId": "@ID@"} if "tenantId" in update_in else {"rowId": "@ID@"}
+    create_q = f"mutation($input: {create_type}!) {{ {create}(input: $input) {{ {record} {selection} }} }}"
+    update_q = f"mutation($input: {update_type}!) {{ {update}(input: $input) {{ {record} {selection} }} }}"
+    create_in_vars = {"input": {record: new}}
+    update_in_vars = {"input": {**keys, patch: {"title": f"P{loadgen.UNIQUE}", "qty": "7"}}}
+    return (
+        json.dumps({"query": create_q, "variables": create_in_vars}),
+        json.dumps({"query": update_q, "variables": update_in_vars}),
     )
-    keys = f'tenantId: "{tenant}", rowId: "@ID@", ' if "tenantId" in update_in else 'rowId: "@ID@", '
-    create_q = f"mutation {{ {create}(input: {{{record}: {new}}}) {{ {record} {selection} }} }}"
-    update_q = (
-        f'mutation {{ {update}(input: {{{keys}{patch}: {{title: "P{loadgen.UNIQUE}", qty: "7"}}}}) '
-        f"{{ {record} {selection} }} }}"
-    )
-    return json.dumps({"query": create_q}), json.dumps({"query": update_q})
 
 
 def same(dap: dict[str, Any], peer: dict[str, Any]) -> bool:
