@@ -34,10 +34,14 @@ from typing import Any
 
 import aiohttp
 import asyncpg
+import boots
 import jwt
 import loadgen
+import profiling
+import semantics
 
 ROOT = Path(__file__).resolve().parent.parent
+FLOOR = Path(__file__).with_name("floor.py")  # the floor's server, run as its own process
 DAP = str(Path(sys.executable).parent / "dap")
 SECRET = "bench-secret-bench-secret-bench-secret!"
 POOL = 10
@@ -81,7 +85,6 @@ BOOT_ENTITIES = 300  # the spec whose boot is measured
 BOOT_ROUNDS = 3  # boots measured, each on a new database; the median is reported
 WARM_SECONDS = 1.0  # warm-up of each drive (pools, prepared statements)
 FIND_IDS = 2000  # ids sampled for the find scenarios
-BUYERS = 100  # bench/doc rows are spread over this many buyers, each seeing 1/BUYERS of them
 
 
 def port() -> int:
@@ -109,154 +112,6 @@ async def wait_http(url: str, limit: float = 120.0) -> float:
                 pass
             await asyncio.sleep(0.02)
     raise RuntimeError(f"{url} did not answer within {limit}s")
-
-
-# --- baseline server (run in a child process) ------------------------------------------------
-# The floor runs on the event loop and with the JSON encoder that ``dap serve`` uses, so that the
-# ratio measures dap's own work and nothing a library choice would give either side.
-
-
-def _floor_dumps(value: Any) -> bytes:
-    import orjson
-
-    from dap.server.storage import db
-
-    return orjson.dumps(value, default=db.json_default)
-
-
-FLOOR_DUMPS = _floor_dumps
-
-
-def FLOOR_LOOP() -> asyncio.AbstractEventLoop:  # noqa: N802 -- the loop dap serve runs on
-    from dap.server import loops
-
-    return loops.factory()()
-
-
-def baseline_main(port_: int, dsn: str, tenant: str, fifo: bool = False) -> None:
-    """The floor; ``fifo`` puts dap's first-come, first-served gate (``storage.gates``) in front of
-    its pool, as ``db.connection`` does: the floor that also serves its callers in arrival order."""
-    import contextlib
-
-    from aiohttp import web
-
-    from dap import config
-    from dap.server.catalog import Catalog
-    from dap.server.storage import db, gates, sql
-    from dap.server.workflows import filters
-
-    catalog = Catalog.from_spec(config.load_files({"spec.yaml": SPEC}))
-    resource = catalog.resources["bench/item"]
-    tenant_id = uuid.UUID(tenant)
-    pairs = [tuple(p.split("=", 1)) for p in LIST_QUERY.split("&")]
-    list_sql, list_args = sql.select_list(resource.table, filters.parse(resource, pairs), tenant_id, None)  # type: ignore[arg-type]
-    one_sql, _ = sql.select_one(resource.table, tenant_id, uuid.uuid4())
-
-    dumps = FLOOR_DUMPS
-    gate: Any = gates.Gate(POOL) if fifo else contextlib.nullcontext()
-
-    async def find(request: web.Request) -> web.Response:
-        async with gate, request.app["pool"].acquire() as conn:
-            row = await conn.fetchrow(one_sql, tenant_id, uuid.UUID(request.match_info["id"]))
-        return web.Response(body=dumps({"data": dict(row)}), content_type="application/json")
-
-    async def many(request: web.Request) -> web.Response:
-        async with gate, request.app["pool"].acquire() as conn:
-            rows = await conn.fetch(list_sql, *list_args)
-        body = {"data": [dict(r) for r in rows], "limit": 50, "offset": 0, "total": None}
-        return web.Response(body=dumps(body), content_type="application/json")
-
-    # the floor's writes: dap's own INSERT/UPDATE … RETURNING, one autocommitted statement each
-    # (no transaction around it, no event, no audit: what a hand-written endpoint would send)
-    def columns_of(body: dict[str, Any]) -> dict[str, Any]:
-        out = {k: body[k] for k in ("code", "title", "qty", "category") if k in body}
-        if "price" in body:
-            out["price"] = Decimal(str(body["price"]))
-        return out
-
-    async def create(request: web.Request) -> web.Response:
-        body = await request.json()
-        statement, args = sql.insert(resource.table, tenant_id, columns_of(body), owner="alice")
-        async with gate, request.app["pool"].acquire() as conn:
-            row = await conn.fetchrow(statement, *args)
-        return web.Response(status=201, body=dumps({"data": dict(row)}), content_type="application/json")
-
-    async def update(request: web.Request) -> web.Response:
-        body = await request.json()
-        record_id = uuid.UUID(request.match_info["id"])
-        statement, args = sql.update(
-            resource.table, tenant_id, record_id, columns_of(body), expected_version=None
-        )
-        async with gate, request.app["pool"].acquire() as conn:
-            row = await conn.fetchrow(statement, *args)
-        if row is None:
-            raise web.HTTPNotFound()
-        return web.Response(body=dumps({"data": dict(row)}), content_type="application/json")
-
-    async def make() -> web.Application:
-        app = web.Application()
-        # the pool's reset as dap's (see storage.db.keep_session): the ratio is dap's own work
-        app["pool"] = await asyncpg.create_pool(dsn, min_size=2, max_size=POOL, reset=db.keep_session)
-        app.router.add_get("/default/api/bench/item", many)
-        app.router.add_get("/default/api/bench/item/{id}", find)
-        app.router.add_post("/default/api/bench/item", create)
-        app.router.add_patch("/default/api/bench/item/{id}", update)
-        return app
-
-    web.run_app(make(), host="127.0.0.1", port=port_, access_log=None, print=None, loop=FLOOR_LOOP())
-
-
-# --- load generator ----------------------------------------------------------------------------
-
-
-def summary(runs: list[tuple[list[float], float, int]]) -> dict[str, float]:
-    """Requests/s, p50, p99 and errors over several runs of ``drive``."""
-    latencies = sorted(x for lat, _, _ in runs for x in lat)
-    elapsed = sum(e for _, e, _ in runs)
-    return {
-        "rps": len(latencies) / elapsed,
-        "p50_ms": latencies[len(latencies) // 2] * 1000,
-        "p99_ms": latencies[int(len(latencies) * 0.99)] * 1000,
-        "errors": sum(n for _, _, n in runs),
-    }
-
-
-Request = str | tuple[str, str, Any]  # a GET url, or (method, url, JSON body)
-
-
-async def drive(
-    url_of: Any, *, seconds: float, workers: int, headers: dict[str, str], warm: bool = True
-) -> tuple[list[float], float, int]:
-    """Run ``workers`` clients for ``seconds``; ``url_of()`` gives each next :data:`Request`."""
-    latencies: list[float] = []
-    errors = 0
-    stop_at = time.perf_counter() + seconds
-    connector = aiohttp.TCPConnector(limit=workers)
-    async with aiohttp.ClientSession(connector=connector, headers=headers) as http:
-
-        async def send() -> int:
-            request: Request = url_of()
-            method, url, body = ("GET", request, None) if isinstance(request, str) else request
-            async with http.request(method, url, json=body) as resp:
-                await resp.read()
-                return resp.status
-
-        async def worker() -> None:
-            nonlocal errors
-            while time.perf_counter() < stop_at:
-                started = time.perf_counter()
-                if await send() not in (200, 201):
-                    errors += 1
-                latencies.append(time.perf_counter() - started)
-
-        warm_until = time.perf_counter() + (WARM_SECONDS if warm else 0.0)
-        while time.perf_counter() < warm_until:  # warm-up: pools, prepared statements
-            await send()
-        stop_at = time.perf_counter() + seconds
-        began = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(workers)))
-        elapsed = time.perf_counter() - began
-    return latencies, elapsed, errors
 
 
 # --- setup -------------------------------------------------------------------------------------
@@ -321,7 +176,14 @@ def spawn_baseline(
     port_: int, dsn: str, tenant: str, log: Path | None = None, *, fifo: bool = False
 ) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, __file__, "--baseline-fifo" if fifo else "--baseline", str(port_), dsn, tenant],
+        [
+            sys.executable,
+            str(Path(__file__).with_name("floor.py")),
+            str(port_),
+            dsn,
+            tenant,
+            *(["--fifo"] if fifo else []),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=log.open("wb") if log is not None else subprocess.DEVNULL,
     )
@@ -347,73 +209,6 @@ async def new_database(server_dsn: str) -> str:
     return embedded.dsn_for_database(server_dsn, name)
 
 
-def big_spec(directory: Path, entities: int) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    docs = ["apiVersion: dap.io/v1\nkind: Module\nmetadata: {name: big}\nspec: {title: Big}\n"]
-    for i in range(entities):
-        docs.append(f"""apiVersion: dap.io/v1
-kind: Entity
-metadata: {{name: e{i:03d}, module: big}}
-spec:
-  fields:
-    - {{name: code, type: string, unique: true}}
-    - {{name: title, type: string}}
-    - {{name: amount, type: money}}
-    - {{name: qty, type: integer}}
-    - {{name: day, type: date}}
-    - {{name: owner_ref, type: relation, relation: {{entity: big/e000}}}}
-  expose:
-    - type: rest
-""")
-    (directory / "big.yaml").write_text("---\n".join(docs))
-
-
-async def ddl_seconds(server_dsn: str, spec_dir: Path) -> float:
-    """Time Postgres needs to create the spec's tables and indexes from plain DDL, once."""
-    from dap import config
-    from dap.server.catalog import Catalog
-    from dap.server.storage import migrations
-
-    catalog = Catalog.from_spec(config.load_spec(spec_dir))
-    plan = migrations.plan({}, catalog.tables, catalog.entities)
-    dsn = await new_database(server_dsn)
-    conn = await asyncpg.connect(dsn)
-    try:
-        started = time.perf_counter()
-        async with conn.transaction():
-            for step in plan.steps:
-                for statement in step.statements:
-                    await conn.execute(statement)
-        return time.perf_counter() - started
-    finally:
-        await conn.close()
-
-
-# --- document semantics: lifecycle moves and row scope on bench/doc --------------------------
-
-
-async def load_docs(dsn: str, rows: int) -> list[str]:
-    """``rows`` draft documents spread over ``BUYERS`` buyers; returns every id, shuffled."""
-    conn = await asyncpg.connect(dsn)
-    try:
-        tenant = await conn.fetchval("SELECT id FROM dap.workspaces WHERE slug = 'default'")
-        records = [
-            (tenant, uuid.uuid4(), f"D{i:07d}", i % 500, f"u{i % BUYERS:03d}", "bench", "bench")
-            for i in range(rows)
-        ]
-        await conn.copy_records_to_table(
-            "bench__doc",
-            records=records,
-            columns=["tenant_id", "id", "code", "qty", "buyer", "created_by", "owner"],
-        )
-        await conn.execute("ANALYZE bench__doc")
-    finally:
-        await conn.close()
-    ids = [str(r[1]) for r in records]
-    random.Random(11).shuffle(ids)
-    return ids
-
-
 def bench_token(username: str, roles: list[str]) -> dict[str, str]:
     now = int(time.time())
     claims = {
@@ -425,78 +220,6 @@ def bench_token(username: str, roles: list[str]) -> dict[str, str]:
         "exp": now + 3600,
     }
     return {"Authorization": f"Bearer {jwt.encode(claims, SECRET, algorithm='HS256')}"}
-
-
-async def documents_scenario(
-    dsn: str, api_port: int, item_ids: list[str], args: argparse.Namespace
-) -> tuple[list[str], int]:
-    """Update of a draft, submit, and a list under row scope, each against its plain counterpart.
-
-    Plain update is a PATCH of ``bench/item`` (no lifecycle); the draft update PATCHes a
-    ``bench/doc`` draft (lifecycle check on the locked row); submit moves a draft (each id once).
-    The plain list is admin (row scope lifted by ``all_rows``) asking for one buyer's documents
-    with a filter (``buyer=u042``); the scoped list is that buyer asking without the filter, so
-    the row scope (``buyer = username``) puts the same condition into the statement: the ratio
-    is the cost of resolving and applying the scope, on the same rows and plan.
-    Pairs run A B B A, each half of ``--seconds``.
-    """
-    print(f"loading {args.rows} draft documents ...", flush=True)
-    doc_ids = await load_docs(dsn, args.rows)
-    admin = bench_token("admin", ["admin"])
-    buyer = bench_token("u042", [])
-    base = f"http://127.0.0.1:{api_port}/default/api/bench"
-    counter = iter(range(10**9))
-    drafts = iter(doc_ids[: len(doc_ids) // 2])  # submitted ones, never updated afterwards
-    editable = doc_ids[len(doc_ids) // 2 :]
-    list_query = "sort=-created_at&limit=50"
-
-    def plain_update() -> Request:
-        return ("PATCH", f"{base}/item/{random.choice(item_ids)}", {"qty": next(counter) % 500})
-
-    def draft_update() -> Request:
-        return ("PATCH", f"{base}/doc/{random.choice(editable)}", {"qty": next(counter) % 500})
-
-    def submit() -> Request:
-        return ("POST", f"{base}/doc/{next(drafts)}/submit", None)
-
-    def filtered_list() -> Request:  # the scope's condition sent as a plain filter, by admin
-        return f"{base}/doc?buyer=u042&{list_query}"
-
-    def scoped_list() -> Request:  # the same rows, selected by the buyer's row scope
-        return f"{base}/doc?{list_query}"
-
-    pairs = {
-        "update of a draft / plain update": ((plain_update, admin), (draft_update, admin)),
-        "submit / plain update": ((plain_update, admin), (submit, admin)),
-        "list under row scope / plain list": ((filtered_list, admin), (scoped_list, buyer)),
-    }
-    failures = 0
-    lines = [
-        "",
-        f"document semantics ({args.rows} rows each in bench/item and bench/doc, {args.workers} clients):",
-    ]
-    for title, (plain, measured) in pairs.items():
-        runs: dict[str, list[tuple[list[float], float, int]]] = {"plain": [], "measured": []}
-        for side, (request_of, headers) in (
-            ("plain", plain),
-            ("measured", measured),
-            ("measured", measured),
-            ("plain", plain),
-        ):
-            print(f"running {title}: {side} ...", flush=True)
-            runs[side].append(
-                await drive(request_of, seconds=args.seconds / 2, workers=args.workers, headers=headers)
-            )
-        got = {side: summary(r) for side, r in runs.items()}
-        ratio = got["measured"]["rps"] / got["plain"]["rps"]
-        failures += int(got["measured"]["errors"] + got["plain"]["errors"])
-        measured, plain_ = got["measured"], got["plain"]
-        lines.append(
-            f"  {title:<34} {measured['rps']:>7.0f} vs {plain_['rps']:>7.0f} req/s = {ratio:.2f}x "
-            f"(target >= 0.70x); p99 {measured['p99_ms']:.1f} vs {plain_['p99_ms']:.1f} ms; "
-            f"errors {measured['errors'] + plain_['errors']:.0f}"
-        )
-    return lines, failures
 
 
 # --- find-by-id cache: the same rows found through a server that caches them ------------------
@@ -569,13 +292,13 @@ async def boot_figures(server_dsn: str, tmp: Path, procs: list[subprocess.Popen[
     exist), and the plain DDL run by itself; the medians are compared.
     """
     big = tmp / "big"
-    big_spec(big, BOOT_ENTITIES)
-    boots: list[float] = []
+    boots.big_spec(big, BOOT_ENTITIES)
+    firsts: list[float] = []
     reboots: list[float] = []
     ddls: list[float] = []
     for _ in range(BOOT_ROUNDS):
         big_dsn = await new_database(server_dsn)
-        for into in (boots, reboots):
+        for into in (firsts, reboots):
             big_port = port()
             started = time.perf_counter()
             proc = spawn_serve(big, big_dsn, big_port)
@@ -583,60 +306,15 @@ async def boot_figures(server_dsn: str, tmp: Path, procs: list[subprocess.Popen[
             await wait_http(f"http://127.0.0.1:{big_port}/default/_ui/_meta/apps")
             into.append(time.perf_counter() - started)
             stop(proc)
-        ddls.append(await ddl_seconds(server_dsn, big))
-    boot, reboot, ddl = (sorted(x)[len(x) // 2] for x in (boots, reboots, ddls))
-    rounds = ", ".join(f"{b:.2f}/{d:.2f}" for b, d in zip(boots, ddls, strict=True))
+        ddls.append(await boots.ddl_seconds(await new_database(server_dsn), big))
+    boot, reboot, ddl = (sorted(x)[len(x) // 2] for x in (firsts, reboots, ddls))
+    rounds = ", ".join(f"{b:.2f}/{d:.2f}" for b, d in zip(firsts, ddls, strict=True))
     return (
         f"boot with {BOOT_ENTITIES} entities to first answered request (median of {BOOT_ROUNDS}): "
         f"{boot:.2f}s creating the tables, "
         f"{reboot:.2f}s when they exist; Postgres creating the same tables once: {ddl:.2f}s, twice: "
         f"{2 * ddl:.2f}s; boot/(2 x DDL) = {boot / (2 * ddl):.2f} (rounds boot/DDL: {rounds})"
     )
-
-
-def profile(pid: int, base: str, paths: list[str], auth: dict[str, str], seconds: float) -> str:
-    """Where ``dap serve`` spends its time on find-by-id under load: py-spy samples the process
-    while ``wrk`` drives it; the top functions by own time and by time including callees."""
-    import shutil
-    import threading
-    from collections import Counter
-
-    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    if not Path(spy).exists():
-        return "profile: py-spy not installed (pip install py-spy)"
-    out = Path(tempfile.mkdtemp(prefix="dap-prof-")) / "stacks.txt"
-    spy_seconds = max(2, int(seconds))
-    record = subprocess.Popen(
-        [spy, "record", "-p", str(pid), "-d", str(spy_seconds), "-r", "250", "-f", "raw", "-o", str(out)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    driver = threading.Thread(
-        target=loadgen.load,
-        args=(base, paths),
-        kwargs={"seconds": spy_seconds + 1, "headers": auth, "warm": 0},
-    )
-    driver.start()
-    record.wait()
-    driver.join()
-    own: Counter[str] = Counter()
-    total: Counter[str] = Counter()
-    samples = 0
-    for line in out.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        frames = [
-            f.split(" (")[0] + " (" + f.split(" (")[-1].split(":")[0].split("/")[-1] for f in stack.split(";")
-        ]
-        n = int(count)
-        samples += n
-        own[frames[-1]] += n
-        for frame in set(frames):
-            total[frame] += n
-    lines = [f"profile of dap serve under find-by-id ({samples} samples, py-spy):", "  own time:"]
-    lines += [f"    {100 * n / samples:5.1f}%  {name})" for name, n in own.most_common(45)]
-    lines.append("  including callees:")
-    lines += [f"    {100 * n / samples:5.1f}%  {name})" for name, n in total.most_common(80)]
-    return "\n".join(lines)
 
 
 def start_postgres(tmp: Path) -> tuple[str, Any]:
@@ -734,14 +412,17 @@ async def main(args: argparse.Namespace) -> int:
             targets = {name: target(port_, proc, paths) for name, (port_, proc) in servers.items()}
             results[scenario] = loadgen.interleave(targets, args.rounds)
         if args.profile:
-            print(profile(serve.pid, api_url, find_paths, auth, args.seconds), flush=True)
+            print(profiling.profile(serve.pid, api_url, find_paths, auth, args.seconds), flush=True)
         server_rss = rss_mib(serve.pid)
         baseline_rss = rss_mib(baseline.pid)
         cached_proc, cache_lines = await cache_scenario(tmp, dsn, (base_port, api_port), ids, auth, args)
         procs.append(cached_proc)
         document_lines, document_failures = [], 0
         if not args.reads:
-            document_lines, document_failures = await documents_scenario(dsn, api_port, ids, args)
+            tokens = (bench_token("admin", ["admin"]), bench_token("u042", []))
+            document_lines, document_failures = await semantics.documents_scenario(
+                dsn, api_port, ids, args, tokens, WARM_SECONDS
+            )
 
         print()
         print(
@@ -778,9 +459,6 @@ async def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] in ("--baseline", "--baseline-fifo"):
-        baseline_main(int(sys.argv[2]), sys.argv[3], sys.argv[4], fifo=sys.argv[1] == "--baseline-fifo")
-        sys.exit(0)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--seconds", type=float, default=5.0, help="seconds per target and round")

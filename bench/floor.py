@@ -1,0 +1,114 @@
+"""The floor: the least a server can do for ``bench__item``'s find by id, filtered page, create
+and update -- one aiohttp handler each, sending the SQL dap builds, one autocommitted statement per
+request, no auth, no validation, no event -- run in its own process by ``rest.spawn_baseline``:
+
+    .venv/bin/python bench/floor.py PORT DSN TENANT [--fifo]
+
+It runs on the event loop and with the JSON encoder that ``dap serve`` uses, so that a ratio
+against it measures dap's own work and nothing a library choice would give either side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import uuid
+from decimal import Decimal
+from typing import Any
+
+import asyncpg
+import rest
+
+
+def _floor_dumps(value: Any) -> bytes:
+    import orjson
+
+    from dap.server.storage import db
+
+    return orjson.dumps(value, default=db.json_default)
+
+
+FLOOR_DUMPS = _floor_dumps
+
+
+def FLOOR_LOOP() -> asyncio.AbstractEventLoop:  # noqa: N802 -- the loop dap serve runs on
+    from dap.server import loops
+
+    return loops.factory()()
+
+
+def serve(port_: int, dsn: str, tenant: str, fifo: bool = False) -> None:
+    """The floor; ``fifo`` puts dap's first-come, first-served gate (``storage.gates``) in front of
+    its pool, as ``db.connection`` does: the floor that also serves its callers in arrival order."""
+    import contextlib
+
+    from aiohttp import web
+
+    from dap import config
+    from dap.server.catalog import Catalog
+    from dap.server.storage import db, gates, sql
+    from dap.server.workflows import filters
+
+    catalog = Catalog.from_spec(config.load_files({"spec.yaml": rest.SPEC}))
+    resource = catalog.resources["bench/item"]
+    tenant_id = uuid.UUID(tenant)
+    pairs = [tuple(p.split("=", 1)) for p in rest.LIST_QUERY.split("&")]
+    list_sql, list_args = sql.select_list(resource.table, filters.parse(resource, pairs), tenant_id, None)  # type: ignore[arg-type]
+    one_sql, _ = sql.select_one(resource.table, tenant_id, uuid.uuid4())
+
+    dumps = FLOOR_DUMPS
+    gate: Any = gates.Gate(rest.POOL) if fifo else contextlib.nullcontext()
+
+    async def find(request: web.Request) -> web.Response:
+        async with gate, request.app["pool"].acquire() as conn:
+            row = await conn.fetchrow(one_sql, tenant_id, uuid.UUID(request.match_info["id"]))
+        return web.Response(body=dumps({"data": dict(row)}), content_type="application/json")
+
+    async def many(request: web.Request) -> web.Response:
+        async with gate, request.app["pool"].acquire() as conn:
+            rows = await conn.fetch(list_sql, *list_args)
+        body = {"data": [dict(r) for r in rows], "limit": 50, "offset": 0, "total": None}
+        return web.Response(body=dumps(body), content_type="application/json")
+
+    # the floor's writes: dap's own INSERT/UPDATE … RETURNING, one autocommitted statement each
+    # (no transaction around it, no event, no audit: what a hand-written endpoint would send)
+    def columns_of(body: dict[str, Any]) -> dict[str, Any]:
+        out = {k: body[k] for k in ("code", "title", "qty", "category") if k in body}
+        if "price" in body:
+            out["price"] = Decimal(str(body["price"]))
+        return out
+
+    async def create(request: web.Request) -> web.Response:
+        body = await request.json()
+        statement, args = sql.insert(resource.table, tenant_id, columns_of(body), owner="alice")
+        async with gate, request.app["pool"].acquire() as conn:
+            row = await conn.fetchrow(statement, *args)
+        return web.Response(status=201, body=dumps({"data": dict(row)}), content_type="application/json")
+
+    async def update(request: web.Request) -> web.Response:
+        body = await request.json()
+        record_id = uuid.UUID(request.match_info["id"])
+        statement, args = sql.update(
+            resource.table, tenant_id, record_id, columns_of(body), expected_version=None
+        )
+        async with gate, request.app["pool"].acquire() as conn:
+            row = await conn.fetchrow(statement, *args)
+        if row is None:
+            raise web.HTTPNotFound()
+        return web.Response(body=dumps({"data": dict(row)}), content_type="application/json")
+
+    async def make() -> web.Application:
+        app = web.Application()
+        # the pool's reset as dap's (see storage.db.keep_session): the ratio is dap's own work
+        app["pool"] = await asyncpg.create_pool(dsn, min_size=2, max_size=rest.POOL, reset=db.keep_session)
+        app.router.add_get("/default/api/bench/item", many)
+        app.router.add_get("/default/api/bench/item/{id}", find)
+        app.router.add_post("/default/api/bench/item", create)
+        app.router.add_patch("/default/api/bench/item/{id}", update)
+        return app
+
+    web.run_app(make(), host="127.0.0.1", port=port_, access_log=None, print=None, loop=FLOOR_LOOP())
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]), sys.argv[2], sys.argv[3], fifo="--fifo" in sys.argv[4:])
