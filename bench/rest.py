@@ -3,8 +3,8 @@
     .venv/bin/python bench/rest.py [--rows 100000] [--seconds 8] [--workers 32] [--boot-only] [--quick]
 
 Steps: start an embedded Postgres (or use ``DAP_BENCH_DSN``), load ``--rows`` rows into one
-workspace, spawn ``dap serve`` and a baseline server (same pool size, the same SQL the engine
-builds, ``json.dumps`` of the rows, no auth, no validation), and drive both over loopback with a
+workspace, spawn ``dap serve`` and the floor (``bench/floor.py``: same pool size, the SQL the
+engine builds, dap's JSON encoder, no auth, no validation), and drive both over loopback with a
 bounded client (``--workers`` concurrent requests for ``--seconds`` each): find-by-id and a
 filtered list against the baseline, find-by-id with the cache declared against without, and the
 document semantics (update of a draft, submit, a list under row scope) against their plain
