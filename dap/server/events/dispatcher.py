@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import uuid
 from collections.abc import Callable
@@ -53,8 +54,16 @@ FEED_LOCK = 0x64617066  # 'dapf': serialises giving out feed positions (held to 
 # $2: the tenants this process delivers for (NULL: all). Processes serving different workspaces
 # may share one database (resource pods of one namespace): one must never settle another's
 # events with its own catalog, which lacks their declarations (it would mark them delivered).
+#
+# The payload comes as text, decoded only for an event that has deliveries: most built-in events
+# (created, updated) of most entities have none, and decoding every claimed payload was the
+# largest part of the dispatcher's Python per event (docs/performance.md, "The dispatcher's cost
+# per write").
 CLAIM = """
-SELECT o.* FROM dap.outbox o
+SELECT o.id, o.public_id, o.tenant_id, o.entity, o.record_id, o.action, o.event,
+  o.payload::text AS payload, o.version, o.actor_sub, o.actor_username, o.request_id,
+  o.created_at, o.attempts, o.consumers
+FROM dap.outbox o
 WHERE o.delivered_at IS NULL AND o.next_at <= now()
   AND ($2::uuid[] IS NULL OR o.tenant_id = ANY($2::uuid[]))
   AND NOT EXISTS (
@@ -237,9 +246,11 @@ class Dispatcher:
             entities = self.entities()
             planned = []
             for row in rows:
-                event = channels.Event.of(row)
-                spec = entities.get(event.entity)
-                planned.append((event, plans.deliveries(spec, event.entity, event.event, event.consumers)))
+                spec = entities.get(row["entity"])
+                deliveries = plans.deliveries(spec, row["entity"], row["event"], row["consumers"])
+                # the jsonb codec's own decoder (``db``), for the events whose payload is read
+                payload = json.loads(row["payload"]) if deliveries else {}
+                planned.append((channels.Event.of(row, payload), deliveries))
             keys = list({channels.settle_id(d, e) for e, ds in planned for d in ds})
             settled = (
                 {(r["consumer"], r["event_id"]) for r in await conn.fetch(SETTLED, keys)} if keys else set()
