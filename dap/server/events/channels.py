@@ -73,7 +73,9 @@ class Event:
     consumers: list[str] | None
 
     @classmethod
-    def of(cls, row: asyncpg.Record) -> Event:
+    def of(cls, row: asyncpg.Record, payload: Mapping[str, Any] | None = None) -> Event:
+        """The event of an outbox row; ``payload``, when given, instead of the row's (the
+        dispatcher's claim reads it as text and decodes only what it delivers)."""
         return cls(
             row["id"],
             row["public_id"],
@@ -82,7 +84,7 @@ class Event:
             row["record_id"],
             row["action"],
             row["event"],
-            row["payload"],
+            row["payload"] if payload is None else payload,
             row["version"],
             row["actor_sub"],
             row["actor_username"],

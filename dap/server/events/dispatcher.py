@@ -25,6 +25,16 @@ One per server process; several processes share the work safely:
   order is commit order; the transaction NOTIFYs ``dap_feed`` (see ``feed``).
 - **Prune**: delivered rows older than ``keep`` seconds are deleted (websocket resume reaches that
   far back), so the table's dead tuples stay bounded.
+- **Vacuum**: marking a row delivered leaves its old version's entries in the two partial indexes
+  of undelivered rows until a vacuum removes them, and autovacuum visits a database at most once
+  a minute. A claim whose plan walks ``outbox_record_undelivered`` visits the heap for each such
+  entry at every round (new events' random record ids keep changing that index's pages, so
+  Postgres cannot mark the entries dead as it passes): measured, the claim grew from 0.3 to
+  2-3 ms per event within 18,000 events (docs/performance.md, "The dispatcher's cost per
+  write"). A running dispatcher that marked ``vacuum_after`` rows since its last vacuum therefore
+  vacuums ``dap.outbox`` itself, in the background on a connection of its own (``SKIP_LOCKED``:
+  never behind another vacuum or autovacuum), and waits long enough after each that vacuuming
+  takes at most ``vacuum_share`` of its time, however large the table of kept rows has grown.
 - **Stop**: no new batch is claimed, and the batch in flight, whose webhooks may already have been
   sent, is given ``stop_grace`` seconds to commit. Cancelling it at once rolled it back, and another
   process delivered it again (a receiver saw the same id twice whenever a pod was replaced); only a
@@ -35,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import uuid
 from collections.abc import Callable
@@ -53,8 +64,16 @@ FEED_LOCK = 0x64617066  # 'dapf': serialises giving out feed positions (held to 
 # $2: the tenants this process delivers for (NULL: all). Processes serving different workspaces
 # may share one database (resource pods of one namespace): one must never settle another's
 # events with its own catalog, which lacks their declarations (it would mark them delivered).
+#
+# The payload comes as text, decoded only for an event that has deliveries: most built-in events
+# (created, updated) of most entities have none, and decoding every claimed payload was the
+# largest part of the dispatcher's Python per event (docs/performance.md, "The dispatcher's cost
+# per write").
 CLAIM = """
-SELECT o.* FROM dap.outbox o
+SELECT o.id, o.public_id, o.tenant_id, o.entity, o.record_id, o.action, o.event,
+  o.payload::text AS payload, o.version, o.actor_sub, o.actor_username, o.request_id,
+  o.created_at, o.attempts, o.consumers
+FROM dap.outbox o
 WHERE o.delivered_at IS NULL AND o.next_at <= now()
   AND ($2::uuid[] IS NULL OR o.tenant_id = ANY($2::uuid[]))
   AND NOT EXISTS (
@@ -97,6 +116,9 @@ DUE = (
     "SELECT extract(epoch FROM min(next_at) - now())::float8 FROM dap.outbox "
     "WHERE delivered_at IS NULL AND attempts > 0 AND ($1::uuid[] IS NULL OR tenant_id = ANY($1::uuid[]))"
 )
+# the dead index entries are what the claim walks: clean the indexes even when few heap pages have
+# dead rows (AUTO skips them under 2% of the table's pages, the usual case with an hour of rows kept)
+VACUUM = "VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON) dap.outbox"
 PRUNE = (
     "DELETE FROM dap.outbox WHERE id IN (SELECT id FROM dap.outbox WHERE delivered_at IS NOT NULL "
     "AND delivered_at < now() - make_interval(secs => $1) AND NOT EXISTS (SELECT 1 FROM dap.dead_letter d "
@@ -114,6 +136,17 @@ class Settings:
     # seconds a stop waits for the batch in flight to commit (a pod has 30 s between SIGTERM and
     # SIGKILL, 5 of them spent in preStop)
     stop_grace: float = 10.0
+    # rows marked delivered by this process before it vacuums the outbox (0: never; see the module)
+    vacuum_after: int = 2000
+    # the most of its time a dispatcher spends vacuuming: after a vacuum of t seconds, none for
+    # t * (1 / share - 1) seconds
+    vacuum_share: float = 0.05
+
+
+def vacuum_due(settings: Settings, marked: int, now: float, after: float, busy: bool) -> bool:
+    """Whether a running dispatcher that marked ``marked`` rows since its last vacuum began should
+    vacuum the outbox now: enough rows, the last one's pause (``after``) over, none running."""
+    return settings.vacuum_after > 0 and marked >= settings.vacuum_after and now >= after and not busy
 
 
 class Dispatcher:
@@ -139,6 +172,10 @@ class Dispatcher:
         self._retried = False  # a delivery of this process failed since the last ``DUE``
         self._due_checked = -1e9  # loop time of the last ``DUE``
         self._next_due: float | None = None  # loop time of the next retry it found
+        self._marked = 0  # rows this process marked delivered since its last vacuum began
+        self._vacuum_next = 0.0  # loop time before which no vacuum begins
+        self._vacuuming: asyncio.Task[None] | None = None
+        self.vacuums = 0  # vacuums of the outbox this dispatcher ran to the end
 
     def start(self) -> None:
         if self._task is None:
@@ -161,6 +198,11 @@ class Dispatcher:
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
                 self._stopping = False
+        vacuuming, self._vacuuming = self._vacuuming, None
+        if vacuuming is not None and not vacuuming.done():
+            vacuuming.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await vacuuming
         await self._unlisten()
 
     def wake(self) -> None:
@@ -188,9 +230,10 @@ class Dispatcher:
             wait = self.settings.poll
             try:
                 while not self._stopping and await self.drain_once() and self._more:
-                    pass
+                    self._vacuum_if_due()
                 if self._stopping:
                     return
+                self._vacuum_if_due()
                 rounds += 1
                 now = asyncio.get_running_loop().time()
                 if rounds % 60 == 1:
@@ -212,6 +255,34 @@ class Dispatcher:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait):  # not wait_for: 3.11 loses a stop there
                     await self._wake.wait()
+
+    def _vacuum_if_due(self) -> None:
+        now = asyncio.get_running_loop().time()
+        busy = self._vacuuming is not None and not self._vacuuming.done()
+        if vacuum_due(self.settings, self._marked, now, self._vacuum_next, busy):
+            self._marked = 0
+            self._vacuuming = asyncio.create_task(self._vacuum(), name="dap-events-vacuum")
+
+    async def _vacuum(self) -> None:
+        """``VACUUM dap.outbox`` on a connection of its own (on a large table it runs for a while:
+        never on one the requests wait for); a failure is logged (claims only get slower), and
+        the next one waits as ``vacuum_share`` allows."""
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        try:
+            conn = await asyncpg.connect(self.dsn)
+            try:
+                await conn.execute(VACUUM)
+            finally:
+                await conn.close()
+            self.vacuums += 1
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("events dispatcher: VACUUM dap.outbox failed: %r", exc)
+        finally:
+            ended = loop.time()
+            self._vacuum_next = ended + (ended - began) * (1 / self.settings.vacuum_share - 1)
 
     def _due_needed(self, now: float) -> bool:
         """Whether to ask Postgres when the next retry falls due: after a failed delivery here,
@@ -237,9 +308,11 @@ class Dispatcher:
             entities = self.entities()
             planned = []
             for row in rows:
-                event = channels.Event.of(row)
-                spec = entities.get(event.entity)
-                planned.append((event, plans.deliveries(spec, event.entity, event.event, event.consumers)))
+                spec = entities.get(row["entity"])
+                deliveries = plans.deliveries(spec, row["entity"], row["event"], row["consumers"])
+                # the jsonb codec's own decoder (``db``), for the events whose payload is read
+                payload = json.loads(row["payload"]) if deliveries else {}
+                planned.append((channels.Event.of(row, payload), deliveries))
             keys = list({channels.settle_id(d, e) for e, ds in planned for d in ds})
             settled = (
                 {(r["consumer"], r["event_id"]) for r in await conn.fetch(SETTLED, keys)} if keys else set()
@@ -256,6 +329,7 @@ class Dispatcher:
                 await conn.execute("SELECT pg_advisory_xact_lock($1)", FEED_LOCK)
                 found = await conn.fetchrow(DONE, done, outbox.FEED, self._tenants())
                 more = more or bool(found is not None and found["more"])
+        self._marked += len(done)
         self._more = more
         return len(rows)
 
