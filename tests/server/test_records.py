@@ -13,8 +13,7 @@ from dap.config.enums import FilterOp
 from dap.config.fields import Field
 from dap.server import errors
 from dap.server.catalog import Catalog
-from dap.server.documents import reading
-from dap.server.storage import queries, records, sql, tables
+from dap.server.storage import queries, records, sql
 from dap.server.workflows import filters
 
 from .conftest import load
@@ -251,71 +250,3 @@ def test_iso_text_writes_what_isoformat_writes() -> None:
         for value in (stamp, stamp.date()):
             assert recs.iso_text(value) == value.isoformat()
         assert recs._iso(stamp.time()) == stamp.time().isoformat()
-
-
-def _present_slot_by_slot(resource: Any, row: dict[str, Any], surface: str) -> dict[str, Any]:
-    """What ``reading.present`` answered before its plans: one step per slot (the reference)."""
-    out: dict[str, Any] = {}
-    for name, column, convert in reading.shown(resource, surface):
-        if column is None:
-            out[name] = []
-            continue
-        value = row[column]
-        out[name] = value if convert is None or value is None else convert(value)
-    out["id"] = str(row["id"])
-    out["version"] = row["version"]
-    if resource.lifecycle:
-        out["docstatus"] = tables.DOCSTATUS[row["docstatus"]]
-    out["created_at"] = records.iso_text(row["created_at"])
-    out["updated_at"] = records.iso_text(row["updated_at"])
-    out["owner"] = row["owner"]
-    return out
-
-
-def _sample(f: Field | None, n: int) -> Any:
-    """A column value of ``f``'s type (``None`` every third row), as asyncpg would answer it."""
-    if n % 3 == 2:
-        return None
-    kind = f.type.value if f is not None else "string"
-    if f is not None and f.multiple:
-        return [f"a{n}", f"b{n}"]
-    return {
-        "money": Decimal("12.30"),
-        "decimal": Decimal("1.500"),
-        "percent": Decimal("12.50"),
-        "date": dt.date(2026, 1, 2 + n),
-        "datetime": dt.datetime(2026, 1, 2, 3, 4, 5, n * 7, tzinfo=dt.UTC),
-        "time": dt.time(6, 47, 1, 72513),
-        "uuid": uuid.UUID(U),
-        "relation": uuid.UUID(U),
-        "json": {"k": [n]},
-        "child": [{"part": f"p{n}", "count": n}],
-        "integer": n,
-        "boolean": bool(n),
-    }.get(kind, f"text {n}")
-
-
-@pytest.mark.parametrize("surface", ["rest", "list"])
-def test_present_answers_what_one_step_per_slot_answers(shop: Catalog, surface: str) -> None:
-    """``reading.present``'s plan (one ``itemgetter`` of the columns, then the converters) answers
-    every resource's rows -- masked fields, exact numbers, dates, ids, ``None`` -- exactly as the
-    slot-by-slot loop did, keys in the same order; a resource with a child table keeps the loop."""
-    planned = 0
-    for resource in shop.resources.values():
-        planned += reading._plan(resource, surface) is not None
-        for n in range(3):
-            row: dict[str, Any] = {}
-            for name, column, convert in reading.shown(resource, surface):
-                if column is not None:
-                    f = resource.spec.field(name)
-                    value = _sample(f, n)
-                    if f is None and convert is not None and value is not None:  # a namespace's object
-                        value = {"supplier_email": value, "n": n}
-                    row[column] = value
-            stamp = dt.datetime(2026, 1, 2, 3, 4, 5, n, tzinfo=dt.UTC)
-            row |= {"id": uuid.UUID(U), "version": n + 1, "docstatus": 0, "owner": "alice"}
-            row |= {"created_at": stamp, "updated_at": stamp}
-            got = reading.present(resource, row, surface=surface)
-            expected = _present_slot_by_slot(resource, row, surface)
-            assert list(got.items()) == list(expected.items()), resource.key
-    assert 0 < planned < len(shop.resources)  # both paths ran: shop/order has a child table

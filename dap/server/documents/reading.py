@@ -7,9 +7,8 @@ reads in one statement per child table.
 
 from __future__ import annotations
 
-import operator
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import asyncpg
@@ -29,22 +28,13 @@ def present(
     """The JSON of one stored row: REST-visible fields plus the system fields."""
     if only is not None:
         return _present_only(resource, row, children, surface, only)
-    plan = _plan(resource, surface)
-    if plan is not None:  # no child slot: the columns in one call, then only the values to convert
-        names, columns, converts = plan
-        out = dict(zip(names, columns(row), strict=True))
-        for name, to_json in converts:
-            value = out[name]
-            if value is not None:
-                out[name] = to_json(value)
-    else:
-        out = {}
-        for name, column, convert in _shown(resource, surface):
-            if column is None:
-                out[name] = children.get(name, []) if children else []
-                continue
-            value = row[column]
-            out[name] = value if convert is None or value is None else convert(value)
+    out: dict[str, Any] = {}
+    for name, column, convert in _shown(resource, surface):
+        if column is None:
+            out[name] = children.get(name, []) if children else []
+            continue
+        value = row[column]
+        out[name] = value if convert is None or value is None else convert(value)
     out["id"] = str(row["id"])
     out["version"] = row["version"]
     if resource.lifecycle:
@@ -68,35 +58,6 @@ def _shown(resource: Resource, surface: str) -> tuple[Presented, ...]:
             (slot.name, slot.column, slot.convert) for slot in resource.slots if surface not in slot.exclude
         )
     return shown
-
-
-# :func:`present`'s plan per resource and surface, for a resource without child slots: the slots'
-# names, one ``operator.itemgetter`` of their columns, and the ``(name, convert)`` of the slots
-# that convert. A page of 50 rows answers it 50 times; a find by id pays one C call instead of a
-# Python step per field. Kept by the resource's id with the resource itself (an id is never
-# reused while its entry lives); a new catalog's resources are new objects, with plans of their own.
-Plan = tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]], tuple[tuple[str, Callable[[Any], Any]], ...]]
-_PLANS: dict[tuple[int, str], tuple[Resource, Plan | None]] = {}
-MAX_PLANS = 4096
-
-
-def _plan(resource: Resource, surface: str) -> Plan | None:
-    """The plan of :func:`present` (see ``_PLANS``); ``None`` for a resource with a child slot or
-    fewer than two columns shown (``itemgetter`` of one column answers the value, not a tuple)."""
-    found = _PLANS.get((id(resource), surface))
-    if found is not None and found[0] is resource:
-        return found[1]
-    shown = _shown(resource, surface)
-    columns = [column for _, column, _ in shown]
-    plan: Plan | None = None
-    if len(columns) >= 2 and all(column is not None for column in columns):
-        names = tuple(name for name, _, _ in shown)
-        converts = tuple((name, convert) for name, _, convert in shown if convert is not None)
-        plan = (names, operator.itemgetter(*columns), converts)
-    if len(_PLANS) >= MAX_PLANS:
-        _PLANS.clear()
-    _PLANS[(id(resource), surface)] = (resource, plan)
-    return plan
 
 
 def _present_only(
