@@ -11,7 +11,7 @@ import pytest_asyncio
 
 from dap.server import state
 
-from .conftest import Running, running
+from .conftest import SHOP, Running, load, running
 
 JSON = {"Content-Type": "application/json"}  # every JSON endpoint refuses other bodies (415)
 
@@ -165,6 +165,30 @@ async def test_entity_routes_leave_underscore_paths_to_their_own_routes(srv: Run
     assert body["status"] == 404
     status, body, _ = await call(srv, "GET", "/default/api/shop/nothing")
     assert status == 404 and body["code"] == "SVC.ENTITY.NOT_FOUND"
+
+
+async def test_exposed_resources_follow_a_catalog_swap(srv: Running) -> None:
+    """The resource a route found is kept per catalog (``requests.routed``): a catalog swapped in
+    that no longer exposes an action answers 404/405 at once, and the one swapped back serves it
+    again; a refusal is never kept."""
+    status, body, _ = await call(srv, "POST", "/default/api/shop/order", {"number": "O-swap"})
+    assert status == 201
+    path = f"/default/api/shop/order/{body['data']['id']}"
+    assert (await call(srv, "GET", path))[0] == 200  # found, and kept for this catalog
+    narrowed = SHOP["shop/order.yaml"].replace("actions: [list, find, create]", "actions: [list, create]")
+    assert narrowed != SHOP["shop/order.yaml"]
+    spec = srv.server.app[state.SPEC]
+    previous = spec.swap(load({**SHOP, "shop/order.yaml": narrowed}))
+    try:
+        status, body, _ = await call(srv, "GET", path)
+        assert status == 404 and body["code"] == "SVC.ACTION.NOT_EXPOSED"
+        status, body, headers = await call(srv, "GET", "/default/api/shop/order?limit=1")
+        assert status == 200
+    finally:
+        spec.swap(previous)
+    assert (await call(srv, "GET", path))[0] == 200
+    status, _, headers = await call(srv, "DELETE", path)  # the refusal of another action, as before
+    assert status == 405 and headers["Allow"] == "GET"
 
 
 async def test_lifecycle_and_child_table(srv: Running) -> None:

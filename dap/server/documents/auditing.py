@@ -76,7 +76,7 @@ async def ensure_schema(conn: db.Connection) -> None:
     await db.ensure_platform(conn, __name__, DDL)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # made per write, never assigned to: see operations.Call
 class Write:
     """One write of one resource in one request: who writes, in which workspace, under which spec."""
 

@@ -49,7 +49,7 @@ CREATE TABLE IF NOT EXISTS dap.idempotency_keys (
 """
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # made per write, never assigned to: see operations.Call
 class Answer:
     status: int
     body: str

@@ -32,15 +32,16 @@ async def resolve(
     Without an Authorization header, ``action`` list or find of an entity declaring
     ``auth: {required: false}`` gets the anonymous caller (guards); everything else needs a token.
     """
-    workspace = await request.app[state.REGISTRY].resolve(request.match_info["ws"])
+    app = request.app
+    workspace = await app[state.REGISTRY].resolve(request.match_info["ws"])
     request[state.WORKSPACE] = workspace.slug
-    catalog = request.app[state.SPEC].current
+    catalog = app[state.SPEC].current
     header = request.headers.get("Authorization")
     if header is None and guards.open_to_anonymous(catalog, request.match_info, action):
         return workspace, guards.anonymous(workspace.slug), catalog
     # bind: a token naming no workspace gets the URL's, which row scope and session values see
     principal = await identity.authenticate(
-        request.app, auth.bearer_token(header), workspace=workspace.slug, bind=True
+        app, auth.bearer_token(header), workspace=workspace.slug, bind=True
     )
     return workspace, principal, catalog
 
@@ -231,15 +232,50 @@ def write_of(
     )
 
 
+# The answers of :func:`exposed` that found a resource, per catalog: ``(module, entity, action)``
+# -> the resource. Kept by the catalog's id with the catalog itself (so an id is never reused while
+# its entry lives); a spec swap serves a new catalog, which starts with none. Bounded by the
+# catalog's resources and actions; a process serves one catalog at a time, tests a few hundred.
+_ROUTED: dict[int, tuple[Catalog, dict[tuple[str, str, str], Resource]]] = {}
+MAX_CATALOGS = 8
+
+
+def routed(catalog: Catalog) -> dict[tuple[str, str, str], Resource]:
+    """The resources :func:`exposed` found in ``catalog`` (see ``_ROUTED``)."""
+    found = _ROUTED.get(id(catalog))
+    if found is None or found[0] is not catalog:
+        if len(_ROUTED) >= MAX_CATALOGS:
+            _ROUTED.clear()
+        found = _ROUTED[id(catalog)] = (catalog, {})
+    return found[1]
+
+
 def exposed(
     catalog: Catalog, request: web.Request, action: str, *, siblings: Sequence[tuple[str, str]]
 ) -> Resource:
     """The resource the path names, opted into ``action`` over REST: 404 when the entity is not
-    exposed at all, 405 (``Allow``: the ``siblings`` methods it exposes) when only ``action`` is not."""
-    resource = catalog.resource(request.match_info["module"], request.match_info["entity"])
+    exposed at all, 405 (``Allow``: the ``siblings`` methods it exposes) when only ``action`` is not.
+
+    Every request of an entity route asks this; a resource found is kept per catalog (``routed``),
+    so the next request of the same entity and action is one lookup. Refusals are not kept.
+    """
+    match = request.match_info
+    key = (match["module"], match["entity"], action)
+    found = routed(catalog)
+    hit = found.get(key)
+    if hit is not None:
+        return hit
+    resource = _exposed(catalog, key, siblings)
+    found[key] = resource
+    return resource
+
+
+def _exposed(catalog: Catalog, key: tuple[str, str, str], siblings: Sequence[tuple[str, str]]) -> Resource:
+    module, entity, action = key
+    resource = catalog.resource(module, entity)
     if resource is None:
         raise errors.NotFound(
-            f"no entity {request.match_info['module']}/{request.match_info['entity']} is exposed over REST",
+            f"no entity {module}/{entity} is exposed over REST",
             code="SVC.ENTITY.NOT_FOUND",
         )
     if action not in resource.actions:

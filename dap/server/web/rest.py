@@ -108,7 +108,13 @@ def _not_a_service_action(catalog: Catalog, request: web.Request) -> None:
 
 
 def _item(catalog: Catalog, request: web.Request, action: str) -> Resource:
-    """The resource of a record's path opted into ``action``, after the service-action check."""
+    """The resource of a record's path opted into ``action``, after the service-action check
+    (which a resource :func:`requests.exposed` found before passes: an entity exposed over REST
+    is never a service's path, ``services.target``)."""
+    match = request.match_info
+    found = requests.routed(catalog).get((match["module"], match["entity"], action))
+    if found is not None:
+        return found
     _not_a_service_action(catalog, request)
     return requests.exposed(catalog, request, action, siblings=_ITEM)
 
@@ -146,12 +152,14 @@ ITEM_PATH = COLLECTION_PATH + "/{id}"
 
 
 def add_routes(app: web.Application) -> None:
-    """The entity routes; registered before every other ``/{ws}/…`` route (see ``COLLECTION_PATH``)."""
-    app.router.add_get(COLLECTION_PATH, list_records, allow_head=False)
-    app.router.add_post(COLLECTION_PATH, create_record)
-    app.router.add_route("*", COLLECTION_PATH, _other_method)
+    """The entity routes; registered before every other ``/{ws}/…`` route (see ``COLLECTION_PATH``).
+    A record's path first: no path matches both (an entity segment never holds a ``/``), and three
+    of the five verbs -- find, update, delete -- then match the first expression tried."""
     app.router.add_get(ITEM_PATH, find_record, allow_head=False)
     app.router.add_patch(ITEM_PATH, update_record)
     app.router.add_delete(ITEM_PATH, delete_record)
     app.router.add_post(ITEM_PATH, _post_item)
     app.router.add_route("*", ITEM_PATH, _other_method)
+    app.router.add_get(COLLECTION_PATH, list_records, allow_head=False)
+    app.router.add_post(COLLECTION_PATH, create_record)
+    app.router.add_route("*", COLLECTION_PATH, _other_method)

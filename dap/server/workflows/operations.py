@@ -37,9 +37,13 @@ from dap.server.workflows import actions, filters, recording
 SETTLE_WAIT = 10.0  # seconds a write waits for its sync event's delivery (``Event-Delivery``)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Call:
-    """One call of a verb: where (pool, workspace), who, on which resource, and the process's caches."""
+    """One call of a verb: where (pool, workspace), who, on which resource, and the process's caches.
+
+    Made per request and never assigned to. Not a frozen dataclass: its ``__init__`` sets each field
+    through ``object.__setattr__``, 2.4 µs for these eight against 0.3 µs (``timeit``), on every
+    request of every protocol."""
 
     pool: asyncpg.Pool
     cache: caching.FindCache
@@ -97,15 +101,16 @@ class Page:
     total: int | None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Found:
-    """A find's answer, encoded once (``{"data": …}``) so that the read-through cache can keep it."""
+    """A find's answer, encoded once (``{"data": …}``) so that the read-through cache can keep it.
+    Never assigned to; not frozen for the cost of a frozen ``__init__`` (see :class:`Call`)."""
 
     body: bytes
     etag: str  # the version in quotes
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # made per write, never assigned to: see operations.Call
 class Stored:
     """A create's or update's answer as kept text (an ``Idempotency-Key`` may replay it) and the
     built-in event to settle (``None`` for a replay: the first answer settled it)."""
@@ -118,7 +123,7 @@ class Stored:
         return self.event is None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # made per write, never assigned to: see operations.Call
 class Updated:
     """An update's record (visible fields) with its version, and the built-in event to settle."""
 
@@ -169,12 +174,14 @@ async def find(call: Call, record_id: str | uuid.UUID) -> Found:
     access = guards.check(call.principal, resource, "find")
     if isinstance(record_id, str):
         record_id = parse_id(record_id)
-    cache = call.cache
-    key = (resource.table.name, tenant, record_id)
-    epoch = cache.epoch
-    ttl = None if access.narrowed else resource.cache_ttl  # a narrowed view is neither served nor kept
-    if ttl is not None and (hit := await cache.lookup(key, call.catalog)) is not None:
-        return Found(hit.body, hit.etag)
+    ttl = resource.cache_ttl
+    if ttl is not None and access.narrowed:  # a narrowed view is neither served nor kept
+        ttl = None
+    if ttl is not None:  # the epoch read before the row: an invalidation meanwhile voids the put
+        cache, key = call.cache, (resource.table.name, tenant, record_id)
+        epoch = cache.epoch
+        if (hit := await cache.lookup(key, call.catalog)) is not None:
+            return Found(hit.body, hit.etag)
     async with db.connection(call.pool) as conn:
         row = await guards.select_record(
             conn, resource, tenant, record_id, principal=call.principal, scope=access.scope

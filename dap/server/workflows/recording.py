@@ -34,7 +34,7 @@ Children = dict[str, list[dict[str, Any]]] | None
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # made per write, never assigned to: see operations.Call
 class Written:
     """A record after its write: the row, its child rows (read in the transaction) and the built-in
     event's public id in the outbox. ``record`` is the row as REST presents it (all fields) when
