@@ -19,10 +19,13 @@ import aiohttp
 import asyncpg
 import jwt
 import pytest
+import pytest_asyncio
 
 from dap import config
 from dap.server import options
 from dap.server.catalog import Catalog
+from dap.server.events import channels, dispatcher, measures, outbox
+from dap.server.storage import db
 from dap.server.web import app
 from tests.conftest import new_database
 
@@ -271,3 +274,41 @@ async def events_of(dsn: str, record_id: str) -> list[dict[str, Any]]:
     finally:
         await conn.close()
     return [{"event": r["event"], "version": r["version"], **json.loads(r["payload"])} for r in found]
+
+
+Logs = list[list[str]]  # the statements each pooled connection sent, one list per connection
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def logged_pool(pg_dsn: str) -> AsyncIterator[tuple[Any, Logs]]:
+    """A pool of three connections, on a database with the outbox, whose every statement is logged
+    (the dispatcher's tests count what a round sends)."""
+    pool = await db.open_pool(pg_dsn, 3)
+    logs: Logs = []
+    try:
+        held = [await pool.acquire() for _ in range(pool.get_max_size())]
+        for conn in held:
+            mine: list[str] = []
+            logs.append(mine)
+            conn.add_query_logger(lambda q, mine=mine: mine.append(q.query.strip()))
+            await outbox.ensure_schema(conn)
+        for conn in held:
+            await pool.release(conn)
+        yield pool, logs
+    finally:
+        await pool.close()
+
+
+def dispatcher_for(pool: Any, dsn: str, tenant: uuid.UUID, **settings: Any) -> dispatcher.Dispatcher:
+    """A dispatcher of ``tenant``'s events only, with no entity declared (nothing to deliver: each
+    event is settled as claimed); ``settings`` as ``dispatcher.Settings`` takes them, a poll of
+    30 s unless given."""
+    settings.setdefault("poll", 30.0)
+    return dispatcher.Dispatcher(
+        pool,
+        dsn,
+        dict,
+        channels.Channels(),
+        measures.Counters(),
+        dispatcher.Settings(tenants=frozenset({tenant}), **settings),
+    )

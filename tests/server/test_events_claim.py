@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from dap.server.events import channels, dispatcher, measures, outbox
+from dap.server.events import channels, dispatcher, outbox
 from dap.server.storage import db
+
+from .conftest import dispatcher_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -45,17 +47,6 @@ async def emit(conn: Any, tenant: uuid.UUID, n: int) -> list[int]:
     return [r["id"] for r in rows]
 
 
-def make(pool: Any, dsn: str, tenant: uuid.UUID) -> dispatcher.Dispatcher:
-    return dispatcher.Dispatcher(
-        pool,
-        dsn,
-        dict,
-        channels.Channels(),
-        measures.Counters(),
-        dispatcher.Settings(poll=30, tenants=frozenset({tenant})),
-    )
-
-
 class CountingJson:
     """Stands in for the dispatcher's ``json``: counts the payloads it decodes."""
 
@@ -79,7 +70,7 @@ async def test_the_claim_reads_payloads_as_text_and_decodes_none_without_deliver
         assert all(isinstance(r["payload"], str) and json.loads(r["payload"]) == PAYLOAD for r in rows)
         counting = CountingJson()
         monkeypatch.setattr(dispatcher, "json", counting)
-        assert await make(pool, pg_dsn, tenant).drain_once() == 5
+        assert await dispatcher_for(pool, pg_dsn, tenant).drain_once() == 5
         assert counting.decoded == 0
         delivered = await conn.fetchval(
             "SELECT count(*) FROM dap.outbox WHERE id = ANY($1::bigint[]) AND seq IS NOT NULL", ids
@@ -113,7 +104,7 @@ async def test_a_delivery_writes_the_rows_new_version_on_its_own_page(pool: Any,
                 "SELECT id, (ctid::text::point)[0] AS page FROM dap.outbox WHERE id = ANY($1::bigint[])", ids
             )
         }
-        work = make(pool, pg_dsn, tenant)
+        work = dispatcher_for(pool, pg_dsn, tenant)
         while await work.drain_once():
             pass
         after = {

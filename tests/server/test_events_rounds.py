@@ -10,37 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
 import pytest
-import pytest_asyncio
 
-from dap.server.events import channels, dispatcher, feed, measures, outbox
-from dap.server.storage import db
+from dap.server.events import dispatcher, feed
+
+from .conftest import Logs, dispatcher_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-Logs = list[list[str]]
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def pooled(pg_dsn: str) -> AsyncIterator[tuple[Any, Logs]]:
-    pool = await db.open_pool(pg_dsn, 3)
-    logs: Logs = []
-    try:
-        held = [await pool.acquire() for _ in range(pool.get_max_size())]
-        for conn in held:
-            mine: list[str] = []
-            logs.append(mine)
-            conn.add_query_logger(lambda q, mine=mine: mine.append(q.query.strip()))
-            await outbox.ensure_schema(conn)
-        for conn in held:
-            await pool.release(conn)
-        yield pool, logs
-    finally:
-        await pool.close()
 
 
 def sent(logs: Logs, since: list[int]) -> list[str]:
@@ -96,23 +75,12 @@ async def reaches(events: feed.Feed, seq: int) -> None:
     raise AssertionError(f"the feed stayed at {events.position}, not {seq}")
 
 
-def make(pool: Any, dsn: str, tenant: uuid.UUID, poll: float) -> dispatcher.Dispatcher:
-    return dispatcher.Dispatcher(
-        pool,
-        dsn,
-        dict,
-        channels.Channels(),
-        measures.Counters(),
-        dispatcher.Settings(poll=poll, tenants=frozenset({tenant})),
-    )
-
-
 async def test_a_batch_that_leaves_nothing_due_is_not_followed_by_an_empty_claim(
-    pooled: Any, pg_dsn: str
+    logged_pool: Any, pg_dsn: str
 ) -> None:
-    pool, logs = pooled
+    pool, logs = logged_pool
     tenant = uuid.uuid4()
-    work = make(pool, pg_dsn, tenant, 30)
+    work = dispatcher_for(pool, pg_dsn, tenant, poll=30)
     ids = await emit(pg_dsn, tenant, [uuid.uuid4() for _ in range(5)])
     since = marks(logs)
     assert await work.drain_once() == 5
@@ -130,10 +98,10 @@ async def test_a_batch_that_leaves_nothing_due_is_not_followed_by_an_empty_claim
     assert first is not None and second is not None and first < second
 
 
-async def test_a_full_batch_claims_again(pooled: Any, pg_dsn: str) -> None:
-    pool, _ = pooled
+async def test_a_full_batch_claims_again(logged_pool: Any, pg_dsn: str) -> None:
+    pool, _ = logged_pool
     tenant = uuid.uuid4()
-    work = make(pool, pg_dsn, tenant, 30)
+    work = dispatcher_for(pool, pg_dsn, tenant, poll=30)
     work.settings.batch = 3
     await emit(pg_dsn, tenant, [uuid.uuid4() for _ in range(3)])
     assert await work.drain_once() == 3
@@ -142,14 +110,14 @@ async def test_a_full_batch_claims_again(pooled: Any, pg_dsn: str) -> None:
 
 
 async def test_a_running_dispatcher_delivers_a_records_events_in_order_before_its_poll(
-    pooled: Any, pg_dsn: str
+    logged_pool: Any, pg_dsn: str
 ) -> None:
     """Five events of one record, woken once: each is claimed after the one before it is
     delivered, without waiting for the (here 30 s) poll; the next retry is not asked for after
     each of those rounds."""
-    pool, logs = pooled
+    pool, logs = logged_pool
     tenant = uuid.uuid4()
-    work = make(pool, pg_dsn, tenant, 30)
+    work = dispatcher_for(pool, pg_dsn, tenant, poll=30)
     work.start()
     try:
         await asyncio.sleep(0.3)  # its first round, idle
@@ -174,9 +142,9 @@ async def test_a_running_dispatcher_delivers_a_records_events_in_order_before_it
         await work.stop()
 
 
-async def test_a_failed_delivery_asks_for_the_next_retry(pooled: Any, pg_dsn: str) -> None:
-    pool, _ = pooled
-    work = make(pool, pg_dsn, uuid.uuid4(), 30)
+async def test_a_failed_delivery_asks_for_the_next_retry(logged_pool: Any, pg_dsn: str) -> None:
+    pool, _ = logged_pool
+    work = dispatcher_for(pool, pg_dsn, uuid.uuid4(), poll=30)
     now = asyncio.get_running_loop().time()
     work._due_checked = now
     assert not work._due_needed(now + 1)
@@ -189,11 +157,11 @@ async def test_a_failed_delivery_asks_for_the_next_retry(pooled: Any, pg_dsn: st
 
 
 async def test_an_idle_feed_follows_the_notified_head_and_asks_after_a_new_listener(
-    pooled: Any, pg_dsn: str
+    logged_pool: Any, pg_dsn: str
 ) -> None:
-    pool, logs = pooled
+    pool, logs = logged_pool
     tenant = uuid.uuid4()
-    work = make(pool, pg_dsn, tenant, 30)
+    work = dispatcher_for(pool, pg_dsn, tenant, poll=30)
     events = feed.Feed(pool, pg_dsn, poll=30)
     events.start()
     try:

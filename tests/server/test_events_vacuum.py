@@ -11,38 +11,18 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
 import pytest
-import pytest_asyncio
 
-from dap.server.events import channels, dispatcher, measures, outbox
-from dap.server.storage import db
+from dap.server.events import channels, dispatcher, measures
+
+from .conftest import dispatcher_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-Logs = list[list[str]]
 PAYLOAD = json.dumps({"record": {"code": "C0000001", "title": "an item", "price": "12.50", "qty": 3}})
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def pooled(pg_dsn: str) -> AsyncIterator[tuple[Any, Logs]]:
-    pool = await db.open_pool(pg_dsn, 3)
-    logs: Logs = []
-    try:
-        held = [await pool.acquire() for _ in range(pool.get_max_size())]
-        for conn in held:
-            mine: list[str] = []
-            logs.append(mine)
-            conn.add_query_logger(lambda q, mine=mine: mine.append(q.query.strip()))
-            await outbox.ensure_schema(conn)
-        for conn in held:
-            await pool.release(conn)
-        yield pool, logs
-    finally:
-        await pool.close()
 
 
 async def emit(conn: asyncpg.Connection, tenant: uuid.UUID, n: int) -> None:
@@ -76,17 +56,6 @@ async def deliver_in_rounds(dsn: str, work: dispatcher.Dispatcher, tenant: uuid.
         await conn.close()
 
 
-def make(pool: Any, dsn: str, tenant: uuid.UUID, after: int) -> dispatcher.Dispatcher:
-    return dispatcher.Dispatcher(
-        pool,
-        dsn,
-        dict,
-        channels.Channels(),
-        measures.Counters(),
-        dispatcher.Settings(poll=30, tenants=frozenset({tenant}), vacuum_after=after, vacuum_share=0.5),
-    )
-
-
 @pytest.mark.asyncio(loop_scope="module")
 async def test_vacuum_is_due_after_enough_rows_once_the_last_ones_pause_is_over() -> None:
     settings = dispatcher.Settings(vacuum_after=100)
@@ -107,10 +76,12 @@ async def vacuumed_at(dsn: str) -> Any:
         await conn.close()
 
 
-async def test_a_running_dispatcher_vacuums_the_outbox_after_enough_rows(pooled: Any, pg_dsn: str) -> None:
-    pool, logs = pooled
+async def test_a_running_dispatcher_vacuums_the_outbox_after_enough_rows(
+    logged_pool: Any, pg_dsn: str
+) -> None:
+    pool, logs = logged_pool
     tenant = uuid.uuid4()
-    work = make(pool, pg_dsn, tenant, 300)
+    work = dispatcher_for(pool, pg_dsn, tenant, vacuum_after=300, vacuum_share=0.5)
     work.start()
     try:
         await deliver_in_rounds(pg_dsn, work, tenant, 20)  # 1,200 rows marked delivered
@@ -134,10 +105,10 @@ async def test_a_running_dispatcher_vacuums_the_outbox_after_enough_rows(pooled:
         await conn.close()
 
 
-async def test_a_dispatcher_told_not_to_never_vacuums(pooled: Any, pg_dsn: str) -> None:
-    pool, _ = pooled
+async def test_a_dispatcher_told_not_to_never_vacuums(logged_pool: Any, pg_dsn: str) -> None:
+    pool, _ = logged_pool
     tenant = uuid.uuid4()
-    work = make(pool, pg_dsn, tenant, 0)
+    work = dispatcher_for(pool, pg_dsn, tenant, vacuum_after=0, vacuum_share=0.5)
     work.start()
     try:
         await deliver_in_rounds(pg_dsn, work, tenant, 10)
@@ -148,9 +119,9 @@ async def test_a_dispatcher_told_not_to_never_vacuums(pooled: Any, pg_dsn: str) 
 
 
 async def test_a_vacuum_that_fails_is_logged_and_paused_like_one_that_ran(
-    pooled: Any, caplog: pytest.LogCaptureFixture
+    logged_pool: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    pool, _ = pooled
+    pool, _ = logged_pool
     work = dispatcher.Dispatcher(
         pool,
         "postgresql://nobody@127.0.0.1:1/none",  # nothing listens there
