@@ -49,3 +49,7 @@ async def ddl_seconds(dsn: str, spec_dir: Path) -> float:
         return time.perf_counter() - started
     finally:
         await conn.close()
+
+
+if __name__ == "__main__":  # ``make bench`` runs every script here: this one is a helper
+    print("bench/boots.py: the boot spec of bench/rest.py; nothing to run alone")

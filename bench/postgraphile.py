@@ -173,3 +173,7 @@ def same(dap: dict[str, Any], peer: dict[str, Any]) -> bool:
         return None if v is None else str(v) if not isinstance(v, str) else v
 
     return all(norm(dap.get(f)) == norm(peer.get(f)) for f in FIELDS)
+
+
+if __name__ == "__main__":  # ``make bench`` runs every script here: this one is a helper
+    print("bench/postgraphile.py: the peer of bench/peers.py; nothing to run alone")

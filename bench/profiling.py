@@ -54,3 +54,7 @@ def profile(pid: int, base: str, paths: list[str], auth: dict[str, str], seconds
     lines.append("  including callees:")
     lines += [f"    {100 * n / samples:5.1f}%  {name})" for name, n in total.most_common(80)]
     return "\n".join(lines)
+
+
+if __name__ == "__main__":  # ``make bench`` runs every script here: this one is a helper
+    print("bench/profiling.py: the py-spy profile of bench/rest.py --profile; nothing to run alone")

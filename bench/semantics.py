@@ -168,3 +168,7 @@ async def documents_scenario(
             f"errors {measured['errors'] + plain_['errors']:.0f}"
         )
     return lines, failures
+
+
+if __name__ == "__main__":  # ``make bench`` runs every script here: this one is a helper
+    print("bench/semantics.py: the document semantics of bench/rest.py; nothing to run alone")
