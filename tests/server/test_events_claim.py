@@ -48,7 +48,7 @@ async def emit(conn: Any, tenant: uuid.UUID, n: int) -> list[int]:
 
 
 class CountingJson:
-    """Stands in for the dispatcher's ``json``: counts the payloads it decodes."""
+    """Its ``loads`` stands in for the dispatcher's ``decode_payload``: counts the payloads it decodes."""
 
     def __init__(self) -> None:
         self.decoded = 0
@@ -69,7 +69,7 @@ async def test_the_claim_reads_payloads_as_text_and_decodes_none_without_deliver
         assert [r["id"] for r in rows] == ids
         assert all(isinstance(r["payload"], str) and json.loads(r["payload"]) == PAYLOAD for r in rows)
         counting = CountingJson()
-        monkeypatch.setattr(dispatcher, "json", counting)
+        monkeypatch.setattr(dispatcher, "decode_payload", counting.loads)
         assert await dispatcher_for(pool, pg_dsn, tenant).drain_once() == 5
         assert counting.decoded == 0
         delivered = await conn.fetchval(

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import uuid
 from collections.abc import Callable
@@ -118,6 +117,7 @@ DUE = (
 )
 # the dead index entries are what the claim walks: clean the indexes even when few heap pages have
 # dead rows (AUTO skips them under 2% of the table's pages, the usual case with an hour of rows kept)
+decode_payload = db.decode_json  # the jsonb codec's decoder, for payloads the claim read as text
 VACUUM = "VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON) dap.outbox"
 PRUNE = (
     "DELETE FROM dap.outbox WHERE id IN (SELECT id FROM dap.outbox WHERE delivered_at IS NOT NULL "
@@ -310,8 +310,7 @@ class Dispatcher:
             for row in rows:
                 spec = entities.get(row["entity"])
                 deliveries = plans.deliveries(spec, row["entity"], row["event"], row["consumers"])
-                # the jsonb codec's own decoder (``db``), for the events whose payload is read
-                payload = json.loads(row["payload"]) if deliveries else {}
+                payload = decode_payload(row["payload"]) if deliveries else {}
                 planned.append((channels.Event.of(row, payload), deliveries))
             keys = list({channels.settle_id(d, e) for e, ds in planned for d in ds})
             settled = (

@@ -64,9 +64,14 @@ def _encode(value: Any) -> str:
     return json.dumps(value, default=json_default)
 
 
+# The json/jsonb codec's decoder: a column read as text (``::text``, to decode it only when needed)
+# is decoded by this, so that it reads as the codec would have read it.
+decode_json = json.loads
+
+
 async def _init_connection(conn: asyncpg.Connection[asyncpg.Record]) -> None:
     for kind in ("json", "jsonb"):
-        await conn.set_type_codec(kind, encoder=_encode, decoder=json.loads, schema="pg_catalog")
+        await conn.set_type_codec(kind, encoder=_encode, decoder=decode_json, schema="pg_catalog")
 
 
 async def keep_session(conn: asyncpg.Connection[asyncpg.Record]) -> None:
