@@ -220,7 +220,7 @@ async def run(args: argparse.Namespace) -> int:
             print(line, flush=True)
         return 0
     finally:
-        rest.clean_up(procs, server)
+        rest.clean_up(procs, server, tmp)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import dataclasses
 import json
 import os
@@ -84,6 +85,7 @@ class Load:
     generator: str  # "wrk" or "python (fallback)"
     seconds: float  # measured
     cpu_us: float = float("nan")  # the server processes' CPU time per request (user + system)
+    db_cpu_us: float = float("nan")  # Postgres's (the postmaster's children), the same way
     answered: int = 0  # 2xx answers, the unmeasured warm-up's included (a write's row count)
 
 
@@ -121,12 +123,18 @@ class Figure:
     def cpu_us(self) -> float:
         return statistics.median(r.cpu_us for r in self.runs)
 
+    @property
+    def db_cpu_us(self) -> float:
+        return statistics.median(r.db_cpu_us for r in self.runs)
+
     def line(self, name: str) -> str:
         low, high = self.spread
         return (
             f"{name:<22} {self.rps:>8.0f} req/s ({low:.0f}-{high:.0f})  p50 {self.p50_ms:>6.2f} ms"
             f"  p99 {self.p99_ms:>6.2f} ms  {self.bytes_per_response:>6.0f} B/resp"
-            f"  cpu {self.cpu_us:>5.0f} µs/req  errors {self.errors}"
+            f"  cpu {self.cpu_us:>5.0f} µs/req"
+            + (f"  postgres {self.db_cpu_us:>5.0f} µs/req" if self.db_cpu_us == self.db_cpu_us else "")
+            + f"  errors {self.errors}"
         )
 
 
@@ -150,6 +158,31 @@ def cpu_seconds(pids: Sequence[int]) -> float:
 
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def children_cpu(parent: int) -> dict[int, float]:
+    """CPU seconds so far of each child of ``parent``, by pid: a postmaster's backends and
+    workers (Linux ``/proc``; empty elsewhere)."""
+    found: dict[int, float] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                fields = Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # exited meanwhile
+            if int(fields[1]) == parent:
+                found[int(entry.name)] = (int(fields[11]) + int(fields[12])) / _TICKS
+    return found
+
+
+def postmaster_pid(data_dir: Path) -> int | None:
+    """The pid of the Postgres running in ``data_dir`` (its ``postmaster.pid``), if one does."""
+    try:
+        return int((data_dir / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def ratio(a: Figure, b: Figure) -> str:
@@ -177,6 +210,7 @@ def load(
     bodies: Sequence[str] = (),
     pids: Sequence[int] = (),
     method: str | None = None,
+    db_pid: int | None = None,
 ) -> Load:
     """Drive ``base`` + a random one of ``paths`` for ``seconds`` (after ``warm`` seconds unmeasured).
 
@@ -184,10 +218,24 @@ def load(
     ``method`` (POST unless given: a GraphQL peer, a create; PATCH for an update), and
     :data:`UNIQUE` in a body is replaced by a text unique to that request, across runs too (a new
     record's unique code). With ``pids`` (the server's processes), the answer carries their CPU
-    time per request over the measured seconds.
+    time per request over the measured seconds; with ``db_pid`` (the postmaster), Postgres's too
+    (its backends and workers, but not one that began and ended within the seconds measured: an
+    autovacuum worker's CPU can be missed).
     """
     verb = method or ("POST" if bodies else "GET")
-    return _measure(base, paths, seconds, headers or {}, connections, warm, bodies, pids, verb)
+    watched = _Watched(tuple(pids), db_pid)
+    return _measure(base, paths, seconds, headers or {}, connections, warm, bodies, watched, verb)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Watched:
+    """The processes whose CPU a load measures: the server's, and Postgres's children."""
+
+    pids: tuple[int, ...]
+    db_pid: int | None
+
+    def sample(self) -> tuple[float, dict[int, float]]:
+        return cpu_seconds(self.pids), (children_cpu(self.db_pid) if self.db_pid else {})
 
 
 def _measure(
@@ -198,7 +246,7 @@ def _measure(
     connections: int,
     warm: float,
     bodies: Sequence[str],
-    pids: Sequence[int],
+    watched: _Watched,
     method: str,
 ) -> Load:
     if wrk_path() is None:
@@ -207,9 +255,9 @@ def _measure(
             warmed = _run_apart(
                 _python_load(base, paths, warm, headers, connections, 0, bodies, method)
             ).answered
-        before = cpu_seconds(pids)
+        before = watched.sample()
         got = _run_apart(_python_load(base, paths, seconds, headers, connections, 0, bodies, method))
-        return _with_cpu(dataclasses.replace(got, answered=got.answered + warmed), before, pids)
+        return _with_cpu(dataclasses.replace(got, answered=got.answered + warmed), before, watched)
     with tempfile.TemporaryDirectory(prefix="dap-wrk-") as tmp:
         paths_file = Path(tmp) / "paths.txt"
         paths_file.write_text("\n".join(paths) + "\n")
@@ -235,9 +283,9 @@ def _measure(
             return written
 
         warmed = _wrk(base, script("warm.lua"), max(1, round(warm)), connections).answered if warm > 0 else 0
-        before = cpu_seconds(pids)
+        before = watched.sample()
         got = _wrk(base, script("load.lua"), max(1, round(seconds)), connections)
-        return _with_cpu(dataclasses.replace(got, answered=got.answered + warmed), before, pids)
+        return _with_cpu(dataclasses.replace(got, answered=got.answered + warmed), before, watched)
 
 
 def _run_apart(work: Coroutine[Any, Any, Load]) -> Load:
@@ -251,12 +299,17 @@ def _run_apart(work: Coroutine[Any, Any, Load]) -> Load:
         return pool.submit(asyncio.run, work).result()
 
 
-def _with_cpu(got: Load, before: float, pids: Sequence[int]) -> Load:
-    if not pids:
-        return got
+def _with_cpu(got: Load, before: tuple[float, dict[int, float]], watched: _Watched) -> Load:
     served = got.rps * got.seconds
-    used = cpu_seconds(pids) - before
-    return dataclasses.replace(got, cpu_us=used / served * 1e6 if served else float("nan"))
+    if not served:
+        return got
+    (server_before, db_before), (server_after, db_after) = before, watched.sample()
+    if watched.pids:
+        got = dataclasses.replace(got, cpu_us=(server_after - server_before) / served * 1e6)
+    if watched.db_pid:
+        db_used = sum(used - db_before.get(pid, 0.0) for pid, used in db_after.items())
+        got = dataclasses.replace(got, db_cpu_us=db_used / served * 1e6)
+    return got
 
 
 def _wrk(base: str, script: Path, seconds: int, connections: int) -> Load:

@@ -149,6 +149,7 @@ async def main(args: argparse.Namespace) -> int:
     bin_dir = postgraphile.install()
     tmp = Path(tempfile.mkdtemp(prefix="dap-peers-"))
     server_dsn, server = rest.start_postgres(tmp)
+    db_pid = loadgen.postmaster_pid(tmp / "pg")  # None with DAP_BENCH_DSN: no Postgres CPU figures
     procs: list[subprocess.Popen[bytes]] = []
     try:
         dsn = await rest.new_database(server_dsn)
@@ -210,12 +211,20 @@ async def main(args: argparse.Namespace) -> int:
         def rest_target(port: int, paths: list[str], proc: subprocess.Popen[bytes]) -> Target:
             # every REST target gets the same request, dap's token included (the floors ignore it)
             url = f"http://127.0.0.1:{port}"
-            return lambda: loadgen.load(url, paths, seconds=args.seconds, headers=auth, pids=[proc.pid])
+            return lambda: loadgen.load(
+                url, paths, seconds=args.seconds, headers=auth, pids=[proc.pid], db_pid=db_pid
+            )
 
         def peer_target(bodies: list[str]) -> Target:
             url = f"http://127.0.0.1:{peer_port}"
             return lambda: loadgen.load(
-                url, ["/graphql"], seconds=args.seconds, headers=json_headers, bodies=bodies, pids=[peer.pid]
+                url,
+                ["/graphql"],
+                seconds=args.seconds,
+                headers=json_headers,
+                bodies=bodies,
+                pids=[peer.pid],
+                db_pid=db_pid,
             )
 
         scenarios: dict[str, dict[str, Target]] = {
@@ -252,6 +261,7 @@ async def main(args: argparse.Namespace) -> int:
                 bodies=bodies,
                 method=method,
                 pids=[proc.pid],
+                db_pid=db_pid,
             )
 
         writes: dict[str, dict[str, Target]] = {
@@ -355,7 +365,7 @@ async def main(args: argparse.Namespace) -> int:
         failed = any(f.errors for by in results.values() for f in by.values())
         return 1 if failed else 0
     finally:
-        rest.clean_up(procs, server)
+        rest.clean_up(procs, server, tmp)
 
 
 if __name__ == "__main__":

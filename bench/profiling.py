@@ -3,6 +3,7 @@ it (``bench/rest.py --profile``)."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -14,7 +15,6 @@ import loadgen
 def profile(pid: int, base: str, paths: list[str], auth: dict[str, str], seconds: float) -> str:
     """Where ``dap serve`` spends its time on find-by-id under load: py-spy samples the process
     while ``wrk`` drives it; the top functions by own time and by time including callees."""
-    import shutil
     import threading
     from collections import Counter
 
@@ -39,7 +39,9 @@ def profile(pid: int, base: str, paths: list[str], auth: dict[str, str], seconds
     own: Counter[str] = Counter()
     total: Counter[str] = Counter()
     samples = 0
-    for line in out.read_text().splitlines():
+    stacks = out.read_text()
+    shutil.rmtree(out.parent, ignore_errors=True)
+    for line in stacks.splitlines():
         stack, _, count = line.rpartition(" ")
         frames = [
             f.split(" (")[0] + " (" + f.split(" (")[-1].split(":")[0].split("/")[-1] for f in stack.split(";")

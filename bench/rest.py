@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -328,12 +329,16 @@ def start_postgres(tmp: Path) -> tuple[str, Any]:
     return embedded.start(tmp / "pg")
 
 
-def clean_up(procs: list[subprocess.Popen[bytes]], server: Any) -> None:
+def clean_up(procs: list[subprocess.Popen[bytes]], server: Any, scratch: Path | None = None) -> None:
+    """Stops ``procs`` and the embedded Postgres, then removes ``scratch`` (its data directory among
+    what it holds: a few hundred MB a run, which /tmp would otherwise keep)."""
     for proc in procs:
         if proc.poll() is None:
             stop(proc)
     if server is not None:
         server.cleanup()
+    if scratch is not None:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 async def boot_only() -> int:
@@ -344,7 +349,7 @@ async def boot_only() -> int:
         print(await boot_figures(server_dsn, tmp, procs))
         return 0
     finally:
-        clean_up(procs, server)
+        clean_up(procs, server, tmp)
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -455,7 +460,7 @@ async def main(args: argparse.Namespace) -> int:
         failed = any(f.errors for by in results.values() for f in by.values()) or document_failures
         return 1 if failed else 0
     finally:
-        clean_up(procs, server)
+        clean_up(procs, server, tmp)
 
 
 if __name__ == "__main__":

@@ -263,7 +263,7 @@ async def main(args: argparse.Namespace) -> int:
         failed = sum(int(f["errors"]) for figures in runs.values() for f in figures)
         return 1 if failed else 0
     finally:
-        rest.clean_up(procs, pg)
+        rest.clean_up(procs, pg, tmp)
 
 
 if __name__ == "__main__":

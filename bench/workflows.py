@@ -286,7 +286,7 @@ async def main(args: argparse.Namespace) -> int:
         print("\n".join(["workflows:", *(f"  {line}" for line in b.figures)]))
         return 0
     finally:
-        clean_up(b.procs, server)
+        clean_up(b.procs, server, tmp)
 
 
 if __name__ == "__main__":

@@ -8,8 +8,10 @@ or the prepared parts are missing, and everywhere unless ``DAP_E2E=1`` (``make e
 suite creates a cluster of its own, so it runs as its own step, the last of ``make test``, rather
 than inside the main pytest run). The cluster is
 created once per session and deleted at the end unless ``DAP_E2E_KEEP=1``; ``DAP_E2E_CLUSTER``
-names it (default ``dap-e2e``), and an existing cluster of that name is reused. The kind CLI is
-driven directly (no pytest-kind dependency).
+names it (default ``dap-e2e``). An existing cluster of that name is reused only under
+``DAP_E2E_KEEP=1``; otherwise it is what an interrupted run left (its control holding artifacts
+signed by that run's key, its node restarted with the Docker engine) and is deleted first. The kind
+CLI is driven directly (no pytest-kind dependency).
 """
 
 from __future__ import annotations
@@ -190,7 +192,12 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
         pytest.skip(f"e2e-kind needs Docker and kind: {reason}")
     name = os.environ.get("DAP_E2E_CLUSTER", "dap-e2e")
     kubeconfig = tmp_path_factory.mktemp("kind") / "kubeconfig"
+    keep = os.environ.get("DAP_E2E_KEEP") == "1"
     existing = subprocess.run([KIND, "get", "clusters"], capture_output=True, text=True).stdout.split()
+    if name in existing and not keep:
+        print(f"e2e-kind: deleting cluster {name}, left by an interrupted run", file=sys.stderr)
+        _sh(KIND, "delete", "cluster", "--name", name, timeout=300)
+        existing.remove(name)
     created = name not in existing
     started = time.monotonic()
     if created:
@@ -218,7 +225,7 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
     try:
         yield kube
     finally:
-        if created and os.environ.get("DAP_E2E_KEEP") != "1":
+        if created and not keep:
             subprocess.run([KIND, "delete", "cluster", "--name", name], check=False, timeout=300)
 
 

@@ -36,19 +36,28 @@ def _ssl_context(info: kopf.ConnectionInfo) -> ssl.SSLContext | bool:
     cafile = os.fsdecode(info.ca_path) if info.ca_path else None
     context = ssl.create_default_context(cafile=cafile, cadata=cadata or None)
     cert, key = info.certificate_path, info.private_key_path
-    if info.certificate_data or info.private_key_data:
-        cert = _to_file(info.certificate_data) if info.certificate_data else cert
-        key = _to_file(info.private_key_data) if info.private_key_data else key
-    if cert:
-        context.load_cert_chain(os.fsdecode(cert), os.fsdecode(key) if key else None)
+    # ssl loads a client certificate only from files: inline data is written to files that live
+    # only while it loads (a private key must not stay behind in /tmp, one file per connect).
+    written: list[str] = []
+    try:
+        if info.certificate_data:
+            cert = _to_file(info.certificate_data, written)
+        if info.private_key_data:
+            key = _to_file(info.private_key_data, written)
+        if cert:
+            context.load_cert_chain(os.fsdecode(cert), os.fsdecode(key) if key else None)
+    finally:
+        for path in written:
+            os.unlink(path)
     return context
 
 
-def _to_file(data: str | bytes) -> str:
+def _to_file(data: str | bytes, written: list[str]) -> str:
     raw = data.encode() if isinstance(data, str) else data
     if b"-----BEGIN" not in raw:
         raw = base64.b64decode(raw)
     handle = tempfile.NamedTemporaryFile(prefix="dap-kube-", delete=False)  # noqa: SIM115
+    written.append(handle.name)
     with handle:
         handle.write(raw)
     return handle.name

@@ -4,7 +4,9 @@ loopback playing the API server: paths, verbs, error translation, the per-verb o
 from __future__ import annotations
 
 import socket
+import tempfile
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import kopf
 import pytest
@@ -12,7 +14,7 @@ from aiohttp import web
 
 from dap import kube
 from dap.kube import errors
-from tests.kube import loopback
+from tests.kube import loopback, pki
 
 
 @pytest.mark.parametrize(
@@ -128,3 +130,25 @@ async def test_no_answer_is_unavailable_and_observed_as_zero() -> None:
     finally:
         await client.close()
     assert observed == [("list", 0)]
+
+
+async def test_inline_client_credentials_leave_no_file_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kubeconfig's inline client certificate and key pass through files only while ssl loads
+    them: every connect used to leave a copy of the private key in /tmp."""
+    pki_files = pki.make(tmp_path / "pki")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    info = kopf.ConnectionInfo(
+        server="https://127.0.0.1:6443",
+        ca_data=pki_files.ca.cert.read_bytes(),
+        certificate_data=pki_files.admin.cert.read_bytes(),
+        private_key_data=pki_files.admin.key.read_bytes(),
+    )
+    client = kube.Client.connect(info)
+    try:
+        assert list(scratch.iterdir()) == []
+    finally:
+        await client.close()

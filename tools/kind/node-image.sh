@@ -53,6 +53,7 @@ single() { # NAME IMAGE BINARY [ENTRYPOINT]
     [[ -n $entry ]] && changes+=(--change "ENTRYPOINT [\"$entry\"]")
     tar -C "$root" -c . | docker import "${changes[@]}" - "$image" >/dev/null
     docker save "$image" -o "$work/images/$name.tar"
+    docker image rm "$image" >/dev/null # only its saved copy is used; a rebuild would leave it dangling
 }
 
 # The node's base: Debian's packages only (cached as a Docker image keyed by this list).
@@ -100,6 +101,7 @@ install -m 0755 "$bins/kube-proxy" "$work/kube-proxy/kube-proxy"
 printf 'FROM %s\nCOPY kube-proxy /usr/local/bin/kube-proxy\nENTRYPOINT []\n' "$base" >"$work/kube-proxy/Dockerfile"
 DOCKER_BUILDKIT=0 docker build --quiet -t "$(image_of kube-proxy)" "$work/kube-proxy" >/dev/null
 docker save "$(image_of kube-proxy)" -o "$work/images/kube-proxy.tar"
+docker image rm "$(image_of kube-proxy)" >/dev/null
 
 # The node: dap's files, the Kubernetes binaries and the images, on that base.
 echo "tools/kind: building $tag ..." >&2
@@ -126,5 +128,7 @@ STOPSIGNAL SIGRTMIN+3
 LABEL dap.kind.key=$key
 DOCKERFILE
 DOCKER_BUILDKIT=0 nice -n 10 docker build --quiet -t "$tag" "$ctx" >/dev/null
+# The node image this one replaces (untagged now), unless a container still runs it: ~1 GB each.
+docker image prune --force --filter label=dap.kind.key >/dev/null
 echo "tools/kind: built $tag in $((SECONDS - start)) s" >&2
 echo "$tag"
