@@ -2,7 +2,14 @@
 and update -- one aiohttp handler each, sending the SQL dap builds, one autocommitted statement per
 request, no auth, no validation, no event -- run in its own process by ``rest.spawn_baseline``:
 
-    .venv/bin/python bench/floor.py PORT DSN TENANT [--fifo]
+    .venv/bin/python bench/floor.py PORT DSN TENANT [--fifo] [--events]
+
+``--events``: the floor that does a write's whole work, as dap must -- each create and update
+sends dap's statement that also inserts the ``created``/``updated`` event into ``dap.outbox``
+(``events.builtin.joined``: one statement, the event atomic with the row), and the events are
+delivered by the dispatcher of the ``dap serve`` running beside it on the same database. What is
+left between dap and this floor is dap's own work per request; between this floor and the plain
+one, what an event costs.
 
 It runs on the event loop and with the JSON encoder that ``dap serve`` uses, so that a ratio
 against it measures dap's own work and nothing a library choice would give either side.
@@ -16,7 +23,6 @@ import uuid
 from decimal import Decimal
 from typing import Any
 
-import asyncpg
 import rest
 
 
@@ -37,7 +43,7 @@ def FLOOR_LOOP() -> asyncio.AbstractEventLoop:  # noqa: N802 -- the loop dap ser
     return loops.factory()()
 
 
-def serve(port_: int, dsn: str, tenant: str, fifo: bool = False) -> None:
+def serve(port_: int, dsn: str, tenant: str, fifo: bool = False, events: bool = False) -> None:
     """The floor; ``fifo`` puts dap's first-come, first-served gate (``storage.gates``) in front of
     its pool, as ``db.connection`` does: the floor that also serves its callers in arrival order."""
     import contextlib
@@ -46,6 +52,8 @@ def serve(port_: int, dsn: str, tenant: str, fifo: bool = False) -> None:
 
     from dap import config
     from dap.server.catalog import Catalog
+    from dap.server.documents import auditing
+    from dap.server.events import builtin
     from dap.server.storage import db, gates, sql
     from dap.server.workflows import filters
 
@@ -78,9 +86,28 @@ def serve(port_: int, dsn: str, tenant: str, fifo: bool = False) -> None:
             out["price"] = Decimal(str(body["price"]))
         return out
 
+    empty = {**{slot.column: None for slot in resource.slots if slot.column}, "owner": "alice"}
+
+    def with_event(
+        statement: str, args: list[Any], action: str, values: dict[str, Any]
+    ) -> tuple[str, list[Any]]:
+        """``statement`` joined with its built-in event, as dap sends it (no NOTIFY: dap's
+        dispatcher, draining under load, finds the rows, as it finds dap's own)."""
+        if not events:
+            return statement, args
+        write = auditing.Write(catalog, resource, tenant_id, "u", "alice", None)
+        changed = list(values) if action == "update" else None
+        joined = builtin.joined(
+            statement, args, write, action, {**empty, **values}, changed=changed, notify=False
+        )
+        return joined.sql, joined.args
+
     async def create(request: web.Request) -> web.Response:
         body = await request.json()
-        statement, args = sql.insert(resource.table, tenant_id, columns_of(body), owner="alice")
+        values = columns_of(body)
+        statement, args = with_event(
+            *sql.insert(resource.table, tenant_id, values, owner="alice"), "create", values
+        )
         async with gate, request.app["pool"].acquire() as conn:
             row = await conn.fetchrow(statement, *args)
         return web.Response(status=201, body=dumps({"data": dict(row)}), content_type="application/json")
@@ -88,8 +115,9 @@ def serve(port_: int, dsn: str, tenant: str, fifo: bool = False) -> None:
     async def update(request: web.Request) -> web.Response:
         body = await request.json()
         record_id = uuid.UUID(request.match_info["id"])
-        statement, args = sql.update(
-            resource.table, tenant_id, record_id, columns_of(body), expected_version=None
+        values = columns_of(body)
+        statement, args = with_event(
+            *sql.update(resource.table, tenant_id, record_id, values, expected_version=None), "update", values
         )
         async with gate, request.app["pool"].acquire() as conn:
             row = await conn.fetchrow(statement, *args)
@@ -99,8 +127,9 @@ def serve(port_: int, dsn: str, tenant: str, fifo: bool = False) -> None:
 
     async def make() -> web.Application:
         app = web.Application()
-        # the pool's reset as dap's (see storage.db.keep_session): the ratio is dap's own work
-        app["pool"] = await asyncpg.create_pool(dsn, min_size=2, max_size=rest.POOL, reset=db.keep_session)
+        # dap's pool (its reset, see storage.db.keep_session, and its codecs: an event's payload
+        # is a jsonb parameter): the ratio is dap's own work
+        app["pool"] = await db.open_pool(dsn, rest.POOL)
         app.router.add_get("/default/api/bench/item", many)
         app.router.add_get("/default/api/bench/item/{id}", find)
         app.router.add_post("/default/api/bench/item", create)
@@ -114,4 +143,5 @@ if __name__ == "__main__":
     if len(sys.argv) < 4 or not sys.argv[1].isdigit():  # ``make bench`` runs every script here
         print("bench/floor.py: the floor of bench/rest.py and bench/peers.py, started by them")
         sys.exit(0)
-    serve(int(sys.argv[1]), sys.argv[2], sys.argv[3], fifo="--fifo" in sys.argv[4:])
+    flags = sys.argv[4:]
+    serve(int(sys.argv[1]), sys.argv[2], sys.argv[3], fifo="--fifo" in flags, events="--events" in flags)

@@ -18,18 +18,22 @@ token). Before timing, answers are checked equal: the fields of several records 
 the prices of the filtered page. Beside the floor runs ``floor fifo``, the floor with dap's
 arrival-order gate in front of its pool, and a second ``dap serve`` whose spec declares the find
 cache (``cached find``). Prints req/s (median of interleaved rounds and spread), p50/p99, server
-CPU per request, bytes per response and RSS.
+CPU per request, Postgres's CPU per request (the postmaster's children), bytes per response and
+RSS.
 
 The writes (issue 27): ``create`` is dap's ``POST`` (its ``created`` event written to
 ``dap.outbox`` in the same transaction), PostGraphile's ``createBenchItem`` mutation and the
 floor's single autocommitted ``INSERT … RETURNING``; ``update`` is dap's ``PATCH`` (with its
 ``updated`` event), PostGraphile's ``updateBenchItemByTenantIdAndRowId`` and the floor's single
-``UPDATE … RETURNING``, on random rows among the sampled ids. Every create carries a code no other
-request sends (``loadgen.UNIQUE``). After each write scenario the rows each target wrote are
-counted against its 2xx answers, and dap's outbox against its writes (exactly one event per
-created row). The cached server is stopped before the writes (its dispatcher would wake at every
-write too). ``--statements`` then logs, through Postgres's own log, the statements each server
-sends for one create and one update (``bench/statements.py``).
+``UPDATE … RETURNING``, on random rows among the sampled ids; ``floor events`` is the floor that
+also writes each write's event as dap does, in the same statement, delivered by dap's dispatcher
+(``bench/floor.py --events``): the least a server can do for the same work. Every create carries
+a code no other request sends (``loadgen.UNIQUE``). After each write scenario the rows each
+target wrote are counted against its 2xx answers, and the outbox against the writes of dap and
+the floor with events (exactly one event per created row). The cached server is stopped before
+the writes (its dispatcher would wake at every write too). ``--statements`` then logs, through
+Postgres's own log, the statements each server sends for one create and one update
+(``bench/statements.py``).
 
 ``--before DIR`` adds a fifth target to the writes, ``dap before``: the ``dap serve`` of the source
 tree ``DIR`` (its ``dap`` package first on ``PYTHONPATH``; for instance ``git archive main | tar -x
@@ -65,7 +69,8 @@ WRITES: dict[str, dict[str, Any]] = {
     "POST": {"code": f"@WHO@{loadgen.UNIQUE}", "title": "new", "price": "12.50", "qty": 3, "category": "red"},
     "PATCH": {"title": f"@WHO@{loadgen.UNIQUE}", "qty": 7},
 }
-WHO = {"dap": "D", "dap before": "B", "floor": "F", "postgraphile": "P"}
+WHO = {"dap": "D", "dap before": "B", "floor": "F", "floor events": "E", "postgraphile": "P"}
+WITH_EVENTS = ("dap", "dap before", "floor events")  # the targets whose writes emit events
 
 
 async def check_writes(dsn: str, name: str, figures: dict[str, loadgen.Figure]) -> str:
@@ -88,7 +93,7 @@ async def check_writes(dsn: str, name: str, figures: dict[str, loadgen.Figure]) 
                 if not answered <= rows <= answered + slack:
                     raise RuntimeError(f"create {target}: {rows} rows for {answered} answers")
                 notes.append(f"{target} {rows} rows for {answered} answers")
-            if not target.startswith("dap"):
+            if target not in WITH_EVENTS:
                 continue
             if name == "create":
                 # one aggregate joined by hash: a subquery per row scanned the outbox once per row
@@ -173,8 +178,10 @@ async def main(args: argparse.Namespace) -> int:
         fifo_port = rest.port()
         floor = rest.spawn_baseline(floor_port, dsn, tenant)
         fifo = rest.spawn_baseline(fifo_port, dsn, tenant, fifo=True)
-        procs += [floor, fifo]
-        for port in (floor_port, fifo_port):
+        events_port = rest.port()
+        floor_events = rest.spawn_baseline(events_port, dsn, tenant, events=True)
+        procs += [floor, fifo, floor_events]
+        for port in (floor_port, fifo_port, events_port):
             await rest.wait_http(f"http://127.0.0.1:{port}/default/api/bench/item/{ids[0]}", limit=60)
         # the same table served by a second dap serve whose spec declares the find cache
         cached_spec = tmp / "spec-cached"
@@ -268,11 +275,13 @@ async def main(args: argparse.Namespace) -> int:
             "create": {
                 "dap": write_target(api_port, [item], serve, "POST", "D"),
                 "floor": write_target(floor_port, [item], floor, "POST", "F"),
+                "floor events": write_target(events_port, [item], floor_events, "POST", "E"),
                 "postgraphile": peer_target([create_body]),
             },
             "update": {
                 "dap": write_target(api_port, finds, serve, "PATCH", "D"),
                 "floor": write_target(floor_port, finds, floor, "PATCH", "F"),
+                "floor events": write_target(events_port, finds, floor_events, "PATCH", "E"),
                 "postgraphile": peer_target([update_body.replace("@ID@", i) for i in ids]),
             },
         }
@@ -347,6 +356,12 @@ async def main(args: argparse.Namespace) -> int:
                 if "floor fifo" in by_target
                 else ""
             )
+            if "floor events" in by_target:
+                fifo_part += (
+                    f"dap/floor events {loadgen.ratio(by_target['dap'], by_target['floor events'])}, "
+                    f"floor events/postgraphile "
+                    f"{loadgen.ratio(by_target['floor events'], by_target['postgraphile'])}, "
+                )
             if "dap before" in by_target:
                 print(
                     f"  {name}: dap/dap before {loadgen.ratio(by_target['dap'], by_target['dap before'])}, "

@@ -174,7 +174,7 @@ def spawn_serve(
 
 
 def spawn_baseline(
-    port_: int, dsn: str, tenant: str, log: Path | None = None, *, fifo: bool = False
+    port_: int, dsn: str, tenant: str, log: Path | None = None, *, fifo: bool = False, events: bool = False
 ) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [
@@ -184,6 +184,7 @@ def spawn_baseline(
             dsn,
             tenant,
             *(["--fifo"] if fifo else []),
+            *(["--events"] if events else []),
         ],
         stdout=subprocess.DEVNULL,
         stderr=log.open("wb") if log is not None else subprocess.DEVNULL,
