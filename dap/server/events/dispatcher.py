@@ -307,16 +307,20 @@ class Dispatcher:
             rows = await conn.fetch(CLAIM, self.settings.batch, self._tenants())
             entities = self.entities()
             planned = []
+            # an event nothing consumes (most created/updated events) is settled as it is claimed:
+            # it only needs its feed position, given with the others' below
+            done: list[int] = []
             for row in rows:
                 spec = entities.get(row["entity"])
                 deliveries = plans.deliveries(spec, row["entity"], row["event"], row["consumers"])
-                payload = decode_payload(row["payload"]) if deliveries else {}
-                planned.append((channels.Event.of(row, payload), deliveries))
+                if not deliveries:
+                    done.append(row["id"])
+                    continue
+                planned.append((channels.Event.of(row, decode_payload(row["payload"])), deliveries))
             keys = list({channels.settle_id(d, e) for e, ds in planned for d in ds})
             settled = (
                 {(r["consumer"], r["event_id"]) for r in await conn.fetch(SETTLED, keys)} if keys else set()
             )
-            done: list[int] = []
             outcomes: list[tuple[str, uuid.UUID, str]] = []
             for event, deliveries in planned:
                 if await self._one(conn, event, deliveries, settled, outcomes):
