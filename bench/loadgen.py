@@ -400,8 +400,15 @@ async def _python_load(
     )
 
 
-def interleave(targets: dict[str, Callable[[], Load]], rounds: int, *, say: bool = True) -> dict[str, Figure]:
-    """Run every target once per round, rotating the order each round; a :class:`Figure` per target."""
+def interleave(
+    targets: dict[str, Callable[[], Load]],
+    rounds: int,
+    *,
+    say: bool = True,
+    before: Callable[[], None] | None = None,
+) -> dict[str, Figure]:
+    """Run every target once per round, rotating the order each round; a :class:`Figure` per target.
+    ``before`` runs before each target's run (unmeasured): a state every target starts from."""
     names = list(targets)
     runs: dict[str, list[Load]] = {name: [] for name in names}
     for i in range(rounds):
@@ -409,6 +416,8 @@ def interleave(targets: dict[str, Callable[[], Load]], rounds: int, *, say: bool
         for name in order:
             if say:
                 print(f"  round {i + 1}/{rounds}: {name} ...", flush=True)
+            if before is not None:
+                before()
             runs[name].append(targets[name]())
     return {name: Figure(tuple(r)) for name, r in runs.items()}
 

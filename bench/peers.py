@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import json
 import os
 import subprocess
@@ -119,6 +120,24 @@ async def check_writes(dsn: str, name: str, figures: dict[str, loadgen.Figure]) 
         return f"{name} checked: " + ", ".join(notes)
     finally:
         await conn.close()
+
+
+def settle_writes(dsn: str) -> None:
+    """Before each write round: the previous target's dead rows vacuumed and a checkpoint taken, so
+    that no target's round pays for another's autovacuum, or for a checkpoint's burst of full-page
+    writes, by the luck of the order (the updates' rounds spread 1-to-2 without it)."""
+
+    async def settle() -> None:
+        conn = await asyncpg.connect(dsn)
+        try:
+            await conn.execute("VACUUM (ANALYZE) bench__item")
+            await conn.execute("VACUUM dap.outbox")
+            await conn.execute("CHECKPOINT")
+        finally:
+            await conn.close()
+
+    with concurrent.futures.ThreadPoolExecutor(1) as apart:  # the caller's loop is running
+        apart.submit(asyncio.run, settle()).result()
 
 
 async def check_equal(
@@ -301,7 +320,8 @@ async def main(args: argparse.Namespace) -> int:
                 cached_rss = rest.rss_mib(cached.pid)
                 rest.stop(cached)
             print(f"running {name}: {args.rounds} rounds of {args.seconds}s per target ...", flush=True)
-            results[name] = loadgen.interleave(targets, args.rounds)
+            settle = (lambda: settle_writes(dsn)) if name in writes else None
+            results[name] = loadgen.interleave(targets, args.rounds, before=settle)
             if name in writes:
                 print("  " + await check_writes(dsn, name, results[name]), flush=True)
         if args.statements:
