@@ -222,6 +222,40 @@ def test_sql_always_carries_the_tenant(shop: Catalog) -> None:
         assert "$1" in text and args[0] == tenant
 
 
+def test_write_statements_are_kept_per_table_and_column_set(shop: Catalog) -> None:
+    """``sql.insert``/``sql.update`` keep their text per table and column set: the kept text is
+    the one built afresh (numbering, RETURNING, the version and draft conditions), the arguments
+    are the call's own, and another catalog's table of the same name gets its own text."""
+    resource = shop.resources["shop/product"]
+    tenant, record_id = uuid.uuid4(), uuid.uuid4()
+    sql._TEXTS.clear()
+    first = sql.insert(resource.table, tenant, {"title": "a", "qty": 1}, owner="o")
+    assert first[0].startswith(
+        'INSERT INTO "shop__product" ("tenant_id", "created_by", "owner", "title", "qty")'
+    )
+    assert "VALUES ($1, $2, $3, $4, $5) RETURNING " in first[0]
+    assert first[1] == [tenant, "o", "o", "a", 1]
+    again = sql.insert(resource.table, tenant, {"title": "b", "qty": 2}, owner="p")
+    assert again[0] is first[0] and again[1] == [tenant, "p", "p", "b", 2]
+    assert sql.insert(resource.table, tenant, {"qty": 2, "title": "b"}, owner="p")[0] != first[0]
+    text, args = sql.update(
+        resource.table, tenant, record_id, {"qty": 3}, expected_version=4, draft_only=True
+    )
+    assert text.endswith(
+        f"WHERE tenant_id = $1 AND id = $3 AND version = $4 AND docstatus = 0 RETURNING {resource.table.select_columns}"
+    )
+    assert '"qty" = $2' in text and args == [tenant, 3, record_id, 4]
+    plain = sql.update(resource.table, tenant, record_id, {"qty": 3}, expected_version=None)
+    assert plain[0].split(" WHERE ")[1].startswith("tenant_id = $1 AND id = $3 RETURNING") and plain[1] == [
+        tenant,
+        3,
+        record_id,
+    ]
+    other = load().resources["shop/product"].table  # a new catalog: its own table object
+    assert sql.insert(other, tenant, {"title": "a", "qty": 1}, owner="o")[0] == first[0]
+    assert sql._TEXTS[(id(other), ("title", "qty"))][0] is other
+
+
 def test_iso_text_writes_what_isoformat_writes() -> None:
     """The fast writers of answers must not change a byte of them: dates, times and timestamps
     with and without microseconds, naive and at several offsets."""
