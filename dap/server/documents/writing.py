@@ -15,6 +15,7 @@ from typing import Any
 import asyncpg
 
 from dap.config.enums import FieldType
+from dap.config.fields import Field
 from dap.server import errors
 from dap.server.catalog import Catalog, RelationSlot, Resource
 from dap.server.documents import references
@@ -23,16 +24,30 @@ from dap.server.storage import caching, db, records, sql, tables
 RESERVED_INPUT = frozenset({*tables.SYSTEM_FIELDS, "tenant_id"})
 
 
+def _child_fields(resource: Resource, catalog: Catalog) -> dict[str, tuple[Field, ...]]:
+    """The fields of each child field's rows, derived once per resource (``Resource.derived``)."""
+    found: dict[str, tuple[Field, ...]] | None = resource.derived.get(_CHILD_FIELDS)
+    if found is None:
+        found = resource.derived[_CHILD_FIELDS] = {
+            name: tables.child_fields(f, resource.module, catalog.entities)
+            for name, f in resource.fields.items()
+            if f.child is not None
+        }
+    return found
+
+
+_CHILD_FIELDS = (__name__, "child_fields")
+_COLUMNS = (__name__, "columns")
+
+
 def validate_body(
     resource: Resource, body: Mapping[str, Any], *, partial: bool, catalog: Catalog
 ) -> dict[str, Any]:
-    children = {
-        name: tables.child_fields(f, resource.module, catalog.entities)
-        for name, f in resource.fields.items()
-        if f.child is not None
-    }
-    body = dict(body)
-    namespaces = {ns: body.pop(ns) for ns in resource.extensions if ns in body}
+    children = _child_fields(resource, catalog)
+    namespaces: dict[str, Any] = {}
+    if resource.extensions:  # their objects are validated apart, below
+        body = dict(body)
+        namespaces = {ns: body.pop(ns) for ns in resource.extensions if ns in body}
     problems: list[tuple[str, str]] = []
     values: dict[str, Any] = {}
     try:
@@ -91,18 +106,30 @@ def split(resource: Resource, values: Mapping[str, Any]) -> tuple[dict[str, Any]
     """Field values → (column values of the main table, child field → rows)."""
     columns: dict[str, Any] = {}
     children: dict[str, Any] = {}
+    places: dict[str, str | None] | None = resource.derived.get(_COLUMNS)
+    if places is None:  # the column of each name a write sets, found once per resource
+        places = resource.derived[_COLUMNS] = {}
     for name, value in values.items():
         if name in resource.children:
             children[name] = value or []
-        elif name in resource.extensions:
-            ext = resource.table.column_for(f"ext_{name}")
-            if ext is not None:
-                columns[ext.name] = value
-        else:
-            column = resource.column(name)
-            if column is not None:
-                columns[column] = value
+            continue
+        try:
+            column = places[name]
+        except KeyError:
+            column = _column_of(resource, name)
+            if name in resource.fields or name in resource.extensions:  # never more than those
+                places[name] = column
+        if column is not None:
+            columns[column] = value
     return columns, children
+
+
+def _column_of(resource: Resource, name: str) -> str | None:
+    """The main table's column of field or extension namespace ``name`` (``None``: none)."""
+    if name in resource.extensions:
+        ext = resource.table.column_for(f"ext_{name}")
+        return ext.name if ext is not None else None
+    return resource.column(name)
 
 
 def _carried(slot: RelationSlot, values: Mapping[str, Any]) -> list[tuple[str, Any]]:
