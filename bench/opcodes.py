@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import shutil
 import sys
 import tempfile
 import time
@@ -94,11 +93,10 @@ class Counter:
 
 
 async def measure(requests: int, top: int, inner: bool = False) -> int:
+    from dap import config
     from dap.server import options
     from dap.server.catalog import Catalog
     from dap.server.web import app, protocol
-
-    from dap import config
 
     tmp = Path(tempfile.mkdtemp(prefix="dap-opcodes-"))
     server_dsn, pg = rest.start_postgres(tmp)
@@ -175,7 +173,8 @@ async def _drive(api: str, counter: Counter, requests: int, top: int) -> int:
         print(f"\n{kind}: {total:,.0f} bytecodes per request ({requests} requests)")
         libraries = collections.Counter[str]()
         for label, n in labels.items():
-            libraries[label.split(".", 1)[0] if not label.startswith("dap.") else ".".join(label.split(".")[:3])] += n
+            parts = label.split(" > ", 1)[0].split(".")
+            libraries[".".join(parts[:3]) if parts[0] == "dap" else parts[0]] += n
         for name, n in libraries.most_common():
             print(f"  {n / requests:8.1f}  {name}")
         print(f"  -- top {top} functions --")

@@ -197,10 +197,11 @@ def update(
             where += f" AND version = ${len(columns) + 3}"
         if draft_only:
             where += " AND docstatus = 0"
+        returning = _columns(table, None)
         sql = _keep(
             key,
             table,
-            f"UPDATE {quote(table.name)} SET {', '.join(sets)} WHERE {where} RETURNING {_columns(table, None)}",
+            f"UPDATE {quote(table.name)} SET {', '.join(sets)} WHERE {where} RETURNING {returning}",
         )
     return sql, args
 
