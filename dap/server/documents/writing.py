@@ -104,32 +104,38 @@ def translate(resource: Resource, exc: asyncpg.PostgresError) -> errors.ApiError
 
 def split(resource: Resource, values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Field values → (column values of the main table, child field → rows)."""
+    places = _places(resource)
+    if not resource.children:
+        return {places[name]: value for name, value in values.items() if name in places}, {}
     columns: dict[str, Any] = {}
     children: dict[str, Any] = {}
-    places: dict[str, str | None] | None = resource.derived.get(_COLUMNS)
-    if places is None:  # the column of each name a write sets, found once per resource
-        places = resource.derived[_COLUMNS] = {}
     for name, value in values.items():
         if name in resource.children:
             children[name] = value or []
-            continue
-        try:
-            column = places[name]
-        except KeyError:
-            column = _column_of(resource, name)
-            if name in resource.fields or name in resource.extensions:  # never more than those
-                places[name] = column
-        if column is not None:
-            columns[column] = value
+        elif name in places:
+            columns[places[name]] = value
     return columns, children
 
 
-def _column_of(resource: Resource, name: str) -> str | None:
-    """The main table's column of field or extension namespace ``name`` (``None``: none)."""
-    if name in resource.extensions:
-        ext = resource.table.column_for(f"ext_{name}")
-        return ext.name if ext is not None else None
-    return resource.column(name)
+def _places(resource: Resource) -> dict[str, str]:
+    """The main table's column of each field and extension namespace that has one (not the child
+    fields), as ``resource.column`` finds it, derived once per resource (``Resource.derived``)."""
+    found: dict[str, str] | None = resource.derived.get(_COLUMNS)
+    if found is None:
+        table, found = resource.table, {}
+        for c in table.columns:  # the first column of each field, as ``Table.column_for``
+            if c.field is not None and c.field not in found:
+                found[c.field] = c.name
+        for ns in resource.extensions:  # a namespace's object is its own column
+            ext = table.column_for(f"ext_{ns}")
+            if ext is not None:
+                found[ns] = ext.name
+            else:
+                found.pop(ns, None)
+        for name in resource.children:
+            found.pop(name, None)
+        resource.derived[_COLUMNS] = found
+    return found
 
 
 def _carried(slot: RelationSlot, values: Mapping[str, Any]) -> list[tuple[str, Any]]:
