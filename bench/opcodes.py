@@ -11,9 +11,10 @@ interpreter runs per request does not move with the load. This boots the real ap
 at a time over loopback, with ``bench/peers.py``'s bodies, and counts with ``sys.settrace`` the
 opcodes run in the task of each request from the front handler in (``web.protocol.FRONT``): the
 front, aiohttp's routing, the handler and everything it awaits. HTTP parsing and the socket write
-(aiohttp's, the same for any server) and the dispatcher's delivery of the events (its own task)
-are not counted. C code (orjson, asyncpg's protocol, uvloop) runs no bytecodes and is not counted
-either: the per-step ``timeit`` figures of docs/decisions.md cover that side.
+(aiohttp's, the same for any server) are not counted; the events dispatcher's and the feed's
+tasks are counted apart (one event per round here, where load batches 50-65: an upper bound).
+C code (orjson, asyncpg's protocol, uvloop) runs no bytecodes and is not counted either: the
+per-step ``timeit`` figures of docs/decisions.md cover that side.
 
 Each opcode is charged to the innermost frame of dap, aiohttp or asyncpg on its stack (standard
 library frames are charged to their caller; ``--inner`` lists them on their own, under it), and
@@ -42,6 +43,7 @@ BODIES = {  # bench/peers.py's
     "POST": {"code": "@", "title": "new", "price": "12.50", "qty": 3, "category": "red"},
     "PATCH": {"title": "@", "qty": 7},
 }
+BACKGROUND = "dap-events-"  # the dispatcher's and the feed's task names (counted apart)
 WARM = 20  # requests of each kind sent before counting (prepared statements, caches)
 
 
@@ -52,6 +54,7 @@ class Counter:
         self.task: asyncio.Task[Any] | None = None
         self.by_label: collections.Counter[str] = collections.Counter()
         self.total = 0
+        self.behind = 0  # opcodes of the events dispatcher's and feed's tasks meanwhile
         self.inner = False  # standard library frames listed on their own (``--inner``)
 
     def _label(self, frame: FrameType | None) -> str:
@@ -78,18 +81,27 @@ class Counter:
             self.by_label[self._label(frame)] += 1
         return self._opcode
 
+    def _background(self, frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "opcode":
+            self.behind += 1
+        return self._background
+
     def _call(self, frame: FrameType, event: str, arg: Any) -> Any:
-        if self.task is None:
-            return None
         try:
             current = asyncio.current_task()
         except RuntimeError:
             return None
-        if current is not self.task:
+        if current is None:
             return None
+        if current is not self.task:
+            if not current.get_name().startswith(BACKGROUND):
+                return None
+            tracer = self._background
+        else:
+            tracer = self._opcode
         frame.f_trace_opcodes = True
         frame.f_trace_lines = False
-        return self._opcode
+        return tracer
 
 
 async def measure(requests: int, top: int, inner: bool = False) -> int:
@@ -161,16 +173,18 @@ async def _drive(api: str, counter: Counter, requests: int, top: int) -> int:
         figures = {}
         for kind in ("create", "update"):
             counter.by_label.clear()
-            counter.total = 0
+            counter.total = counter.behind = 0
             sys.settrace(counter._call)
             try:
                 for i in range(requests):
                     await (create() if kind == "create" else update(WARM + i))
             finally:
                 sys.settrace(None)
-            figures[kind] = (counter.total / requests, dict(counter.by_label))
-    for kind, (total, labels) in figures.items():
+            await asyncio.sleep(0.5)  # the last events delivered
+            figures[kind] = (counter.total / requests, dict(counter.by_label), counter.behind / requests)
+    for kind, (total, labels, behind) in figures.items():
         print(f"\n{kind}: {total:,.0f} bytecodes per request ({requests} requests)")
+        print(f"  (and {behind:,.0f} per request in the events dispatcher's and feed's tasks, one a round)")
         libraries = collections.Counter[str]()
         for label, n in labels.items():
             parts = label.split(" > ", 1)[0].split(".")
