@@ -222,6 +222,39 @@ def test_sql_always_carries_the_tenant(shop: Catalog) -> None:
         assert "$1" in text and args[0] == tenant
 
 
+def test_write_statements_are_kept_per_table_and_column_set(shop: Catalog) -> None:
+    """``sql.insert``/``sql.update`` keep their text per table and column set: the kept text is
+    the one built afresh (numbering, RETURNING, the version and draft conditions), the arguments
+    are the call's own, and another catalog's table of the same name gets its own text."""
+    resource = shop.resources["shop/product"]
+    tenant, record_id = uuid.uuid4(), uuid.uuid4()
+    sql._TEXTS.clear()
+    first = sql.insert(resource.table, tenant, {"title": "a", "qty": 1}, owner="o")
+    assert first[0].startswith(
+        'INSERT INTO "shop__product" ("tenant_id", "created_by", "owner", "title", "qty")'
+    )
+    assert "VALUES ($1, $2, $3, $4, $5) RETURNING " in first[0]
+    assert first[1] == [tenant, "o", "o", "a", 1]
+    again = sql.insert(resource.table, tenant, {"title": "b", "qty": 2}, owner="p")
+    assert again[0] is first[0] and again[1] == [tenant, "p", "p", "b", 2]
+    assert sql.insert(resource.table, tenant, {"qty": 2, "title": "b"}, owner="p")[0] != first[0]
+    text, args = sql.update(
+        resource.table, tenant, record_id, {"qty": 3}, expected_version=4, draft_only=True
+    )
+    where = "WHERE tenant_id = $1 AND id = $3 AND version = $4 AND docstatus = 0"
+    assert text.endswith(f"{where} RETURNING {resource.table.select_columns}")
+    assert '"qty" = $2' in text and args == [tenant, 3, record_id, 4]
+    plain = sql.update(resource.table, tenant, record_id, {"qty": 3}, expected_version=None)
+    assert plain[0].split(" WHERE ")[1].startswith("tenant_id = $1 AND id = $3 RETURNING") and plain[1] == [
+        tenant,
+        3,
+        record_id,
+    ]
+    other = load().resources["shop/product"].table  # a new catalog: its own table object
+    assert sql.insert(other, tenant, {"title": "a", "qty": 1}, owner="o")[0] == first[0]
+    assert sql._TEXTS[(id(other), ("title", "qty"))][0] is other
+
+
 def test_iso_text_writes_what_isoformat_writes() -> None:
     """The fast writers of answers must not change a byte of them: dates, times and timestamps
     with and without microseconds, naive and at several offsets."""
@@ -250,3 +283,108 @@ def test_iso_text_writes_what_isoformat_writes() -> None:
         for value in (stamp, stamp.date()):
             assert recs.iso_text(value) == value.isoformat()
         assert recs._iso(stamp.time()) == stamp.time().isoformat()
+
+
+def _outcome(convert: Any, value: Any) -> tuple[str, str]:
+    try:
+        result = convert(value)
+    except records.InvalidValueError as exc:
+        return "refused", str(exc)
+    return type(result).__name__, repr(result)
+
+
+def test_a_fields_coercer_answers_what_one_answers() -> None:
+    """``records.coercer`` (chosen once per field) must take and refuse exactly what ``_one`` does,
+    with the same value (a Decimal's exponent included) and the same message."""
+    import random
+
+    fields = [
+        F(type="string"),
+        F(type="string", index=True),
+        F(type="string", unique=True),
+        F(type="string", rules=[{"rule": "max_length", "value": 3}]),
+        F(type="string", options=[{"value": "s"}, {"value": "m"}]),
+        F(type="text"),
+        F(type="enum", enum_values=["red", "green"]),
+        F(type="integer"),
+        F(type="decimal"),
+        F(type="decimal", scale=3),
+        F(type="decimal", scale=2, precision=5),
+        F(type="decimal", scale=0, precision=3),
+        F(type="money"),
+        F(type="money", scale=2),
+        F(type="money", scale=4, precision=6),
+        F(type="percent", scale=2),
+        F(type="date"),
+        F(type="uuid"),
+        F(type="boolean"),
+    ]
+    values: list[Any] = [
+        "",
+        "hi",
+        "red",
+        "s",
+        "x" * 501,
+        "x" * 10_001,
+        "a\x00b",
+        "\ud800",
+        0,
+        1,
+        -1,
+        2**63,
+        -(2**63),
+        2**63 - 1,
+        True,
+        False,
+        1.5,
+        "1",
+        "12.5",
+        "12.50",
+        "12.505",
+        "-0.00",
+        "0",
+        "0.000",
+        "1e5",
+        "1E-7",
+        "NaN",
+        "sNaN",
+        "Infinity",
+        "-inf",
+        "abc",
+        " 1 ",
+        "1_000",
+        "99999",
+        "999.99",
+        "1000.00",
+        "123456.7",
+        "9" * 40,
+        "1e400",
+        Decimal("12.50"),
+        Decimal("1.005"),
+        Decimal("-0"),
+        Decimal("1E+2"),
+        Decimal("7.0"),
+        Decimal("NaN"),
+        Decimal("123.4567"),
+        Decimal("0.0001"),
+        None,
+        [],
+        {},
+        U,
+    ]
+    rng = random.Random(27)
+    for _ in range(400):  # random exact numbers at random scales and sizes
+        digits = "".join(rng.choice("0123456789") for _ in range(rng.randint(1, 12)))
+        point = rng.randint(0, len(digits))
+        text = f"{'-' if rng.random() < 0.3 else ''}{digits[:point] or '0'}.{digits[point:] or '0'}"
+        values += [text, Decimal(text)]
+    for f in fields:
+        for value in values:
+            assert _outcome(records.coercer(f), value) == _outcome(
+                lambda v, f=f: records._one(f, v), value
+            ), (
+                f.type,
+                f.scale,
+                f.precision,
+                value,
+            )

@@ -333,7 +333,7 @@ async def select_for_write(
 
 def writable(access: Access, body: dict[str, Any], *, create: bool = False) -> dict[str, Any]:
     """``body`` checked for hidden fields (403) and, on create, with left-out scope fields filled."""
-    refused = [name for name in body if name in access.hidden]
+    refused = [name for name in body if name in access.hidden] if access.hidden else None
     if refused:
         raise _refuse(
             access.principal,

@@ -9,6 +9,7 @@ layer that executes it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -46,7 +47,7 @@ class RowPlan:
     rules: tuple[checking.Rule, ...] = ()
     sequence: str | None = None  # child rows: the field ordering the rows
 
-    @property
+    @functools.cached_property  # a frozen plan's answer, asked by every write
     def active(self) -> bool:
         return bool(
             self.computed
@@ -73,7 +74,7 @@ class Plan:
     conditions: Mapping[str, tuple[Condition, ...]] = field(default_factory=dict)  # action -> guards
     reads_rows: frozenset[str] = frozenset()  # child fields read by record-level expressions
 
-    @property
+    @functools.cached_property  # a frozen plan's answer, asked by every write
     def active(self) -> bool:
         """Whether a write of this entity has anything to derive or check (else it skips all of this)."""
         return bool(

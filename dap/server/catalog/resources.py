@@ -95,6 +95,10 @@ class Resource:
     presenting: dict[str, tuple[Presented, ...]] = field(
         default_factory=dict, compare=False, hash=False, repr=False
     )
+    # what the write path derives from the declaration, on first use, under a key of the module
+    # that derives it (documents.writing: the child fields, the column of each field name;
+    # documents.auditing: whether an action writes audit rows), so a write pays a lookup
+    derived: dict[Any, Any] = field(default_factory=dict, init=False, compare=False, hash=False, repr=False)
 
     @property
     def lifecycle(self) -> bool:

@@ -89,7 +89,17 @@ class Write:
 
 
 def recorded(resource: Resource, action: str) -> frozenset[str] | None:
-    """The names whose changes a move of ``action`` records; ``None`` when it writes no audit row."""
+    """The names whose changes a move of ``action`` records; ``None`` when it writes no audit row.
+    Derived once per resource and action (every create and update asks)."""
+    key = (__name__, action)
+    try:
+        found: frozenset[str] | None = resource.derived[key]
+    except KeyError:
+        found = resource.derived[key] = _recorded(resource, action)
+    return found
+
+
+def _recorded(resource: Resource, action: str) -> frozenset[str] | None:
     declared = resource.spec.action(action)
     if declared is not None and declared.audit:
         names = {slot.name for slot in resource.slots}

@@ -15,6 +15,7 @@ from typing import Any
 import asyncpg
 
 from dap.config.enums import FieldType
+from dap.config.fields import Field
 from dap.server import errors
 from dap.server.catalog import Catalog, RelationSlot, Resource
 from dap.server.documents import references
@@ -23,16 +24,30 @@ from dap.server.storage import caching, db, records, sql, tables
 RESERVED_INPUT = frozenset({*tables.SYSTEM_FIELDS, "tenant_id"})
 
 
+def _child_fields(resource: Resource, catalog: Catalog) -> dict[str, tuple[Field, ...]]:
+    """The fields of each child field's rows, derived once per resource (``Resource.derived``)."""
+    found: dict[str, tuple[Field, ...]] | None = resource.derived.get(_CHILD_FIELDS)
+    if found is None:
+        found = resource.derived[_CHILD_FIELDS] = {
+            name: tables.child_fields(f, resource.module, catalog.entities)
+            for name, f in resource.fields.items()
+            if f.child is not None
+        }
+    return found
+
+
+_CHILD_FIELDS = (__name__, "child_fields")
+_COLUMNS = (__name__, "columns")
+
+
 def validate_body(
     resource: Resource, body: Mapping[str, Any], *, partial: bool, catalog: Catalog
 ) -> dict[str, Any]:
-    children = {
-        name: tables.child_fields(f, resource.module, catalog.entities)
-        for name, f in resource.fields.items()
-        if f.child is not None
-    }
-    body = dict(body)
-    namespaces = {ns: body.pop(ns) for ns in resource.extensions if ns in body}
+    children = _child_fields(resource, catalog)
+    namespaces: dict[str, Any] = {}
+    if resource.extensions:  # their objects are validated apart, below
+        body = dict(body)
+        namespaces = {ns: body.pop(ns) for ns in resource.extensions if ns in body}
     problems: list[tuple[str, str]] = []
     values: dict[str, Any] = {}
     try:
@@ -89,20 +104,38 @@ def translate(resource: Resource, exc: asyncpg.PostgresError) -> errors.ApiError
 
 def split(resource: Resource, values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Field values → (column values of the main table, child field → rows)."""
+    places = _places(resource)
+    if not resource.children:
+        return {places[name]: value for name, value in values.items() if name in places}, {}
     columns: dict[str, Any] = {}
     children: dict[str, Any] = {}
     for name, value in values.items():
         if name in resource.children:
             children[name] = value or []
-        elif name in resource.extensions:
-            ext = resource.table.column_for(f"ext_{name}")
-            if ext is not None:
-                columns[ext.name] = value
-        else:
-            column = resource.column(name)
-            if column is not None:
-                columns[column] = value
+        elif name in places:
+            columns[places[name]] = value
     return columns, children
+
+
+def _places(resource: Resource) -> dict[str, str]:
+    """The main table's column of each field and extension namespace that has one (not the child
+    fields), as ``resource.column`` finds it, derived once per resource (``Resource.derived``)."""
+    found: dict[str, str] | None = resource.derived.get(_COLUMNS)
+    if found is None:
+        table, found = resource.table, {}
+        for c in table.columns:  # the first column of each field, as ``Table.column_for``
+            if c.field is not None and c.field not in found:
+                found[c.field] = c.name
+        for ns in resource.extensions:  # a namespace's object is its own column
+            ext = table.column_for(f"ext_{ns}")
+            if ext is not None:
+                found[ns] = ext.name
+            else:
+                found.pop(ns, None)
+        for name in resource.children:
+            found.pop(name, None)
+        resource.derived[_COLUMNS] = found
+    return found
 
 
 def _carried(slot: RelationSlot, values: Mapping[str, Any]) -> list[tuple[str, Any]]:

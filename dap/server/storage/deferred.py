@@ -18,7 +18,7 @@ same 503 when the commit is lost) and rolls back on an error.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
@@ -177,14 +177,27 @@ class Deferred(_Proxy):
         return self._con.cursor(*args, **kwargs)
 
 
-@contextlib.asynccontextmanager
-async def deferred(conn: db.Connection) -> AsyncIterator[Deferred]:
+def deferred(conn: db.Connection) -> Deferring:
     """``conn`` with its transaction deferred (:class:`Deferred`), committed at the end of the
-    block, rolled back on an error."""
-    lazy = Deferred(conn)
-    try:
-        yield lazy
-    except BaseException:
-        await lazy.abandon()
-        raise
-    await lazy.finish()
+    block, rolled back on an error: ``async with deferred(conn) as lazy``."""
+    return Deferring(conn)
+
+
+class Deferring:
+    """:func:`deferred`'s context. A class rather than an ``asynccontextmanager`` generator (as
+    ``db.connection``): every create and update enters one, and the generator's machinery (its
+    context manager, the loop's async-generator hooks) ran 130 bytecodes of it per write."""
+
+    __slots__ = ("_lazy",)
+
+    def __init__(self, conn: db.Connection) -> None:
+        self._lazy = Deferred(conn)
+
+    async def __aenter__(self) -> Deferred:
+        return self._lazy
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
+        if exc_type is not None:
+            await self._lazy.abandon()
+            return  # the error goes on
+        await self._lazy.finish()

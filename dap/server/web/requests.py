@@ -101,6 +101,8 @@ def _shape(value: Any, limit: int) -> tuple[bool, bool]:
     """:func:`too_deep` of a value orjson decoded (plain ``dict``, ``list``, ``float``: exact
     types), and whether it holds a float, in one walk: a flat object -- what a record's body is --
     is one pass over its values."""
+    if type(value) is dict and limit >= 1 and not _NESTED_OR_FLOAT.intersection(map(type, value.values())):
+        return False, False  # a flat object without floats, in C: a record's body (130 bytecodes)
     floats = False
     stack = [(value, 1)]
     while stack:
@@ -120,6 +122,7 @@ def _shape(value: Any, limit: int) -> tuple[bool, bool]:
 
 
 _CONTAINERS = (dict, list)
+_NESTED_OR_FLOAT = frozenset({dict, list, float})
 _EXACT = json.JSONDecoder(parse_float=Decimal)  # made once: ``json.loads`` makes one per call
 _PLAIN = json.JSONDecoder()
 

@@ -61,7 +61,8 @@ async def create_record(request: web.Request) -> web.Response:
     body = await requests.read_body(request)
     submit = lifecycle.create_submits(resource, request.query, body)  # ?submit=true
     call = requests.call(request, workspace, principal, catalog, resource)
-    done = await operations.create(call, body, submit=submit, key=key, target=request.path_qs)
+    target = request.path_qs if key is not None else ""  # what an idempotency key's answer is kept for
+    done = await operations.create(call, body, submit=submit, key=key, target=target)
     if done.replayed:
         return requests.respond(done.answer)
     settled = await delivery.settle(request, resource, "created", done.event)

@@ -320,7 +320,13 @@ async def settle(
     """Wait for a sync event's delivery (up to :data:`SETTLE_WAIT` seconds): ``"settled"``,
     ``"pending"`` past the wait (the change is committed; the event is delivered later), ``None``
     for an async event or none. 422 ``SVC.EVENT.TYPE_MISSING``/``TYPE_MISMATCH``: ``plans.event_type``."""
-    if public_id is None or plans.event_type(resource.spec, event) is not CallMode.SYNC:
+    if public_id is None:
+        return None
+    key = (__name__, "event_type", event)  # a declaration's answer, asked by every write
+    mode = resource.derived.get(key)
+    if mode is None:
+        mode = resource.derived[key] = plans.event_type(resource.spec, event)  # raises: not kept
+    if mode is not CallMode.SYNC:
         return None
     done = await events.delivered([public_id], SETTLE_WAIT)
     return "settled" if done else "pending"
