@@ -71,7 +71,8 @@ def allowed_values(f: Field) -> tuple[Any, ...]:
     return tuple(f.enum_values)
 
 
-def _exact(f: Field, value: Any) -> Decimal:
+def _finite_decimal(value: Any) -> Decimal:
+    """A body's exact number (a JSON number, parsed as ``Decimal``, or a string) as a finite ``Decimal``."""
     if isinstance(value, bool) or not isinstance(value, int | str | Decimal):
         raise InvalidValueError("expected a decimal number (a JSON number or a string)")
     try:
@@ -80,6 +81,11 @@ def _exact(f: Field, value: Any) -> Decimal:
         raise InvalidValueError(f"{value!r} is not a decimal number") from exc
     if not number.is_finite():
         raise InvalidValueError("must be a finite number")
+    return number
+
+
+def _exact(f: Field, value: Any) -> Decimal:
+    number = _finite_decimal(value)
     scale = f.scale_digits
     if scale is None and f.type is FieldType.MONEY:
         scale = tables.DEFAULT_MONEY_SCALE
@@ -121,14 +127,7 @@ def _one(f: Field, value: Any) -> Any:
             raise InvalidValueError(f"must be one of {', '.join(map(str, choices))}")
         return value
     if t is FieldType.INTEGER:
-        if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, Decimal) and value == value.to_integral_value():
-                value = int(value)
-            else:
-                raise InvalidValueError("expected an integer")
-        if not -(2**63) <= value < 2**63:
-            raise InvalidValueError("out of the 64-bit integer range")
-        return value
+        return _integer(value)
     if t in _EXACT:
         return _exact(f, value)
     if t is FieldType.NUMBER:
@@ -255,14 +254,7 @@ def _exact_coercer(f: Field) -> Callable[[Any], Any]:
     places = f"at most {scale} decimal places"
 
     def exact(value: Any) -> Decimal:
-        if isinstance(value, bool) or not isinstance(value, int | str | Decimal):
-            raise InvalidValueError("expected a decimal number (a JSON number or a string)")
-        try:
-            number = Decimal(value) if not isinstance(value, Decimal) else value
-        except InvalidOperation as exc:
-            raise InvalidValueError(f"{value!r} is not a decimal number") from exc
-        if not number.is_finite():
-            raise InvalidValueError("must be a finite number")
+        number = _finite_decimal(value)
         try:  # _exact quantizes twice when there are more places than the scale; once is the same
             held = number.quantize(quantum)
         except InvalidOperation as exc:
