@@ -123,14 +123,26 @@ async def check_writes(dsn: str, name: str, figures: dict[str, loadgen.Figure]) 
 
 
 def settle_writes(dsn: str) -> None:
-    """Before each write round: the previous target's dead rows vacuumed, so that no target's round
-    pays for another's by autovacuum in its seconds, as the order's luck had it (the updates'
-    rounds spread 1-to-3 without it; 0.86-1.14 with it). No checkpoint: one before each round made
-    every page a round touched first cost a full-page image in the WAL, and the spread wider."""
+    """Before each write round: the events the previous round left undelivered delivered first
+    (said when there are any: a dispatcher that did not keep up), then that round's dead rows
+    vacuumed, so that no round pays for another's deliveries or autovacuum by the order's luck
+    (the updates' rounds spread 1-to-3 without the vacuum; 0.86-1.14 with it). No checkpoint: one
+    before each round made every page a round touched first cost a full-page image in the WAL,
+    and the spread wider."""
 
     async def settle() -> None:
         conn = await asyncpg.connect(dsn)
         try:
+            began, left = time.monotonic(), None
+            while time.monotonic() - began < 120:
+                pending = await conn.fetchval("SELECT count(*) FROM dap.outbox WHERE delivered_at IS NULL")
+                left = pending if left is None else left
+                if not pending:
+                    break
+                await asyncio.sleep(0.2)
+            if left:
+                waited = time.monotonic() - began
+                print(f"    (the round before left {left} events undelivered: delivered in {waited:.1f} s)")
             await conn.execute("VACUUM (ANALYZE) bench__item")
             await conn.execute("VACUUM dap.outbox")
         finally:
