@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 THREADS = 1  # wrk threads: one core for the generator, the rest for servers and Postgres
 CONNECTIONS = 32
@@ -252,11 +252,11 @@ def _measure(
     if wrk_path() is None:
         warmed = 0
         if warm > 0:
-            warmed = _run_apart(
+            warmed = run_apart(
                 _python_load(base, paths, warm, headers, connections, 0, bodies, method)
             ).answered
         before = watched.sample()
-        got = _run_apart(_python_load(base, paths, seconds, headers, connections, 0, bodies, method))
+        got = run_apart(_python_load(base, paths, seconds, headers, connections, 0, bodies, method))
         return _with_cpu(dataclasses.replace(got, answered=got.answered + warmed), before, watched)
     with tempfile.TemporaryDirectory(prefix="dap-wrk-") as tmp:
         paths_file = Path(tmp) / "paths.txt"
@@ -288,8 +288,11 @@ def _measure(
         return _with_cpu(dataclasses.replace(got, answered=got.answered + warmed), before, watched)
 
 
-def _run_apart(work: Coroutine[Any, Any, Load]) -> Load:
-    """Run the Python client on an event loop of its own, in a thread of its own.
+_T = TypeVar("_T")
+
+
+def run_apart(work: Coroutine[Any, Any, _T]) -> _T:
+    """Run ``work`` (the Python client, a settling step) on an event loop and a thread of its own.
 
     Benchmarks call :func:`load` both from plain code and from inside their own coroutines (which
     run under ``asyncio.run``); ``asyncio.run`` refuses to nest, and blocking the caller's loop is

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import concurrent.futures
 import json
 import os
 import subprocess
@@ -148,8 +147,7 @@ def settle_writes(dsn: str) -> None:
         finally:
             await conn.close()
 
-    with concurrent.futures.ThreadPoolExecutor(1) as apart:  # the caller's loop is running
-        apart.submit(asyncio.run, settle()).result()
+    loadgen.run_apart(settle())  # the caller's loop is running
 
 
 async def check_equal(
