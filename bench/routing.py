@@ -108,7 +108,7 @@ async def region(
             started = time.perf_counter()
             async with pool.acquire() as conn, conn.transaction():
                 for n in range(workspaces):
-                    await bindings.record_workspace(conn, f"m/w{n:05d}", SPEC)
+                    await bindings.record_workspace(conn, "m", f"w{n:05d}", SPEC)
             recorded = time.perf_counter() - started
             started = time.perf_counter()
             await bindings.route(pool)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from dap.config import approvals, canonical
 from dap.control import (
     envelopes,
     errors,
+    ids,
     policy_store,
     registry,
     routing,
@@ -49,8 +49,6 @@ from dap.control import (
     validation,
 )
 from dap.control.ids import AppName, ArtifactId, ClusterId, WorkspaceId
-
-WORKSPACE_ID = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 
 
 @dataclass(frozen=True)
@@ -108,7 +106,7 @@ class Result:
 
 
 def check_workspace_id(raw: str) -> WorkspaceId:
-    if not WORKSPACE_ID.fullmatch(raw):
+    if not ids.is_workspace_id(raw):
         raise errors.RequestError(
             f"invalid workspace id {raw!r}",
             [errors.ErrorItem("workspaces", "a workspace id is a DNS label: [a-z0-9-], at most 63")],
@@ -275,7 +273,8 @@ def choose_app(
     if upload.app_explicit:
         return upload, ()
     wanted = set(upload.workspaces) | {p.workspace_id for p in placements}
-    bound = {d.workspace_id: d.app for d in existing if d.workspace_id in wanted}
+    # A management Workspace's binding without a registration yet (app KUBE_APP, empty) is unbound.
+    bound = {d.workspace_id: d.app for d in existing if d.workspace_id in wanted and d.app}
     apps = sorted(set(bound.values()))
     if not apps:
         return upload, ()

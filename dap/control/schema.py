@@ -210,6 +210,36 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX evidence_artifact ON dap_control.evidence ((record->>'artifact_id'), workspace_id);
     """,
+    # 7: a management Workspace's binding is its name, the workspace id registrations use, and no
+    # longer ``namespace/name``: the two were separate bindings, so placed pods got no artifact.
+    # A registration binding and a Workspace of the same name merge (the Workspace's placement
+    # wins, as it would on its next watch event); of Workspaces sharing a name in several
+    # namespaces the first namespace keeps the binding and the region control marks the others.
+    """
+    ALTER TABLE dap_control.deployments ADD COLUMN namespace text;
+    CREATE TEMP TABLE kube_moves ON COMMIT DROP AS
+        SELECT DISTINCT ON (split_part(workspace_id, '/', 2))
+               workspace_id AS old_id, split_part(workspace_id, '/', 1) AS namespace,
+               split_part(workspace_id, '/', 2) AS new_id, cluster_id, cluster_class, region,
+               requested_cluster, error, workspace_spec
+        FROM dap_control.deployments
+        WHERE workspace_spec IS NOT NULL AND position('/' IN workspace_id) > 0
+        ORDER BY split_part(workspace_id, '/', 2), workspace_id;
+    UPDATE dap_control.deployments d SET namespace = m.namespace, workspace_spec = m.workspace_spec,
+           cluster_class = m.cluster_class, region = m.region, requested_cluster = m.requested_cluster
+        FROM kube_moves m WHERE d.workspace_id = m.new_id;
+    INSERT INTO dap_control.deployments (workspace_id, app, cluster_id, cluster_class, region,
+           requested_cluster, error, workspace_spec, namespace)
+        SELECT new_id, '', cluster_id, cluster_class, region, requested_cluster, error,
+               workspace_spec, namespace
+        FROM kube_moves ON CONFLICT (workspace_id) DO NOTHING;
+    INSERT INTO dap_control.workspace_status (workspace_id, cluster_id, phase, conditions, at)
+        SELECT split_part(workspace_id, '/', 2), cluster_id, phase, conditions, at
+        FROM dap_control.workspace_status WHERE position('/' IN workspace_id) > 0
+        ON CONFLICT DO NOTHING;
+    DELETE FROM dap_control.workspace_status WHERE position('/' IN workspace_id) > 0;
+    DELETE FROM dap_control.deployments WHERE position('/' IN workspace_id) > 0;
+    """,
 )
 
 

@@ -3,24 +3,26 @@ and ``GET /v1/placements`` served by a real region-mode control on loopback."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiohttp
+import asyncpg
 import pytest
 
 from dap.control import store
 from dap.control.kube import bindings, leases, placing
 from dap.control.routing import CLASS_LABEL, REGION_LABEL
-from tests.control.conftest import Start
+from tests.control.conftest import Start, json_upload, manifests
 
 NOW = "2026-11-24T05:00:00Z"
 LABELS = {REGION_LABEL: "eu", CLASS_LABEL: "standard"}
 SPEC = {"region": "eu", "clusterClass": "standard"}
 
 
-def owned(namespace: str, name: str, cluster: str, spec: dict[str, Any], placement: str) -> dict[str, Any]:
-    body = placing.materialise(placing.Placement(placement, spec), cluster, namespace)
+def owned(namespace: str, name: str, cluster: str, spec: dict[str, Any]) -> dict[str, Any]:
+    body = placing.materialise(placing.Placement(name, "m", spec), cluster, namespace)
     body["metadata"]["resourceVersion"] = "7"
     return body
 
@@ -29,28 +31,28 @@ def owned(namespace: str, name: str, cluster: str, spec: dict[str, Any], placeme
 
 
 def test_materialise_keeps_the_spec_and_marks_the_copy_as_the_cluster_controls() -> None:
-    body = placing.materialise(placing.Placement("mgmt/shop", SPEC), "eu-1", None)
+    body = placing.materialise(placing.Placement("shop", "mgmt", SPEC), "eu-1", None)
     assert body["metadata"]["namespace"] == "mgmt" and body["metadata"]["name"] == "shop"
     assert body["spec"] == SPEC
     assert placing.owned_by(body, "eu-1") and not placing.owned_by(body, "eu-2")
-    assert placing.placement_of(body) == "mgmt/shop"
+    assert placing.placement_of(body) == "shop"  # the workspace id its status is reported under
     assert (
-        placing.materialise(placing.Placement("mgmt/shop", SPEC), "eu-1", "c1")["metadata"]["namespace"]
+        placing.materialise(placing.Placement("shop", "mgmt", SPEC), "eu-1", "c1")["metadata"]["namespace"]
         == "c1"
     )
 
 
 def test_plan_creates_updates_and_deletes_only_its_own() -> None:
     placements = [
-        placing.Placement("m/new", SPEC),
-        placing.Placement("m/same", SPEC),
-        placing.Placement("m/drifted", {**SPEC, "environment": "prod"}),
+        placing.Placement("new", "m", SPEC),
+        placing.Placement("same", "m", SPEC),
+        placing.Placement("drifted", "m", {**SPEC, "environment": "prod"}),
     ]
     live = [
-        owned("c1", "same", "eu-1", SPEC, "m/same"),
-        owned("c1", "drifted", "eu-1", SPEC, "m/drifted"),
-        owned("c1", "moved", "eu-1", SPEC, "m/moved"),
-        owned("c1", "someone-elses", "eu-2", SPEC, "m/someone-elses"),
+        owned("c1", "same", "eu-1", SPEC),
+        owned("c1", "drifted", "eu-1", SPEC),
+        owned("c1", "moved", "eu-1", SPEC),
+        owned("c1", "someone-elses", "eu-2", SPEC),
         {"metadata": {"namespace": "c1", "name": "by-hand", "labels": {}}, "spec": {}},
     ]
     todo = placing.plan(placements, live, "eu-1", "c1")
@@ -61,7 +63,7 @@ def test_plan_creates_updates_and_deletes_only_its_own() -> None:
 
 
 def test_management_status_scheduled_unschedulable_and_reported() -> None:
-    waiting = placing.management_status(placing.Binding("m/a", None, "eu-1: full (1/1)"), {}, NOW)
+    waiting = placing.management_status(placing.Binding("a", "m", None, "eu-1: full (1/1)"), {}, NOW)
     assert waiting["cluster"] is None and waiting["phase"] == "Pending"
     (scheduled,) = waiting["conditions"]
     assert (scheduled["status"], scheduled["reason"]) == ("False", "Unschedulable")
@@ -69,7 +71,7 @@ def test_management_status_scheduled_unschedulable_and_reported() -> None:
 
     ready = {"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": NOW}
     placed = placing.management_status(
-        placing.Binding("m/a", "eu-1", None, report=("Ready", [ready])), waiting, "2026-11-24T06:00:00Z"
+        placing.Binding("a", "m", "eu-1", None, report=("Ready", [ready])), waiting, "2026-11-24T06:00:00Z"
     )
     assert placed["cluster"] == "eu-1" and placed["phase"] == "Ready"
     types = {c["type"]: c for c in placed["conditions"]}
@@ -78,11 +80,11 @@ def test_management_status_scheduled_unschedulable_and_reported() -> None:
     assert types["Ready"] == ready
 
     again = placing.management_status(
-        placing.Binding("m/a", "eu-1", None, report=("Ready", [ready])), placed, "2026-11-24T07:00:00Z"
+        placing.Binding("a", "m", "eu-1", None, report=("Ready", [ready])), placed, "2026-11-24T07:00:00Z"
     )
     assert placing.same_status(again, placed)  # nothing to write: transition times are kept
     direct = placing.management_status(
-        placing.Binding("m/a", "eu-9", None, requested_cluster="eu-9"), {}, NOW
+        placing.Binding("a", "m", "eu-9", None, requested_cluster="eu-9"), {}, NOW
     )
     assert direct["conditions"][0]["reason"] == "Assigned"
 
@@ -113,18 +115,18 @@ async def test_route_places_by_rule_five_and_the_cluster_pulls_its_placements(
             await bindings.record_cluster(conn, "eu-2", LABELS, {"maxWorkspaces": 5, "load": 0.9})
             await bindings.record_cluster(conn, "us-1", {**LABELS, REGION_LABEL: "us"}, {"load": 0.0})
         for name in ("a", "b"):
-            await bindings.record_workspace(pool, f"m/{name}", SPEC)
-        await bindings.record_workspace(pool, "m/pinned", {"cluster": "us-1"})
+            assert await bindings.record_workspace(pool, "m", name, SPEC) is None
+        assert await bindings.record_workspace(pool, "m", "pinned", {"cluster": "us-1"}) is None
         assert await bindings.route(pool)
         placed = {b.workspace: b.cluster for b in await bindings.bindings(pool)}
-        assert placed == {"m/a": "eu-1", "m/b": "eu-2", "m/pinned": "us-1"}
+        assert placed == {"a": "eu-1", "b": "eu-2", "pinned": "us-1"}
         assert not await bindings.route(pool)  # stable: nothing moves without a reason
 
         async with http.get(f"{region.url}/v1/placements", params={"cluster": "eu-2"}) as answer:
             assert answer.status == 200
             etag = answer.headers["ETag"]
             body = await answer.json()
-        assert body["placements"] == [{"workspace": "m/b", "namespace": "m", "name": "b", "spec": SPEC}]
+        assert body["placements"] == [{"workspace": "b", "namespace": "m", "name": "b", "spec": SPEC}]
         headers = {"If-None-Match": etag}
         async with http.get(
             f"{region.url}/v1/placements", params={"cluster": "eu-2"}, headers=headers
@@ -138,15 +140,15 @@ async def test_route_places_by_rule_five_and_the_cluster_pulls_its_placements(
         async with pool.acquire() as conn:
             await bindings.record_cluster(conn, "eu-1", LABELS, {"maxWorkspaces": 1, "state": "inactive"})
         assert await bindings.route(pool)
-        assert {b.workspace: b.cluster for b in await bindings.bindings(pool)}["m/a"] == "eu-2"
+        assert {b.workspace: b.cluster for b in await bindings.bindings(pool)}["a"] == "eu-2"
         async with http.get(
             f"{region.url}/v1/placements", params={"cluster": "eu-2"}, headers=headers
         ) as answer:
             assert answer.status == 200
-            assert [p["workspace"] for p in (await answer.json())["placements"]] == ["m/a", "m/b"]
+            assert [p["workspace"] for p in (await answer.json())["placements"]] == ["a", "b"]
 
-        await bindings.forget_workspace(pool, "m/a")
-        assert "m/a" not in {b.workspace for b in await bindings.bindings(pool)}
+        await bindings.forget_workspace(pool, "m", "a")
+        assert "a" not in {b.workspace for b in await bindings.bindings(pool)}
     finally:
         await pool.close()
 
@@ -167,7 +169,7 @@ async def test_a_workspace_with_nowhere_to_go_carries_the_reason(db_dsn: str, st
     try:
         async with pool.acquire() as conn:
             await bindings.record_cluster(conn, "eu-1", LABELS, {"state": state})
-        await bindings.record_workspace(pool, "m/a", SPEC)
+        await bindings.record_workspace(pool, "m", "a", SPEC)
         await bindings.route(pool)
         (binding,) = await bindings.bindings(pool)
         assert binding.cluster is None
@@ -191,3 +193,132 @@ async def test_a_fractional_load_is_stored_as_given(db_dsn: str) -> None:
             assert [c.load for c in await registry.clusters(conn)] == [0.61]
     finally:
         await pool.close()
+
+
+# -- one workspace, one binding (issue 41) ---------------------------------------------------
+
+
+async def _snapshot_workspaces(
+    http: aiohttp.ClientSession, url: str, pool: store.Pool, cluster: str
+) -> list[str]:
+    """The workspaces of ``cluster``'s snapshot, once the control took the last change in (it
+    reloads on the NOTIFY of a snapshot bump, a moment after the commit)."""
+    wanted = await pool.fetchval("SELECT version FROM dap_control.snapshot_state")
+    for _ in range(100):
+        async with http.get(f"{url}/v1/snapshot", params={"cluster": cluster}) as answer:
+            assert answer.status == 200
+            body = await answer.json()
+        if body["version"] >= wanted:
+            return [d["workspace_id"] for d in body["deployments"]]
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the control still serves snapshot {body['version']}, not {wanted}")
+
+
+@pytest.mark.parametrize("registered_first", [True, False])
+async def test_a_registration_and_a_management_workspace_of_the_same_name_are_one_binding(
+    start_control: Start, db_dsn: str, http: aiohttp.ClientSession, registered_first: bool
+) -> None:
+    # Issue 41: `dap register --workspace vault` and the Workspace `vault` applied on the
+    # management cluster were two bindings routed apart; the placed pods got no artifact.
+    region = await start_control(mode="region")
+    pool = await store.connect(db_dsn, max_size=2)
+    try:
+        async with pool.acquire() as conn:
+            await bindings.record_cluster(conn, "eu-1", LABELS, {"load": 0.1})
+            await bindings.record_cluster(conn, "eu-2", LABELS, {"load": 0.5})
+
+        async def register() -> None:
+            upload = json_upload("vault", manifests(), ["vault"])
+            async with http.post(f"{region.url}/v1/artifacts", json=upload) as answer:
+                assert answer.status == 200, await answer.text()
+
+        if registered_first:
+            await register()
+        assert await bindings.record_workspace(pool, "tenants", "vault", SPEC) is None
+        if not registered_first:
+            await register()
+        await bindings.route(pool)
+        (binding,) = await bindings.bindings(pool)
+        assert (binding.workspace, binding.namespace) == ("vault", "tenants")
+        assert len(await store.deployments(pool)) == 1
+        async with http.get(f"{region.url}/v1/placements", params={"cluster": binding.cluster}) as answer:
+            assert [p["workspace"] for p in (await answer.json())["placements"]] == ["vault"]
+        assert await _snapshot_workspaces(http, region.url, pool, str(binding.cluster)) == ["vault"]
+
+        # A drain takes the artifact along: the other cluster's snapshot names it, this one's not.
+        other = "eu-2" if binding.cluster == "eu-1" else "eu-1"
+        async with pool.acquire() as conn:
+            await bindings.record_cluster(conn, str(binding.cluster), LABELS, {"state": "draining"})
+        assert await bindings.route(pool)
+        assert await _snapshot_workspaces(http, region.url, pool, other) == ["vault"]
+        assert await _snapshot_workspaces(http, region.url, pool, str(binding.cluster)) == []
+
+        # Deleting the Workspace leaves the registration's binding (and its artifact) in place.
+        await bindings.forget_workspace(pool, "tenants", "vault")
+        assert await bindings.bindings(pool) == []
+        (row,) = await store.deployments(pool)
+        assert row.workspace_id == "vault" and row.artifact_id is not None
+    finally:
+        await pool.close()
+
+
+async def test_a_workspace_id_is_held_by_one_namespace_and_must_be_a_dns_label(db_dsn: str) -> None:
+    pool = await store.connect(db_dsn, max_size=2)
+    try:
+        assert await bindings.record_workspace(pool, "team-a", "shop", SPEC) is None
+        why = await bindings.record_workspace(pool, "team-b", "shop", SPEC)
+        assert why is not None and "team-a/shop" in why
+        assert await bindings.record_workspace(pool, "team-a", "shop", {**SPEC, "x": "1"}) is None
+        assert [(b.namespace, b.workspace) for b in await bindings.bindings(pool)] == [("team-a", "shop")]
+        await bindings.forget_workspace(pool, "team-b", "shop")  # not the holder: nothing happens
+        assert len(await bindings.bindings(pool)) == 1
+        await bindings.forget_workspace(pool, "team-a", "shop")
+        assert await bindings.record_workspace(pool, "team-b", "shop", SPEC) is None  # now free
+        why = await bindings.record_workspace(pool, "team-a", "my.shop", SPEC)
+        assert why is not None and "DNS label" in why
+    finally:
+        await pool.close()
+
+
+def test_a_refused_workspace_says_why_in_its_scheduled_condition() -> None:
+    status = placing.refused_status("workspace id 'shop' is the Workspace a/shop", {}, NOW)
+    assert status["cluster"] is None and status["phase"] == "Pending"
+    (scheduled,) = status["conditions"]
+    assert (scheduled["status"], scheduled["reason"]) == ("False", "Refused")
+    assert "a/shop" in scheduled["message"]
+
+
+async def test_migration_seven_merges_the_old_namespace_slash_name_bindings(pg_server_dsn: str) -> None:
+    from dap.control import schema
+    from tests.conftest import drop_database, new_database
+
+    name, dsn = await new_database(pg_server_dsn)
+    try:
+        conn = await asyncpg.connect(dsn)  # no store.connect: it would migrate all the way at once
+        try:
+            await conn.execute(f"CREATE SCHEMA {schema.SCHEMA}")
+            await conn.execute(f"CREATE TABLE {schema.SCHEMA}.schema_version (version integer NOT NULL)")
+            for number, script in enumerate(schema.MIGRATIONS[:6], start=1):
+                await conn.execute(script)
+                await conn.execute(f"INSERT INTO {schema.SCHEMA}.schema_version VALUES ($1)", number)
+            spec = '{"region": "eu"}'
+            await conn.execute(
+                "INSERT INTO dap_control.deployments (workspace_id, app, cluster_id, workspace_spec)"
+                " VALUES ('m/vault', '', 'eu-2', $1::jsonb), ('vault', 'vault', 'eu-1', NULL),"
+                " ('m/shop', '', 'eu-1', $1::jsonb), ('z/shop', '', 'eu-2', $1::jsonb)",
+                spec,
+            )
+            await conn.execute(
+                "INSERT INTO dap_control.workspace_status VALUES ('m/shop', 'eu-1', 'Ready', '[]', now())"
+            )
+            await schema.migrate(conn)
+            rows = await conn.fetch(
+                "SELECT workspace_id, app, namespace, cluster_id FROM dap_control.deployments ORDER BY 1"
+            )
+            status = await conn.fetch("SELECT workspace_id FROM dap_control.workspace_status")
+        finally:
+            await conn.close()
+        assert [tuple(r) for r in rows] == [("shop", "", "m", "eu-1"), ("vault", "vault", "m", "eu-1")]
+        assert [r["workspace_id"] for r in status] == ["shop"]
+    finally:
+        await drop_database(pg_server_dsn, name)

@@ -108,7 +108,7 @@ async def test_a_workspace_is_routed_pulled_run_and_its_status_flows_back(
         placing.LABEL_PLACED_BY: placing.PLACED_BY,
         placing.LABEL_CLUSTER: a,
     }
-    assert copy["metadata"]["annotations"][placing.ANNOTATION_PLACEMENT] == f"{fleet.management}/shop"
+    assert copy["metadata"]["annotations"][placing.ANNOTATION_PLACEMENT] == "shop"
     assert copy["spec"] == {"region": "eu", "clusterClass": "standard"}
     assert await api.get("workspaces", b, "shop") is None
 

@@ -1,7 +1,8 @@
 """Postgres side of Kubernetes-native control: management Workspaces and Clusters as rows.
 
-A management Workspace is a binding in ``dap_control.deployments`` (``workspace_id`` =
-``namespace/name``, ``app`` empty, ``workspace_spec`` its spec); a Cluster resource is a row of
+A management Workspace is a binding in ``dap_control.deployments`` (``workspace_id`` = its name,
+the workspace id a registration names too; ``namespace`` and ``workspace_spec`` its own; ``app``
+empty until a registration names it); a Cluster resource is a row of
 ``dap_control.clusters``. ``route`` places every such binding with ``registry.place`` (rule 5, the
 pure ``routing.choose``) under one advisory lock, so two region controls never route at once.
 Reports of the cluster controls land in ``dap_control.workspace_status`` through the existing
@@ -14,38 +15,73 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from dap.control import registry, store
+from dap.control import ids, registry, store
 from dap.control.kube import placing
 
 ROUTE_LOCK = 0x64617072  # "dapr": held while routing
 KUBE_APP = ""  # bindings of Workspace resources carry no artifact app
 
 
-async def record_workspace(conn: store.Executor, workspace: str, spec: Mapping[str, Any]) -> None:
-    """Insert or refresh a management Workspace's binding; its cluster stays until routed."""
-    await conn.execute(
+async def record_workspace(
+    conn: store.Executor, namespace: str, name: str, spec: Mapping[str, Any]
+) -> str | None:
+    """Insert or refresh a management Workspace's binding; its cluster stays until routed.
+
+    The binding is the workspace id ``name``: a registration that named it already made the row
+    (app and artifact), which the Workspace then places. Returns why the Workspace has no binding
+    (a name that is no workspace id, or one that a Workspace of another namespace holds), else None.
+    """
+    if not ids.is_workspace_id(name):
+        return (
+            f"the name {name!r} is no workspace id (a DNS label: a-z, 0-9 and '-', at most 63); "
+            "rename the Workspace"
+        )
+    holder = await conn.fetchval(
         "INSERT INTO dap_control.deployments AS d (workspace_id, app, cluster_class, region,"
-        " requested_cluster, workspace_spec) VALUES ($1, $2, $3, $4, $5, $6)"
+        " requested_cluster, workspace_spec, namespace) VALUES ($1, $2, $3, $4, $5, $6, $7)"
         " ON CONFLICT (workspace_id) DO UPDATE SET cluster_class = EXCLUDED.cluster_class,"
         " region = EXCLUDED.region, requested_cluster = EXCLUDED.requested_cluster,"
-        " workspace_spec = EXCLUDED.workspace_spec, updated_at = now()"
-        " WHERE (d.cluster_class, d.region, d.requested_cluster, d.workspace_spec) IS DISTINCT FROM"
-        " (EXCLUDED.cluster_class, EXCLUDED.region, EXCLUDED.requested_cluster, EXCLUDED.workspace_spec)",
-        workspace,
+        " workspace_spec = EXCLUDED.workspace_spec, namespace = EXCLUDED.namespace, updated_at = now()"
+        " WHERE coalesce(d.namespace, EXCLUDED.namespace) = EXCLUDED.namespace"
+        " AND (d.cluster_class, d.region, d.requested_cluster, d.workspace_spec, d.namespace)"
+        " IS DISTINCT FROM (EXCLUDED.cluster_class, EXCLUDED.region, EXCLUDED.requested_cluster,"
+        " EXCLUDED.workspace_spec, EXCLUDED.namespace)"
+        " RETURNING namespace",
+        name,
         KUBE_APP,
         spec.get("clusterClass"),
         spec.get("region"),
         spec.get("cluster"),
         dict(spec),
+        namespace,
     )
+    if holder is None:  # unchanged, or held by a Workspace of another namespace
+        holder = await conn.fetchval(
+            "SELECT namespace FROM dap_control.deployments WHERE workspace_id = $1", name
+        )
+    if holder is not None and holder != namespace:
+        return (
+            f"workspace id {name!r} is the Workspace {holder}/{name}: a workspace id is unique in the "
+            "region, whatever the namespace; rename one of them"
+        )
+    return None
 
 
-async def forget_workspace(conn: store.Executor, workspace: str) -> None:
+async def forget_workspace(conn: store.Executor, namespace: str, name: str) -> None:
+    """Drop a deleted management Workspace's binding; a registration's binding (and artifact) stays."""
     await conn.execute(
-        "DELETE FROM dap_control.deployments WHERE workspace_id = $1 AND workspace_spec IS NOT NULL",
-        workspace,
+        "DELETE FROM dap_control.deployments WHERE workspace_id = $1 AND namespace = $2"
+        " AND artifact_id IS NULL",
+        name,
+        namespace,
     )
-    await conn.execute("DELETE FROM dap_control.workspace_status WHERE workspace_id = $1", workspace)
+    await conn.execute(
+        "UPDATE dap_control.deployments SET workspace_spec = NULL, namespace = NULL, updated_at = now()"
+        " WHERE workspace_id = $1 AND namespace = $2",
+        name,
+        namespace,
+    )
+    await conn.execute("DELETE FROM dap_control.workspace_status WHERE workspace_id = $1", name)
 
 
 async def record_cluster(
@@ -103,6 +139,9 @@ async def route(pool: store.Pool) -> bool:
                 [r.cluster_id for r in changed],
                 [r.error for r in changed],
             )
+            if any(r.artifact_id is not None for r in changed):
+                # A registered workspace moved: the clusters' snapshots (its artifact) change too.
+                await store.bump_snapshot(conn)
         return bool(changed)
 
 
@@ -117,17 +156,18 @@ async def placements(pool: store.Pool, cluster: str) -> list[placing.Placement]:
     async with pool.acquire() as conn:
         await conn.execute("UPDATE dap_control.clusters SET last_pull = now() WHERE cluster_id = $1", cluster)
         rows = await conn.fetch(
-            "SELECT workspace_id, workspace_spec FROM dap_control.deployments"
+            "SELECT workspace_id, namespace, workspace_spec FROM dap_control.deployments"
             " WHERE cluster_id = $1 AND workspace_spec IS NOT NULL ORDER BY workspace_id",
             cluster,
         )
-    return [placing.Placement(r["workspace_id"], r["workspace_spec"]) for r in rows]
+    return [placing.Placement(r["workspace_id"], r["namespace"], r["workspace_spec"]) for r in rows]
 
 
 async def bindings(pool: store.Pool) -> list[placing.Binding]:
     """Every management Workspace's binding, with the report of the cluster hosting it."""
     rows = await pool.fetch(
-        "SELECT d.workspace_id, d.cluster_id, d.error, d.requested_cluster, s.phase, s.conditions"
+        "SELECT d.workspace_id, d.namespace, d.cluster_id, d.error, d.requested_cluster, s.phase,"
+        " s.conditions"
         " FROM dap_control.deployments d LEFT JOIN dap_control.workspace_status s"
         " ON s.workspace_id = d.workspace_id AND s.cluster_id = d.cluster_id"
         " WHERE d.workspace_spec IS NOT NULL ORDER BY d.workspace_id"
@@ -135,6 +175,7 @@ async def bindings(pool: store.Pool) -> list[placing.Binding]:
     return [
         placing.Binding(
             workspace=r["workspace_id"],
+            namespace=r["namespace"],
             cluster=r["cluster_id"],
             error=r["error"],
             requested_cluster=r["requested_cluster"],

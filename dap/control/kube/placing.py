@@ -3,7 +3,9 @@
 Nothing here does I/O. The region control (``region``) and the cluster control (``member``) are
 thin shells around these functions:
 
-- a management Workspace ``ns/name`` is one binding in the deployments table (``workspace_id``);
+- a management Workspace is one binding in the deployments table, keyed by its name: the
+  workspace id a registration names (``dap register --workspace NAME``) is the same binding, so
+  the artifact registered for it reaches the cluster the Workspace is placed on;
 - ``materialise`` turns a placement pulled from the region into the Workspace body the cluster
   control keeps in its own cluster, marked as its own by labels;
 - ``plan`` compares the placements with the Workspaces the cluster control owns: what to create,
@@ -29,43 +31,36 @@ SCHEDULED = "Scheduled"
 REASON_PLACED = "Placed"
 REASON_UNSCHEDULABLE = "Unschedulable"
 REASON_DIRECT = "Assigned"
+REASON_REFUSED = "Refused"
 PENDING = "Pending"
 
 Body = Mapping[str, Any]
-
-
-def workspace_id(namespace: str, name: str) -> str:
-    """The binding id of a management Workspace."""
-    return f"{namespace}/{name}"
-
-
-def split_id(workspace: str) -> tuple[str, str]:
-    namespace, _, name = workspace.partition("/")
-    if not name:
-        raise ValueError(f"workspace id {workspace!r} is not namespace/name")
-    return namespace, name
 
 
 @dataclass(frozen=True)
 class Placement:
     """One workspace the region placed on a cluster, as the cluster control pulls it."""
 
-    workspace: str  # namespace/name on the management cluster
+    workspace: str  # the workspace id: the management Workspace's name
+    namespace: str  # the management Workspace's namespace
     spec: Mapping[str, Any] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
-        namespace, name = split_id(self.workspace)
-        return {"workspace": self.workspace, "namespace": namespace, "name": name, "spec": dict(self.spec)}
+        return {
+            "workspace": self.workspace,
+            "namespace": self.namespace,
+            "name": self.workspace,
+            "spec": dict(self.spec),
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Placement:
-        return cls(str(data["workspace"]), dict(data.get("spec") or {}))
+        return cls(str(data["workspace"]), str(data["namespace"]), dict(data.get("spec") or {}))
 
 
 def target(placement: Placement, namespace: str | None) -> tuple[str, str]:
     """Where a placement lives in the member cluster: the given namespace, else the management one."""
-    source_namespace, name = split_id(placement.workspace)
-    return namespace or source_namespace, name
+    return namespace or placement.namespace, placement.workspace
 
 
 def materialise(placement: Placement, cluster: str, namespace: str | None) -> dict[str, Any]:
@@ -152,6 +147,7 @@ class Binding:
     """What the region knows of one management Workspace."""
 
     workspace: str
+    namespace: str
     cluster: str | None
     error: str | None
     requested_cluster: str | None = None
@@ -179,6 +175,13 @@ def management_status(binding: Binding, previous: Body, now: str) -> dict[str, A
         "phase": phase,
         "conditions": sorted([scheduled, *conditions], key=lambda c: str(c.get("type"))),
     }
+
+
+def refused_status(why: str, previous: Body, now: str) -> dict[str, Any]:
+    """The status of a management Workspace that got no binding, saying why."""
+    before = list(previous.get("conditions") or [])
+    scheduled = condition(SCHEDULED, "False", REASON_REFUSED, why, now, before)
+    return {"cluster": None, "phase": PENDING, "conditions": [scheduled]}
 
 
 def same_status(desired: Body, live: Body) -> bool:

@@ -3,7 +3,10 @@
 kopf watches two kinds (every replica, ``standalone``: mirroring is idempotent):
 
 - Workspace (not the ones a cluster control materialised, label ``dap.io/placed-by``): its spec
-  becomes its binding in the deployments table; a deleted Workspace's binding is dropped.
+  becomes its binding in the deployments table, keyed by its name (the workspace id that
+  registrations name too); a deleted Workspace's binding is dropped. A Workspace whose name is no
+  workspace id, or is the name of a Workspace in another namespace, gets no binding: its
+  ``Scheduled`` condition says why (reason ``Refused``), and it is retried on every pass.
 - Cluster (cluster-scoped): labels and spec become its row of the cluster registry.
 
 Both nudge the *pass*, which only the Lease holder runs (``--leader-elect``), at the latest every
@@ -51,13 +54,17 @@ class Options:
     server: str = ""  # test hook: API server URL without credentials
 
 
+Key = tuple[str, str]  # a management Workspace's (namespace, name)
+
+
 class Region:
     def __init__(self, options: Options) -> None:
         self.options = options
         self.pool: store.Pool | None = None
         self.client: kube.Client | None = None
         self.elector: leases.Elector | None = None
-        self.workspaces: dict[str, dict[str, Any]] = {}  # id -> status last seen or written
+        self.workspaces: dict[Key, dict[str, Any]] = {}  # status last seen or written
+        self.refused: dict[Key, tuple[dict[str, Any], str]] = {}  # spec, why it has no binding
         self.clusters: dict[str, dict[str, Any]] = {}  # name -> status last seen or written
         self.nudged = asyncio.Event()
         self.passes = 0
@@ -99,15 +106,24 @@ class Region:
 
     async def on_workspace(self, event: str | None, body: Mapping[str, Any]) -> None:
         meta = body.get("metadata", {})
-        workspace = placing.workspace_id(meta.get("namespace", ""), meta.get("name", ""))
+        key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
         pool = await self._pool()
         if event == "DELETED":
-            await bindings.forget_workspace(pool, workspace)
-            self.workspaces.pop(workspace, None)
+            await bindings.forget_workspace(pool, *key)
+            self.workspaces.pop(key, None)
+            self.refused.pop(key, None)
         else:
-            await bindings.record_workspace(pool, workspace, dict(body.get("spec") or {}))
-            self.workspaces[workspace] = dict(body.get("status") or {})
+            spec = dict(body.get("spec") or {})
+            await self._record(pool, key, spec)
+            self.workspaces[key] = dict(body.get("status") or {})
         self.nudged.set()
+
+    async def _record(self, pool: store.Pool, key: Key, spec: dict[str, Any]) -> None:
+        why = await bindings.record_workspace(pool, *key, spec)
+        if why is None:
+            self.refused.pop(key, None)
+        else:
+            self.refused[key] = (spec, why)
 
     async def on_cluster(self, event: str | None, body: Mapping[str, Any]) -> None:
         meta = body.get("metadata", {})
@@ -148,26 +164,11 @@ class Region:
         pool, client = await self._pool(), self.client
         if client is None:
             return
+        for key, (spec, _) in list(self.refused.items()):  # the holder of its name may be gone
+            await self._record(pool, key, spec)
         await bindings.route(pool)
         now = datetime.now(UTC).strftime(STAMP)
-        for binding in await bindings.bindings(pool):
-            if binding.workspace not in self.workspaces:
-                continue  # not (yet) seen by this replica's watch
-            previous = self.workspaces[binding.workspace]
-            desired = placing.management_status(binding, previous, now)
-            if placing.same_status(desired, previous):
-                continue
-            namespace, name = placing.split_id(binding.workspace)
-            try:
-                await client.patch(
-                    kube.WORKSPACES, namespace, name, {"status": desired}, subresource="status"
-                )
-            except kube.NotFoundError:
-                continue  # deleted meanwhile; its DELETED event drops the binding
-            except kube.ApiError as exc:  # one refused status must not hold up the others
-                log.warning("status of %s not written: %s", binding.workspace, exc)
-                continue
-            self.workspaces[binding.workspace] = {**previous, **desired}
+        await self._write_workspace_statuses(client, pool, now)
         for name, (state, count, pulled) in (await bindings.cluster_views(pool)).items():
             if name not in self.clusters:
                 continue
@@ -183,6 +184,28 @@ class Region:
                 await client.patch(kube.CLUSTERS, "", name, {"status": wanted}, subresource="status")
                 self.clusters[name] = {**previous, **wanted}
         self.passes += 1
+
+    async def _write_workspace_statuses(self, client: kube.Client, pool: store.Pool, now: str) -> None:
+        statuses: dict[Key, dict[str, Any]] = {}
+        for binding in await bindings.bindings(pool):
+            key = (binding.namespace, binding.workspace)
+            if key in self.workspaces:  # else not (yet) seen by this replica's watch
+                statuses[key] = placing.management_status(binding, self.workspaces[key], now)
+        for key, (_, why) in self.refused.items():
+            if key in self.workspaces:
+                statuses[key] = placing.refused_status(why, self.workspaces[key], now)
+        for key, desired in sorted(statuses.items()):
+            previous = self.workspaces[key]
+            if placing.same_status(desired, previous):
+                continue
+            try:
+                await client.patch(kube.WORKSPACES, *key, {"status": desired}, subresource="status")
+            except kube.NotFoundError:
+                continue  # deleted meanwhile; its DELETED event drops the binding
+            except kube.ApiError as exc:  # one refused status must not hold up the others
+                log.warning("status of %s/%s not written: %s", *key, exc)
+                continue
+            self.workspaces[key] = {**previous, **desired}
 
 
 def register(registry: kopf.OperatorRegistry, region: Region) -> None:
