@@ -86,18 +86,30 @@ async def upsert_cluster(
     status: str,
     max_workspaces: int,
     load: float | None,
+    declared: bool = False,
 ) -> None:
+    """Record a cluster as announced by its control, or as ``declared`` by a Cluster resource.
+
+    A Cluster resource on the management cluster is what an administrator edits (labels, state,
+    maximum), so once one exists a cluster control's own announcement no longer overrides them:
+    it still counts as the cluster's heartbeat and load.
+    """
     await conn.execute(
-        "INSERT INTO dap_control.clusters (cluster_id, labels, status, max_workspaces, load)"
-        " VALUES ($1, $2, $3, $4, coalesce($5::double precision, 0))"
-        " ON CONFLICT (cluster_id) DO UPDATE SET labels = EXCLUDED.labels, status = EXCLUDED.status,"
-        " max_workspaces = EXCLUDED.max_workspaces,"
-        " load = coalesce($5::double precision, dap_control.clusters.load), last_seen = now()",
+        "INSERT INTO dap_control.clusters AS c (cluster_id, labels, status, max_workspaces, load, declared)"
+        " VALUES ($1, $2, $3, $4, coalesce($5::double precision, 0), $6)"
+        " ON CONFLICT (cluster_id) DO UPDATE SET"
+        " labels = CASE WHEN c.declared AND NOT EXCLUDED.declared THEN c.labels ELSE EXCLUDED.labels END,"
+        " status = CASE WHEN c.declared AND NOT EXCLUDED.declared THEN c.status ELSE EXCLUDED.status END,"
+        " max_workspaces = CASE WHEN c.declared AND NOT EXCLUDED.declared THEN c.max_workspaces"
+        " ELSE EXCLUDED.max_workspaces END,"
+        " declared = c.declared OR EXCLUDED.declared,"
+        " load = coalesce($5::double precision, c.load), last_seen = now()",
         cluster_id,
         dict(labels),
         status,
         max_workspaces,
         load,
+        declared,
     )
 
 

@@ -217,6 +217,9 @@ MIGRATIONS: tuple[str, ...] = (
     # namespaces the first namespace keeps the binding and the region control marks the others.
     """
     ALTER TABLE dap_control.deployments ADD COLUMN namespace text;
+    -- A cluster declared by a Cluster resource keeps its labels, state and maximum when its
+    -- cluster control announces itself (registry.upsert_cluster).
+    ALTER TABLE dap_control.clusters ADD COLUMN declared boolean NOT NULL DEFAULT false;
     CREATE TEMP TABLE kube_moves ON COMMIT DROP AS
         SELECT DISTINCT ON (split_part(workspace_id, '/', 2))
                workspace_id AS old_id, split_part(workspace_id, '/', 1) AS namespace,

@@ -24,7 +24,7 @@ import yaml
 from dap import logs
 from dap.config import names
 from dap.operator import bodies, claims, running
-from dap.operator.options import DEFAULT_RESOURCE_IMAGE, Options
+from dap.operator.options import DEFAULT_RESOURCE_IMAGE, Options, default_resource_image
 
 
 def _env(name: str) -> str:
@@ -95,9 +95,10 @@ def dev_mode_refusal(environ: Mapping[str, str]) -> str:
 @click.option(
     "--resource-image",
     envvar=_env("resource-image"),
-    default=DEFAULT_RESOURCE_IMAGE,
-    show_default=True,
-    help="Image of the generic resource pod (pinned by tag or digest).",
+    default=None,
+    help="Image of the generic resource pod (pinned by tag or digest). Default: in a pod with "
+    "POD_NAME and POD_NAMESPACE set, the operator's own image (what kustomize's images: sets); "
+    f"else {DEFAULT_RESOURCE_IMAGE}.",
 )
 @click.option(
     "--pod-env-secret",
@@ -142,7 +143,7 @@ def operator(
     health_probe_bind_address: str,
     workspace_concurrency: int,
     namespace: str,
-    resource_image: str,
+    resource_image: str | None,
     pod_env_secret: str,
     insecure_skip_signature_verify: bool,
     dev_auto_grant_claims: bool,
@@ -169,7 +170,7 @@ def operator(
         health_probe_bind_address=health_probe_bind_address,
         workspace_concurrency=workspace_concurrency,
         namespace=namespace,
-        resource_image=resource_image,
+        resource_image=resource_image or default_resource_image(os.environ),
         pod_env_secret=pod_env_secret,
         insecure_skip_signature_verify=insecure_skip_signature_verify,
         dev_auto_grant_claims=dev_auto_grant_claims,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from typing import Any
 
 import aiohttp
@@ -21,7 +22,7 @@ from aiohttp import web
 from dap import kube
 from dap.operator import caches, errors, handlers, podhealth, probes, reconciling, reporting, trusting
 from dap.operator.metrics import Metrics
-from dap.operator.options import PEERING_NAME, Options
+from dap.operator.options import PEERING_NAME, SAME_IMAGE, Options, own_image
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +77,26 @@ class Runtime:
         if old is not None:
             await old.close()
         await self._ensure_peering(self._client)
+        if self.reconciler.resource_image == SAME_IMAGE:
+            self.reconciler.resource_image = await self._own_image(self._client)
+
+    async def _own_image(self, client: kube.Client) -> str:
+        """The image of this operator's own container: the resource pods run the same one."""
+        namespace, name = os.environ.get("POD_NAMESPACE", ""), os.environ.get("POD_NAME", "")
+        try:
+            image = own_image(await client.get(kube.PODS, namespace, name))
+        except kube.KubeError as exc:
+            raise errors.OperatorError(
+                f"cannot read this operator's pod {namespace}/{name} for the resource pods' image "
+                f"({exc}); pass --resource-image, or allow get on pods"
+            ) from exc
+        if image is None:
+            raise errors.OperatorError(
+                f"cannot tell the resource pods' image: pod {namespace}/{name} has no container "
+                "'operator' (nor a single container); pass --resource-image"
+            )
+        logger.info("resource pods run this operator's image %s", image)
+        return image
 
     async def _ensure_peering(self, client: kube.Client) -> None:
         """Make kopf's peering object for ``--leader-elect`` unless it exists (once, at login).

@@ -322,3 +322,32 @@ async def test_migration_seven_merges_the_old_namespace_slash_name_bindings(pg_s
         assert [r["workspace_id"] for r in status] == ["shop"]
     finally:
         await drop_database(pg_server_dsn, name)
+
+
+async def test_a_cluster_resource_wins_over_its_cluster_controls_announcement(
+    start_control: Start, db_dsn: str, http: aiohttp.ClientSession
+) -> None:
+    # Issue 41: the workload cluster's control announced itself without labels every sync and
+    # so erased the labels of the Cluster resource that routing reads.
+    from dap.control import registry
+
+    region = await start_control(mode="region")
+    pool = await store.connect(db_dsn, max_size=2)
+    try:
+        async with pool.acquire() as conn:
+            await bindings.record_cluster(conn, "eu-1", LABELS, {"maxWorkspaces": 3, "state": "draining"})
+        announcement = {"labels": {}, "status": "active", "max_workspaces": 50, "load": 0.4}
+        async with http.put(f"{region.url}/v1/clusters/eu-1", json=announcement) as answer:
+            assert answer.status == 200, await answer.text()
+        async with http.put(f"{region.url}/v1/clusters/eu-9", json=announcement) as answer:
+            assert answer.status == 200
+        clusters = {c.cluster_id: c for c in await registry.clusters(pool)}
+        declared = clusters["eu-1"]
+        assert (declared.labels, declared.status, declared.max_workspaces) == (LABELS, "draining", 3)
+        assert declared.load == 0.4  # the announcement is still its heartbeat and load
+        assert (clusters["eu-9"].max_workspaces, clusters["eu-9"].status) == (50, "active")
+        async with pool.acquire() as conn:  # the resource edited: its values apply at once
+            await bindings.record_cluster(conn, "eu-1", LABELS, {"maxWorkspaces": 4})
+        assert {c.cluster_id: c.status for c in await registry.clusters(pool)}["eu-1"] == "active"
+    finally:
+        await pool.close()

@@ -33,6 +33,7 @@ PATHS = {
     "services": "/api/v1/namespaces/{ns}/services",
     "configmaps": "/api/v1/namespaces/{ns}/configmaps",
     "secrets": "/api/v1/namespaces/{ns}/secrets",
+    "pods": "/api/v1/namespaces/{ns}/pods",
     "horizontalpodautoscalers": "/apis/autoscaling/v2/namespaces/{ns}/horizontalpodautoscalers",
 }
 RESOURCES = {
@@ -44,6 +45,7 @@ RESOURCES = {
     "services": "v1/services",
     "configmaps": "v1/configmaps",
     "secrets": "v1/secrets",
+    "pods": "v1/pods",
     "horizontalpodautoscalers": "autoscaling/v2/horizontalpodautoscalers",
 }
 
@@ -190,8 +192,7 @@ class Operators(OperatorTasks):
             server=self.api.url,
             health_probe_bind_address="127.0.0.1:0",
             metrics_bind_address="127.0.0.1:0",
-            resource_image="example.test/dap:1.0",
-            **overrides,
+            **{"resource_image": "example.test/dap:1.0", **overrides},
         )
         runtime, task = self.start(options)
         await wait_for(lambda: runtime.ready() or task.done(), within=15, what="operator ready")

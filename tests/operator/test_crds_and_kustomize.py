@@ -164,8 +164,12 @@ def kubectl() -> str:
 
 
 def render(overlay: str) -> list[dict[str, Any]]:
+    """``kustomize/overlays/<overlay>``, or ``kustomize/<install>`` for management and workload."""
+    where = ROOT / "kustomize" / overlay
+    if not (where / "kustomization.yaml").exists():
+        where = ROOT / "kustomize" / "overlays" / overlay
     out = subprocess.run(
-        [kubectl(), "kustomize", str(ROOT / "kustomize" / "overlays" / overlay)],
+        [kubectl(), "kustomize", str(where)],
         check=True,
         capture_output=True,
         text=True,
@@ -225,3 +229,47 @@ def test_rbac_is_least_privilege_with_status_and_finalizers_apart() -> None:
     assert any("workspaces/finalizers" in r["resources"] for r in rules)
     classes = next(r for r in rules if r["resources"] == ["clusterclasses"])
     assert set(classes["verbs"]) == {"get", "list", "watch"}
+
+
+def _containers(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {
+        d["metadata"]["name"]: c
+        for d in docs
+        if d["kind"] == "Deployment"
+        for c in d["spec"]["template"]["spec"]["containers"]
+    }
+
+
+@pytest.mark.parametrize("install", ["management", "workload"])
+def test_the_region_installs_render_with_one_image_and_validate(install: str) -> None:
+    # Issue 41: kustomize/workload left the cluster control at `image: dap` (docker.io/library/dap).
+    docs = render(install)
+    images = {name: c["image"] for name, c in _containers(docs).items()}
+    assert set(images.values()) == {"ghcr.io/dap-platform/dap:0.1.0"}, images
+    for doc in docs:
+        if doc["apiVersion"].startswith("dap.io/") or doc["apiVersion"].startswith("kopf.dev/"):
+            continue
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def test_the_workload_install_reads_one_config_map_and_needs_its_database() -> None:
+    # Issue 41: the cluster control read dap-cluster-control, the cluster-mode HTTP control
+    # dap-control; the database Secret was optional though cluster mode exits without it.
+    docs = render("workload")
+    containers = _containers(docs)
+    maps = {d["metadata"]["name"] for d in docs if d["kind"] == "ConfigMap"}
+    assert maps == {"dap-control"}
+    for name in ("dap-control", "dap-cluster-control"):
+        assert containers[name]["envFrom"] == [{"configMapRef": {"name": "dap-control"}}]
+    (db,) = [e for e in containers["dap-control"]["env"] if e["name"] == "DAP_DB"]
+    assert db["valueFrom"]["secretKeyRef"] == {"name": "dap-control-db", "key": "dsn", "optional": False}
+
+
+def test_the_base_operator_runs_pods_of_its_own_image_with_the_pod_secret() -> None:
+    # Issue 41: --resource-image=ghcr.io/... was an argument, which images: cannot rewrite, and
+    # the pods got no --pod-env-secret (no DSN, no JWT settings).
+    operator = _containers(render("workload"))["dap-operator"]
+    assert not any(a.startswith("--resource-image") for a in operator["args"])
+    assert "--pod-env-secret=dap-pod" in operator["args"]
+    env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in operator["env"]}
+    assert env["POD_NAME"] == "metadata.name" and env["POD_NAMESPACE"] == "metadata.namespace"

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 import aiohttp
 import pytest
 
+from dap.operator import options as operator_options
 from dap.operator import probes, reporting, trusting
 from tests.operator.conftest import Api, Control, StartOperator, wait_for
 
@@ -214,3 +216,36 @@ def test_proc_parsers() -> None:
 )
 def test_parse_keys(body: Any, keys: tuple[str, ...]) -> None:
     assert trusting.parse_keys(body) == keys
+
+
+async def test_without_a_resource_image_the_pods_run_the_operators_own(
+    api: Api, start_operator: StartOperator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 41: --resource-image was an argument in the base manifests, which kustomize's
+    # images: cannot rewrite; the operator's own image (which images: does rewrite) is used now.
+    image = "registry.test/dap@sha256:" + "c" * 64
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "dap-operator-abc", "namespace": "dap-system"},
+        "spec": {"containers": [{"name": "operator", "image": image}]},
+    }
+    await api.create("pods", pod)
+    monkeypatch.setenv("POD_NAME", "dap-operator-abc")
+    monkeypatch.setenv("POD_NAMESPACE", "dap-system")
+    await start_operator(resource_image=operator_options.default_resource_image(os.environ))
+    await api.create("workspaces", workspace())
+    deployment = await wait_for(lambda: api.get("deployments", NS, "dap-shop"))
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == image
+
+
+def test_the_operators_own_image_is_its_named_or_only_container() -> None:
+    def pod(*containers: tuple[str, str]) -> dict[str, Any]:
+        return {"spec": {"containers": [{"name": n, "image": i} for n, i in containers]}}
+
+    assert operator_options.own_image(pod(("operator", "a:1"), ("proxy", "b:1"))) == "a:1"
+    assert operator_options.own_image(pod(("main", "a:2"))) == "a:2"
+    assert operator_options.own_image(pod(("x", "a"), ("y", "b"))) is None
+    assert operator_options.default_resource_image({}) == operator_options.DEFAULT_RESOURCE_IMAGE
+    in_pod = {"POD_NAME": "p", "POD_NAMESPACE": "n"}
+    assert operator_options.default_resource_image(in_pod) == operator_options.SAME_IMAGE

@@ -94,6 +94,7 @@ async def record_cluster(
         status=str(spec.get("state") or "active"),
         max_workspaces=int(spec.get("maxWorkspaces", 100)),
         load=spec.get("load"),
+        declared=True,
     )
 
 
