@@ -351,3 +351,31 @@ async def test_a_cluster_resource_wins_over_its_cluster_controls_announcement(
         assert {c.cluster_id: c.status for c in await registry.clusters(pool)}["eu-1"] == "active"
     finally:
         await pool.close()
+
+
+def test_a_clusters_connected_condition_says_why_it_is_not_pulling() -> None:
+    now = datetime(2026, 11, 24, 5, 0, tzinfo=UTC)
+    never = placing.connection("eu-9", None, now, 60, [])
+    assert (never["status"], never["reason"]) == ("False", "NeverPulled")
+    assert "DAP_CLUSTER_ID=eu-9" in never["message"]
+    fresh = placing.connection("eu-1", now - timedelta(seconds=10), now, 60, [never])
+    assert (fresh["status"], fresh["reason"]) == ("True", "Pulling")
+    stale = placing.connection("eu-1", now - timedelta(seconds=90), now, 60, [fresh])
+    assert (stale["status"], stale["reason"]) == ("False", "PullsStopped")
+    assert "90 s" in stale["message"]
+    later = placing.connection("eu-1", now - timedelta(seconds=95), now + timedelta(seconds=5), 60, [stale])
+    assert later["lastTransitionTime"] == stale["lastTransitionTime"]
+
+
+async def test_a_pull_for_a_cluster_no_resource_declares_is_a_problem_naming_the_fix(
+    start_control: Start, db_dsn: str, http: aiohttp.ClientSession
+) -> None:
+    region = await start_control(mode="region")
+    announcement = {"labels": LABELS, "status": "active", "max_workspaces": 5}
+    async with http.put(f"{region.url}/v1/clusters/eu-9", json=announcement) as answer:
+        assert answer.status == 200  # announced by its own control, but declared by no resource
+    async with http.get(f"{region.url}/v1/placements", params={"cluster": "eu-9"}) as answer:
+        assert answer.status == 404
+        problem = await answer.json()
+    assert problem["code"] == "SVC.CONTROL.NOT_FOUND"
+    assert "DAP_CLUSTER_ID" in problem["detail"] and "eu-9" in problem["detail"]

@@ -152,10 +152,17 @@ def _unhosted(row: store.DeploymentRow) -> store.DeploymentRow:
     )
 
 
-async def placements(pool: store.Pool, cluster: str) -> list[placing.Placement]:
-    """The workspaces placed on ``cluster``; the pull is also the cluster's heartbeat."""
+async def placements(pool: store.Pool, cluster: str) -> list[placing.Placement] | None:
+    """The workspaces placed on ``cluster``; the pull is also the cluster's heartbeat. None when no
+    Cluster resource declares ``cluster`` (a cluster control with a wrong id)."""
     async with pool.acquire() as conn:
-        await conn.execute("UPDATE dap_control.clusters SET last_pull = now() WHERE cluster_id = $1", cluster)
+        declared = await conn.fetchval(
+            "UPDATE dap_control.clusters SET last_pull = now() WHERE cluster_id = $1 AND declared"
+            " RETURNING true",
+            cluster,
+        )
+        if not declared:
+            return None
         rows = await conn.fetch(
             "SELECT workspace_id, namespace, workspace_spec FROM dap_control.deployments"
             " WHERE cluster_id = $1 AND workspace_spec IS NOT NULL ORDER BY workspace_id",

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from dap.config import names
@@ -32,6 +33,10 @@ REASON_PLACED = "Placed"
 REASON_UNSCHEDULABLE = "Unschedulable"
 REASON_DIRECT = "Assigned"
 REASON_REFUSED = "Refused"
+CONNECTED = "Connected"  # a Cluster's condition: is its cluster control pulling?
+REASON_PULLING = "Pulling"
+REASON_NEVER_PULLED = "NeverPulled"
+REASON_PULLS_STOPPED = "PullsStopped"
 PENDING = "Pending"
 
 Body = Mapping[str, Any]
@@ -182,6 +187,38 @@ def refused_status(why: str, previous: Body, now: str) -> dict[str, Any]:
     before = list(previous.get("conditions") or [])
     scheduled = condition(SCHEDULED, "False", REASON_REFUSED, why, now, before)
     return {"cluster": None, "phase": PENDING, "conditions": [scheduled]}
+
+
+def connection(
+    cluster: str, pulled: datetime | None, now: datetime, stale_after: float, previous: Sequence[Body]
+) -> dict[str, Any]:
+    """A Cluster's ``Connected`` condition from its last pull: a cluster control with a wrong id
+    or a region URL it cannot reach shows here, on the management cluster, rather than nowhere."""
+    stamp, last = now.strftime("%Y-%m-%dT%H:%M:%SZ"), pulled.strftime("%Y-%m-%dT%H:%M:%SZ") if pulled else ""
+    if pulled is None:
+        return condition(
+            CONNECTED,
+            "False",
+            REASON_NEVER_PULLED,
+            f"no cluster control has pulled the placements of {cluster}: check that one runs there with "
+            f"DAP_CLUSTER_ID={cluster} and a DAP_REGION_URL that reaches this region",
+            stamp,
+            previous,
+        )
+    age = (now - pulled).total_seconds()
+    if age > stale_after:
+        return condition(
+            CONNECTED,
+            "False",
+            REASON_PULLS_STOPPED,
+            f"no pull for {int(age)} s (last {last}): the cluster control of "
+            f"{cluster} is down or cannot reach the region; its workspaces keep serving what they have",
+            stamp,
+            previous,
+        )
+    return condition(
+        CONNECTED, "True", REASON_PULLING, "the cluster control pulls its placements", stamp, previous
+    )
 
 
 def same_status(desired: Body, live: Body) -> bool:

@@ -13,7 +13,8 @@ Both nudge the *pass*, which only the Lease holder runs (``--leader-elect``), at
 ``interval`` seconds: route every binding by rule 5 (``bindings.route``; a workspace moves only
 when its cluster stopped being a candidate), then write each management Workspace's
 ``status.cluster``, ``Scheduled`` condition and the phase and conditions its cluster reported,
-and each Cluster's ``status.workspaces`` and ``lastPull``. Writes are skipped when the status
+and each Cluster's ``status.workspaces``, ``lastPull`` and ``Connected`` condition (its
+cluster control pulling, never pulled, or stopped for ``stale_after``). Writes are skipped when the status
 already says so. The region never calls a cluster: clusters pull (``api``).
 """
 
@@ -46,6 +47,7 @@ class Options:
     dsn: str
     namespace: str = ""  # management Workspaces watched here; empty: every namespace
     interval: float = 5.0
+    stale_after: float = 60.0  # a Cluster is no longer Connected this long after its last pull
     leader_elect: bool = False
     lease_namespace: str = "dap-system"
     lease_name: str = LEASE_NAME
@@ -167,15 +169,18 @@ class Region:
         for key, (spec, _) in list(self.refused.items()):  # the holder of its name may be gone
             await self._record(pool, key, spec)
         await bindings.route(pool)
-        now = datetime.now(UTC).strftime(STAMP)
+        moment = datetime.now(UTC)
+        now = moment.strftime(STAMP)
         await self._write_workspace_statuses(client, pool, now)
         for name, (state, count, pulled) in (await bindings.cluster_views(pool)).items():
             if name not in self.clusters:
                 continue
+            before = list(self.clusters[name].get("conditions") or [])
             wanted = {
                 "phase": state.capitalize(),
                 "workspaces": count,
                 "lastPull": pulled.strftime(STAMP) if pulled else None,
+                "conditions": [placing.connection(name, pulled, moment, self.options.stale_after, before)],
             }
             previous = self.clusters[name]
             if all(previous.get(k) == v for k, v in wanted.items()):
