@@ -127,14 +127,18 @@ kind-node:
 	bash tools/kind/node-image.sh
 
 # The kind suite (e2e-kind/): creates a cluster from kind-node, loads dap:dev, applies
-# kustomize/overlays/kind and drives Workspaces with kubectl. Part of `make test`; skips, saying
+# kustomize/overlays/kind and drives Workspaces with kubectl; then, in a pytest run of its own (its
+# three clusters replace the first one rather than run beside it), the region suite
+# (e2e-kind/test_kind_region.py: a management and two workload clusters; DAP_E2E_REGION=0 skips
+# it when time is short). Part of `make test`; skips, saying
 # why, where no Docker engine can run (prepare.sh starts dockerd when it is installed but stopped,
 # and installs Debian's docker.io as root with apt-get).
 e2e: $(STAMP) ui
 	@bash tools/kind/prepare.sh; rc=$$?; \
 	if [ $$rc -eq 3 ]; then echo "e2e: no Docker engine or Go toolchain here: the suite skips"; \
 	elif [ $$rc -ne 0 ]; then exit $$rc; fi
-	DAP_E2E=1 $(BIN)/python -m pytest e2e-kind -m e2e -q
+	DAP_E2E=1 $(BIN)/python -m pytest e2e-kind -m e2e -q --ignore=e2e-kind/test_kind_region.py
+	DAP_E2E=1 $(BIN)/python -m pytest e2e-kind/test_kind_region.py -m e2e -q
 
 clean:
 	rm -rf $(VENV) .dap .pytest_cache .mypy_cache .ruff_cache

@@ -319,3 +319,28 @@ async def test_one_cluster_control_replica_leads_and_another_takes_over(
 
     taken = await api.get("leases", "dap-system", lease) or {}
     assert follower.elector is not None and taken["spec"]["holderIdentity"] == follower.elector.me
+
+
+async def test_what_the_region_cannot_place_or_reach_says_why_on_the_management_cluster(
+    fleet: fleet_.Fleet, api: Api
+) -> None:
+    # Issue 41: a workspace id that no pod could serve, and a cluster control that never pulls
+    # (a wrong DAP_CLUSTER_ID or region URL), are conditions with a reason, not silence.
+    a = await fleet.add_cluster("a")
+
+    async def connected(reason: str) -> dict[str, Any] | None:
+        body = await api.get("clusters", None, a) or {}
+        found = [c for c in (body.get("status") or {}).get("conditions") or [] if c["type"] == "Connected"]
+        return found[0] if found and found[0]["reason"] == reason else None
+
+    never = await wait_for(lambda: connected(placing.REASON_NEVER_PULLED), what="a NeverPulled condition")
+    assert never["status"] == "False" and f"DAP_CLUSTER_ID={a}" in never["message"]
+    await fleet.start_member("a")
+    await wait_for(lambda: connected(placing.REASON_PULLING), what="a Pulling condition")
+
+    await fleet.workspace("my.shop")
+    status = await fleet.placed_on("my.shop", None)
+    refused = _condition(status, "Scheduled")
+    assert refused["reason"] == placing.REASON_REFUSED and "DNS label" in refused["message"]
+    await fleet.workspace("shop")
+    await fleet.placed_on("shop", a)
