@@ -3,8 +3,14 @@
 Each issuer's discovery document (``{issuer}/.well-known/openid-configuration``) and key set
 (its ``jwks_uri``) are fetched on first use and cached. A token whose ``kid`` is not in the cache
 makes one refetch of the key set, so a provider that rotates its signing key is followed without
-a restart; refetches of one issuer are at least ``min_refresh`` seconds apart, so a stream of
-tokens with made-up ``kid`` values cannot turn the server into a load on the provider.
+a restart. Attempts to reach one issuer (discovery, key set) are at least ``min_refresh`` seconds
+apart whether they succeed or fail: a failed attempt is remembered and answered (503 with the
+seconds left in ``Retry-After``) until the interval has passed, so neither a stream of tokens with
+made-up ``kid`` values nor a provider that answers 500 turns the server into a load on it.
+
+A verified token is remembered per issuer under the rules it was verified by (audience,
+algorithms, leeway: ``_rules``), not the token alone: two workspaces may trust the same issuer
+with different declarations, and a token one of them accepted must still meet the other's.
 
 The algorithm comes from the provider's declared list (RS256, ES256, EdDSA), must agree with the
 key's type, and is the only one pyjwt is given: ``alg: none`` and HMAC with a public key as
@@ -17,6 +23,7 @@ code; an unreachable provider is 503.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,12 +50,22 @@ def _invalid(message: str, code: str = "SVC.AUTH.INVALID_TOKEN") -> errors.Unaut
     return errors.Unauthorized(message, code=code)
 
 
+Rules = tuple[str, tuple[str, ...], int]  # audience, algorithms, leeway: what a verification checked
+
+
+def _rules(provider: Provider, audience: str) -> Rules:
+    """What a verification of ``provider``'s token depends on beyond the token and the issuer's keys
+    (the issuer is the cache's own): a remembered result is reused only under the same rules."""
+    return (audience, provider.algorithms, provider.leeway)
+
+
 @dataclass
 class _Issuer:
     discovery: dict[str, Any] | None = None
     keys: dict[str, jwt.PyJWK] = field(default_factory=dict)
-    verified: dict[tuple[str, str], tuple[float, dict[str, Any]]] = field(default_factory=dict)
-    fetched_at: float = 0.0
+    verified: dict[tuple[str, Rules], tuple[float, dict[str, Any]]] = field(default_factory=dict)
+    attempted_at: float | None = None  # monotonic time of the last attempt to reach the issuer
+    failure: errors.ServiceUnavailable | None = None  # what that attempt met, when it failed
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -91,46 +108,85 @@ class KeySets:
     def _state(self, issuer: str) -> _Issuer:
         return self._issuers.setdefault(issuer, _Issuer())
 
+    def _may_attempt(self, entry: _Issuer) -> bool:
+        """Whether the issuer may be asked now; within the interval after a failed attempt, that
+        failure again (the caller learns the provider is unavailable, and when to retry)."""
+        if entry.attempted_at is None:
+            return True
+        left = self.min_refresh - (time.monotonic() - entry.attempted_at)
+        if left <= 0:
+            return True
+        if entry.failure is not None:
+            raise errors.ServiceUnavailable(
+                str(entry.failure), retry_after=max(1, math.ceil(left)), code=entry.failure.code
+            )
+        return False
+
+    async def _attempt(self, entry: _Issuer, provider: Provider, *, keys: bool) -> None:
+        """One attempt to reach the issuer (the lock held): its discovery document when unknown,
+        then its key set when ``keys``; the time and any failure are remembered for the floor."""
+        entry.attempted_at = time.monotonic()
+        entry.failure = None
+        try:
+            if entry.discovery is None:
+                entry.discovery = await self._fetch_discovery(provider)
+            if keys:
+                await self._fetch_keys(entry, entry.discovery["jwks_uri"])
+        except errors.ServiceUnavailable as exc:
+            entry.failure = exc
+            raise
+
+    async def _fetch_discovery(self, provider: Provider) -> dict[str, Any]:
+        doc = await self._get_json(provider.issuer.rstrip("/") + "/.well-known/openid-configuration")
+        if doc.get("issuer") != provider.issuer:
+            raise unavailable(
+                f"the discovery document names issuer {doc.get('issuer')!r}, not {provider.issuer!r}",
+                code="SVC.AUTH.PROVIDER_MISCONFIGURED",
+            )
+        for key in ("authorization_endpoint", "token_endpoint", "jwks_uri"):
+            if not isinstance(doc.get(key), str):
+                raise unavailable(
+                    f"the discovery document of {provider.issuer} lacks {key}",
+                    code="SVC.AUTH.PROVIDER_MISCONFIGURED",
+                )
+        return doc
+
     async def discovery(self, provider: Provider) -> dict[str, Any]:
         """The provider's discovery document, fetched once; its ``issuer`` must be the declared one."""
         entry = self._state(provider.issuer)
         if entry.discovery is None:
-            doc = await self._get_json(provider.issuer.rstrip("/") + "/.well-known/openid-configuration")
-            if doc.get("issuer") != provider.issuer:
-                raise unavailable(
-                    f"the discovery document names issuer {doc.get('issuer')!r}, not {provider.issuer!r}",
-                    code="SVC.AUTH.PROVIDER_MISCONFIGURED",
-                )
-            for key in ("authorization_endpoint", "token_endpoint", "jwks_uri"):
-                if not isinstance(doc.get(key), str):
-                    raise unavailable(
-                        f"the discovery document of {provider.issuer} lacks {key}",
-                        code="SVC.AUTH.PROVIDER_MISCONFIGURED",
-                    )
-            entry.discovery = doc
+            async with entry.lock:
+                # another request may have fetched it meanwhile; a successful attempt always
+                # leaves the document, so only a remembered failure stops this one
+                if entry.discovery is None and self._may_attempt(entry):
+                    await self._attempt(entry, provider, keys=False)
+        if entry.discovery is None:
+            raise unavailable(f"the discovery document of {provider.issuer} is not known yet: retry shortly")
         return entry.discovery
 
     async def _refresh(self, provider: Provider, *, force: bool) -> None:
         entry = self._state(provider.issuer)
         async with entry.lock:
-            if entry.keys and (not force or time.monotonic() - entry.fetched_at < self.min_refresh):
+            if entry.keys and not force:  # another request fetched them while this one waited
                 return
-            doc = await self.discovery(provider)
-            jwks = await self._get_json(doc["jwks_uri"])
-            self.fetches += 1
-            keys: dict[str, jwt.PyJWK] = {}
-            for raw in jwks.get("keys", []):
-                if not isinstance(raw, dict) or raw.get("use", "sig") != "sig":
-                    continue
-                try:
-                    key = jwt.PyJWK(raw)
-                except jwt.PyJWTError:  # a key type or curve we do not take
-                    continue
-                keys[key.key_id or ""] = key
-            if set(entry.keys) - set(keys):  # a key was withdrawn: forget what it vouched for
-                entry.verified.clear()
-            entry.keys = keys
-            entry.fetched_at = time.monotonic()
+            if self._may_attempt(entry):
+                await self._attempt(entry, provider, keys=True)
+
+    async def _fetch_keys(self, entry: _Issuer, jwks_uri: str) -> None:
+        jwks = await self._get_json(jwks_uri)
+        self.fetches += 1
+        keys: dict[str, jwt.PyJWK] = {}
+        for raw in jwks.get("keys", []):
+            if not isinstance(raw, dict) or raw.get("use", "sig") != "sig":
+                continue
+            try:
+                key = jwt.PyJWK(raw)
+            except jwt.PyJWTError:  # a key type or curve we do not take
+                continue
+            keys[key.key_id or ""] = key
+        if set(entry.keys) - set(keys):  # a key was withdrawn: forget what it vouched for
+            entry.verified.clear()
+        entry.keys = keys
 
     async def _key(self, provider: Provider, kid: str) -> jwt.PyJWK:
         entry = self._state(provider.issuer)
@@ -147,18 +203,21 @@ class KeySets:
         """The claims of ``token`` once signature, issuer, audience and times hold.
 
         A verified token is remembered until its ``exp`` (a signature check costs about a
-        millisecond, more than a find-by-id); the memory is bounded and emptied when the provider
-        withdraws a key, so a token stays accepted only while its key is published.
+        millisecond, more than a find-by-id) under the rules it met (``_rules``), so a declaration
+        with other algorithms, leeway or audience verifies it afresh; the memory is bounded and
+        emptied when the provider withdraws a key, so a token stays accepted only while its key
+        is published.
         """
         entry = self._state(provider.issuer)
         wanted = audience or provider.audience
-        hit = entry.verified.get((token, wanted))
+        remembered = (token, _rules(provider, wanted))
+        hit = entry.verified.get(remembered)
         if hit is not None and hit[0] > time.time():
             return hit[1]
         claims = await self._verify(provider, token, wanted)
         if len(entry.verified) >= CACHE_SIZE:
             entry.verified.clear()
-        entry.verified[(token, wanted)] = (float(claims["exp"]), claims)
+        entry.verified[remembered] = (float(claims["exp"]), claims)
         return claims
 
     async def _verify(self, provider: Provider, token: str, audience: str) -> dict[str, Any]:
