@@ -25,6 +25,7 @@ import jwt
 import pytest
 
 from dap import config
+from dap.config.platform import WorkspaceSpec
 from dap.server import identity, state
 from dap.server.access import providers, signins
 from dap.server.catalog import Catalog
@@ -358,8 +359,15 @@ def test_claims_map_to_roles_and_attributes() -> None:
 
 
 async def test_a_wrong_declaration_refuses_the_boot(pg_dsn: str) -> None:
+    # the manifests' validation refuses it (dap validate, dap serve, a pod's load: the same rule) ...
+    with pytest.raises(config.SpecError, match=r"spec\.auth\.providers\.corp\.issuer: .*https"):
+        _catalog("http://id.example.com")
+    # ... and so does create_server, for a catalog built without the loader
+    bare = WorkspaceSpec.model_validate(
+        {"auth": {"providers": {"corp": {"issuer": "http://id.example.com", "client_id": "dap"}}}}
+    )
     with pytest.raises(providers.ProviderRefused, match="https"):
-        async with running(pg_dsn, _catalog("http://id.example.com")):
+        async with running(pg_dsn, Catalog.build({}, workspaces={"default": bare})):
             pass
 
 
