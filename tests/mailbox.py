@@ -40,6 +40,13 @@ class Inbox:
             assert time.monotonic() < deadline, f"{len(self.messages)} of {count} messages in {WAIT} s"
             await asyncio.sleep(0.02)
 
+    def wait_blocking(self, count: int) -> None:
+        """``wait`` for a test outside the event loop (the UI's, driving a browser)."""
+        deadline = time.monotonic() + WAIT
+        while len(self.messages) < count:
+            assert time.monotonic() < deadline, f"{len(self.messages)} of {count} messages in {WAIT} s"
+            time.sleep(0.02)
+
     def body(self, n: int = -1) -> str:
         payload = self.messages[n].get_payload(decode=True)
         assert isinstance(payload, bytes)
