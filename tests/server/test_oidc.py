@@ -234,6 +234,17 @@ async def test_a_failing_provider_is_asked_once_per_interval(
     assert status == 200, answer
 
 
+async def test_a_sign_in_start_does_not_hold_back_the_first_key_fetch(srv: Running, issuer: Issuer) -> None:
+    # the floor is per document: a start fetches only the discovery document, and the callback's
+    # ID token, a second later, needs the key set at once (Dex's code flow found this)
+    srv.server.app[identity.KEYSETS].min_refresh = 60.0
+    async with srv.http.get(f"{srv.api}/default/_ui/oidc/corp/start", allow_redirects=False) as resp:
+        assert resp.status == 302, await resp.text()
+    status, answer = await _call(srv, issuer.token(groups=["staff"]))
+    assert status == 200, answer
+    assert (issuer.discovery_requests, issuer.jwks_requests) == (1, 1)
+
+
 @pytest.mark.parametrize(
     ("strict", "lenient", "not_before", "code"),
     [

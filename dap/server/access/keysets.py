@@ -3,10 +3,12 @@
 Each issuer's discovery document (``{issuer}/.well-known/openid-configuration``) and key set
 (its ``jwks_uri``) are fetched on first use and cached. A token whose ``kid`` is not in the cache
 makes one refetch of the key set, so a provider that rotates its signing key is followed without
-a restart. Attempts to reach one issuer (discovery, key set) are at least ``min_refresh`` seconds
-apart whether they succeed or fail: a failed attempt is remembered and answered (503 with the
-seconds left in ``Retry-After``) until the interval has passed, so neither a stream of tokens with
-made-up ``kid`` values nor a provider that answers 500 turns the server into a load on it.
+a restart. Fetches of each of an issuer's two documents (discovery, key set) are at least
+``min_refresh`` seconds apart whether they succeed or fail: a failed fetch is remembered and
+answered (503 with the seconds left in ``Retry-After``) until the interval has passed, so neither a
+stream of tokens with made-up ``kid`` values nor a provider that answers 500 turns the server into
+a load on it. The floor is per document, so a sign-in start (discovery only) does not hold back
+the key set its callback needs a moment later.
 
 A verified token is remembered per issuer under the rules it was verified by (audience,
 algorithms, leeway: ``_rules``), not the token alone: two workspaces may trust the same issuer
@@ -23,10 +25,12 @@ code; an unreachable provider is 503.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import jwt
@@ -59,14 +63,25 @@ def _rules(provider: Provider, audience: str) -> Rules:
     return (audience, provider.algorithms, provider.leeway)
 
 
+T = TypeVar("T")
+
+
+@dataclass
+class _Tries:
+    """When one document of an issuer was last fetched, and what that met when it failed."""
+
+    at: float | None = None  # monotonic
+    failure: errors.ServiceUnavailable | None = None
+
+
 @dataclass
 class _Issuer:
     discovery: dict[str, Any] | None = None
     keys: dict[str, jwt.PyJWK] = field(default_factory=dict)
     verified: dict[tuple[str, Rules], tuple[float, dict[str, Any]]] = field(default_factory=dict)
-    attempted_at: float | None = None  # monotonic time of the last attempt to reach the issuer
-    failure: errors.ServiceUnavailable | None = None  # what that attempt met, when it failed
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    discovery_tries: _Tries = field(default_factory=_Tries)
+    key_tries: _Tries = field(default_factory=_Tries)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one fetch of an issuer at a time
 
 
 class KeySets:
@@ -108,32 +123,23 @@ class KeySets:
     def _state(self, issuer: str) -> _Issuer:
         return self._issuers.setdefault(issuer, _Issuer())
 
-    def _may_attempt(self, entry: _Issuer) -> bool:
-        """Whether the issuer may be asked now; within the interval after a failed attempt, that
-        failure again (the caller learns the provider is unavailable, and when to retry)."""
-        if entry.attempted_at is None:
-            return True
-        left = self.min_refresh - (time.monotonic() - entry.attempted_at)
-        if left <= 0:
-            return True
-        if entry.failure is not None:
-            raise errors.ServiceUnavailable(
-                str(entry.failure), retry_after=max(1, math.ceil(left)), code=entry.failure.code
-            )
-        return False
-
-    async def _attempt(self, entry: _Issuer, provider: Provider, *, keys: bool) -> None:
-        """One attempt to reach the issuer (the lock held): its discovery document when unknown,
-        then its key set when ``keys``; the time and any failure are remembered for the floor."""
-        entry.attempted_at = time.monotonic()
-        entry.failure = None
+    async def _fetch(self, tries: _Tries, fetch: Callable[[], Awaitable[T]]) -> T | None:
+        """``fetch()`` unless the last try was within the interval: then ``None`` after a success,
+        and that failure again after a failure (the caller learns the provider is unavailable,
+        and when to retry). The time and any failure of this try are remembered."""
+        if tries.at is not None:
+            left = self.min_refresh - (time.monotonic() - tries.at)
+            if left > 0 and tries.failure is not None:
+                raise errors.ServiceUnavailable(
+                    str(tries.failure), retry_after=max(1, math.ceil(left)), code=tries.failure.code
+                )
+            if left > 0:
+                return None
+        tries.at, tries.failure = time.monotonic(), None
         try:
-            if entry.discovery is None:
-                entry.discovery = await self._fetch_discovery(provider)
-            if keys:
-                await self._fetch_keys(entry, entry.discovery["jwks_uri"])
+            return await fetch()
         except errors.ServiceUnavailable as exc:
-            entry.failure = exc
+            tries.failure = exc
             raise
 
     async def _fetch_discovery(self, provider: Provider) -> dict[str, Any]:
@@ -151,28 +157,37 @@ class KeySets:
                 )
         return doc
 
+    async def _known_discovery(self, entry: _Issuer, provider: Provider) -> dict[str, Any]:
+        """The discovery document, fetched when unknown (the issuer's lock held)."""
+        if entry.discovery is None:
+            fetch = functools.partial(self._fetch_discovery, provider)
+            entry.discovery = await self._fetch(entry.discovery_tries, fetch)
+        if entry.discovery is None:  # a successful fetch keeps it: only a failure leaves none
+            raise unavailable(f"the discovery document of {provider.issuer} is not known yet: retry shortly")
+        return entry.discovery
+
     async def discovery(self, provider: Provider) -> dict[str, Any]:
         """The provider's discovery document, fetched once; its ``issuer`` must be the declared one."""
         entry = self._state(provider.issuer)
-        if entry.discovery is None:
-            async with entry.lock:
-                # another request may have fetched it meanwhile; a successful attempt always
-                # leaves the document, so only a remembered failure stops this one
-                if entry.discovery is None and self._may_attempt(entry):
-                    await self._attempt(entry, provider, keys=False)
-        if entry.discovery is None:
-            raise unavailable(f"the discovery document of {provider.issuer} is not known yet: retry shortly")
-        return entry.discovery
+        if entry.discovery is not None:
+            return entry.discovery
+        async with entry.lock:
+            return await self._known_discovery(entry, provider)
 
     async def _refresh(self, provider: Provider, *, force: bool) -> None:
         entry = self._state(provider.issuer)
         async with entry.lock:
             if entry.keys and not force:  # another request fetched them while this one waited
                 return
-            if self._may_attempt(entry):
-                await self._attempt(entry, provider, keys=True)
+            doc = await self._known_discovery(entry, provider)
+            keys = await self._fetch(entry.key_tries, functools.partial(self._fetch_keys, doc["jwks_uri"]))
+            if keys is None:  # fetched within the interval: what it gave stands
+                return
+            if set(entry.keys) - set(keys):  # a key was withdrawn: forget what it vouched for
+                entry.verified.clear()
+            entry.keys = keys
 
-    async def _fetch_keys(self, entry: _Issuer, jwks_uri: str) -> None:
+    async def _fetch_keys(self, jwks_uri: str) -> dict[str, jwt.PyJWK]:
         jwks = await self._get_json(jwks_uri)
         self.fetches += 1
         keys: dict[str, jwt.PyJWK] = {}
@@ -184,9 +199,7 @@ class KeySets:
             except jwt.PyJWTError:  # a key type or curve we do not take
                 continue
             keys[key.key_id or ""] = key
-        if set(entry.keys) - set(keys):  # a key was withdrawn: forget what it vouched for
-            entry.verified.clear()
-        entry.keys = keys
+        return keys
 
     async def _key(self, provider: Provider, kid: str) -> jwt.PyJWK:
         entry = self._state(provider.issuer)
