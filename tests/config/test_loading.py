@@ -114,6 +114,17 @@ def test_cli_validate_exit_codes(tmp_path: Path) -> None:
     assert usage.exit_code == 2
 
 
+def test_cli_validate_reports_a_provider_the_server_could_not_use(tmp_path: Path) -> None:
+    # the rule dap serve, registration and a pod's load apply (dap.config.providers), same words
+    (tmp_path / "ws.yaml").write_text(
+        "apiVersion: dap.io/v1\nkind: Workspace\nmetadata: {name: acme}\nspec:\n  auth:\n    providers:\n"
+        "      corp: {issuer: 'https://id.example.com', client_id: dap, leeway: 600}\n"
+    )
+    bad = CliRunner().invoke(main, ["validate", str(tmp_path)])
+    assert bad.exit_code == 1, bad.output
+    assert "ws.yaml#1 spec.auth.providers.corp.leeway: auth provider 'corp': leeway is 0 to 120" in bad.output
+
+
 def test_cli_schema_prints_json() -> None:
     import json
 

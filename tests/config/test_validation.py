@@ -370,6 +370,34 @@ metadata: {name: api}
     pytest.param(
         """
 apiVersion: dap.io/v1
+kind: Workspace
+metadata: {name: acme}
+spec:
+  auth:
+    providers:
+      corp: {issuer: "https://id.example.com", client_id: dap, algorithms: [RS256, HS256]}
+""",
+        "spec.auth.providers.corp.algorithms",
+        "not ['HS256']",
+        id="workspace-provider-hmac",
+    ),
+    pytest.param(
+        """
+apiVersion: dap.io/v1
+kind: Workspace
+metadata: {name: acme}
+spec:
+  auth:
+    providers:
+      corp: {issuer: "https://id.example.com", client_id: dap, leeway: 600}
+""",
+        "spec.auth.providers.corp.leeway",
+        "leeway is 0 to 120 seconds",
+        id="workspace-provider-leeway",
+    ),
+    pytest.param(
+        """
+apiVersion: dap.io/v1
 kind: Gadget
 metadata: {name: g}
 """,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dap.resource_pod import backoff, converging, documents, errors, evidence, settings
+from dap.resource_pod import backoff, converging, documents, errors, evidence, loading, settings
 from dap.resource_pod.converging import Phase
 
 POLICY = backoff.Backoff(base=1.0, factor=2.0, cap=10.0, jitter=0.0)
@@ -186,3 +186,14 @@ def test_a_deploy_status_needs_a_target() -> None:
         errors.SnapshotExpired(""), workspace="w", cluster=None, at=datetime.now(UTC)
     )
     assert violation["detail"] == "SnapshotExpired" and violation["kind"] == "freeze"
+
+
+async def test_an_artifact_declaring_a_provider_the_server_could_not_use_fails_its_load() -> None:
+    # the pod keeps serving what it served and says why, instead of answering 500 to every request
+    files = {
+        "ws.yaml": b"apiVersion: dap.io/v1\nkind: Workspace\nmetadata: {name: acme}\nspec:\n  auth:\n"
+        b"    providers:\n"
+        b"      corp: {issuer: 'https://id.example.com', client_id: dap, algorithms: [HS256]}\n"
+    }
+    with pytest.raises(errors.LoadError, match=r"spec\.auth\.providers\.corp\.algorithms: .*HS256"):
+        await loading.catalog_for(files)

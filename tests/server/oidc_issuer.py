@@ -2,7 +2,9 @@
 
 It serves a discovery document and a JWKS (RS256, ES256 or EdDSA keys made here) and signs ID
 tokens with the key it currently publishes. Dex rotates its keys on a schedule of hours, so the
-rotation test uses this issuer: it rotates on demand while the dap server keeps running.
+rotation test uses this issuer: it rotates on demand while the dap server keeps running. Its
+discovery document and JWKS can be made to fail (``discovery_status``, ``jwks_status``), and it
+counts the requests each receives, so a test sees how often the dap server asks.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ class Issuer:
         self.key: Any = None
         self.published: list[dict[str, Any]] = []
         self.jwks_requests = 0
+        self.discovery_requests = 0
+        self.discovery_status = 200  # anything else: the endpoint answers that status, no document
+        self.jwks_status = 200
         self.url = ""
         self._runner: web.AppRunner | None = None
         self.rotate(alg)
@@ -68,6 +73,9 @@ class Issuer:
             await self._runner.cleanup()
 
     async def _discovery(self, _request: web.Request) -> web.Response:
+        self.discovery_requests += 1
+        if self.discovery_status != 200:
+            return web.Response(status=self.discovery_status, text="the issuer is failing")
         return web.json_response(
             {
                 "issuer": self.url,
@@ -81,6 +89,8 @@ class Issuer:
 
     async def _keys(self, _request: web.Request) -> web.Response:
         self.jwks_requests += 1
+        if self.jwks_status != 200:
+            return web.Response(status=self.jwks_status, text="the issuer is failing")
         return web.json_response({"keys": self.published})
 
     def token(self, *, sub: str = "u-1", aud: str = "dap", ttl: int = 300, **claims: Any) -> str:

@@ -6,11 +6,14 @@ claims mapped to roles (a mapped group may write, an unmapped one may not) and t
 the provider named in the audit trail; a rotated key accepted without restart (and the old one
 refused); RS256, ES256 and EdDSA; tokens of another issuer, of another audience, expired, with
 ``alg: none``, forged with the right ``kid`` or an HMAC algorithm refused; made-up ``kid`` values
-do not make the server refetch the key set faster than its floor.
+do not make the server refetch the key set faster than its floor, nor does a failing provider
+(its discovery or key set answering 500); two workspaces declaring the same issuer each keep
+their own algorithms and leeway, cached tokens included.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import time
@@ -22,6 +25,7 @@ import jwt
 import pytest
 
 from dap import config
+from dap.config.platform import WorkspaceSpec
 from dap.server import identity, state
 from dap.server.access import providers, signins
 from dap.server.catalog import Catalog
@@ -56,11 +60,12 @@ spec:
 }
 
 
-def _catalog(issuer_url: str) -> Catalog:
-    workspace = f"""
+def _workspace(issuer_url: str, name: str = "default", extra: str = "") -> str:
+    """A Workspace manifest declaring the provider ``corp`` (``extra``: more keys of it)."""
+    return f"""
 apiVersion: dap.io/v1
 kind: Workspace
-metadata: {{name: default}}
+metadata: {{name: {name}}}
 spec:
   title: Shop
   auth:
@@ -72,8 +77,12 @@ spec:
         roles_claim: groups
         roles: {{staff: [keeper]}}
         attributes: {{team: team}}
-"""
-    return Catalog.from_spec(config.load_files({**SHOP, **VAULT, "workspace.yaml": workspace}))
+{extra}"""
+
+
+def _catalog(issuer_url: str, *workspaces: str) -> Catalog:
+    documents = "\n---\n".join(workspaces or (_workspace(issuer_url),))
+    return Catalog.from_spec(config.load_files({**SHOP, **VAULT, "workspace.yaml": documents}))
 
 
 @pytest.fixture
@@ -92,9 +101,11 @@ async def srv(pg_dsn: str, issuer: Issuer) -> AsyncIterator[Running]:
         yield running_server
 
 
-async def _call(srv: Running, token: str, method: str = "GET", body: Any = None) -> tuple[int, Any]:
+async def _call(
+    srv: Running, token: str, method: str = "GET", body: Any = None, ws: str = "default"
+) -> tuple[int, Any]:
     headers = {"Authorization": f"Bearer {token}"}
-    url = f"{srv.api}/default/api/shop/vault"
+    url = f"{srv.api}/{ws}/api/shop/vault"
     async with srv.http.request(method, url, json=body, headers=headers) as resp:
         return resp.status, await resp.json(content_type=None)
 
@@ -180,6 +191,112 @@ async def test_made_up_kids_do_not_hammer_the_provider(srv: Running, issuer: Iss
     assert issuer.jwks_requests == fetched
 
 
+def _made_up_kid(issuer: Issuer, n: int) -> str:
+    now = int(time.time())
+    claims = {"iss": issuer.url, "sub": "x", "aud": "dap", "iat": now, "exp": now + 60}
+    return jwt.encode(claims, issuer.key, algorithm=issuer.alg, headers={"kid": f"made-up-{n}"})
+
+
+@pytest.mark.parametrize(
+    ("failing", "asked", "started"),
+    [
+        pytest.param("jwks_status", {"discovery_requests": 1, "jwks_requests": 1}, 302, id="key-set-500"),
+        pytest.param(
+            "discovery_status", {"discovery_requests": 1, "jwks_requests": 0}, 503, id="discovery-500"
+        ),
+    ],
+)
+async def test_a_failing_provider_is_asked_once_per_interval(
+    srv: Running, issuer: Issuer, failing: str, asked: dict[str, int], started: int
+) -> None:
+    # a failed fetch counts against the floor as a successful one does: 50 tokens with made-up
+    # kids (at once, then one by one) and a sign-in start ask a failing provider once, and each
+    # is told the provider is unavailable (503), not that the token is bad; a start needs only
+    # the discovery document, so it still redirects while the key set alone fails
+    keys = srv.server.app[identity.KEYSETS]
+    keys.min_refresh = 60.0
+    setattr(issuer, failing, 500)
+    answers = await asyncio.gather(*(_call(srv, _made_up_kid(issuer, n)) for n in range(25)))
+    answers += [await _call(srv, _made_up_kid(issuer, n)) for n in range(25, 50)]
+    assert {(status, _code(answer)) for status, answer in answers} == {
+        (503, "SVC.AUTH.PROVIDER_UNAVAILABLE")
+    }, answers[:3]
+    async with srv.http.get(f"{srv.api}/default/_ui/oidc/corp/start", allow_redirects=False) as resp:
+        assert resp.status == started, await resp.text()
+        assert started != 503 or resp.headers.get("Retry-After")
+    asked_now = {name: getattr(issuer, name) for name in asked}
+    assert asked_now == asked
+    # once the interval has passed, the next request asks again and the recovered provider serves
+    setattr(issuer, failing, 200)
+    keys.min_refresh = 0.2
+    await asyncio.sleep(0.3)
+    status, answer = await _call(srv, issuer.token(groups=["staff"]))
+    assert status == 200, answer
+
+
+async def test_a_sign_in_start_does_not_hold_back_the_first_key_fetch(srv: Running, issuer: Issuer) -> None:
+    # the floor is per document: a start fetches only the discovery document, and the callback's
+    # ID token, a second later, needs the key set at once (Dex's code flow found this)
+    srv.server.app[identity.KEYSETS].min_refresh = 60.0
+    async with srv.http.get(f"{srv.api}/default/_ui/oidc/corp/start", allow_redirects=False) as resp:
+        assert resp.status == 302, await resp.text()
+    status, answer = await _call(srv, issuer.token(groups=["staff"]))
+    assert status == 200, answer
+    assert (issuer.discovery_requests, issuer.jwks_requests) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    ("strict", "lenient", "not_before", "code"),
+    [
+        pytest.param(
+            "        algorithms: [ES256]",
+            "        algorithms: [RS256]",
+            None,
+            "SVC.AUTH.BAD_ALGORITHM",
+            id="algorithms",
+        ),
+        pytest.param(
+            "        leeway: 0",
+            "        leeway: 120",
+            60,  # valid in 60 s: inside a 120 s leeway, outside none
+            "SVC.AUTH.INVALID_TOKEN",
+            id="leeway",
+        ),
+    ],
+)
+async def test_each_workspace_applies_its_own_declaration_to_cached_tokens(
+    pg_dsn: str, issuer: Issuer, strict: str, lenient: str, not_before: int | None, code: str
+) -> None:
+    # two workspaces trust the same issuer with different rules: a token the lenient one accepted
+    # (and so remembers) is still refused by the strict one, before and after, and writes nothing
+    catalog = _catalog(
+        issuer.url, _workspace(issuer.url, "default", strict), _workspace(issuer.url, "other", lenient)
+    )
+    async with running(pg_dsn, catalog) as srv:
+        await srv.register("other")
+        before = await _stored(srv)
+        claims = {} if not_before is None else {"nbf": int(time.time()) + not_before}
+        token = issuer.token(groups=["staff"], **claims)
+        status, answer = await _call(srv, token)
+        assert (status, _code(answer)) == (401, code), answer
+        status, answer = await _call(srv, token, ws="other")
+        assert status == 200, answer
+        status, answer = await _call(srv, token)
+        assert (status, _code(answer)) == (401, code), answer
+        status, answer = await _call(srv, token, "POST", PRODUCT)
+        assert (status, _code(answer)) == (401, code), answer
+        assert await _stored(srv) == before
+
+
+async def _stored(srv: Running) -> list[str]:
+    """The ids of the vault records of ``default``, read with a local admin's token."""
+    url = f"{srv.api}/default/api/shop/vault?limit=1000"
+    async with srv.http.get(url, headers=srv.auth()) as resp:
+        listed = await resp.json()
+        assert resp.status == 200, listed
+    return sorted(record["id"] for record in listed["data"])
+
+
 def _b64(data: dict[str, Any]) -> str:
     return base64.urlsafe_b64encode(json.dumps(data).encode()).rstrip(b"=").decode()
 
@@ -253,8 +370,15 @@ def test_claims_map_to_roles_and_attributes() -> None:
 
 
 async def test_a_wrong_declaration_refuses_the_boot(pg_dsn: str) -> None:
+    # the manifests' validation refuses it (dap validate, dap serve, a pod's load: the same rule) ...
+    with pytest.raises(config.SpecError, match=r"spec\.auth\.providers\.corp\.issuer: .*https"):
+        _catalog("http://id.example.com")
+    # ... and so does create_server, for a catalog built without the loader
+    bare = WorkspaceSpec.model_validate(
+        {"auth": {"providers": {"corp": {"issuer": "http://id.example.com", "client_id": "dap"}}}}
+    )
     with pytest.raises(providers.ProviderRefused, match="https"):
-        async with running(pg_dsn, _catalog("http://id.example.com")):
+        async with running(pg_dsn, Catalog.build({}, workspaces={"default": bare})):
             pass
 
 

@@ -147,6 +147,30 @@ def test_invalid_spec_is_a_one_line_refusal(pg_dsn: str, tmp_path: Path) -> None
     assert "not a directory" in _refused(["serve", "--spec", str(tmp_path / "missing")], pg_dsn)
 
 
+@pytest.mark.parametrize(
+    ("declared", "named"),
+    [
+        pytest.param("algorithms: [RS256, HS256]", "algorithms", id="hmac"),
+        pytest.param("leeway: 600", "leeway", id="leeway"),
+    ],
+)
+def test_a_provider_the_server_could_not_use_refuses_the_boot(
+    pg_dsn: str, tmp_path: Path, declared: str, named: str
+) -> None:
+    # before, such a workspace booted and then answered 500 to every request, local tokens too
+    spec = tmp_path / "spec"
+    spec.mkdir()
+    (spec / "m.yaml").write_text(MODULE.replace("inv", "idp"))  # a module of its own: no schema history
+    (spec / "ws.yaml").write_text(
+        "apiVersion: dap.io/v1\nkind: Workspace\nmetadata: {name: acme}\nspec:\n  auth:\n    providers:\n"
+        f"      corp: {{issuer: 'https://id.example.com', client_id: dap, {declared}}}\n"
+    )
+    line = _refused(
+        ["serve", "--spec", str(spec), "--addr", f"127.0.0.1:{_port()}", "--metrics-addr", ""], pg_dsn
+    )
+    assert f"spec.auth.providers.corp.{named}" in line and "dap validate" in line, line
+
+
 def test_address_in_use_is_a_one_line_refusal(pg_dsn: str, tmp_path: Path) -> None:
     spec = tmp_path / "spec"
     spec.mkdir()

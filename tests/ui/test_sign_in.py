@@ -164,6 +164,7 @@ def test_a_forgotten_password_is_reset_by_the_mailed_link(served: Served, chromi
     page.get_by_label("Username").fill("root")
     page.get_by_role("button", name="Send the link").click()
     expect(page.get_by_role("status")).to_contain_text("a link to choose a new password is on its way")
+    served.inbox.wait_blocking(1)  # the mail goes out after the answer
     assert len(served.inbox.messages) == 1
     link = served.inbox.link()
     page.goto(link)

@@ -14,7 +14,8 @@ The rules are grouped by what they look at, one module each:
 - ``scoping``: row scope, the create scope, backdating;
 - ``references``: UI views, apps, module dependencies, workspaces;
 - ``formulas``: expressions and the names they read;
-- ``contexts``: a page's contexts (ContextDecl).
+- ``contexts``: a page's contexts (ContextDecl);
+- ``signins``: a workspace's OpenID providers.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from dap.config.validation import (
     naming,
     references,
     scoping,
+    signins,
 )
 from dap.config.validation.formulas import CONTEXT_ROOTS
 from dap.config.validation.locating import FILTERABLE_SYSTEM_FIELDS, SYSTEM_FIELDS, Rule
@@ -61,6 +63,7 @@ RULES: tuple[Rule, ...] = (
     references.app_rules,
     formulas.expression_rules,
     contexts.page_context_rules,
+    signins.provider_rules,
 )
 
 

@@ -3,8 +3,16 @@
 Each issuer's discovery document (``{issuer}/.well-known/openid-configuration``) and key set
 (its ``jwks_uri``) are fetched on first use and cached. A token whose ``kid`` is not in the cache
 makes one refetch of the key set, so a provider that rotates its signing key is followed without
-a restart; refetches of one issuer are at least ``min_refresh`` seconds apart, so a stream of
-tokens with made-up ``kid`` values cannot turn the server into a load on the provider.
+a restart. Fetches of each of an issuer's two documents (discovery, key set) are at least
+``min_refresh`` seconds apart whether they succeed or fail: a failed fetch is remembered and
+answered (503 with the seconds left in ``Retry-After``) until the interval has passed, so neither a
+stream of tokens with made-up ``kid`` values nor a provider that answers 500 turns the server into
+a load on it. The floor is per document, so a sign-in start (discovery only) does not hold back
+the key set its callback needs a moment later.
+
+A verified token is remembered per issuer under the rules it was verified by (audience,
+algorithms, leeway: ``_rules``), not the token alone: two workspaces may trust the same issuer
+with different declarations, and a token one of them accepted must still meet the other's.
 
 The algorithm comes from the provider's declared list (RS256, ES256, EdDSA), must agree with the
 key's type, and is the only one pyjwt is given: ``alg: none`` and HMAC with a public key as
@@ -17,9 +25,12 @@ code; an unreachable provider is 503.
 from __future__ import annotations
 
 import asyncio
+import functools
+import math
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import jwt
@@ -43,13 +54,34 @@ def _invalid(message: str, code: str = "SVC.AUTH.INVALID_TOKEN") -> errors.Unaut
     return errors.Unauthorized(message, code=code)
 
 
+Rules = tuple[str, tuple[str, ...], int]  # audience, algorithms, leeway: what a verification checked
+
+
+def _rules(provider: Provider, audience: str) -> Rules:
+    """What a verification of ``provider``'s token depends on beyond the token and the issuer's keys
+    (the issuer is the cache's own): a remembered result is reused only under the same rules."""
+    return (audience, provider.algorithms, provider.leeway)
+
+
+T = TypeVar("T")
+
+
+@dataclass
+class _Tries:
+    """When one document of an issuer was last fetched, and what that met when it failed."""
+
+    at: float | None = None  # monotonic
+    failure: errors.ServiceUnavailable | None = None
+
+
 @dataclass
 class _Issuer:
     discovery: dict[str, Any] | None = None
     keys: dict[str, jwt.PyJWK] = field(default_factory=dict)
-    verified: dict[tuple[str, str], tuple[float, dict[str, Any]]] = field(default_factory=dict)
-    fetched_at: float = 0.0
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    verified: dict[tuple[str, Rules], tuple[float, dict[str, Any]]] = field(default_factory=dict)
+    discovery_tries: _Tries = field(default_factory=_Tries)
+    key_tries: _Tries = field(default_factory=_Tries)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one fetch of an issuer at a time
 
 
 class KeySets:
@@ -91,46 +123,83 @@ class KeySets:
     def _state(self, issuer: str) -> _Issuer:
         return self._issuers.setdefault(issuer, _Issuer())
 
+    async def _fetch(self, tries: _Tries, fetch: Callable[[], Awaitable[T]]) -> T | None:
+        """``fetch()`` unless the last try was within the interval: then ``None`` after a success,
+        and that failure again after a failure (the caller learns the provider is unavailable,
+        and when to retry). The time and any failure of this try are remembered."""
+        if tries.at is not None:
+            left = self.min_refresh - (time.monotonic() - tries.at)
+            if left > 0 and tries.failure is not None:
+                raise errors.ServiceUnavailable(
+                    str(tries.failure), retry_after=max(1, math.ceil(left)), code=tries.failure.code
+                )
+            if left > 0:
+                return None
+        tries.at, tries.failure = time.monotonic(), None
+        try:
+            return await fetch()
+        except errors.ServiceUnavailable as exc:
+            tries.failure = exc
+            raise
+
+    async def _fetch_discovery(self, provider: Provider) -> dict[str, Any]:
+        doc = await self._get_json(provider.issuer.rstrip("/") + "/.well-known/openid-configuration")
+        if doc.get("issuer") != provider.issuer:
+            raise unavailable(
+                f"the discovery document names issuer {doc.get('issuer')!r}, not {provider.issuer!r}",
+                code="SVC.AUTH.PROVIDER_MISCONFIGURED",
+            )
+        for key in ("authorization_endpoint", "token_endpoint", "jwks_uri"):
+            if not isinstance(doc.get(key), str):
+                raise unavailable(
+                    f"the discovery document of {provider.issuer} lacks {key}",
+                    code="SVC.AUTH.PROVIDER_MISCONFIGURED",
+                )
+        return doc
+
+    async def _known_discovery(self, entry: _Issuer, provider: Provider) -> dict[str, Any]:
+        """The discovery document, fetched when unknown (the issuer's lock held)."""
+        if entry.discovery is None:
+            fetch = functools.partial(self._fetch_discovery, provider)
+            entry.discovery = await self._fetch(entry.discovery_tries, fetch)
+        if entry.discovery is None:  # a successful fetch keeps it: only a failure leaves none
+            raise unavailable(f"the discovery document of {provider.issuer} is not known yet: retry shortly")
+        return entry.discovery
+
     async def discovery(self, provider: Provider) -> dict[str, Any]:
         """The provider's discovery document, fetched once; its ``issuer`` must be the declared one."""
         entry = self._state(provider.issuer)
-        if entry.discovery is None:
-            doc = await self._get_json(provider.issuer.rstrip("/") + "/.well-known/openid-configuration")
-            if doc.get("issuer") != provider.issuer:
-                raise unavailable(
-                    f"the discovery document names issuer {doc.get('issuer')!r}, not {provider.issuer!r}",
-                    code="SVC.AUTH.PROVIDER_MISCONFIGURED",
-                )
-            for key in ("authorization_endpoint", "token_endpoint", "jwks_uri"):
-                if not isinstance(doc.get(key), str):
-                    raise unavailable(
-                        f"the discovery document of {provider.issuer} lacks {key}",
-                        code="SVC.AUTH.PROVIDER_MISCONFIGURED",
-                    )
-            entry.discovery = doc
-        return entry.discovery
+        if entry.discovery is not None:
+            return entry.discovery
+        async with entry.lock:
+            return await self._known_discovery(entry, provider)
 
     async def _refresh(self, provider: Provider, *, force: bool) -> None:
         entry = self._state(provider.issuer)
         async with entry.lock:
-            if entry.keys and (not force or time.monotonic() - entry.fetched_at < self.min_refresh):
+            if entry.keys and not force:  # another request fetched them while this one waited
                 return
-            doc = await self.discovery(provider)
-            jwks = await self._get_json(doc["jwks_uri"])
-            self.fetches += 1
-            keys: dict[str, jwt.PyJWK] = {}
-            for raw in jwks.get("keys", []):
-                if not isinstance(raw, dict) or raw.get("use", "sig") != "sig":
-                    continue
-                try:
-                    key = jwt.PyJWK(raw)
-                except jwt.PyJWTError:  # a key type or curve we do not take
-                    continue
-                keys[key.key_id or ""] = key
+            doc = await self._known_discovery(entry, provider)
+            keys = await self._fetch(entry.key_tries, functools.partial(self._fetch_keys, doc["jwks_uri"]))
+            if keys is None:  # fetched within the interval: what it gave stands
+                return
             if set(entry.keys) - set(keys):  # a key was withdrawn: forget what it vouched for
                 entry.verified.clear()
             entry.keys = keys
-            entry.fetched_at = time.monotonic()
+
+    async def _fetch_keys(self, jwks_uri: str) -> dict[str, jwt.PyJWK]:
+        jwks = await self._get_json(jwks_uri)
+        self.fetches += 1
+        keys: dict[str, jwt.PyJWK] = {}
+        for raw in jwks.get("keys", []):
+            if not isinstance(raw, dict) or raw.get("use", "sig") != "sig":
+                continue
+            try:
+                key = jwt.PyJWK(raw)
+            except jwt.PyJWTError:  # a key type or curve we do not take
+                continue
+            keys[key.key_id or ""] = key
+        return keys
 
     async def _key(self, provider: Provider, kid: str) -> jwt.PyJWK:
         entry = self._state(provider.issuer)
@@ -147,18 +216,21 @@ class KeySets:
         """The claims of ``token`` once signature, issuer, audience and times hold.
 
         A verified token is remembered until its ``exp`` (a signature check costs about a
-        millisecond, more than a find-by-id); the memory is bounded and emptied when the provider
-        withdraws a key, so a token stays accepted only while its key is published.
+        millisecond, more than a find-by-id) under the rules it met (``_rules``), so a declaration
+        with other algorithms, leeway or audience verifies it afresh; the memory is bounded and
+        emptied when the provider withdraws a key, so a token stays accepted only while its key
+        is published.
         """
         entry = self._state(provider.issuer)
         wanted = audience or provider.audience
-        hit = entry.verified.get((token, wanted))
+        remembered = (token, _rules(provider, wanted))
+        hit = entry.verified.get(remembered)
         if hit is not None and hit[0] > time.time():
             return hit[1]
         claims = await self._verify(provider, token, wanted)
         if len(entry.verified) >= CACHE_SIZE:
             entry.verified.clear()
-        entry.verified[(token, wanted)] = (float(claims["exp"]), claims)
+        entry.verified[remembered] = (float(claims["exp"]), claims)
         return claims
 
     async def _verify(self, provider: Provider, token: str, audience: str) -> dict[str, Any]:

@@ -2,15 +2,23 @@
 
 Only the SHA-256 of a token is stored; a new request replaces the user's earlier token, and
 confirming takes the token with ``DELETE … RETURNING``, so a link works once and only until
-``RESET_TTL``. Sending the mail is ``mailer``'s job, the HTTP side ``web.passwords``'.
+``RESET_TTL``. ``mail_link`` is the whole of a reset request past its answer: find the user,
+issue a token, mail the link (``mailer``); the HTTP side (``web.passwords``) answers first and
+runs it afterwards, so nothing of it (an unknown user, a slow or refusing relay) shows in the
+answer or its timing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import secrets
 import uuid
+from collections.abc import Callable
 
+import asyncpg
+
+from dap.server.access import mailer
 from dap.server.storage import db
 
 RESET_TTL = 3600  # seconds a reset link stays valid
@@ -61,3 +69,33 @@ async def take(conn: db.Connection, tenant: uuid.UUID, token: str) -> uuid.UUID 
         tenant,
     )
     return user
+
+
+async def mail_link(
+    pool: asyncpg.Pool,
+    smtp: mailer.Smtp,
+    *,
+    tenant: uuid.UUID,
+    username: str,
+    link: Callable[[str], str],
+    title: str,
+) -> bool:
+    """Mail ``username`` a reset link (``link(token)``) when the account exists and has an address.
+
+    Whether it did is the result; a relay that cannot take the message raises
+    ``ServiceUnavailable`` (``mailer.send``), after the token was issued (a mail that never came
+    leaves a link nobody holds, which expires).
+    """
+    async with db.connection(pool) as conn:
+        row = await conn.fetchrow(
+            "SELECT id, email FROM dap.users WHERE tenant_id = $1 AND username = $2", tenant, username
+        )
+        if row is None or not row["email"]:
+            return False
+        async with db.committed(conn):
+            token = await issue(conn, tenant, row["id"])
+    message = mailer.reset_message(
+        smtp, to=row["email"], username=username, link=link(token), title=title, minutes=RESET_TTL // 60
+    )
+    await asyncio.to_thread(mailer.send, smtp, message)
+    return True

@@ -109,7 +109,7 @@ async def start(request: web.Request) -> web.Response:
 
 async def _token_request(provider: providers.Provider, endpoint: str, form: dict[str, str]) -> dict[str, Any]:
     """POST to the provider's token endpoint with client_secret_basic (RFC 6749 §2.3.1)."""
-    secret = provider.client_secret
+    secret = providers.client_secret(provider)
     headers = {"Accept": "application/json"}
     if secret is not None:
         quote = urllib.parse.quote
@@ -264,7 +264,11 @@ async def logout(request: web.Request) -> web.Response:
 
 
 def check_declarations(catalog: Catalog) -> None:
-    """Every workspace's providers parse; else ``ProviderRefused`` (a boot refusal) names the first."""
+    """Every workspace's providers parse; else ``ProviderRefused`` (a boot refusal) names the first.
+
+    A catalog loaded from manifests has passed the same parse already (``dap.config.providers``,
+    run by the manifests' validation on every path that loads them); this covers a catalog built
+    in code, so ``create_server`` never serves a declaration it cannot use."""
     for spec in catalog.workspaces.values():
         if spec.auth is not None:
             providers.parse_all(spec.auth.providers)

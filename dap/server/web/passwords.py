@@ -5,8 +5,13 @@ changes their password (403 when the current one is wrong; 409 for a provider's 
 password lives at the provider). ``POST /{ws}/_ui/password-reset`` ``{"username"}`` mails a link
 ``{DAP_PUBLIC_URL}/{ws}/#/reset?token=…`` to the user's address and answers 202 whether or not
 the user exists or has an address, so the answer tells nobody who has an account; it is
-rate-limited like login. The link's host is ``DAP_PUBLIC_URL``, never the request's ``Host``
-header, which a caller could point at their own server to collect someone else's token. ``POST
+rate-limited like login. The answer comes first and the rest (finding the user, issuing the
+token, the mail: ``resets.mail_link``) runs after it in a task of the application, so neither the
+answer nor its timing depends on the account or on the relay; a relay that refuses or fails is
+logged (warning, with the relay's address and error), never shown. A graceful stop waits for
+mails in flight (``DRAIN`` seconds at most) before the pool closes. The link's host is
+``DAP_PUBLIC_URL``, never the request's ``Host`` header, which a caller could point at their own
+server to collect someone else's token. ``POST
 /{ws}/_ui/password-reset/confirm`` ``{"token", "new_password"}`` takes the token once (403 when
 unknown, used or expired) and sets the password. Tokens already issued for the user stay valid
 until they expire: local tokens are not revocable (``access.auth``).
@@ -15,8 +20,10 @@ until they expire: local tokens are not revocable (``access.auth``).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import uuid
+from collections.abc import Coroutine
 from typing import Any
 
 from aiohttp import web
@@ -28,6 +35,10 @@ from dap.server.storage.workspaces import Workspace
 from dap.server.web import requests, users
 
 UNAVAILABLE = "SVC.AUTH.RESET_UNAVAILABLE"
+DRAIN = 15.0  # seconds a graceful stop waits for reset mails in flight (a relay's timeout is 10 s)
+PENDING: web.AppKey[set[asyncio.Task[None]]] = web.AppKey("reset_mails", set)
+
+log = logging.getLogger(__name__)
 
 
 async def _workspace(request: web.Request) -> Workspace:
@@ -115,25 +126,50 @@ async def request_reset(request: web.Request) -> web.Response:
     async with db.connection(pool) as conn:
         await throttling.check(conn, throttling.LOGIN_PER_ADDRESS, request.remote or "unknown")
         await throttling.check(conn, throttling.LOGIN_PER_USERNAME, f"{workspace.tenant_id}:{username}")
-        row = await conn.fetchrow(
-            "SELECT id, email FROM dap.users WHERE tenant_id = $1 AND username = $2",
-            workspace.tenant_id,
-            username,
-        )
-        token = None
-        if row is not None and row["email"]:
-            async with db.committed(conn):
-                token = await resets.issue(conn, workspace.tenant_id, row["id"])
-    if row is not None and token is not None:
-        spec = request.app[state.SPEC].current.workspaces.get(workspace.slug)
-        title = (spec.title if spec is not None else None) or workspace.slug
-        link = f"{public}/{workspace.slug}/#/reset?token={token}"
-        message = mailer.reset_message(
-            smtp, to=row["email"], username=username, link=link, title=title, minutes=resets.RESET_TTL // 60
-        )
-        await asyncio.to_thread(mailer.send, smtp, message)
+    spec = request.app[state.SPEC].current.workspaces.get(workspace.slug)
+    title = (spec.title if spec is not None else None) or workspace.slug
+    mailing = resets.mail_link(
+        pool,
+        smtp,
+        tenant=workspace.tenant_id,
+        username=username,
+        link=lambda token: f"{public}/{workspace.slug}/#/reset?token={token}",
+        title=title,
+    )
+    _after_answer(request.app, _logged(mailing, workspace=workspace.slug, username=username))
     answer = {"detail": "if the account has an e-mail address, a reset link is on its way"}
     return web.json_response({"data": answer}, status=202)
+
+
+async def _logged(mailing: Coroutine[Any, Any, bool], *, workspace: str, username: str) -> None:
+    """Run ``mailing``; what fails is logged for the operator, since no caller waits for it."""
+    ctx = {"workspace": workspace, "username": username}
+    try:
+        await mailing
+    except errors.ServiceUnavailable as exc:  # the relay: unreachable, refusing, timing out
+        log.warning("password reset mail not sent: %s", exc, extra={"ctx": ctx})
+    except Exception:
+        log.exception("password reset mail not sent", extra={"ctx": ctx})
+
+
+def _after_answer(app: web.Application, work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work`` after the answer, held by the application so a stop can wait for it."""
+    task = asyncio.create_task(work, name="dap-password-reset-mail")
+    pending = app[PENDING]
+    pending.add(task)
+    task.add_done_callback(pending.discard)
+
+
+async def _drain(app: web.Application) -> None:
+    """Let mails in flight finish before the pool closes (``on_shutdown`` runs before cleanup)."""
+    current: set[asyncio.Task[None]] = app[PENDING]
+    pending = set(current)  # a copy: finished tasks leave the application's set meanwhile
+    if pending:
+        _done, late = await asyncio.wait(pending, timeout=DRAIN)
+        for task in late:
+            task.cancel()
+        if late:
+            log.warning("%d password reset mail(s) still sending at stop: abandoned", len(late))
 
 
 async def confirm_reset(request: web.Request) -> web.Response:
@@ -161,6 +197,9 @@ async def confirm_reset(request: web.Request) -> web.Response:
 
 
 def add_routes(app: web.Application) -> None:
+    pending: set[asyncio.Task[None]] = set()
+    app[PENDING] = pending
+    app.on_shutdown.append(_drain)
     app.router.add_post("/{ws}/_ui/password", change)
     app.router.add_post("/{ws}/_ui/password-reset", request_reset)
     app.router.add_post("/{ws}/_ui/password-reset/confirm", confirm_reset)
