@@ -136,6 +136,7 @@ spec:
     - {name: colour, type: enum, enum_values: [red, green]}
     - {name: tags, type: string, multiple: true}
     - {name: extra, type: json}
+    - {name: batch, type: string, immutable: true}
   expose: [{type: rest}]
 """,
 }
@@ -536,26 +537,13 @@ def _quoted(text: str) -> str:
 async def test_a_lists_export_imports_back_by_id_unchanged_then_edited(srv: Running) -> None:
     made = [
         await create(
-            srv, "sample", {"ref": "EXP-1", "label": "=cmd|' /C calc'!A0", "count": 17, "price": "2.50"}
+            srv, "sample", {"ref": "EXP-1", "label": "=cmd|' /C calc'!A0", "count": 17, "batch": "B-1"}
         ),
         await create(srv, "sample", {"ref": "EXP-2", "label": "-1+1", "tags": ["x"], "extra": {"a": 1}}),
         await create(srv, "sample", {"ref": "EXP-3", "active": True, "due": "2024-01-31"}, submit=True),
     ]
     status, listed, _ = await send(srv, "GET", f"{D}/sample?ref[like]=EXP-%25&sort=ref", ADMIN)
-    fields = [
-        "ref",
-        "label",
-        "note",
-        "count",
-        "price",
-        "ratio",
-        "active",
-        "due",
-        "at",
-        "colour",
-        "tags",
-        "extra",
-    ]
+    fields = [*(f.name for f in CATALOG.resources["depot/sample"].fields.values())]
     columns = ["id", *fields, "docstatus", "version"]
     text = _export(columns, listed["data"], {"tags", "extra"})
     assert "'=cmd" in text and "'-1+1" in text  # the formula guard, as the UI writes it
@@ -571,6 +559,11 @@ async def test_a_lists_export_imports_back_by_id_unchanged_then_edited(srv: Runn
         "=cmd|' /C calc'!A0",
         2,
     )
+    # an immutable field the export lists imports back at its value, and is refused changed
+    rows[0]["batch"], rows[0]["version"] = "B-2", 2
+    status, answer = await import_csv(srv, "sample", _export(columns, rows, {"tags", "extra"}), ADMIN)
+    assert status == 422 and answer["problems"][0]["field"] == "batch", answer
+    rows[0]["batch"], rows[0]["version"] = "B-1", 1
     # the same file again: the first row was written at version 1, the record is at 2 now
     status, answer = await import_csv(srv, "sample", _export(columns, rows, {"tags", "extra"}), ADMIN)
     assert status == 422 and answer["problems"][0]["code"] == "SVC.VERSION.MISMATCH", answer

@@ -147,8 +147,7 @@ async def load(
     verbs: frozenset[str] | None = None,
 ) -> Report:
     """Load ``rows`` into the workspace ``tenant`` in one transaction; :class:`SeedError` when any row
-    has a problem (then nothing is loaded). ``verbs``: what the entity exposes over REST, for an
-    import, whose rows stand for those verbs (a seed is the spec's own data and needs none)."""
+    has a problem (then nothing is loaded). ``verbs``: the entity's exposed ones, for an import."""
     started = time.perf_counter()
     await ensure_schema(conn)
     run = _Run(
@@ -375,11 +374,6 @@ async def _change(
     seeding_rows.exposes(run.verbs, resource, "update")
     access = guards.check(run.principal, resource, "update")
     guards.writable(access, row.values)  # hidden fields refused before a reference is looked up
-    body = await _resolved(run, resource, row)
-    for field_name in [n for n, f in resource.fields.items() if f.natural_key]:
-        body.pop(field_name, None)  # the key that found the record, never rewritten
-    body = guards.writable(access, body)
-    values = writing.validate_body(resource, body, partial=True, catalog=run.catalog)
     name = f"{resource.key} {key!r} ({row.source}:{row.line})"
     try:
         current = await guards.select_record(
@@ -394,6 +388,11 @@ async def _change(
             run.report.notes.append(f"{name}: deleted since it was seeded; not made again")
         return
     seeding_rows.as_written(resource, row, current)
+    body = await _resolved(run, resource, row)
+    for field_name in [n for n, f in resource.fields.items() if f.natural_key]:
+        body.pop(field_name, None)  # the key that found the record, never rewritten
+    body = seeding_rows.unwritten(resource, current, guards.writable(access, body))
+    values = writing.validate_body(resource, body, partial=True, catalog=run.catalog)
     if same_row or seeding_rows.same(resource, current, values):
         if not same_row:
             await _remember(run, resource.key, key, record_id, row)

@@ -7,7 +7,8 @@
   update, a submit), so ``expose`` must open it, or the row meets the 405 the verb would;
 - :func:`as_written`: a row from an export (its ``version``, ``docstatus``) is refused when its
   record moved on since (412, the ``If-Match`` of a PATCH);
-- :func:`same`: whether a row's validated values are what its record holds (nothing to write).
+- :func:`same`: whether a row's validated values are what its record holds (nothing to write);
+  :func:`unwritten`: a row without the read-only fields an export lists at their stored values.
 """
 
 from __future__ import annotations
@@ -94,3 +95,20 @@ def same(resource: Resource, current: Any, values: dict[str, Any]) -> bool:
         if records.to_json(f, current[column]) != records.to_json(f, value):
             return False
     return True
+
+
+def unwritten(resource: Resource, current: Any, body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` without the read-only, computed and immutable fields whose value is the record's
+    own: an export lists them (a state, a total), and importing it back is no attempt to write
+    them. One that differs stays, for the validation to refuse as it refuses a PATCH."""
+    return {name: value for name, value in body.items() if not _kept(resource, current, name, value)}
+
+
+def _kept(resource: Resource, current: Any, name: str, value: Any) -> bool:
+    f, column = resource.fields.get(name), resource.column(name)
+    if f is None or column is None or not (f.read_only or f.computed is not None or f.immutable):
+        return False
+    try:
+        return bool(records.to_json(f, records.coerce(f, value)) == records.to_json(f, current[column]))
+    except records.InvalidValueError:
+        return False
