@@ -27,6 +27,7 @@ import pytest
 import pytest_asyncio
 
 from dap.server.storage import tables, workspaces
+from dap.server.web import imports
 from dap.server.workflows import csvdialect, seeding, seeds
 
 from .conftest import Running, load, running, token
@@ -660,3 +661,24 @@ async def test_a_csv_seed_file_types_its_cells_as_the_import_does(srv: Running, 
     assert report.created == 2
     _, listed, _ = await send(srv, "GET", f"{D}/item?code[like]=SEED-%25&sort=code", ADMIN)
     assert [r["qty"] for r in listed["data"]] == [17, -3]
+
+
+async def test_a_file_past_the_limit_is_refused_with_or_without_its_length(srv: Running, pg_dsn: str) -> None:
+    before = await stored(pg_dsn)
+    big = b"code,title\n" + b"BIG-1," + b"x" * imports.MAX_BYTES + b"\n"
+    status, answer = await import_csv(srv, "item", big, ADMIN)
+    assert (status, answer["code"]) == (413, "SVC.IMPORT.TOO_LARGE"), answer
+
+    async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: refused while reading
+        for start in range(0, len(big), 1 << 16):
+            yield big[start : start + (1 << 16)]
+
+    headers = {**ADMIN, "Content-Type": "text/csv"}
+    async with srv.http.post(srv.api + f"{D}/item/_import", data=chunks(), headers=headers) as resp:
+        problem = await resp.json(content_type=None)
+        assert (resp.status, problem["code"]) == (413, "SVC.IMPORT.TOO_LARGE"), problem
+    assert await stored(pg_dsn) == before
+    # past the server's body limit for JSON (1 MiB) and within the import's: a long text cell
+    note = "n" * (2 * 1024 * 1024)
+    status, answer = await import_csv(srv, "sample", f"ref,note\nBIG-NOTE,{note}\n", ADMIN, dry=True)
+    assert (status, answer["created"]) == (200, 1), answer
