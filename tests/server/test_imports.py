@@ -118,6 +118,17 @@ spec:
     - {name: title, type: string}
   expose: [{type: rest}]
 """,
+    "depot/slip.yaml": """
+apiVersion: dap.io/v1
+kind: Entity
+metadata: {name: slip, module: depot}
+spec:
+  lifecycle: true
+  fields:
+    - {name: code, type: string, natural_key: true, required: true}
+    - {name: title, type: string}
+  expose: [{type: rest, actions: [list, find, create]}]
+""",
     "depot/sample.yaml": """
 apiVersion: dap.io/v1
 kind: Entity
@@ -228,7 +239,14 @@ async def stored(pg_dsn: str) -> list[tuple[str, int]]:
     conn = await asyncpg.connect(pg_dsn)
     try:
         out: list[tuple[str, int]] = []
-        for table in ("depot__item", "depot__ledger", "depot__fixed", "depot__order", "depot__sample"):
+        for table in (
+            "depot__item",
+            "depot__ledger",
+            "depot__fixed",
+            "depot__order",
+            "depot__slip",
+            "depot__sample",
+        ):
             rows = await conn.fetch(f'SELECT id::text AS id, version FROM "{table}" ORDER BY id')
             out += [(r["id"], r["version"]) for r in rows]
         return out
@@ -255,6 +273,7 @@ class Case:
     submitted: bool = False
     if_match: int | None = None  # the version the row (``version`` column) and PATCH (If-Match) name
     typed: dict[str, Any] = field(default_factory=dict)  # JSON values where a cell is not a string
+    submit: bool = False  # the row creates and submits: ``?submit=true``, ``_submit``
 
 
 def c(*args: Any, **kw: Any) -> Case:
@@ -285,6 +304,11 @@ CASES = [
         c("item", CLERK, {"title": "t", "qty": "17", **NORTH}, 201, typed={"qty": 17}), id="create-integer"
     ),
     pytest.param(c("ledger", ADMIN, {"title": "t"}, 201), id="create-exposed"),
+    pytest.param(c("order", ADMIN, {"title": "t"}, 201, submit=True), id="create-and-submit"),
+    pytest.param(
+        c("slip", ADMIN, {"title": "t"}, 409, "SVC.DOC.CREATE_SUBMIT_NOT_AVAILABLE", submit=True),
+        id="create-and-submit-update-not-exposed",
+    ),
     pytest.param(c("fixed", ADMIN, {"title": "t"}, 405, "SVC.ACTION.NOT_EXPOSED"), id="create-not-exposed"),
     pytest.param(c("item", CLERK, {"title": "new"}, 200, existing=NORTH), id="update"),
     pytest.param(c("item", CLERK, {"title": "new"}, 200, existing=NORTH, by_id=True), id="update-by-id"),
@@ -388,8 +412,9 @@ async def test_an_import_row_obeys_the_rules_of_the_verb_it_stands_for(
                 record = await create(srv, case.entity, values, submit=case.submitted)
         before = await stored(pg_dsn)
         if how == "rest" and record is None:
+            query = "?submit=true" if case.submit else ""
             status, answer = await rest(
-                srv, "POST", f"{D}/{case.entity}", case.headers, {"code": key, **body}
+                srv, "POST", f"{D}/{case.entity}{query}", case.headers, {"code": key, **body}
             )
             answers.append((status, _code(answer, status)))
         elif how == "rest":
@@ -404,6 +429,8 @@ async def test_an_import_row_obeys_the_rules_of_the_verb_it_stands_for(
             cells = [record["id"] if case.by_id and record else key, *case.change.values()]
             if case.if_match is not None:
                 names, cells = [*names, "version"], [*cells, str(case.if_match)]
+            if case.submit:
+                names, cells = [*names, "_submit"], [*cells, "true"]
             text = f"{csv_line(names)}\n{csv_line(cells)}\n"
             status, answer = await import_csv(srv, case.entity, text, case.headers)
             if status == 200:

@@ -46,6 +46,12 @@ def _problem(p: seeds.Problem) -> dict[str, Any]:
     return {"line": p.line, "field": p.field, "message": p.message, "code": p.code or ROWS}
 
 
+def _too_large() -> errors.PayloadTooLarge:
+    return errors.PayloadTooLarge(
+        f"an import takes at most {MAX_BYTES} bytes; split the file", code="SVC.IMPORT.TOO_LARGE"
+    )
+
+
 async def _body(request: web.Request) -> bytes:
     """The file, up to :data:`MAX_BYTES` (above the server's body limit for JSON, which
     ``request.read`` would apply): a 413 as soon as it is past, with or without a length."""
@@ -54,9 +60,7 @@ async def _body(request: web.Request) -> bytes:
     async for chunk in request.content.iter_chunked(1 << 16):
         size += len(chunk)
         if size > MAX_BYTES:
-            raise errors.PayloadTooLarge(
-                f"an import takes at most {MAX_BYTES} bytes", code="SVC.IMPORT.TOO_LARGE"
-            )
+            raise _too_large()
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -82,9 +86,7 @@ async def handler(request: web.Request) -> web.Response:
     if "create" not in resource.actions and "update" not in resource.actions:
         raise errors.NotFound(f"{entity} exposes neither create nor update", code="SVC.ACTION.NOT_EXPOSED")
     if request.content_length is not None and request.content_length > MAX_BYTES:
-        raise errors.PayloadTooLarge(
-            f"an import takes at most {MAX_BYTES} bytes", code="SVC.IMPORT.TOO_LARGE"
-        )
+        raise _too_large()
     dry_run = request.query.get("dry_run") == "true"
     try:
         table = csvdialect.read(_text(await _body(request)))
@@ -142,15 +144,14 @@ async def handler(request: web.Request) -> web.Response:
 def _answer(problems: list[seeds.Problem]) -> errors.ApiError:
     """The error the rows' verbs would have met: 405, else 403, else 422 (see the module's text)."""
     detail = f"{len(problems)} problem(s); nothing was imported"
-    error: errors.ApiError = errors.ValidationFailed(detail, code=ROWS)
-    for status in (405, 403):
-        first = next((p for p in problems if p.status == status), None)
-        if first is not None and status == 405:
-            error = errors.MethodNotAllowed(detail, allow=["POST"], code=first.code)
-            break
-        if first is not None:
-            error = errors.Forbidden(detail, code=first.code)
-            break
+    refused = next((p for status in (405, 403) for p in problems if p.status == status), None)
+    error: errors.ApiError
+    if refused is not None and refused.status == 405:
+        error = errors.MethodNotAllowed(detail, allow=["POST"], code=refused.code)
+    elif refused is not None:
+        error = errors.Forbidden(detail, code=refused.code)
+    else:
+        error = errors.ValidationFailed(detail, code=ROWS)
     error.errors = tuple(
         errors.FieldProblem(f"line {p.line}" + (f": {p.field}" if p.field else ""), p.message)
         for p in problems

@@ -319,8 +319,8 @@ async def _one(run: _Run, row: seeds.Row) -> None:
         raise _RowError(
             [row.problem("_submit", f"{resource.key} has no lifecycle, so there is nothing to submit")]
         )
-    if row.submit and run.verbs is not None and not lifecycle.move_open(resource, lifecycle.SUBMIT):
-        seeding_rows.exposes(run.verbs, resource, "update")  # update opens submit (``move_open``)
+    if row.submit and run.verbs is not None:  # an import's row: as ``POST …?submit=true`` answers
+        lifecycle.create_submits(resource, {"submit": "true"}, {})
     access = guards.check(run.principal, resource, "create", *(["submit"] if row.submit else []))
     guards.writable(access, row.values)  # hidden fields refused before a reference is looked up
     body = guards.writable(access, await _resolved(run, resource, row), create=True)

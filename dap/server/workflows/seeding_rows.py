@@ -26,7 +26,7 @@ from dap.server.workflows import seeds
 
 
 def typed(resource: Resource, row: seeds.Row) -> seeds.Row:
-    """A CSV row's cells as the values of their fields (``records.from_cell``, one rule per type)."""
+    """A CSV row's cells as the values of their fields (``cells.from_cell``, one rule per type)."""
     values: dict[str, Any] = {}
     problems: list[errors.FieldProblem] = []
     for name, text in row.values.items():
