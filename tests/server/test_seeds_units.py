@@ -140,3 +140,8 @@ def test_csv_seed_cells_stay_text_for_the_loader_to_type() -> None:
         ({"code": "A", "qty": "17"}, True, True),
         ({"code": "B", "qty": "=x"}, False, True),
     ]
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_column() -> None:
+    rows = seeds.parse_files([("stock.item.csv", "\ufeffcode,title\nA,Bolt\n")])
+    assert rows[0].values == {"code": "A", "title": "Bolt"}

@@ -1,7 +1,7 @@
 """The one CSV dialect of dap: what the UI's export writes (``ui/src/csv.ts``) and what a CSV
 import or a CSV seed file is read as. Pure.
 
-- UTF-8 (a leading byte-order mark is dropped by the caller's decode); RFC 4180: cells separated
+- UTF-8 (a leading byte-order mark is dropped); RFC 4180: cells separated
   by commas, a cell holding a comma, a quote, CR or LF (or white space at either end) is quoted
   with ``"`` and its quotes doubled; records end with CRLF (LF is read too). Reading is strict:
   a quote never closed, or text after a closing quote, is a :class:`CsvError` naming the line
@@ -74,6 +74,7 @@ def unguarded(cell: str) -> str:
 def read(text: str) -> Table:
     """The header and records of ``text``; :class:`CsvError` at the first place it is not CSV.
     Cells come back as written (the guard still on: :func:`unguarded` is per value)."""
+    text = text.removeprefix("\ufeff")  # a byte-order mark, as spreadsheets save "CSV UTF-8"
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     records: list[tuple[int, list[str]]] = []
     start = 1
@@ -102,8 +103,6 @@ def _why(message: str) -> str:
         return "a quoted cell is never closed (a missing closing quote takes the rest of the file)"
     if "expected after" in message:
         return 'text after a closing quote; double a quote inside a quoted cell ("")'
-    if "NUL" in message or "line contains NUL" in message:
-        return "a NUL character, which text cannot hold"
     return message
 
 
@@ -125,8 +124,6 @@ def _column(text: str, line: int) -> int:
                     return column
         elif ch == '"' and (i == 0 or rest[i - 1] in ",\r\n"):
             quoted, opened = True, column
-        elif ch == "\x00":
-            return column
         elif ch == ",":
             column += 1
         elif ch in "\r\n":
