@@ -40,6 +40,9 @@ from typing import Any
 
 import yaml
 
+from dap.config.enums import FieldType
+from dap.config.fields import Field
+from dap.server.storage import records
 from dap.server.workflows import csvdialect
 
 SUFFIXES = (".yaml", ".yml", ".csv")
@@ -315,7 +318,7 @@ def _votes(given: Any, bad: Any) -> tuple[Vote, ...]:
 
 
 EXPORT_COLUMNS = frozenset({"id", "version", "docstatus"})  # what the UI's export adds to the fields
-_BOOLEAN = {"true": True, "1": True, "false": False, "0": False, "": False}
+_SUBMIT = Field(name="submit", type=FieldType.BOOLEAN)  # read as a boolean cell is (``from_text``)
 
 
 def parse_csv(source: str, text: str, entity: str) -> list[Row]:
@@ -344,11 +347,11 @@ def parse_table(source: str, table: csvdialect.Table, entity: str) -> list[Row]:
         record = Located({n: c for n, c in given.items() if n not in EXPORT_COLUMNS})
         record.line, record.lines = line, dict.fromkeys(header, line)
         wrong: list[Problem] = []
-        submit = _BOOLEAN.get(str(record.get("_submit", "")).strip().lower())
-        if submit is None:
-            wrong.append(Problem(source, line, "_submit", "expected true or false (or 1, 0, empty)"))
-        elif "_submit" in record:
-            record["_submit"] = submit
+        if "_submit" in record:
+            try:
+                record["_submit"] = records.from_text(_SUBMIT, record["_submit"].strip())
+            except records.InvalidValueError:
+                wrong.append(Problem(source, line, "_submit", "expected true or false (or 1, 0, empty)"))
         if "_actions" in record:
             record["_actions"] = [a.strip() for a in record["_actions"].split(";") if a.strip()]
         version = given.get("version", "").strip()
