@@ -6,8 +6,10 @@ import datetime as dt
 from decimal import Decimal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from dap.server.workflows import seeds
+from dap.server.workflows import csvdialect, seeds
 
 ITEMS = """\
 # a comment
@@ -105,3 +107,41 @@ def test_the_digest_follows_the_row_not_its_place() -> None:
     moved = seeds.parse_yaml("b.yaml", "# moved\n\nentity: a/b\nrecords:\n  - {x: today}\n")[0]
     changed = seeds.parse_yaml("a.yaml", "entity: a/b\nrecords:\n  - {x: today, _submit: true}\n")[0]
     assert one.digest() == moved.digest() != changed.digest()
+
+
+# --- the CSV dialect (csvdialect) -------------------------------------------------------------
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.text(alphabet=st.sampled_from(["a", "b", ",", '"', "\r", "\n", "\x00", "'", "=", " "]), max_size=40)
+)
+def test_the_reader_only_ever_raises_its_own_error(text: str) -> None:
+    try:
+        table = csvdialect.read(text)
+    except csvdialect.CsvError as exc:
+        where = (exc.line, exc.column)
+    else:
+        where = (1, 1)
+        assert all(isinstance(c, str) for _, cells in table.records for c in cells)
+    assert min(where) >= 1
+
+
+@given(st.text(max_size=20))
+def test_the_formula_guard_reads_back_what_it_wrote(text: str) -> None:
+    written = csvdialect.guarded(text)
+    assert csvdialect.unguarded(written) == text
+    assert not written or written[0] not in csvdialect.TRIGGERS or csvdialect._NUMBER.fullmatch(written)
+
+
+def test_csv_seed_cells_stay_text_for_the_loader_to_type() -> None:
+    rows = seeds.parse_csv("stock.item.csv", "code,qty,_submit\nA,17,1\nB,'=x,FALSE\n", "stock/item")
+    assert [(r.values, r.submit, r.cells) for r in rows] == [
+        ({"code": "A", "qty": "17"}, True, True),
+        ({"code": "B", "qty": "=x"}, False, True),
+    ]
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_column() -> None:
+    rows = seeds.parse_files([("stock.item.csv", "\ufeffcode,title\nA,Bolt\n")])
+    assert rows[0].values == {"code": "A", "title": "Bolt"}

@@ -13,6 +13,7 @@ all build on it). Its modules are its face; siblings elsewhere import them from 
     queries      the typed list query and the system columns as fields (pure)
     sql          parameterised statements of the REST actions (pure)
     records      field values in and out, per FieldType (pure)
+    cells        a CSV cell as the JSON value of its field, through ``records`` (pure)
     numbering    natural-key patterns and the per-tenant counters behind them
     workspaces   the workspace registry (slugs, tenant ids)
     caching      the find-by-id cache, correct across processes (LISTEN/NOTIFY)
@@ -24,6 +25,7 @@ migration needs.
 
 __all__ = [
     "caching",
+    "cells",
     "db",
     "deferred",
     "files",

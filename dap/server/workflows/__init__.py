@@ -26,8 +26,10 @@ package applies them to a request::
     filters    a list's query string (filters, sort, limit, fields) as a ``ListQuery`` (pure)
     watching   an entity's delivered events as one caller may see them (websocket, gRPC Watch)
     seeds      seed files (YAML, CSV) read into rows that know their file, line and fields (pure)
+    csvdialect dap's one CSV dialect (the UI's export, imports, CSV seeds): strict reading, the formula guard
     seeding    seed rows loaded through the API's rules, in one transaction, idempotent
     seeding_steps  a seed row's ``_actions`` and ``_votes``, through the operations of their routes
+    seeding_rows   what a row is checked for before it writes: cells typed, verbs exposed, not stale (pure)
     seeding_users  seeded password accounts (``entity: users``), so a demo's people can sign in
 
 Modules load on first import (none is imported here): the boot path needs ``approvals_schema``
@@ -42,6 +44,7 @@ __all__ = [
     "approvals_flow",
     "approvals_schema",
     "callbacks",
+    "csvdialect",
     "escalations",
     "filters",
     "gates",
@@ -52,6 +55,7 @@ __all__ = [
     "operations",
     "recording",
     "seeding",
+    "seeding_rows",
     "seeding_steps",
     "seeding_users",
     "seeds",

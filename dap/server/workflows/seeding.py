@@ -25,6 +25,7 @@ of rows into one entity can call it the same way. What it guarantees:
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import time
@@ -41,7 +42,7 @@ from dap.server.access import auth, guards
 from dap.server.catalog import Catalog, Resource
 from dap.server.documents import auditing, lifecycle, writing
 from dap.server.storage import db, tables
-from dap.server.workflows import recording, seeding_steps, seeding_users, seeds
+from dap.server.workflows import recording, seeding_rows, seeding_steps, seeding_users, seeds
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,7 @@ class _Run:
     today: dt.date
     by_table: dict[str, Resource]
     report: Report
+    verbs: frozenset[str] | None = None  # the entity's exposed verbs an import stands for (None: a seed)
     resolved: dict[tuple[str, str], uuid.UUID] = field(default_factory=dict)  # (table, key) → id
     # what earlier runs seeded: (entity, seed key) → (record id, digest of its row)
     known: dict[tuple[str, str], tuple[uuid.UUID, str]] = field(default_factory=dict)
@@ -142,9 +144,10 @@ async def load(
     *,
     principal: auth.Principal = SEEDER,
     today: dt.date | None = None,
+    verbs: frozenset[str] | None = None,
 ) -> Report:
     """Load ``rows`` into the workspace ``tenant`` in one transaction; :class:`SeedError` when any row
-    has a problem (then nothing is loaded)."""
+    has a problem (then nothing is loaded). ``verbs``: the entity's exposed ones, for an import."""
     started = time.perf_counter()
     await ensure_schema(conn)
     run = _Run(
@@ -156,6 +159,7 @@ async def load(
         today=today or dt.date.today(),
         by_table={r.table.name: r for r in catalog.resources.values()},
         report=Report(),
+        verbs=verbs,
     )
     problems: list[seeds.Problem] = []
     async with conn.transaction():
@@ -224,9 +228,9 @@ async def _prefetch(run: _Run, rows: Sequence[seeds.Row]) -> None:
 
 
 def _problems(row: seeds.Row, exc: errors.ApiError) -> list[seeds.Problem]:
-    if exc.errors:
-        return [row.problem(p.path, f"{p.message} ({exc.code})") for p in exc.errors]
-    return [row.problem(None, f"{exc.detail} ({exc.code})")]
+    said: list[tuple[str | None, str]] = [(p.path, f"{p.message} ({exc.code})") for p in exc.errors]
+    said = said or [(None, f"{exc.detail} ({exc.code})")]
+    return [dataclasses.replace(row.problem(at, m), code=exc.code, status=exc.status) for at, m in said]
 
 
 def _resource(run: _Run, row: seeds.Row) -> Resource:
@@ -248,12 +252,14 @@ def _natural_key(resource: Resource) -> str | None:
 
 
 def seed_key(resource: Resource, row: seeds.Row) -> str:
-    """The row's seed key: ``_key``, else its natural key field's value."""
+    """The row's seed key: ``_key``, else its natural key field's value, else its ``id``."""
     if row.key is not None:
         return row.key
     name = _natural_key(resource)
     if name is not None and row.values.get(name) not in (None, ""):
         return str(row.values[name])
+    if row.record_id is not None:  # an exported row: its record's id
+        return row.record_id
     why = (
         f"its natural key {name!r} is numbered by the engine"
         if name is not None
@@ -295,43 +301,60 @@ async def _one(run: _Run, row: seeds.Row) -> None:
         await _account(run, row)
         return
     resource = _resource(run, row)
+    if row.cells:
+        row = seeding_rows.typed(resource, row)
     key = seed_key(resource, row)
     digest = row.digest()
-    conn = run.conn
-    known = run.known.get((resource.key, key))
-    if known is not None:
-        run.resolved[(resource.table.name, key)] = known[0]
-        if known[1] == digest:
-            run.report.unchanged += 1
-            return
-        await _change(run, resource, row, key, known[0], digest, adopted=False)
-        return
-    found = await _by_natural_key(run, resource, row)
+    found = await _existing(run, resource, row, key)
     if found is not None:
-        run.resolved[(resource.table.name, key)] = found
-        await _change(run, resource, row, key, found, digest, adopted=True)
+        record_id, known, adopted = found
+        run.resolved[(resource.table.name, key)] = record_id
+        await _change(run, resource, row, key, record_id, known == digest, adopted=adopted)
         return
-    body = await _resolved(run, resource, row)
+    seeding_rows.exposes(run.verbs, resource, "create")
+    if row.version is not None or row.docstatus not in (None, tables.DOCSTATUS[lifecycle.DRAFT]):
+        column = "version" if row.version is not None else "docstatus"
+        raise _RowError([row.problem(column, "a new record has none: leave it empty (_submit submits)")])
     if row.submit and not resource.lifecycle:
         raise _RowError(
             [row.problem("_submit", f"{resource.key} has no lifecycle, so there is nothing to submit")]
         )
+    if row.submit and run.verbs is not None:  # an import's row: as ``POST …?submit=true`` answers
+        lifecycle.create_submits(resource, {"submit": "true"}, {})
     access = guards.check(run.principal, resource, "create", *(["submit"] if row.submit else []))
-    body = guards.writable(access, body, create=True)
+    guards.writable(access, row.values)  # hidden fields refused before a reference is looked up
+    body = guards.writable(access, await _resolved(run, resource, row), create=True)
     values = writing.validate_body(resource, body, partial=False, catalog=run.catalog)
     write = run.write(resource)
+    conn = run.conn
     done = await recording.create(conn, write, access, body, values, submit=row.submit)
     record_id = done.row["id"]
     run.resolved[(resource.table.name, key)] = record_id
     for action in row.actions:
-        await seeding_steps.act(run.conn, run.write(resource), run.principal, record_id, action)
+        seeding_rows.exposes_action(run.verbs, resource, action)
+        await seeding_steps.act(conn, run.write(resource), run.principal, record_id, action)
         run.report.actions += 1
     for vote in row.votes:
-        await seeding_steps.vote(run.conn, run.write(resource), record_id, vote)
+        await seeding_steps.vote(conn, run.write(resource), record_id, vote)
         run.report.actions += 1
     await _remember(run, resource.key, key, record_id, row)
     run.report.created += 1
     run.report.by_entity[resource.key] = run.report.by_entity.get(resource.key, 0) + 1
+
+
+async def _existing(
+    run: _Run, resource: Resource, row: seeds.Row, key: str
+) -> tuple[uuid.UUID, str | None, bool] | None:
+    """The record the row names, the digest of the row that last wrote it (if any), and whether
+    the row adopts it (found by natural key, not made by a seed or import); ``None``: a new one."""
+    known = run.known.get((resource.key, key))
+    record_id = seeding_rows.named(row)
+    if record_id is not None:
+        return record_id, known[1] if known is not None and known[0] == record_id else None, False
+    if known is not None:
+        return known[0], known[1], False
+    found = await _by_natural_key(run, resource, row)
+    return (found, None, True) if found is not None else None
 
 
 async def _change(
@@ -340,42 +363,58 @@ async def _change(
     row: seeds.Row,
     key: str,
     record_id: uuid.UUID,
-    digest: str,
+    same_row: bool,
     *,
     adopted: bool,
 ) -> None:
-    """A row whose record exists: update it where the API would, else say why not."""
+    """A row whose record exists: update it where the API would, else say why not. ``expose``, the
+    update permission and the field guards come before any comparison with what is stored (the
+    row that last wrote the record, its values): no answer depends on a value the caller may not read."""
     conn, tenant = run.conn, run.tenant
-    table = tables.quote(resource.table.name)
-    state = "docstatus" if resource.lifecycle else "0"
-    current = await conn.fetchrow(
-        f"SELECT {state} AS s FROM {table} WHERE tenant_id = $1 AND id = $2", tenant, record_id
-    )
+    seeding_rows.exposes(run.verbs, resource, "update")
+    access = guards.check(run.principal, resource, "update")
+    guards.writable(access, row.values)  # hidden fields refused before a reference is looked up
     name = f"{resource.key} {key!r} ({row.source}:{row.line})"
-    if current is None:
-        run.report.notes.append(f"{name}: deleted since it was seeded; not made again")
+    try:
+        current = await guards.select_record(
+            conn, resource, tenant, record_id, principal=run.principal, lock=True, scope=access.scope
+        )
+    except errors.NotFound:
+        if row.record_id is not None:
+            raise
+        if same_row:
+            run.report.unchanged += 1
+        else:
+            run.report.notes.append(f"{name}: deleted since it was seeded; not made again")
         return
-    if resource.lifecycle and current["s"] != lifecycle.DRAFT:
-        now = tables.DOCSTATUS[current["s"]]
+    seeding_rows.as_written(resource, row, current)
+    body = await _resolved(run, resource, row)
+    for field_name in [n for n, f in resource.fields.items() if f.natural_key]:
+        body.pop(field_name, None)  # the key that found the record, never rewritten
+    body = seeding_rows.unwritten(resource, current, guards.writable(access, body))
+    values = writing.validate_body(resource, body, partial=True, catalog=run.catalog)
+    if same_row or seeding_rows.same(resource, current, values):
+        if not same_row:
+            await _remember(run, resource.key, key, record_id, row)
+        run.report.unchanged += 1
+        return
+    if run.verbs is not None:  # an import's row is the PATCH it stands for: 409 past draft
+        recording.refuse_unless_draft(access, current)
+    if resource.lifecycle and current["docstatus"] != lifecycle.DRAFT:
+        now = tables.DOCSTATUS[current["docstatus"]]
         run.report.notes.append(
             f"{name}: changed in the seed, but a {now} document cannot change; "
             "cancel it and seed a new key to replace it"
         )
         return
-    body = await _resolved(run, resource, row)
-    for field_name in [n for n, f in resource.fields.items() if f.natural_key]:
-        body.pop(field_name, None)  # the key that found the record, never rewritten
-    access = guards.check(run.principal, resource, "update")
-    body = guards.writable(access, body)
-    values = writing.validate_body(resource, body, partial=True, catalog=run.catalog)
-    await recording.update(conn, run.write(resource), access, record_id, body, values, expected=None)
+    await recording.update(conn, run.write(resource), access, record_id, body, values, expected=row.version)
     if row.actions:
         run.report.notes.append(
             f"{name}: updated; its _actions ran when it was first seeded and are not repeated"
         )
     await _remember(run, resource.key, key, record_id, row)
     if adopted:
-        run.report.adopted += 1
+        run.report.adopted += 1  # one of the updated rows: counted once, in ``updated``
     run.report.updated += 1
 
 

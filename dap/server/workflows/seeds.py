@@ -28,10 +28,9 @@ goes through the same loader.
 
 from __future__ import annotations
 
-import csv
+import dataclasses
 import datetime as dt
 import hashlib
-import io
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -40,6 +39,11 @@ from decimal import Decimal
 from typing import Any
 
 import yaml
+
+from dap.config.enums import FieldType
+from dap.config.fields import Field
+from dap.server.storage import records
+from dap.server.workflows import csvdialect
 
 SUFFIXES = (".yaml", ".yml", ".csv")
 ACCOUNTS = "users"  # the entity name of password accounts (``seeding_users``)
@@ -56,6 +60,8 @@ class Problem:
     line: int
     field: str | None
     message: str
+    code: str | None = None  # the SVC code of an API refusal (its message names it too)
+    status: int = 422  # the HTTP status the verb the row stands for would have answered
 
     def __str__(self) -> str:
         where = f"{self.source}:{self.line}"
@@ -85,6 +91,10 @@ class Row:
     submit: bool = False  # ``_submit``
     actions: tuple[str, ...] = ()  # ``_actions``
     votes: tuple[Vote, ...] = ()  # ``_votes``
+    cells: bool = False  # ``values`` are CSV text, converted by each field's type when loaded
+    record_id: str | None = None  # a CSV ``id``: the record the row updates (the export's own)
+    version: int | None = None  # a CSV ``version``: the record's version the row was written at
+    docstatus: str | None = None  # a CSV ``docstatus``: the record's state the row was written at
     tree: Any = field(default=None, compare=False, repr=False)  # the parsed record, lines and all
 
     def line_of(self, path: str | None) -> int:
@@ -248,6 +258,8 @@ def _row(source: str, entity: str, record: Located) -> tuple[Row | None, list[Pr
         actions = []
     votes = _votes(record.get("_votes", []), bad)
     for name in record:
+        if _holds_nul(name) or _holds_nul(record[name]):
+            bad(name, "contains a NUL character, which text cannot hold")
         if name.startswith("_") and name not in LOADER_KEYS:
             bad(name, f"unknown loader key (known: {', '.join(sorted(LOADER_KEYS))})")
     if problems:
@@ -268,6 +280,16 @@ def _row(source: str, entity: str, record: Located) -> tuple[Row | None, list[Pr
         ),
         [],
     )
+
+
+def _holds_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_holds_nul(v) for v in value)
+    return False
 
 
 def _votes(given: Any, bad: Any) -> tuple[Vote, ...]:
@@ -295,34 +317,58 @@ def _votes(given: Any, bad: Any) -> tuple[Vote, ...]:
 # --- CSV ---------------------------------------------------------------------------------------
 
 
+EXPORT_COLUMNS = frozenset({"id", "version", "docstatus"})  # what the UI's export adds to the fields
+_SUBMIT = Field(name="submit", type=FieldType.BOOLEAN)  # read as a boolean cell is (``from_text``)
+
+
 def parse_csv(source: str, text: str, entity: str) -> list[Row]:
-    """The rows of one CSV file of ``entity``: a header of field names (and loader keys), one record
-    per line; an empty cell leaves the field out. Values stay text: the API's validation converts
-    them where a field's type allows it (a CSV importer may convert before calling the loader)."""
-    reader = csv.reader(io.StringIO(text))
+    """The rows of one CSV file of ``entity`` (the dialect of ``csvdialect``)."""
     try:
-        header = next(reader)
-    except StopIteration:
-        return []
+        table = csvdialect.read(text)
+    except csvdialect.CsvError as exc:
+        raise SeedFileError([Problem(source, exc.line, exc.column_name, exc.message)]) from exc
+    return parse_table(source, table, entity)
+
+
+def parse_table(source: str, table: csvdialect.Table, entity: str) -> list[Row]:
+    """The rows of a CSV file read by ``csvdialect``: a header of field names, loader keys and the
+    export's ``id``, ``version`` and ``docstatus``; one record per line; an empty cell leaves the
+    field out. Values stay text (``cells``): the loader converts each by its field's type."""
+    header = table.header
     rows: list[Row] = []
     problems: list[Problem] = []
-    for cells in reader:
-        line = reader.line_num
+    for line, cells in table.records:
         if not any(cell.strip() for cell in cells):
             continue
         if len(cells) != len(header):
             problems.append(Problem(source, line, None, f"{len(cells)} cells for {len(header)} columns"))
             continue
-        record = Located({name: cell for name, cell in zip(header, cells, strict=True) if cell != ""})
-        record.line, record.lines = line, dict.fromkeys(record, line)
+        given = {n: csvdialect.unguarded(c) for n, c in zip(header, cells, strict=True) if c != ""}
+        record = Located({n: c for n, c in given.items() if n not in EXPORT_COLUMNS})
+        record.line, record.lines = line, dict.fromkeys(header, line)
+        wrong: list[Problem] = []
         if "_submit" in record:
-            record["_submit"] = record["_submit"].strip().lower() in ("true", "1", "yes")
+            try:
+                record["_submit"] = records.from_text(_SUBMIT, record["_submit"].strip())
+            except records.InvalidValueError:
+                wrong.append(Problem(source, line, "_submit", "expected true or false (or 1, 0, empty)"))
         if "_actions" in record:
             record["_actions"] = [a.strip() for a in record["_actions"].split(";") if a.strip()]
-        row, wrong = _row(source, entity, record)
-        problems += wrong
-        if row is not None:
-            rows.append(row)
+        version = given.get("version", "").strip()
+        if version and not version.isdigit():
+            wrong.append(Problem(source, line, "version", "expected the record's version, a whole number"))
+        row, refused = _row(source, entity, record)
+        problems += wrong + refused
+        if row is not None and not wrong:
+            rows.append(
+                dataclasses.replace(
+                    row,
+                    cells=True,
+                    record_id=given.get("id"),
+                    version=int(version) if version else None,
+                    docstatus=given.get("docstatus"),
+                )
+            )
     if problems:
         raise SeedFileError(problems)
     return rows

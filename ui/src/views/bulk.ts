@@ -32,16 +32,20 @@ export async function allRows(meta: EntityMeta, query: string): Promise<Row[]> {
   return rows;
 }
 
+// id names the record when the file is imported back, version and docstatus say what it was when
+// exported (a row written over a record that moved on since is refused); masked fields are left
+// out (the mask is not the value, and importing it back would overwrite the value).
 export function exportColumns(meta: EntityMeta, rows: Row[]): string[] {
   const seen = new Set<string>(["id"]);
-  for (const f of meta.fields) if (f.type !== "child" && rows.some((r) => f.name in r)) seen.add(f.name);
+  for (const f of meta.fields) if (f.type !== "child" && !f.masked && rows.some((r) => f.name in r)) seen.add(f.name);
   for (const extra of ["docstatus", "version"]) if (rows.some((r) => extra in r)) seen.add(extra);
   return [...seen];
 }
 
 export async function exportCsv(meta: EntityMeta, query: string): Promise<number> {
   const rows = await allRows(meta, query);
-  const blob = new Blob([toCsv(exportColumns(meta, rows), rows)], { type: "text/csv;charset=utf-8" });
+  const json = new Set(meta.fields.filter((f) => f.multiple || f.type === "json" || f.type === "attachment").map((f) => f.name));
+  const blob = new Blob([toCsv(exportColumns(meta, rows), rows, json)], { type: "text/csv;charset=utf-8" });
   const a = document.createElement("a");
   a.href = URL.createObjectURL(blob);
   a.download = `${meta.name.replace("/", "-")}-${new Date().toISOString().slice(0, 10)}.csv`;

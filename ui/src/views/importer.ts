@@ -3,9 +3,12 @@
 // its line and field), then import. The server runs it as the caller, all or nothing.
 import { useEffect, useRef, useState } from "preact/hooks";
 import { session, workspace } from "../api";
+import { csvHeader } from "../csv";
 import { html } from "../html";
 import type { EntityMeta } from "../meta";
 import { toast } from "./toasts";
+
+const EXPORTED = new Set(["id", "version", "docstatus"]); // the export's own columns, read back by the import
 
 type Outcome = { status: number; body: { created?: number; updated?: number; unchanged?: number; rows?: number; detail?: string; problems?: { line: number; field: string | null; message: string }[]; errors?: { path: string; message: string }[] } };
 
@@ -34,8 +37,8 @@ function ImportDialog({ meta, file, onClose }: { meta: EntityMeta; file: { name:
     ref.current?.showModal();
     void send(meta, file.text, true).then(setPreview);
   }, []);
-  const header = (file.text.split(/\r?\n/, 1)[0] ?? "").split(",").map((c) => c.trim().replace(/^"|"$/g, ""));
-  const caption = (c: string) => meta.fields.find((f) => f.name === c)?.caption ?? (c.startsWith("_") ? c : null);
+  const header = csvHeader(file.text);
+  const caption = (c: string) => meta.fields.find((f) => f.name === c)?.caption ?? (c.startsWith("_") || EXPORTED.has(c) ? c : null);
   const problems = preview?.body.problems ?? preview?.body.errors?.map((e) => ({ line: 1, field: e.path, message: e.message })) ?? [];
   const ok = preview?.status === 200;
   const run = async () => {
