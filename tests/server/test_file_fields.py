@@ -266,6 +266,19 @@ async def test_a_stored_file_never_runs_on_the_ui_origin(srv: Running, mime: str
         assert "\r" not in resp.headers["Content-Disposition"]
 
 
+@pytest.mark.parametrize("mime", ["*/*", "image/*"])
+async def test_a_media_range_is_no_files_type(srv: Running, mime: str) -> None:
+    """A generated client sends the document's content key as the type (issue 40 row 23): a range
+    stored as the file's type would be answered as its Content-Type. 415, naming what to send."""
+    poster = await create(srv, "poster", {"title": "range"})
+    path = f"{V}/poster/{poster['id']}/_files/art"
+    status, answer, _ = await send(srv, "PUT", path, {**ADMIN, "Content-Type": mime}, b"bytes")
+    assert (status, answer["code"]) == (415, "SVC.FILE.TYPE"), answer
+    assert "application/octet-stream" in answer["detail"], answer
+    _, after, _ = await send(srv, "GET", f"{V}/poster/{poster['id']}", ADMIN)
+    assert after["data"]["art"] is None and after["data"]["version"] == poster["version"]
+
+
 async def test_the_disposition_keeps_the_name_and_quotes_nothing_unsafe() -> None:
     assert files.disposition("image/JPEG", "") == "inline"
     got = files.disposition("text/html", 'a"b\\c é.html')

@@ -407,6 +407,73 @@ def test_file_field_upload_preview_download_replace_remove(
     page.context.close()
 
 
+def test_stale_file_replace_is_explained_with_reload(lending: UiServer, browser: Any, tmp_path: Path) -> None:
+    """Issue 40 row 20: a Replace (or Remove) at an old version says what a stale Save says, with
+    Reload, not the server's raw "the record is at version 3, not 2"."""
+    admin = lending.token("root", ["admin"])
+    status, book = lending.call(
+        "POST", "api/lending/book", admin, {"isbn": "978-2-00-000002", "headline": "Two Desks"}
+    )
+    assert status == 201, book
+    record = book["data"]
+    red, blue = tmp_path / "red.png", tmp_path / "blue.png"
+    red.write_bytes(_png((200, 0, 0)))
+    blue.write_bytes(_png((0, 0, 200)))
+    mine = signed_in(browser, lending, "root", ["admin"])
+    mine.goto(f"{lending.url}#/a/lending/desk/book/{record['id']}")
+    form = mine.locator("form#form-lending-book")
+    cover = mine.get_by_role("group", name="Cover")
+    cover.get_by_label("Upload Cover").set_input_files(str(red))
+    expect(cover.get_by_role("img", name="Cover: red.png")).to_be_visible()
+    expect(mine.locator("html[data-live=live]")).to_have_count(1)
+    # the live update is missed (the socket is away), so only the upload's 412 can tell
+    mine.evaluate("() => window.dapLive.drop(60000)")
+    expect(mine.locator("html[data-live=offline]")).to_have_count(1)
+
+    # a second session (a librarian) changes the record meanwhile
+    theirs = signed_in(browser, lending, "lib", ["librarian"])
+    theirs.goto(f"{lending.url}#/a/lending/desk/book/{record['id']}")
+    their_form = theirs.locator("form#form-lending-book")
+    their_form.get_by_label("Author").fill("A. Other")
+    their_form.get_by_role("button", name="Save").click()
+    expect(theirs.get_by_role("status")).to_contain_text("Saved.")
+    theirs.context.close()
+
+    cover.get_by_label("Replace Cover").set_input_files(str(blue))
+    status_region = mine.get_by_role("status")
+    expect(status_region).to_contain_text("Someone else changed this record since you opened it.")
+    expect(mine.get_by_role("alert")).to_have_count(0)  # not "the record is at version 3, not 2"
+    expect(mine.locator(".toast.error")).to_contain_text("Not saved: someone else changed this record.")
+    expect(cover.get_by_role("img", name="Cover: red.png")).to_be_visible()
+    assert violations(mine) == []
+    _, got = lending.call("GET", f"api/lending/book/{record['id']}", admin)
+    assert got["data"]["author"] == "A. Other"
+
+    status_region.get_by_role("button", name="Reload").click()
+    expect(form.get_by_label("Author")).to_have_value("A. Other")
+    expect(mine.locator(".form-block .notice")).not_to_contain_text("Someone else changed")
+    cover.get_by_label("Replace Cover").set_input_files(str(blue))
+    expect(cover.get_by_role("img", name="Cover: blue.png")).to_be_visible()
+    _, got = lending.call("GET", f"api/lending/book/{record['id']}", admin)
+    assert got["data"]["author"] == "A. Other"
+
+    # Remove is a PATCH at the record's version: the same notice when it is old
+    status, answer = lending.call(
+        "PATCH",
+        f"api/lending/book/{record['id']}",
+        admin,
+        {"author": "B. Other"},
+        {"If-Match": f'"{got["data"]["version"]}"'},
+    )
+    assert status == 200, answer
+    cover.get_by_role("button", name="Remove Cover").click()
+    expect(status_region).to_contain_text("Someone else changed this record since you opened it.")
+    expect(mine.get_by_role("alert")).to_have_count(0)
+    _, got = lending.call("GET", f"api/lending/book/{record['id']}", admin)
+    assert got["data"]["cover"]
+    mine.context.close()
+
+
 def _import(server: UiServer, token: str, entity: str, text: str, dry: bool = False) -> tuple[int, Any]:
     url = f"{server.api}/default/api/{entity}/_import" + ("?dry_run=true" if dry else "")
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "text/csv"}

@@ -45,6 +45,8 @@ export const session = {
 
 export type Answer<T> = { data: T; total?: number; status: number; headers: Headers; raw: Record<string, unknown> };
 
+/** A call to the API. ``body`` is sent as JSON, but a ``Blob`` (a chosen file) as its own bytes
+ * under the caller's ``Content-Type``, so a file upload answers and fails like any other write. */
 export async function call<T>(
   method: string,
   path: string,
@@ -53,11 +55,12 @@ export async function call<T>(
 ): Promise<Answer<T>> {
   const h: Record<string, string> = { Accept: "application/json", ...headers };
   if (session.token) h.Authorization = `Bearer ${session.token}`;
-  if (body !== undefined) h["Content-Type"] = "application/json";
+  const bytes = typeof Blob !== "undefined" && body instanceof Blob;
+  if (body !== undefined && !bytes) h["Content-Type"] = "application/json";
   const response = await fetch(`/${workspace}/${path}`, {
     method,
     headers: h,
-    body: body === undefined ? undefined : JSON.stringify(body),
+    body: body === undefined ? undefined : bytes ? body : JSON.stringify(body),
   });
   if (response.status === 204) return { data: undefined as T, status: 204, headers: response.headers, raw: {} };
   const text = await response.text();
@@ -79,3 +82,10 @@ export async function call<T>(
 }
 
 export const get = <T>(path: string) => call<T>("GET", path);
+
+/** A write at a version that is no longer the record's (412, ``SVC.VERSION.MISMATCH``): someone
+ * else saved in between. Every write the form makes (Save, actions, a file's Replace or Remove)
+ * tells it the same way, with Reload. */
+export function isStale(e: unknown): boolean {
+  return e instanceof Problem && e.status === 412;
+}

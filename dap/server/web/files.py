@@ -9,7 +9,8 @@ before the body is read and again in the transaction that stores the file's toke
 ``Content-Type`` is the file's MIME type, ``X-File-Name`` its name) streams into ``storage.files``
 under the tenant, refused past the field's ``storage.max_bytes`` or, where the field sets none,
 ``--max-file-bytes`` (413, from ``Content-Length`` first and while streaming), or for a type outside
-``storage.accept`` (415; globs such as ``image/*``).
+``storage.accept`` (415; globs such as ``image/*``) or a media range sent as the type (415: it
+would be stored, and answered, as the file's type).
 
 ``GET`` (``find`` exposed and permitted, row scope, a hidden field stays hidden) streams the bytes
 back with their type, as an attachment unless the type is a raster image, with ``nosniff`` and a
@@ -99,6 +100,12 @@ async def upload(request: web.Request) -> web.Response:
         else request.app[state.OPTIONS].max_file_bytes
     )
     mime = request.content_type or "application/octet-stream"
+    if "*" in mime:  # a client generated from a document's content key (`*/*`, `image/*`) sends it
+        raise errors.UnsupportedMediaType(
+            f"{mime} is a media range, not a file's type: send the file's own type as Content-Type "
+            "(application/octet-stream when it is not known)",
+            code="SVC.FILE.TYPE",
+        )
     if not _accepts(f, mime):
         raise errors.UnsupportedMediaType(
             f"{f.name} accepts {', '.join(f.storage.accept if f.storage else ())}, not {mime}",

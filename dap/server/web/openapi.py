@@ -67,6 +67,15 @@ IF_MATCH = {
     "schema": {"type": "string", "pattern": '^(\\*|"[0-9]{1,18}")$'},
     "description": 'the version in quotes, e.g. "3"',
 }
+# One field's change in an audit row: [before, after], each a value of the field (any JSON). The
+# pair is typed by `items` (not `prefixItems`): client generators reject an array without `items`
+# (openapi-python-client drops the whole response), and 3.1's tuple form is not read by them all.
+CHANGE = {
+    "type": "array",
+    "items": {"description": "the field's value: before (first), after (second)"},
+    "minItems": 2,
+    "maxItems": 2,
+}
 TRAIL = {
     "application/json": {
         "schema": {
@@ -90,7 +99,7 @@ TRAIL = {
                                 "description": "field → [before, after]; an approval's rows "
                                 "(action approval.*) hold approval → what happened",
                                 "properties": {"approval": {"type": "object"}},
-                                "additionalProperties": {"type": "array", "minItems": 2, "maxItems": 2},
+                                "additionalProperties": CHANGE,
                             },
                             "request_id": {"type": ["string", "null"]},
                         },

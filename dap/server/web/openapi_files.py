@@ -2,12 +2,17 @@
 
 One path per file field, the field's name written out (it is no parameter: any other name is 404).
 ``PUT`` where the entity exposes ``update``, ``GET`` where it exposes ``find`` (the other answers
-405, as a PATCH or GET of the record would). ``PUT`` takes the raw bytes as the body, of any type
-unless the field's ``storage.accept`` narrows it (then those types, globs included), with optional
-``If-Match`` and ``X-File-Name``; it answers the record and its ``ETag``. ``GET`` answers the bytes
-with their stored type, ``X-Content-Type-Options: nosniff``, ``Content-Security-Policy: sandbox``
-and a ``Content-Disposition`` (``attachment``, except for a safe list of raster image types). A
-field stored on an object store (``storage.datastore``) answers 501, so it is left out.
+405, as a PATCH or GET of the record would). ``PUT`` takes the raw bytes as the body, with optional
+``If-Match`` and ``X-File-Name``; it answers the record and its ``ETag``. Where the field's
+``storage.accept`` narrows the types, the body is documented as those types (globs included);
+where it takes any, as ``application/octet-stream`` (the type the server stores when the upload
+names none), not ``*/*``: a client generator reads a media range as a type to send (and
+openapi-python-client leaves the operation out), and any other type is still taken, as the body's
+description says. ``GET`` answers the bytes with their stored type (documented as the field's
+types or, where it takes any, ``application/octet-stream`` and then ``*/*``: generators type the
+first they know), ``X-Content-Type-Options: nosniff``, ``Content-Security-Policy: sandbox`` and a
+``Content-Disposition`` (``attachment``, except for a safe list of raster image types). A field
+stored on an object store (``storage.datastore``) answers 501, so it is left out.
 """
 
 from __future__ import annotations
@@ -47,9 +52,29 @@ def served(resource: Resource) -> list[Field]:
     ]
 
 
-def _media(f: Field) -> dict[str, Any]:
-    accept = f.storage.accept if f.storage is not None else ()
-    return {mime: {"schema": BINARY} for mime in (accept or ("*/*",))}
+OCTETS = "application/octet-stream"
+ANY_TYPE = (
+    "the file's bytes; the field takes any type: send the file's own as Content-Type (else it is "
+    "stored as application/octet-stream) and it is answered with it"
+)
+
+
+def _accepted(f: Field) -> tuple[str, ...]:
+    return f.storage.accept if f.storage is not None else ()
+
+
+def _upload(f: Field) -> dict[str, Any]:
+    """The body of a ``PUT``: the types the field accepts, else (any type) ``application/octet-stream``."""
+    accept = _accepted(f)
+    body: dict[str, Any] = {"required": True, "content": {t: {"schema": BINARY} for t in accept or (OCTETS,)}}
+    if not accept:
+        body["description"] = ANY_TYPE
+    return body
+
+
+def _download(f: Field) -> dict[str, Any]:
+    """The answer of a ``GET``: the stored type, one the field accepts."""
+    return {t: {"schema": BINARY} for t in _accepted(f) or (OCTETS, "*/*")}
 
 
 def paths(
@@ -74,7 +99,7 @@ def paths(
                 "summary": f"Store the file of {f.name} (the raw body)"
                 + (f", at most {limit} bytes" if limit is not None else ""),
                 "parameters": [if_match, FILE_NAME],
-                "requestBody": {"required": True, "content": _media(f)},
+                "requestBody": _upload(f),
                 "responses": responses(
                     {
                         "200": {
@@ -99,7 +124,13 @@ def paths(
                 "tags": tag,
                 "summary": f"The file of {f.name}, as stored",
                 "responses": responses(
-                    {"200": {"description": "the bytes", "headers": DOWNLOAD_HEADERS, "content": _media(f)}},
+                    {
+                        "200": {
+                            "description": "the bytes",
+                            "headers": DOWNLOAD_HEADERS,
+                            "content": _download(f),
+                        }
+                    },
                     403,
                     405,
                 ),

@@ -1,14 +1,15 @@
 // A ``file`` field over the API's ``…/{id}/_files/{field}``: the stored file's name, a preview when
 // it is an image, Download, and Upload / Replace / Remove on a record the caller may edit. Upload
 // is a PUT of the bytes at the record's version (``If-Match``), like a PATCH of the one field;
-// Remove is a PATCH of the field to null. A new record takes its files once it is created.
+// Remove is a PATCH of the field to null. A new record takes its files once it is created. Either
+// at an old version is the form's to tell (``conflicted``: the notice with Reload that Save gives).
 import { useEffect, useState } from "preact/hooks";
-import { Problem, call, session, workspace } from "../api";
+import { Problem, call, isStale, session, workspace } from "../api";
 import { html } from "../html";
 import type { FieldMeta } from "../meta";
 import { toast } from "./toasts";
 
-export type FileContext = { api: string; id: string; version: unknown; reload: () => void } | null;
+export type FileContext = { api: string; id: string; version: unknown; reload: () => void; conflicted: () => void } | null;
 
 type Loaded = { url: string; name: string; type: string; size: number };
 
@@ -38,46 +39,35 @@ export function FileField({ field, id, label, value, editable, ctx }: { field: F
     if (path && value) fetchFile(path).then((f) => { url = f?.url ?? null; if (live) setFile(f); }, (e: Error) => live && setProblem(e.message));
     return () => { live = false; if (url) URL.revokeObjectURL(url); };
   }, [path, value]);
-  const upload = async (chosen: File) => {
-    if (!ctx || !path) return;
+  // the field's own failures (a type it does not accept, a file too large) are shown on it
+  const write = async (work: (c: NonNullable<FileContext>) => Promise<unknown>, done: string) => {
+    if (!ctx) return;
     setBusy(true);
     setProblem(null);
     try {
-      const response = await fetch(`/${workspace}/${path}`, {
-        method: "PUT",
-        body: chosen,
-        headers: {
-          Authorization: `Bearer ${session.token ?? ""}`,
-          "Content-Type": chosen.type || "application/octet-stream",
-          "X-File-Name": /^[\x20-\x7e]*$/.test(chosen.name) ? chosen.name : encodeURIComponent(chosen.name),
-          "If-Match": `"${String(ctx.version)}"`,
-        },
-      });
-      if (!response.ok) {
-        const body = (await response.json().catch(() => ({}))) as { detail?: string };
-        throw new Error(body.detail ?? `HTTP ${response.status}`);
-      }
-      toast(`${label}: ${chosen.name} uploaded.`, "ok", false);
+      await work(ctx);
+      toast(done, "ok", false);
       ctx.reload();
     } catch (e) {
-      setProblem((e as Error).message);
+      if (isStale(e)) ctx.conflicted();
+      else setProblem((e as Error).message);
     } finally {
       setBusy(false);
     }
   };
-  const remove = async () => {
-    if (!ctx) return;
-    setBusy(true);
-    try {
-      await call("PATCH", `${ctx.api}/${ctx.id}`, { [field.name]: null }, { "If-Match": `"${String(ctx.version)}"` });
-      toast(`${label}: removed.`, "ok", false);
-      ctx.reload();
-    } catch (e) {
-      setProblem((e as Error).message);
-    } finally {
-      setBusy(false);
-    }
+  const upload = (chosen: File) => write((c) => call("PUT", `${c.api}/${c.id}/_files/${field.name}`, chosen, {
+    "Content-Type": chosen.type || "application/octet-stream",
+    "X-File-Name": /^[\x20-\x7e]*$/.test(chosen.name) ? chosen.name : encodeURIComponent(chosen.name),
+    "If-Match": `"${String(c.version)}"`,
+  }), `${label}: ${chosen.name} uploaded.`);
+  // the chooser is emptied once read: the same file chosen again (after a Reload) is a new choice
+  const choose = (e: Event) => {
+    const input = e.target as HTMLInputElement;
+    const chosen = input.files?.[0];
+    input.value = "";
+    if (chosen) void upload(chosen);
   };
+  const remove = () => write((c) => call("PATCH", `${c.api}/${c.id}`, { [field.name]: null }, { "If-Match": `"${String(c.version)}"` }), `${label}: removed.`);
   const image = file?.type.startsWith("image/");
   return html`<fieldset class="field file" id=${id}>
     <legend>${label}</legend>
@@ -89,7 +79,7 @@ export function FileField({ field, id, label, value, editable, ctx }: { field: F
     ${editable && ctx && html`<div class="file-tools">
       <label class="button">${value ? `Replace ${label}` : `Upload ${label}`}
         <input type="file" class="sr-only" accept=${field.accept?.join(",")} disabled=${busy}
-          onChange=${(e: Event) => { const f = (e.target as HTMLInputElement).files?.[0]; if (f) void upload(f); }} /></label>
+          onChange=${choose} /></label>
       ${value && html`<button type="button" class="danger" disabled=${busy} onClick=${remove}>Remove ${label}</button>`}
     </div>`}
     ${problem && html`<p class="error" role="alert">${problem}</p>`}

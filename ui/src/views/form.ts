@@ -2,7 +2,7 @@
 // and computed values, server problems on their fields, Save, the actions the API allows (with
 // their confirm texts), and the record's audit trail.
 import { useEffect, useState } from "preact/hooks";
-import { Problem, call, get, session } from "../api";
+import { Problem, call, get, isStale, session } from "../api";
 import { useLive, useLoad } from "../hooks";
 import { html } from "../html";
 import {
@@ -106,6 +106,13 @@ function Editor({ form, app, me, id, mode, setCrumb, onCreated, onDeleted, editH
   const labels = useLoad(() => (record ? relationLabels(meta, [record], fields.map((f) => f.field.name)) : Promise.resolve(new Map<string, string>())), [record]);
 
   const ask = (text: string | null | undefined, run: () => void) => (text ? setAsking({ text: interpolate(text, live), run }) : run());
+  // a write at an old version: someone else saved in between; say so and offer Reload (the file
+  // fields write on their own and come here too)
+  const conflicted = () => {
+    setNotice(null);
+    setStale(true);
+    toast("Not saved: someone else changed this record.", "error");
+  };
   const act = async (work: () => Promise<void>, done: string) => {
     setBusy(true);
     setProblem(null);
@@ -115,10 +122,9 @@ function Editor({ form, app, me, id, mode, setCrumb, onCreated, onDeleted, editH
       setNotice(done);
       toast(done);
     } catch (e) {
-      // a write at an old version (412): someone else saved in between; say so and offer Reload
-      if (e instanceof Problem && e.status === 412) setStale(true);
-      else setProblem(e instanceof Problem ? e : new Problem(0, "", String(e)));
-      toast(e instanceof Problem && e.status === 412 ? "Not saved: someone else changed this record." : `Failed: ${e instanceof Error ? e.message : String(e)}`, "error");
+      if (isStale(e)) return conflicted();
+      setProblem(e instanceof Problem ? e : new Problem(0, "", String(e)));
+      toast(`Failed: ${e instanceof Error ? e.message : String(e)}`, "error");
     } finally {
       setBusy(false);
     }
@@ -173,7 +179,7 @@ function Editor({ form, app, me, id, mode, setCrumb, onCreated, onDeleted, editH
         const state = fieldState(f.field, context, { creating, editable, formReadonly: f.readonly, hidden: f.hidden });
         if (!state.visible) return null;
         if (f.field.type === "file") {
-          const ctx = record && meta.api ? { api: meta.api, id: String(record.id), version: record.version, reload } : null;
+          const ctx = record && meta.api ? { api: meta.api, id: String(record.id), version: record.version, reload, conflicted } : null;
           return html`<${FileField} field=${f.field} id=${`${formId}-${f.field.name}`} label=${f.label} value=${record?.[f.field.name] ?? null}
             editable=${mode === "edit" && editable && !state.readonly} ctx=${ctx} />`;
         }
