@@ -377,3 +377,14 @@ async def test_a_ws_call_without_an_id_is_refused(both: Both, cid: Any) -> None:
     refused = await _ws_call(both, cid, entity="sales/customer", verb="list")
     assert refused["type"] == "error" and refused["code"] == "SVC.WS.FRAME", refused
     assert refused["id"] == cid
+
+
+async def test_bytes_that_are_no_reflection_request_are_an_invalid_argument(both: Both) -> None:
+    stream = both.rpc.channel.stream_stream("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo")
+    call = stream(iter([b"\xff"]))
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await call.read()
+    exc = raised.value
+    assert exc.code() is grpc.StatusCode.INVALID_ARGUMENT, (exc.code(), exc.details())
+    details = exc.details() or ""
+    assert "ServerReflectionRequest" in details and "class" not in details, details

@@ -29,11 +29,11 @@ from google.protobuf import (
     struct_pb2,
 )
 from google.rpc import error_details_pb2, status_pb2
-from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
+from grpc_reflection.v1alpha import reflection, reflection_pb2
 
-from dap.server import options, state
+from dap.server import errors, options, state
 from dap.server.catalog import Catalog
-from dap.server.rpc import descriptors, services
+from dap.server.rpc import descriptors, services, status
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +91,7 @@ class RpcServer(grpc.GenericRpcHandler):
         self.server: grpc.aio.Server | None = None
         self.port = 0
         self._schema: Schema | None = None
+        self._reflection = _reflection(self)
 
     def schema(self) -> Schema:
         """The schema of the catalog served now (rebuilt once after a swap)."""
@@ -113,14 +114,15 @@ class RpcServer(grpc.GenericRpcHandler):
         self, handler_call_details: grpc.HandlerCallDetails
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
         """The handler of a call's method in the current schema (``None``: UNIMPLEMENTED)."""
+        if handler_call_details.method == REFLECTION:
+            return self._reflection
         return self.schema().methods.get(handler_call_details.method)
 
     async def start(self, _app: web.Application | None = None) -> None:
         self.schema()
         # a request as large as REST's --max-body-bytes at most (RESOURCE_EXHAUSTED past it)
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", self.opts.max_body_bytes)])
-        server.add_generic_rpc_handlers([self])
-        reflection_pb2_grpc.add_ServerReflectionServicer_to_server(_Reflection(self), server)
+        server.add_generic_rpc_handlers([self])  # reflection too (``service``)
         addr = self.opts.grpc_addr
         assert addr is not None
         target = f"[{addr.host}]:{addr.port}" if ":" in addr.host else f"{addr.host}:{addr.port}"
@@ -143,18 +145,28 @@ class RpcServer(grpc.GenericRpcHandler):
             self.server = None
 
 
-class _Reflection(reflection_pb2_grpc.ServerReflectionServicer):  # type: ignore[misc]
+REFLECTION = f"/{reflection.SERVICE_NAME}/ServerReflectionInfo"
+
+
+def _reflection(rpc: RpcServer) -> grpc.RpcMethodHandler[Any, Any]:
     """Server reflection over the current schema: each stream answers from the schema of the
-    catalog served when it opened."""
+    catalog served when it opened. The requests arrive as bytes and are decoded here, as the
+    services' are (``services.decoded``): bytes that are no request are INVALID_ARGUMENT."""
 
-    def __init__(self, rpc: RpcServer) -> None:
-        self.rpc = rpc
+    async def info(raw_requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[Any]:
+        async def requests() -> AsyncIterator[reflection_pb2.ServerReflectionRequest]:
+            async for raw in raw_requests:
+                yield services.decoded(reflection_pb2.ServerReflectionRequest, raw)
 
-    async def ServerReflectionInfo(  # noqa: N802 -- the generated servicer's name
-        self, request_iterator: Any, context: Any
-    ) -> AsyncIterator[Any]:
-        async for answer in self.rpc.schema().reflection.ServerReflectionInfo(request_iterator, context):
-            yield answer
+        try:
+            async for answer in rpc.schema().reflection.ServerReflectionInfo(requests(), context):
+                yield answer
+        except errors.ApiError as exc:
+            await context.abort_with_status(status.of(exc))
+
+    return grpc.stream_stream_rpc_method_handler(
+        info, response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString
+    )
 
 
 RPC: web.AppKey[RpcServer] = web.AppKey("rpc", RpcServer)
