@@ -5,7 +5,9 @@ shared across protocols, and the gRPC schema following a catalog swap."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import socket
 import uuid
 from typing import Any
 
@@ -18,7 +20,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from grpc_status import rpc_status
 
 from dap.server import cli as server_cli
-from dap.server import state
+from dap.server import errors, options, state
 from dap.server.rpc import descriptors, status
 from dap.server.rpc import server as rpc_server
 
@@ -388,3 +390,21 @@ async def test_bytes_that_are_no_reflection_request_are_an_invalid_argument(both
     assert exc.code() is grpc.StatusCode.INVALID_ARGUMENT, (exc.code(), exc.details())
     details = exc.details() or ""
     assert "ServerReflectionRequest" in details and "class" not in details, details
+
+
+async def test_a_grpc_address_in_use_refuses_the_boot_naming_it(both: Both) -> None:
+    """Taken by a plain socket or by another gRPC server (grpcio binds with SO_REUSEPORT unless
+    told not to, and two servers would then share the port silently), the address is refused."""
+    app = both.rest.srv.server.app
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        for port in (taken.getsockname()[1], both.port):
+            opts = dataclasses.replace(
+                app[state.OPTIONS], grpc_addr=options.parse_address(f"127.0.0.1:{port}")
+            )
+            second = rpc_server.RpcServer(app, opts)
+            with pytest.raises(errors.BootRefused) as refused:
+                await second.start()
+            assert f"--grpc-addr 127.0.0.1:{port}" in str(refused.value), refused.value
+            assert second.server is None

@@ -118,23 +118,45 @@ class RpcServer(grpc.GenericRpcHandler):
             return self._reflection
         return self.schema().methods.get(handler_call_details.method)
 
-    async def start(self, _app: web.Application | None = None) -> None:
-        self.schema()
-        # a request as large as REST's --max-body-bytes at most (RESOURCE_EXHAUSTED past it)
-        server = grpc.aio.server(options=[("grpc.max_receive_message_length", self.opts.max_body_bytes)])
+    async def bind(self, _app: web.Application | None = None) -> None:
+        """Take ``--grpc-addr`` (no call is served yet); ``BootRefused`` naming it when taken."""
+        if self.server is not None:
+            return
+        server = grpc.aio.server(
+            options=[
+                # a request as large as REST's --max-body-bytes at most (RESOURCE_EXHAUSTED past it)
+                ("grpc.max_receive_message_length", self.opts.max_body_bytes),
+                # grpcio's default SO_REUSEPORT lets a second server bind a taken port and share it
+                ("grpc.so_reuseport", 0),
+            ]
+        )
         server.add_generic_rpc_handlers([self])  # reflection too (``service``)
         addr = self.opts.grpc_addr
         assert addr is not None
         target = f"[{addr.host}]:{addr.port}" if ":" in addr.host else f"{addr.host}:{addr.port}"
-        if self.opts.tls_cert is not None and self.opts.tls_key is not None:
-            credentials = grpc.ssl_server_credentials(
-                [(self.opts.tls_key.read_bytes(), self.opts.tls_cert.read_bytes())]
-            )
-            self.port = server.add_secure_port(target, credentials)
-        else:
-            self.port = server.add_insecure_port(target)
-        await server.start()
+        try:
+            if self.opts.tls_cert is not None and self.opts.tls_key is not None:
+                credentials = grpc.ssl_server_credentials(
+                    [(self.opts.tls_key.read_bytes(), self.opts.tls_cert.read_bytes())]
+                )
+                self.port = server.add_secure_port(target, credentials)
+            else:
+                self.port = server.add_insecure_port(target)
+        except RuntimeError as exc:  # grpcio's only word for a failed bind
+            raise errors.BootRefused(
+                f"cannot listen on --grpc-addr {addr.host}:{addr.port}: the address is in use or not "
+                "available here; free it or choose another"
+            ) from exc
         self.server = server
+
+    async def start(self, _app: web.Application | None = None) -> None:
+        """Serve calls (bound first if :meth:`bind` was not called)."""
+        await self.bind()
+        assert self.server is not None
+        self.schema()
+        await self.server.start()
+        addr = self.opts.grpc_addr
+        assert addr is not None
         log.info(
             "gRPC listening", extra={"ctx": {"addr": f"{addr.host}:{self.port}", "services": self.services}}
         )
@@ -178,6 +200,9 @@ def attach(app: web.Application, opts: options.ServeOptions) -> object:
         return None
     rpc = RpcServer(app, opts)
     app[RPC] = rpc
+    # the address is taken before the application's other parts start, so that a refusal leaves
+    # nothing of theirs open; calls are served once they have all started
+    app.on_startup.insert(0, rpc.bind)
     app.on_startup.append(rpc.start)
     app.on_shutdown.append(rpc.stop)
     return rpc
