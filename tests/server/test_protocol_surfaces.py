@@ -24,7 +24,7 @@ from dap.server import errors, options, state
 from dap.server.rpc import descriptors, status
 from dap.server.rpc import server as rpc_server
 
-from .conftest import load
+from .conftest import load, token
 from .protocols_clients import Grpc
 from .protocols_harness import ADMIN, CLERK, MANAGER, Both, both, created, finished_job, job_id, registered
 from .protocols_spec import PACKAGE, SPEC
@@ -408,3 +408,34 @@ async def test_a_grpc_address_in_use_refuses_the_boot_naming_it(both: Both) -> N
                 await second.start()
             assert f"--grpc-addr 127.0.0.1:{port}" in str(refused.value), refused.value
             assert second.server is None
+
+
+async def test_workspace_confusion_and_guarded_masks_stay_refused(both: Both) -> None:
+    """What issue 40's probe found refused, kept so: a token of one workspace is refused in another
+    whatever the metadata or the frame says, a workspace's records are not found from another, and
+    an ``update_mask`` naming a field the caller may not write is 403 as REST's body is."""
+    slug = f"w{uuid.uuid4().hex[:8]}"
+    await both.rest.srv.register(slug)
+    c, ws = both.rpc, both.ws
+    row = await created(c, "customer", {"name": "at-home", "credit": "3.00"})
+    theirs = f"Bearer {token(workspace=slug, sub='u-root', username='root')}"
+    assert (await c.find("customer", row["id"], theirs))[0] == "SVC.AUTH.WRONG_WORKSPACE"
+    request = c.request("customer", "Get", id=row["id"])
+    there = [(k, slug if k == "dap-workspace" else v) for k, v in c.metadata(theirs)]
+    assert await c._unary("customer", "Get", request, there) == ("SVC.RECORD.NOT_FOUND", None)
+    ours = f"Bearer {token(workspace='default', sub='u-root', username='root')}"
+    mixed = [(k, slug if k == "dap-workspace" else v) for k, v in c.metadata(ours)]
+    assert (await c._unary("customer", "Get", request, mixed))[0] == "SVC.AUTH.WRONG_WORKSPACE"
+    # the socket's workspace is its path's: another's token is refused, a frame cannot name another
+    assert (await ws._call(theirs, entity="sales/customer", verb="find", record=row["id"]))[0] == (
+        "SVC.AUTH.WRONG_WORKSPACE"
+    )
+    found = await ws._call(ours, entity="sales/customer", verb="find", record=row["id"], workspace=slug)
+    assert found[0] == "ok" and found[1]["data"]["name"] == "at-home", found
+
+    for client in (both.rest, c, ws):  # the clerk may update, but not read (so not write) credit
+        assert (await client.update("customer", row["id"], {"credit": "9.00"}, CLERK))[0] == (
+            "SVC.AUTH.FORBIDDEN"
+        ), client.name
+    assert (await c.update("customer", row["id"], {"visits": 1}, CLERK))[0] == "ok"
+    assert (await c.find("customer", row["id"], ADMIN))[1]["credit"] == "3.00"
