@@ -173,6 +173,7 @@ class EntityService:
 
     async def update(self, request: Any, context: Any) -> message.Message:
         call = await self._call(context, "update")
+        guards.check(call.principal, call.resource, "update")  # 403 before the mask's 422, as REST
         paths = list(request.update_mask.paths) if request.HasField("update_mask") else None
         body = codec.decode(request.record, only=paths or None)
         body = {k: v for k, v in body.items() if k not in OUTPUT_ONLY}
