@@ -239,6 +239,26 @@ async def test_dap_pod_serves_grpc_and_each_registration_reaches_it(
         assert running.process.returncode == 0, running.stderr.decode()[-2000:]
 
 
+async def test_dap_pod_refuses_a_taken_grpc_addr_in_one_line(make_dsn: MakeDsn, tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        async with process(
+            "pod",
+            *("--dsn", await make_dsn(), "--jwt-secret", SECRET, "--cors-origin", "http://ui.example"),
+            *("--control-url", "http://127.0.0.1:9", "--workspace-id", WORKSPACE),
+            *("--trusted-keys", "ab" * 32, "--state-dir", str(tmp_path)),
+            *("--addr", "127.0.0.1:0", "--metrics-addr", "", "--grpc-addr", f"127.0.0.1:{port}"),
+        ) as running:
+            async with asyncio.timeout(60):
+                await running.process.wait()
+    stderr = running.stderr.decode()
+    assert running.process.returncode == 1, stderr[-2000:]
+    assert "Traceback" not in stderr, stderr[-2000:]
+    assert stderr.strip().splitlines()[-1].startswith(f"dap: cannot listen on --grpc-addr 127.0.0.1:{port}")
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
