@@ -9,11 +9,14 @@ Boot order:
    and those the control plane publishes (best effort: it may be down);
 3. the last verified artifact in the state directory is verified again and loaded, so a pod
    restarted while the control plane is unreachable serves its last good version at once;
-4. the app-process bridge is hosted when ``--sidecar-endpoint`` (``DAP_SIDECAR_ENDPOINT``) or
-   ``--runtime`` is given, as in ``dap serve`` (``dap.bridge.hosting.attach``), its state (embedded
-   datastores, child-mode sockets) under ``<state-dir>/bridge``; it follows the catalog each swap
-   brings (its datastores). File fields keep their bytes under ``<state-dir>/files`` (the pod's
-   root filesystem is read-only under the operator);
+4. what ``dap serve`` hosts beside the server is hosted the same way (its ``ATTACH`` hooks): the
+   gRPC listener with ``--grpc-addr``, whose services follow the catalog each swap brings (a
+   newly registered entity is served and reflected without a restart), and the app-process bridge
+   with ``--sidecar-endpoint`` (``DAP_SIDECAR_ENDPOINT``) or ``--runtime``
+   (``dap.bridge.hosting.attach``), here with its state (embedded datastores, child-mode sockets)
+   under ``<state-dir>/bridge``; it follows the catalog each swap brings (its datastores). File
+   fields keep their bytes under ``<state-dir>/files`` (the pod's root filesystem is read-only
+   under the operator);
 5. ``GET /health`` and ``GET /ready`` are added to the main application and both listeners start;
 6. the pull loop, the evidence sender, and the health (30 s) and metering (5 min) reports run
    as tasks until :meth:`Running.stop`.
@@ -44,6 +47,7 @@ from aiohttp import web
 from dap import server
 from dap.bridge import hosting as bridging
 from dap.resource_pod import converging, errors, loading, persisting, pulling, reporting, settings, timing
+from dap.server import cli as server_cli
 from dap.server import options
 from dap.server.storage import files
 from dap.server.web import app as web_app
@@ -105,6 +109,16 @@ async def ready(request: web.Request) -> web.Response:
         "version": pod.status.running.version if pod.status.running else None,
     }
     return web.json_response(body, status=503 if reasons else 200)
+
+
+def attach(app: web.Application, opts: options.ServeOptions, config: settings.Settings) -> None:
+    """Host beside the pod's server what ``dap serve`` hosts beside its own: every hook of
+    ``dap.server.cli.ATTACH`` (gRPC with ``--grpc-addr``; the bridge when ``dap.bridge.cli`` put
+    it there), the bridge always, with its state in the pod's state directory."""
+    bridging.attach(app, opts, state_dir=config.state_dir / "bridge")
+    for hook in server_cli.ATTACH:
+        if hook is not bridging.attach:  # hosted above, where the pod keeps its state
+            hook(app, opts)
 
 
 @dataclass
@@ -176,7 +190,7 @@ async def start(
         await pod.refresh_keys()
         await pod.restore()
         srv.app[web_app.FILES] = files.FileStore(config.state_dir / "files")
-        bridging.attach(srv.app, opts, state_dir=config.state_dir / "bridge")
+        attach(srv.app, opts, config)
         srv.app[POD] = pod
         srv.app[STOPPING] = asyncio.Event()
         srv.app.router.add_get("/health", health)

@@ -302,7 +302,11 @@ class Grpc:
         return self.cls(f"{self.package}.{verb}{camel(entity)}Request")(**fields)
 
     def record(self, entity: str, body: Mapping[str, Any]) -> Any:
-        return json_format.ParseDict(dict(body), self.cls(f"{self.package}.{camel(entity)}")())
+        """The record message of ``body``; a name the message lacks is left out (an update still
+        names it in its ``update_mask``, as a client with an older schema would)."""
+        return json_format.ParseDict(
+            dict(body), self.cls(f"{self.package}.{camel(entity)}")(), ignore_unknown_fields=True
+        )
 
     @staticmethod
     def metadata(who: str | None, **extra: str) -> list[tuple[str, str]]:

@@ -106,6 +106,7 @@ spec:
     - {name: amount, type: money, scale: 2}
   actions:
     - {name: create, required_permission: sales.order.create}
+    - {name: update, required_permission: sales.order.update}
     - {name: delete, required_permission: sales.order.delete}
     - {name: submit, required_permission: sales.order.submit}
   assignments:

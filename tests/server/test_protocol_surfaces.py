@@ -5,6 +5,9 @@ shared across protocols, and the gRPC schema following a catalog swap."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
+import socket
 import uuid
 from typing import Any
 
@@ -12,14 +15,16 @@ import grpc
 import pytest
 from click.testing import CliRunner
 from google.protobuf import descriptor_pb2
+from google.rpc import error_details_pb2, status_pb2
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from grpc_status import rpc_status
 
 from dap.server import cli as server_cli
-from dap.server import state
-from dap.server.rpc import descriptors
+from dap.server import errors, options, state
+from dap.server.rpc import descriptors, status
 from dap.server.rpc import server as rpc_server
 
-from .conftest import load
+from .conftest import load, token
 from .protocols_clients import Grpc
 from .protocols_harness import ADMIN, CLERK, MANAGER, Both, both, created, finished_job, job_id, registered
 from .protocols_spec import PACKAGE, SPEC
@@ -273,3 +278,164 @@ async def test_the_grpc_services_follow_a_catalog_swap(both: Both) -> None:
     finally:
         app[state.SPEC].swap(previous)
     assert f"{PACKAGE}.TicketService" in rpc.services and f"{PACKAGE}.ExtraService" not in rpc.services
+
+
+def _status(exc: grpc.aio.AioRpcError) -> status_pb2.Status:
+    """The ``google.rpc.Status`` a failed call carries in its trailing metadata."""
+    for key, value in exc.trailing_metadata() or ():
+        if key == rpc_status.GRPC_DETAILS_METADATA_KEY:
+            return status_pb2.Status.FromString(value)
+    raise AssertionError(f"no status details in {exc!r}")
+
+
+def _detail(found: status_pb2.Status, kind: type[Any]) -> Any:
+    out = kind()
+    for detail in found.details:
+        if detail.Is(out.DESCRIPTOR) and detail.Unpack(out):
+            return out
+    return None
+
+
+async def test_an_update_mask_naming_an_unknown_field_is_refused_as_rest_refuses_it(both: Both) -> None:
+    rest, c = both.rest, both.rpc
+    row = await created(rest, "customer", {"name": "masked"})
+    status_, problem, _ = await rest._call("PATCH", f"customer/{row['id']}", ADMIN, {"colour": "red"})
+    assert status_ == 422 and problem["code"] == "SVC.VALIDATE.INVALID", problem
+    assert [e["path"] for e in problem["errors"]] == ["colour"]
+
+    request = c.request("customer", "Update", id=row["id"], record=c.record("customer", {"visits": 2}))
+    request.update_mask.paths.extend(["visits", "colour", "shade"])
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await c._method("customer", "Update")(request, metadata=c.metadata(ADMIN))
+    assert raised.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    found = _status(raised.value)
+    info = _detail(found, error_details_pb2.ErrorInfo)
+    assert info.reason == problem["code"] and info.metadata["http_status"] == "422"
+    bad = _detail(found, error_details_pb2.BadRequest)
+    assert bad is not None, found
+    assert [(v.field, v.description) for v in bad.field_violations] == [
+        ("colour", "unknown field"),
+        ("shade", "unknown field"),
+    ]
+    assert (await rest.find("customer", row["id"], ADMIN))[1]["version"] == 1  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("verb", "streaming"), [("Get", False), ("Update", False), ("List", True)], ids=["get", "update", "list"]
+)
+async def test_bytes_that_are_no_message_are_an_invalid_argument(
+    both: Both, verb: str, streaming: bool
+) -> None:
+    """Whatever the method, bytes that do not decode as its request answer INVALID_ARGUMENT with a
+    message saying what to send, never a Python class name."""
+    c = both.rpc
+    path = f"/{PACKAGE}.CustomerService/{verb}"
+
+    async def send(raw: bytes) -> None:  # no serializer: the bytes go out as they are
+        if streaming:
+            await c.channel.unary_stream(path)(raw, metadata=c.metadata(ADMIN)).read()
+        else:
+            await c.channel.unary_unary(path)(raw, metadata=c.metadata(ADMIN))
+
+    for garbage in (b"\xff", b"\x0a\x05ab", b"\x0a\x03\xff\xfe\xfd"):  # cut varint, short field, bad UTF-8
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await send(garbage)
+        exc = raised.value
+        assert exc.code() is grpc.StatusCode.INVALID_ARGUMENT, (garbage, exc.code(), exc.details())
+        details = exc.details() or ""
+        assert f"{PACKAGE}.{verb}CustomerRequest" in details, details
+        assert "class" not in details and "DecodeError" not in details, details
+        assert status.reason(exc.trailing_metadata()) == "SVC.REQUEST.MALFORMED"
+
+
+async def _ws_call(both: Both, cid: Any, **frame: Any) -> dict[str, Any]:
+    """The answer to one ``call`` frame sent with ``cid`` as its id (the raw JSON frame)."""
+    async with both.ws.srv.http.ws_connect(
+        f"{both.ws.srv.api}/default/_ws", headers={"Authorization": ADMIN}
+    ) as ws:
+        await ws.send_str(json.dumps({"type": "call", "id": cid, **frame}))
+        async for msg in ws:
+            answer: dict[str, Any] = json.loads(msg.data)
+            if answer["type"] != "welcome":
+                return answer
+    raise AssertionError("the socket closed without an answer")
+
+
+@pytest.mark.parametrize(
+    "cid",
+    [{"n": 1, "tags": ["a", None], "ok": True}, 7, 0, 2.5, ["c", 1], "c1"],
+    ids=["object", "integer", "zero", "number", "array", "string"],
+)
+async def test_a_ws_call_is_answered_with_its_id_as_sent(both: Both, cid: Any) -> None:
+    row = await created(both.rest, "customer", {"name": "ided"})
+    found = await _ws_call(both, cid, entity="sales/customer", verb="find", record=row["id"])
+    assert found["type"] == "result" and found["id"] == cid, found
+    refused = await _ws_call(both, cid, entity="sales/customer", verb="find", record=str(uuid.uuid4()))
+    assert refused["type"] == "error" and refused["id"] == cid, refused
+
+
+@pytest.mark.parametrize("cid", [None, ""], ids=["null", "empty"])
+async def test_a_ws_call_without_an_id_is_refused(both: Both, cid: Any) -> None:
+    refused = await _ws_call(both, cid, entity="sales/customer", verb="list")
+    assert refused["type"] == "error" and refused["code"] == "SVC.WS.FRAME", refused
+    assert refused["id"] == cid
+
+
+async def test_bytes_that_are_no_reflection_request_are_an_invalid_argument(both: Both) -> None:
+    stream = both.rpc.channel.stream_stream("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo")
+    call = stream(iter([b"\xff"]))
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await call.read()
+    exc = raised.value
+    assert exc.code() is grpc.StatusCode.INVALID_ARGUMENT, (exc.code(), exc.details())
+    details = exc.details() or ""
+    assert "ServerReflectionRequest" in details and "class" not in details, details
+
+
+async def test_a_grpc_address_in_use_refuses_the_boot_naming_it(both: Both) -> None:
+    """Taken by a plain socket or by another gRPC server (grpcio binds with SO_REUSEPORT unless
+    told not to, and two servers would then share the port silently), the address is refused."""
+    app = both.rest.srv.server.app
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        for port in (taken.getsockname()[1], both.port):
+            opts = dataclasses.replace(
+                app[state.OPTIONS], grpc_addr=options.parse_address(f"127.0.0.1:{port}")
+            )
+            second = rpc_server.RpcServer(app, opts)
+            with pytest.raises(errors.BootRefused) as refused:
+                await second.start()
+            assert f"--grpc-addr 127.0.0.1:{port}" in str(refused.value), refused.value
+            assert second.server is None
+
+
+async def test_workspace_confusion_and_guarded_masks_stay_refused(both: Both) -> None:
+    """What issue 40's probe found refused, kept so: a token of one workspace is refused in another
+    whatever the metadata or the frame says, a workspace's records are not found from another, and
+    an ``update_mask`` naming a field the caller may not write is 403 as REST's body is."""
+    slug = f"w{uuid.uuid4().hex[:8]}"
+    await both.rest.srv.register(slug)
+    c, ws = both.rpc, both.ws
+    row = await created(c, "customer", {"name": "at-home", "credit": "3.00"})
+    theirs = f"Bearer {token(workspace=slug, sub='u-root', username='root')}"
+    assert (await c.find("customer", row["id"], theirs))[0] == "SVC.AUTH.WRONG_WORKSPACE"
+    request = c.request("customer", "Get", id=row["id"])
+    there = [(k, slug if k == "dap-workspace" else v) for k, v in c.metadata(theirs)]
+    assert await c._unary("customer", "Get", request, there) == ("SVC.RECORD.NOT_FOUND", None)
+    ours = f"Bearer {token(workspace='default', sub='u-root', username='root')}"
+    mixed = [(k, slug if k == "dap-workspace" else v) for k, v in c.metadata(ours)]
+    assert (await c._unary("customer", "Get", request, mixed))[0] == "SVC.AUTH.WRONG_WORKSPACE"
+    # the socket's workspace is its path's: another's token is refused, a frame cannot name another
+    assert (await ws._call(theirs, entity="sales/customer", verb="find", record=row["id"]))[0] == (
+        "SVC.AUTH.WRONG_WORKSPACE"
+    )
+    found = await ws._call(ours, entity="sales/customer", verb="find", record=row["id"], workspace=slug)
+    assert found[0] == "ok" and found[1]["data"]["name"] == "at-home", found
+
+    for client in (both.rest, c, ws):  # the clerk may update, but not read (so not write) credit
+        assert (await client.update("customer", row["id"], {"credit": "9.00"}, CLERK))[0] == (
+            "SVC.AUTH.FORBIDDEN"
+        ), client.name
+    assert (await c.update("customer", row["id"], {"visits": 1}, CLERK))[0] == "ok"
+    assert (await c.find("customer", row["id"], ADMIN))[1]["credit"] == "3.00"

@@ -113,6 +113,18 @@ async def update_and_stale_version(c: Client, tag: str) -> Any:
     return first, stale
 
 
+async def update_unknown_field(c: Client, tag: str) -> Any:
+    """A field the entity lacks (gRPC: a path of ``update_mask``) is refused as REST refuses it."""
+    row = await created(c, "customer", {"name": f"{tag}-m"})
+    return await c.update("customer", row["id"], {"visits": 2, "colour": "red"}, ADMIN)
+
+
+async def update_unknown_field_unpermitted(c: Client, tag: str) -> Any:
+    """Without the update permission the answer is the 403, whatever else the update names."""
+    row = await created(c, "order", {"number": f"{tag}-p", "buyer": "carl"})
+    return await c.update("order", row["id"], {"amount": "1.00", "colour": "red"}, CLERK)
+
+
 async def lifecycle_submitted_is_final(c: Client, tag: str) -> Any:
     row = await created(c, "order", {"number": f"{tag}-s", "buyer": "meg"}, MANAGER, submit=True)
     update = await c.update("order", row["id"], {"amount": "3.00"}, MANAGER)
@@ -303,6 +315,8 @@ CASES: dict[str, tuple[Case, Any]] = {
     "row_scope_list": (row_scope_list, ...),
     "list_pages": (list_pages, ...),
     "update_and_stale_version": (update_and_stale_version, ...),
+    "update_unknown_field": (update_unknown_field, ("SVC.VALIDATE.INVALID", None)),
+    "update_unknown_field_unpermitted": (update_unknown_field_unpermitted, ("SVC.AUTH.FORBIDDEN", None)),
     "lifecycle_submitted_is_final": (lifecycle_submitted_is_final, ...),
     "submit_needs_its_permission": (submit_needs_its_permission, ...),
     "delete_draft": (delete_draft, ("ok", "SVC.RECORD.NOT_FOUND")),

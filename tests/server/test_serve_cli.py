@@ -183,3 +183,16 @@ def test_address_in_use_is_a_one_line_refusal(pg_dsn: str, tmp_path: Path) -> No
             ["serve", "--spec", str(spec), "--addr", f"127.0.0.1:{port}", "--metrics-addr", ""], pg_dsn
         )
     assert "cannot listen" in line and "in use" in line
+
+
+def test_a_grpc_address_in_use_is_a_one_line_refusal(pg_dsn: str, tmp_path: Path) -> None:
+    spec = tmp_path / "spec"
+    spec.mkdir()
+    (spec / "m.yaml").write_text(MODULE.replace("inv", "rpcports"))  # a module of its own
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        args = ["serve", "--spec", str(spec), "--addr", "127.0.0.1:0", "--metrics-addr", ""]
+        line = _refused([*args, "--grpc-addr", f"127.0.0.1:{port}"], pg_dsn)
+    assert f"cannot listen on --grpc-addr 127.0.0.1:{port}" in line and "in use" in line, line

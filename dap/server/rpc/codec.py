@@ -26,14 +26,17 @@ def decode(record: message.Message, only: Iterable[str] | None = None) -> dict[s
     fields = record.DESCRIPTOR.fields_by_name
     if only is None:
         return {fd.name: _value(fd, value) for fd, value in record.ListFields()}
+    only = list(only)
+    unknown = [path for path in only if path not in fields]
+    if unknown:  # REST's answer to a body naming them: 422 SVC.VALIDATE.INVALID, one problem each
+        raise errors.ValidationFailed(
+            f"update_mask names {len(unknown)} path(s) that are not fields of {record.DESCRIPTOR.name} "
+            f"({', '.join(unknown)}): name only the record's fields",
+            errors=[errors.FieldProblem(path, "unknown field") for path in unknown],
+        )
     out: dict[str, Any] = {}
     for path in only:
-        fd = fields.get(path)
-        if fd is None:
-            raise errors.ValidationFailed(
-                f"update_mask names {path!r}, which is not a field of {record.DESCRIPTOR.name}",
-                code="SVC.VALIDATION.UNKNOWN_FIELD",
-            )
+        fd = fields[path]
         set_ = record.HasField(path) if fd.has_presence else True
         out[path] = _value(fd, getattr(record, path)) if set_ else None
     return out

@@ -29,11 +29,11 @@ from google.protobuf import (
     struct_pb2,
 )
 from google.rpc import error_details_pb2, status_pb2
-from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
+from grpc_reflection.v1alpha import reflection, reflection_pb2
 
-from dap.server import options, state
+from dap.server import errors, options, state
 from dap.server.catalog import Catalog
-from dap.server.rpc import descriptors, services
+from dap.server.rpc import descriptors, services, status
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +91,7 @@ class RpcServer(grpc.GenericRpcHandler):
         self.server: grpc.aio.Server | None = None
         self.port = 0
         self._schema: Schema | None = None
+        self._reflection = _reflection(self)
 
     def schema(self) -> Schema:
         """The schema of the catalog served now (rebuilt once after a swap)."""
@@ -113,26 +114,49 @@ class RpcServer(grpc.GenericRpcHandler):
         self, handler_call_details: grpc.HandlerCallDetails
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
         """The handler of a call's method in the current schema (``None``: UNIMPLEMENTED)."""
+        if handler_call_details.method == REFLECTION:
+            return self._reflection
         return self.schema().methods.get(handler_call_details.method)
 
-    async def start(self, _app: web.Application | None = None) -> None:
-        self.schema()
-        # a request as large as REST's --max-body-bytes at most (RESOURCE_EXHAUSTED past it)
-        server = grpc.aio.server(options=[("grpc.max_receive_message_length", self.opts.max_body_bytes)])
-        server.add_generic_rpc_handlers([self])
-        reflection_pb2_grpc.add_ServerReflectionServicer_to_server(_Reflection(self), server)
+    async def bind(self, _app: web.Application | None = None) -> None:
+        """Take ``--grpc-addr`` (no call is served yet); ``BootRefused`` naming it when taken."""
+        if self.server is not None:
+            return
+        server = grpc.aio.server(
+            options=[
+                # a request as large as REST's --max-body-bytes at most (RESOURCE_EXHAUSTED past it)
+                ("grpc.max_receive_message_length", self.opts.max_body_bytes),
+                # grpcio's default SO_REUSEPORT lets a second server bind a taken port and share it
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        server.add_generic_rpc_handlers([self])  # reflection too (``service``)
         addr = self.opts.grpc_addr
         assert addr is not None
         target = f"[{addr.host}]:{addr.port}" if ":" in addr.host else f"{addr.host}:{addr.port}"
-        if self.opts.tls_cert is not None and self.opts.tls_key is not None:
-            credentials = grpc.ssl_server_credentials(
-                [(self.opts.tls_key.read_bytes(), self.opts.tls_cert.read_bytes())]
-            )
-            self.port = server.add_secure_port(target, credentials)
-        else:
-            self.port = server.add_insecure_port(target)
-        await server.start()
+        try:
+            if self.opts.tls_cert is not None and self.opts.tls_key is not None:
+                credentials = grpc.ssl_server_credentials(
+                    [(self.opts.tls_key.read_bytes(), self.opts.tls_cert.read_bytes())]
+                )
+                self.port = server.add_secure_port(target, credentials)
+            else:
+                self.port = server.add_insecure_port(target)
+        except RuntimeError as exc:  # grpcio's only word for a failed bind
+            raise errors.BootRefused(
+                f"cannot listen on --grpc-addr {addr.host}:{addr.port}: the address is in use or not "
+                "available here; free it or choose another"
+            ) from exc
         self.server = server
+
+    async def start(self, _app: web.Application | None = None) -> None:
+        """Serve calls (bound first if :meth:`bind` was not called)."""
+        await self.bind()
+        assert self.server is not None
+        self.schema()
+        await self.server.start()
+        addr = self.opts.grpc_addr
+        assert addr is not None
         log.info(
             "gRPC listening", extra={"ctx": {"addr": f"{addr.host}:{self.port}", "services": self.services}}
         )
@@ -143,18 +167,28 @@ class RpcServer(grpc.GenericRpcHandler):
             self.server = None
 
 
-class _Reflection(reflection_pb2_grpc.ServerReflectionServicer):  # type: ignore[misc]
+REFLECTION = f"/{reflection.SERVICE_NAME}/ServerReflectionInfo"
+
+
+def _reflection(rpc: RpcServer) -> grpc.RpcMethodHandler[Any, Any]:
     """Server reflection over the current schema: each stream answers from the schema of the
-    catalog served when it opened."""
+    catalog served when it opened. The requests arrive as bytes and are decoded here, as the
+    services' are (``services.decoded``): bytes that are no request are INVALID_ARGUMENT."""
 
-    def __init__(self, rpc: RpcServer) -> None:
-        self.rpc = rpc
+    async def info(raw_requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[Any]:
+        async def requests() -> AsyncIterator[reflection_pb2.ServerReflectionRequest]:
+            async for raw in raw_requests:
+                yield services.decoded(reflection_pb2.ServerReflectionRequest, raw)
 
-    async def ServerReflectionInfo(  # noqa: N802 -- the generated servicer's name
-        self, request_iterator: Any, context: Any
-    ) -> AsyncIterator[Any]:
-        async for answer in self.rpc.schema().reflection.ServerReflectionInfo(request_iterator, context):
-            yield answer
+        try:
+            async for answer in rpc.schema().reflection.ServerReflectionInfo(requests(), context):
+                yield answer
+        except errors.ApiError as exc:
+            await context.abort_with_status(status.of(exc))
+
+    return grpc.stream_stream_rpc_method_handler(
+        info, response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString
+    )
 
 
 RPC: web.AppKey[RpcServer] = web.AppKey("rpc", RpcServer)
@@ -166,6 +200,9 @@ def attach(app: web.Application, opts: options.ServeOptions) -> object:
         return None
     rpc = RpcServer(app, opts)
     app[RPC] = rpc
+    # the address is taken before the application's other parts start, so that a refusal leaves
+    # nothing of theirs open; calls are served once they have all started
+    app.on_startup.insert(0, rpc.bind)
     app.on_startup.append(rpc.start)
     app.on_shutdown.append(rpc.stop)
     return rpc

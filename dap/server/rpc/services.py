@@ -173,6 +173,7 @@ class EntityService:
 
     async def update(self, request: Any, context: Any) -> message.Message:
         call = await self._call(context, "update")
+        guards.check(call.principal, call.resource, "update")  # 403 before the mask's 422, as REST
         paths = list(request.update_mask.paths) if request.HasField("update_mask") else None
         body = codec.decode(request.record, only=paths or None)
         body = {k: v for k, v in body.items() if k not in OUTPUT_ONLY}
@@ -358,10 +359,24 @@ class ServiceActions:
         return _job(self.classes, view)
 
 
-def _unary(fn: Handler) -> Handler:
-    async def handler(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+def decoded(request_class: type[message.Message], raw: bytes) -> message.Message:
+    """The request message of ``raw``; 400 ``SVC.REQUEST.MALFORMED`` (INVALID_ARGUMENT) when the
+    bytes are not one. Decoded here, in the handler, not by grpcio: an exception in grpcio's
+    request deserializer answers UNKNOWN with the exception's class in the status message."""
+    try:
+        return request_class.FromString(raw)
+    except message.DecodeError:
+        name = request_class.DESCRIPTOR.full_name
+        raise errors.BadRequest(
+            f"the request is not a valid {name} message: send the protobuf encoding of {name} "
+            "(the schema is served by server reflection and printed by `dap schema --proto`)"
+        ) from None
+
+
+def _unary(fn: Handler, request_class: type[message.Message]) -> Handler:
+    async def handler(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         try:
-            return await fn(request, context)
+            return await fn(decoded(request_class, raw), context)
         except errors.ApiError as exc:
             await context.abort_with_status(status.of(exc))
         except Exception:
@@ -371,10 +386,12 @@ def _unary(fn: Handler) -> Handler:
     return handler
 
 
-def _streaming(fn: Callable[[Any, Any], AsyncIterator[Any]]) -> Callable[[Any, Any], AsyncIterator[Any]]:
-    async def handler(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+def _streaming(
+    fn: Callable[[Any, Any], AsyncIterator[Any]], request_class: type[message.Message]
+) -> Callable[[Any, Any], AsyncIterator[Any]]:
+    async def handler(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
         try:
-            async for item in fn(request, context):
+            async for item in fn(decoded(request_class, raw), context):
                 yield item
         except errors.ApiError as exc:
             await context.abort_with_status(status.of(exc))
@@ -431,16 +448,13 @@ def methods(
                 else service.action(actions_by_method[m.name])
             )
             path = f"/{name}/{m.name}"
+            # no request deserializer: the handler takes the bytes and decodes them (``decoded``)
             if m.server_streaming:
                 out[path] = grpc.unary_stream_rpc_method_handler(
-                    _streaming(fn),
-                    request_deserializer=request_class.FromString,
-                    response_serializer=response_class.SerializeToString,
+                    _streaming(fn, request_class), response_serializer=response_class.SerializeToString
                 )
             else:
                 out[path] = grpc.unary_unary_rpc_method_handler(
-                    _unary(fn),
-                    request_deserializer=request_class.FromString,
-                    response_serializer=response_class.SerializeToString,
+                    _unary(fn, request_class), response_serializer=response_class.SerializeToString
                 )
     return out

@@ -12,7 +12,8 @@ verified at connect). Client frame::
 answered by ``{"type": "result", "id": "c1", "data": …}`` (a list adds ``limit``, ``offset``,
 ``total``; a create, update or move adds ``version``) or ``{"type": "error", "id": "c1", "status":
 404, "code": "SVC.…", "detail": "…", "errors": […]}`` -- REST's status and problem, correlated by
-``id``. Calls of one socket run one at a time, in the order sent.
+``id``, echoed as sent (any JSON value but ``null`` and ``""``, as JSON-RPC's). Calls of one socket
+run one at a time, in the order sent.
 
 Actions (``workflows.acting``, as REST's): a custom action or transition is its name as the
 ``verb`` with ``record``, ``body`` (its params), ``version``, ``idempotency_key`` and, for a job,
@@ -117,8 +118,9 @@ async def _service(
 async def answer(
     request: web.Request, ws: web.WebSocketResponse, frame: dict[str, Any], principal: auth.Principal
 ) -> None:
-    """Run one ``call`` frame and send its ``result`` or ``error`` frame."""
-    cid = str(frame.get("id", ""))
+    """Run one ``call`` frame and send its ``result`` or ``error`` frame, with the frame's ``id``
+    as it was sent: any JSON value, as JSON-RPC's id, so a client correlates by its own value."""
+    cid = frame.get("id")
     try:
         reply = await _run(request, frame, principal)
     except errors.ApiError as exc:
@@ -138,8 +140,11 @@ async def answer(
 
 
 async def _run(request: web.Request, frame: dict[str, Any], principal: auth.Principal) -> dict[str, Any]:
-    if not frame.get("id"):
-        raise errors.BadRequest("a call needs an id to answer by", code="SVC.WS.FRAME")
+    if frame.get("id") is None or frame["id"] == "":
+        raise errors.BadRequest(
+            'a call needs an id to answer by (any JSON value but null and ""): add "id" to the frame',
+            code="SVC.WS.FRAME",
+        )
     app = request.app
     workspace = await app[state.REGISTRY].resolve(request.match_info["ws"])
     catalog = app[state.SPEC].current

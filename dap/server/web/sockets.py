@@ -136,7 +136,7 @@ async def handler(request: web.Request) -> web.WebSocketResponse:
                         await ws.send_json(
                             {
                                 "type": "error",
-                                "id": str(frame.get("id", "")),
+                                "id": frame.get("id"),  # as sent, as every answer to a call
                                 "code": errors.InternalError.default_code,
                                 "detail": f"internal error; quote request id {request_id}",
                             }
