@@ -217,6 +217,9 @@ MIGRATIONS: tuple[str, ...] = (
     # namespaces the first namespace keeps the binding and the region control marks the others.
     """
     ALTER TABLE dap_control.deployments ADD COLUMN namespace text;
+    -- A moved management Workspace stays placed on the cluster it leaves until its new cluster
+    -- reports it Ready (bindings.route): a drain hands over, it does not cut over.
+    ALTER TABLE dap_control.deployments ADD COLUMN handing_over_from text;
     -- A cluster declared by a Cluster resource keeps its labels, state and maximum when its
     -- cluster control announces itself (registry.upsert_cluster).
     ALTER TABLE dap_control.clusters ADD COLUMN declared boolean NOT NULL DEFAULT false;

@@ -210,7 +210,7 @@ async def snapshot_content(
         version: int = await c.fetchval("SELECT version FROM dap_control.snapshot_state")
         moment: datetime = now or await c.fetchval("SELECT now()")
         rows = await c.fetch(
-            "SELECT d.workspace_id, d.app, d.cluster_id, a.artifact_id, a.sha256"
+            "SELECT d.workspace_id, d.app, d.cluster_id, d.handing_over_from, a.artifact_id, a.sha256"
             " FROM dap_control.deployments d"
             " LEFT JOIN dap_control.artifacts a ON a.artifact_id = d.artifact_id AND a.status = 'active'"
             " WHERE d.artifact_id IS NOT NULL ORDER BY d.workspace_id"
@@ -234,7 +234,7 @@ async def snapshot_content(
             choice = promoted[r["workspace_id"]]
             artifact, sha256 = (choice.artifact_id, choice.sha256) if choice else (None, None)
         bindings.append(freezes.Binding(r["workspace_id"], r["app"], r["cluster_id"], artifact, sha256))
-    return version, freezes.desired(
+    desired = freezes.desired(
         bindings,
         [freezes.Freeze(**dict(f)) for f in frozen],
         {
@@ -244,6 +244,15 @@ async def snapshot_content(
         environment=environment,
         now=moment,
     )
+    # A workspace handed over between clusters is in both clusters' snapshots until the new one
+    # serves it (dap.control.kube.bindings), so the pods of the old one keep their artifact.
+    leaving = {r["workspace_id"]: r["handing_over_from"] for r in rows if r["handing_over_from"]}
+    kept = [
+        snapshots.Deployment(**{**d, "cluster_id": leaving[d["workspace_id"]]})
+        for d in desired
+        if d["workspace_id"] in leaving
+    ]
+    return version, desired + kept
 
 
 async def _promotion_choices(

@@ -146,6 +146,8 @@ async def test_route_places_by_rule_five_and_the_cluster_pulls_its_placements(
         ) as answer:
             assert answer.status == 200
             assert [p["workspace"] for p in (await answer.json())["placements"]] == ["a", "b"]
+        async with http.get(f"{region.url}/v1/placements", params={"cluster": "eu-1"}) as answer:
+            assert [p["workspace"] for p in (await answer.json())["placements"]] == ["a"]  # handing over
 
         await bindings.forget_workspace(pool, "m", "a")
         assert "a" not in {b.workspace for b in await bindings.bindings(pool)}
@@ -198,6 +200,13 @@ async def test_a_fractional_load_is_stored_as_given(db_dsn: str) -> None:
 # -- one workspace, one binding (issue 41) ---------------------------------------------------
 
 
+async def _report(http: aiohttp.ClientSession, url: str, cluster: str, workspace: str, phase: str) -> None:
+    """What a cluster control posts when the Workspace it keeps changes phase."""
+    report = {"cluster": cluster, "workspace": workspace, "phase": phase, "at": "2026-11-24T05:00:00Z"}
+    async with http.post(f"{url}/v1/workspace-status", json=report) as answer:
+        assert answer.status == 202, await answer.text()
+
+
 async def _snapshot_workspaces(
     http: aiohttp.ClientSession, url: str, pool: store.Pool, cluster: str
 ) -> list[str]:
@@ -245,13 +254,28 @@ async def test_a_registration_and_a_management_workspace_of_the_same_name_are_on
             assert [p["workspace"] for p in (await answer.json())["placements"]] == ["vault"]
         assert await _snapshot_workspaces(http, region.url, pool, str(binding.cluster)) == ["vault"]
 
-        # A drain takes the artifact along: the other cluster's snapshot names it, this one's not.
-        other = "eu-2" if binding.cluster == "eu-1" else "eu-1"
+        # A drain takes the artifact along, and hands over: the cluster left keeps the workspace
+        # (placement and artifact) until the new one reports it Ready.
+        source = str(binding.cluster)
+        other = "eu-2" if source == "eu-1" else "eu-1"
         async with pool.acquire() as conn:
-            await bindings.record_cluster(conn, str(binding.cluster), LABELS, {"state": "draining"})
+            await bindings.record_cluster(conn, source, LABELS, {"state": "draining"})
         assert await bindings.route(pool)
         assert await _snapshot_workspaces(http, region.url, pool, other) == ["vault"]
-        assert await _snapshot_workspaces(http, region.url, pool, str(binding.cluster)) == []
+        assert await _snapshot_workspaces(http, region.url, pool, source) == ["vault"]
+        for cluster in (source, other):
+            async with http.get(f"{region.url}/v1/placements", params={"cluster": cluster}) as answer:
+                assert [p["workspace"] for p in (await answer.json())["placements"]] == ["vault"]
+        (moving,) = await bindings.bindings(pool)
+        assert (moving.cluster, moving.handing_over_from) == (other, source)
+        assert source in placing.management_status(moving, {}, NOW)["conditions"][0]["message"]
+        await _report(http, region.url, other, "vault", "Progressing")
+        assert not await bindings.route(pool)  # not Ready yet: still handing over
+        await _report(http, region.url, other, "vault", "Ready")
+        assert await bindings.route(pool)
+        assert await _snapshot_workspaces(http, region.url, pool, source) == []
+        async with http.get(f"{region.url}/v1/placements", params={"cluster": source}) as answer:
+            assert (await answer.json())["placements"] == []
 
         # Deleting the Workspace leaves the registration's binding (and its artifact) in place.
         await bindings.forget_workspace(pool, "tenants", "vault")

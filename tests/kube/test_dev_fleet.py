@@ -131,10 +131,23 @@ async def test_dev_fleet_routes_and_moves_workspaces(
 
     await wait_for(moved, within=120, what=f"one moved from {one} to {two}")
 
+    # Handed over, not cut over: the cluster left keeps it until the new one runs it (Ready, or
+    # Idle when the dev class scales it to zero; pods are played Running where there are any).
+    assert await api.get("workspaces", one, "one") is not None
+
+    async def settled() -> bool:
+        if prefix != devfleet.PREFIX:  # --no-operators: the test writes what an operator would
+            await api.patch("workspaces", two, "one", {"status": {"phase": "Ready"}}, sub="status")
+        await objects.run_pods(api, two, "one")
+        body = await api.get("workspaces", two, "one") or {}
+        return (body.get("status") or {}).get("phase") in ("Ready", "Idle")
+
+    await wait_for(settled, within=90, what=f"one settled in {two}")
+
     async def left() -> bool:
         return await api.get("workspaces", one, "one") is None
 
-    await wait_for(left, within=30, what=f"one removed from {one}")
+    await wait_for(left, within=60, what=f"one removed from {one}")
 
 
 async def _an_unsigned_claim_on_a_local_datastore_is_auto_granted(api: Api, ns: str) -> None:

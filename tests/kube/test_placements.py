@@ -189,7 +189,15 @@ async def test_a_full_cluster_refuses_and_an_unschedulable_workspace_says_why(
     await api.patch("clusters", None, a, {"spec": {"maxWorkspaces": 0}})
     await fleet.placed_on("one", b)
     await fleet.materialised("one", b)
-    await fleet.gone("one", a)
+    await _handed_over(fleet, api, "one", a, b)
+
+
+async def _handed_over(fleet: fleet_.Fleet, api: Api, name: str, source: str, target: str) -> None:
+    """A moved workspace stays in the cluster it leaves until its new cluster runs it Ready."""
+    await asyncio.sleep(5 * fleet_.INTERVAL)
+    assert await api.get("workspaces", source, name) is not None, "cut over before the new one was Ready"
+    await wait_for(lambda: run_pods(api, target, name), what=f"pods of {name} in {target}")
+    await fleet.gone(name, source)  # removed by the old cluster's own control once handed over
 
 
 async def test_an_inactive_cluster_is_drained_into_the_other(fleet: fleet_.Fleet, api: Api) -> None:
@@ -206,7 +214,7 @@ async def test_an_inactive_cluster_is_drained_into_the_other(fleet: fleet_.Fleet
     for name in ("one", "two"):
         await fleet.placed_on(name, b)
         await fleet.materialised(name, b)
-        await fleet.gone(name, a)  # removed by a's own control once it pulled
+        await _handed_over(fleet, api, name, a, b)
     await wait_for(
         lambda: _cluster_status(api, a, lambda s: s.get("workspaces") == 0), what="a counted empty"
     )

@@ -19,6 +19,9 @@ from dap.control import ids, registry, store
 from dap.control.kube import placing
 
 ROUTE_LOCK = 0x64617072  # "dapr": held while routing
+# The phases of a moved workspace in its new cluster that end the handover: serving, or scaled to
+# zero by its class (it wakes there on demand).
+SETTLED_PHASES = ("Ready", "Idle")
 KUBE_APP = ""  # bindings of Workspace resources carry no artifact app
 
 
@@ -132,18 +135,39 @@ async def route(pool: store.Pool) -> bool:
             r for r in registry.decide(known, rows) if before[r.workspace_id] != (r.cluster_id, r.error)
         ]
         if changed:
+            # The cluster a workspace leaves keeps it until the new one reports it Ready
+            # (handing_over_from; the first cluster left, if it moves again meanwhile).
             await conn.execute(
                 "UPDATE dap_control.deployments d SET cluster_id = u.cluster_id, error = u.error,"
+                " handing_over_from = CASE WHEN u.cluster_id IS NOT DISTINCT FROM"
+                " coalesce(d.handing_over_from, d.cluster_id) THEN NULL"
+                " ELSE coalesce(d.handing_over_from, d.cluster_id) END,"
                 " updated_at = now() FROM unnest($1::text[], $2::text[], $3::text[])"
                 " AS u(workspace_id, cluster_id, error) WHERE d.workspace_id = u.workspace_id",
                 [r.workspace_id for r in changed],
                 [r.cluster_id for r in changed],
                 [r.error for r in changed],
             )
-            if any(r.artifact_id is not None for r in changed):
-                # A registered workspace moved: the clusters' snapshots (its artifact) change too.
-                await store.bump_snapshot(conn)
-        return bool(changed)
+        handed = await _settle_handovers(conn, list(known))
+        if handed or any(r.artifact_id is not None for r in changed):
+            # A registered workspace moved: the clusters' snapshots (its artifact) change too.
+            await store.bump_snapshot(conn)
+        return bool(changed) or handed
+
+
+async def _settle_handovers(conn: store.Conn, clusters: list[str]) -> bool:
+    """End the handovers whose new cluster reports the workspace settled (Ready, or Idle), or whose
+    old cluster is gone; True when any ended for a workspace with an artifact."""
+    ended = await conn.fetch(
+        "UPDATE dap_control.deployments d SET handing_over_from = NULL, updated_at = now()"
+        " WHERE d.handing_over_from IS NOT NULL AND (NOT d.handing_over_from = ANY($1::text[])"
+        " OR EXISTS (SELECT 1 FROM dap_control.workspace_status s WHERE s.workspace_id = d.workspace_id"
+        " AND s.cluster_id = d.cluster_id AND s.phase = ANY($2::text[])))"
+        " RETURNING d.artifact_id",
+        clusters,
+        list(SETTLED_PHASES),
+    )
+    return any(r["artifact_id"] is not None for r in ended)
 
 
 def _unhosted(row: store.DeploymentRow) -> store.DeploymentRow:
@@ -165,7 +189,8 @@ async def placements(pool: store.Pool, cluster: str) -> list[placing.Placement] 
             return None
         rows = await conn.fetch(
             "SELECT workspace_id, namespace, workspace_spec FROM dap_control.deployments"
-            " WHERE cluster_id = $1 AND workspace_spec IS NOT NULL ORDER BY workspace_id",
+            " WHERE (cluster_id = $1 OR handing_over_from = $1) AND workspace_spec IS NOT NULL"
+            " ORDER BY workspace_id",
             cluster,
         )
     return [placing.Placement(r["workspace_id"], r["namespace"], r["workspace_spec"]) for r in rows]
@@ -174,8 +199,8 @@ async def placements(pool: store.Pool, cluster: str) -> list[placing.Placement] 
 async def bindings(pool: store.Pool) -> list[placing.Binding]:
     """Every management Workspace's binding, with the report of the cluster hosting it."""
     rows = await pool.fetch(
-        "SELECT d.workspace_id, d.namespace, d.cluster_id, d.error, d.requested_cluster, s.phase,"
-        " s.conditions"
+        "SELECT d.workspace_id, d.namespace, d.cluster_id, d.error, d.requested_cluster,"
+        " d.handing_over_from, s.phase, s.conditions"
         " FROM dap_control.deployments d LEFT JOIN dap_control.workspace_status s"
         " ON s.workspace_id = d.workspace_id AND s.cluster_id = d.cluster_id"
         " WHERE d.workspace_spec IS NOT NULL ORDER BY d.workspace_id"
@@ -187,6 +212,7 @@ async def bindings(pool: store.Pool) -> list[placing.Binding]:
             cluster=r["cluster_id"],
             error=r["error"],
             requested_cluster=r["requested_cluster"],
+            handing_over_from=r["handing_over_from"],
             report=(r["phase"], list(r["conditions"])) if r["phase"] else None,
         )
         for r in rows

@@ -157,6 +157,7 @@ class Binding:
     error: str | None
     requested_cluster: str | None = None
     report: tuple[str, list[dict[str, Any]]] | None = None  # from its current cluster
+    handing_over_from: str | None = None  # the cluster that keeps it until the new one is Ready
 
 
 def management_status(binding: Binding, previous: Body, now: str) -> dict[str, Any]:
@@ -169,7 +170,10 @@ def management_status(binding: Binding, previous: Body, now: str) -> dict[str, A
     else:
         reason = REASON_DIRECT if binding.requested_cluster else REASON_PLACED
         how = "assigned by spec.cluster" if binding.requested_cluster else "routed by the region"
-        scheduled = condition(SCHEDULED, "True", reason, f"{how} to cluster {binding.cluster}", now, before)
+        message = f"{how} to cluster {binding.cluster}"
+        if binding.handing_over_from:
+            message += f"; {binding.handing_over_from} serves it until it is Ready there"
+        scheduled = condition(SCHEDULED, "True", reason, message, now, before)
     if binding.cluster is not None and binding.report is not None:
         phase, reported = binding.report
         conditions = [c for c in reported if c.get("type") != SCHEDULED]
