@@ -69,7 +69,7 @@ def build_app(
 ) -> web.Application:
     if config.mode != "cluster" and signer is None:
         raise errors.SigningKeyError(f"{config.mode} mode signs artifacts and needs a signing key")
-    app = web.Application(middlewares=[http.problems], client_max_size=config.max_body_bytes)
+    app = web.Application(middlewares=[http.problems, http.parameters], client_max_size=config.max_body_bytes)
     app[http.POOL] = pool
     app[http.SETTINGS] = config
     initial = snapshots.State(
