@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 import click
 
-from dap import embedded, logs
+from dap import embedded, listening, logs
 from dap.config import names
 from dap.resource_pod import errors, hosting, settings, tokens, verifying
 from dap.server import cli as server_cli
@@ -142,6 +142,8 @@ def pod(**raw: Any) -> None:
         loops.run(_run(opts, config))
     except (errors.PodError, server_errors.BootRefused) as exc:
         _refuse(str(exc), getattr(exc, "exit_code", 1))
+    except listening.ListenError as exc:  # an address in use, forbidden, not this machine's
+        _refuse(str(exc))
     except OSError as exc:
         _refuse(f"cannot listen: {exc.strerror or exc}")
     finally:
@@ -343,6 +345,8 @@ def dev(**raw: Any) -> None:
         )
         code = asyncio.run(dev_mode.run(config))
     except (errors.PodError, server_errors.BootRefused, embedded.EmbeddedPostgresError) as exc:
+        _refuse(str(exc))
+    except listening.ListenError as exc:  # an address in use, forbidden, not this machine's
         _refuse(str(exc))
     except OSError as exc:
         _refuse(f"cannot listen: {exc.strerror or exc}")

@@ -31,6 +31,7 @@ from google.protobuf import (
 from google.rpc import error_details_pb2, status_pb2
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
+from dap import listening
 from dap.server import options, state
 from dap.server.catalog import Catalog
 from dap.server.rpc import descriptors, services
@@ -118,19 +119,28 @@ class RpcServer(grpc.GenericRpcHandler):
     async def start(self, _app: web.Application | None = None) -> None:
         self.schema()
         # a request as large as REST's --max-body-bytes at most (RESOURCE_EXHAUSTED past it)
-        server = grpc.aio.server(options=[("grpc.max_receive_message_length", self.opts.max_body_bytes)])
+        # SO_REUSEPORT off: grpcio sets it by default, and then a second server on the same port
+        # (another dap serve, say) binds too and takes half the connections instead of failing
+        server = grpc.aio.server(
+            options=[("grpc.max_receive_message_length", self.opts.max_body_bytes), ("grpc.so_reuseport", 0)]
+        )
         server.add_generic_rpc_handlers([self])
         reflection_pb2_grpc.add_ServerReflectionServicer_to_server(_Reflection(self), server)
         addr = self.opts.grpc_addr
         assert addr is not None
         target = f"[{addr.host}]:{addr.port}" if ":" in addr.host else f"{addr.host}:{addr.port}"
-        if self.opts.tls_cert is not None and self.opts.tls_key is not None:
-            credentials = grpc.ssl_server_credentials(
-                [(self.opts.tls_key.read_bytes(), self.opts.tls_cert.read_bytes())]
-            )
-            self.port = server.add_secure_port(target, credentials)
-        else:
-            self.port = server.add_insecure_port(target)
+        try:
+            if self.opts.tls_cert is not None and self.opts.tls_key is not None:
+                credentials = grpc.ssl_server_credentials(
+                    [(self.opts.tls_key.read_bytes(), self.opts.tls_cert.read_bytes())]
+                )
+                self.port = server.add_secure_port(target, credentials)
+            else:
+                self.port = server.add_insecure_port(target)
+        except RuntimeError as exc:  # grpcio says only "Failed to bind", never why
+            why = listening.probe(addr.host, addr.port) or f"grpcio refused it ({exc})"
+            where = listening.address(addr.host, addr.port)
+            raise listening.ListenError("gRPC, --grpc-addr", where, why) from exc
         await server.start()
         self.server = server
         log.info(

@@ -27,6 +27,7 @@ import asyncpg
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from dap import listening
 from dap.server import booting, errors, metrics, options, state
 from dap.server.access import auth
 from dap.server.catalog import Catalog
@@ -324,15 +325,18 @@ class Server:
         main = protocol.AppRunner(self.app, access_log=None, shutdown_timeout=self.shutdown_timeout)
         await main.setup()
         self._runners.append(main)
-        site = web.TCPSite(main, self.opts.addr.host, self.opts.addr.port, ssl_context=context)
-        await site.start()
+        addr = self.opts.addr
+        site = web.TCPSite(main, addr.host, addr.port, ssl_context=context)
+        await listening.start(site, "the API listener, --addr", listening.address(addr.host, addr.port))
         self.urls["api"] = _url(main, "https" if context else "http")
         if self.opts.metrics_addr is not None:
             admin_runner = protocol.AppRunner(admin.build(self.app), access_log=None, shutdown_timeout=5.0)
             await admin_runner.setup()
             self._runners.append(admin_runner)
-            admin_site = web.TCPSite(admin_runner, self.opts.metrics_addr.host, self.opts.metrics_addr.port)
-            await admin_site.start()
+            metrics = self.opts.metrics_addr
+            admin_site = web.TCPSite(admin_runner, metrics.host, metrics.port)
+            where = listening.address(metrics.host, metrics.port)
+            await listening.start(admin_site, "the admin listener, --metrics-addr", where)
             self.urls["admin"] = _url(admin_runner, "http")
 
     async def stop(self) -> None:
