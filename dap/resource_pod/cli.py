@@ -144,8 +144,8 @@ def pod(**raw: Any) -> None:
         _refuse(str(exc), getattr(exc, "exit_code", 1))
     except listening.ListenError as exc:  # an address in use, forbidden, not this machine's
         _refuse(str(exc))
-    except OSError as exc:
-        _refuse(f"cannot listen: {exc.strerror or exc}")
+    except OSError as exc:  # not a listener (those are ListenError): say what failed on which file
+        _refuse(f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc))
     finally:
         if handle is not None:
             handle.cleanup()
@@ -348,8 +348,8 @@ def dev(**raw: Any) -> None:
         _refuse(str(exc))
     except listening.ListenError as exc:  # an address in use, forbidden, not this machine's
         _refuse(str(exc))
-    except OSError as exc:
-        _refuse(f"cannot listen: {exc.strerror or exc}")
+    except OSError as exc:  # not a listener (those are ListenError): say what failed on which file
+        _refuse(f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc))
     sys.exit(code)
 
 

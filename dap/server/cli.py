@@ -228,8 +228,8 @@ def serve(**raw: Any) -> None:
         _refuse(str(exc), exc.exit_code)
     except listening.ListenError as exc:  # an address in use, forbidden, not this machine's
         _refuse(str(exc))
-    except OSError as exc:  # address in use, permission denied
-        _refuse(f"cannot listen: {exc.strerror or exc}")
+    except OSError as exc:  # not a listener (those are ListenError): say what failed on which file
+        _refuse(f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc))
 
 
 async def _serve(opts: options.ServeOptions, staged: StagedCatalog) -> None:
