@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
+import socket
 from typing import Any
 
 import aiohttp
 import pytest
 
+from dap import listening
+from dap.operator import options as operator_options
 from dap.operator import probes, reporting, trusting
 from tests.operator.conftest import Api, Control, StartOperator, wait_for
 
@@ -214,3 +219,25 @@ def test_proc_parsers() -> None:
 )
 def test_parse_keys(body: Any, keys: tuple[str, ...]) -> None:
     assert trusting.parse_keys(body) == keys
+
+
+@pytest.mark.parametrize("option", ["health_probe_bind_address", "metrics_bind_address"])
+async def test_a_taken_probe_or_metrics_port_ends_the_operator_naming_it(
+    api: Api, start_operator: StartOperator, option: str
+) -> None:
+    """Issue 40 row 18: kopf retried the start-up handler for ever behind a taken port."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        options = operator_options.Options(
+            server=api.url,
+            **{"health_probe_bind_address": "127.0.0.1:0", "metrics_bind_address": "127.0.0.1:0"},
+            resource_image="example.test/dap:1.0",
+        )
+        _, task = start_operator.start(dataclasses.replace(options, **{option: f"127.0.0.1:{port}"}))
+        with pytest.raises(listening.ListenError) as ended:
+            await asyncio.wait_for(task, timeout=20)
+        start_operator.tasks.remove(task)  # ended, as it should: nothing left to stop
+    said = str(ended.value)
+    assert f"cannot listen on 127.0.0.1:{port}" in said, said
