@@ -9,6 +9,7 @@ address it could not take. Each row binds a socket first, runs the real command 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -105,6 +106,13 @@ CASES: list[tuple[str, Argv]] = [
         lambda p, dsn, d: [*POD, "--dsn", dsn, "--state-dir", str(d), "--metrics-addr", f"127.0.0.1:{p}"],
     ),
     (
+        "pod-ctx",
+        lambda p, dsn, d: [
+            *(*POD, "--dsn", dsn, "--state-dir", str(d), *QUIET),
+            *("--sidecar-endpoint", "http://127.0.0.1:9", "--ctx-listen", f"127.0.0.1:{p}"),
+        ],
+    ),
+    (
         "dev-control",
         lambda p, dsn, d: [
             *("dev", "--spec", str(SPEC), "--dsn", dsn, "--data-dir", str(d), "--no-seed"),
@@ -151,17 +159,21 @@ def test_a_taken_port_ends_the_command_naming_the_address(
     argv: Argv, taken: int, pg_server_dsn: str, tmp_path: Path
 ) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DAP_")}
+    process = subprocess.Popen(
+        [DAP, *argv(taken, pg_server_dsn, tmp_path / "state")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        start_new_session=True,  # its own group: a child it started (dev's control) goes with it
+    )
     try:
-        done = subprocess.run(
-            [DAP, *argv(taken, pg_server_dsn, tmp_path / "state")],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=30,
-            cwd=tmp_path,
-        )
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"still running after 30 s with its port taken; stderr: {exc.stderr!r}")
-    assert done.returncode != 0, done.stderr
-    assert f"127.0.0.1:{taken}" in done.stderr, done.stderr
-    assert "Traceback" not in done.stderr, done.stderr
+        _, stderr = process.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        _, stderr = process.communicate()
+        pytest.fail(f"still running after 30 s with its port taken; stderr: {stderr!r}")
+    assert process.returncode != 0, stderr
+    assert f"127.0.0.1:{taken}" in stderr, stderr
+    assert "Traceback" not in stderr, stderr
