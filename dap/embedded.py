@@ -4,16 +4,25 @@ Postgres is the only database of dap. Where no DSN is given, an embedded server 
 ``pgserver`` package starts in a data directory (by default under ``.dap/``). pgserver is an
 optional dependency (``dap[embedded]``): production images always receive a DSN, so the import
 happens only when the embedded server is actually asked for.
+
+Postgres never runs as root: started by root, pgserver runs it as the system user ``pgserver``
+(made on first use) and opens the data directory's parents to others (``o+rx``) so that user can
+reach it. Where that is not enough (an ACL, a share that maps users), a failed start names the
+directory that user cannot enter and what to do, and no Postgres is left running behind it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import subprocess
 import warnings
 from pathlib import Path
 from typing import Any
 
 DEFAULT_DATA_DIR = Path(".dap") / "pg"
+SYSTEM_USER = "pgserver"  # whom pgserver runs Postgres as when started by root
 
 
 class EmbeddedPostgresError(RuntimeError):
@@ -71,8 +80,60 @@ def start(data_dir: Path = DEFAULT_DATA_DIR, database: str = "postgres") -> tupl
     try:
         server = pgserver.get_server(data_dir.resolve(), cleanup_mode="stop")
     except Exception as exc:  # pgserver raises bare exceptions from initdb/pg_ctl
-        raise EmbeddedPostgresError(f"embedded Postgres failed to start in {data_dir}: {exc}") from exc
+        _stop_leftover(data_dir)
+        raise EmbeddedPostgresError(_failed(data_dir, exc)) from exc
     return server.get_uri(database), server
+
+
+def system_user() -> str | None:
+    """The user Postgres runs as, when it is not this process's own (started by root)."""
+    return SYSTEM_USER if hasattr(os, "geteuid") and os.geteuid() == 0 else None
+
+
+def blocked(path: Path, user: str) -> Path | None:
+    """The first directory on the way to ``path`` (``/`` first, ``path`` last) that ``user``
+    cannot enter, tried as that user; ``None`` when every one lets it in."""
+    resolved = path.resolve()
+    for directory in [*reversed(resolved.parents), resolved]:
+        if not directory.is_dir():
+            return None
+        entered = subprocess.run(
+            ["/bin/sh", "-c", 'cd -- "$1"', "sh", str(directory)], user=user, capture_output=True, check=False
+        )
+        if entered.returncode != 0:
+            return directory
+    return None
+
+
+def _failed(data_dir: Path, exc: Exception) -> str:
+    """Why the start failed, in one true line: the directory Postgres's user cannot reach (and
+    what to do) when that is why, else pgserver's own words."""
+    user = system_user()
+    where = None
+    if user is not None:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            where = blocked(data_dir, user)
+    if where is not None:
+        return (
+            f"embedded Postgres cannot use {data_dir}: it runs as the system user {user!r} (dap runs "
+            f"as root, and Postgres never does), which cannot enter {where}; let that user in "
+            f"(chmod o+x, or an ACL entry for {user}) or give --data-dir a directory it can reach"
+        )
+    return f"embedded Postgres failed to start in {data_dir}: {exc}"
+
+
+def _stop_leftover(data_dir: Path) -> None:
+    """A Postgres a failed start left running in ``data_dir`` (pg_ctl timed out, say), stopped:
+    whatever the start says, no server outlives it."""
+    try:
+        if not (data_dir / "postmaster.pid").exists():
+            return
+    except OSError:
+        pass  # unreadable to us: try the stop all the same
+    with contextlib.suppress(Exception):
+        from pgserver import postgres_server
+
+        postgres_server.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data_dir.resolve(), user=system_user())
 
 
 def stop(server: Any, data_dir: Path) -> None:
@@ -84,8 +145,11 @@ def stop(server: Any, data_dir: Path) -> None:
     still recorded in ``postmaster.pid`` is stopped with ``pg_ctl stop -m fast``.
     """
     server.cleanup()
-    if not (data_dir / "postmaster.pid").exists():
-        return
+    try:
+        if not (data_dir / "postmaster.pid").exists():
+            return
+    except OSError:
+        pass  # unreadable to us (a share that maps users): pg_ctl, run as Postgres's user, can tell
     from pgserver import postgres_server
 
     try:

@@ -26,6 +26,7 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
+from dap import listening
 from dap.bridge import ctx, datastores, health, invoking, runtimes, scopes, wire
 from dap.server import errors, options, state
 from dap.server.workflows import sidecars
@@ -79,14 +80,15 @@ class Bridge:
         context = ctx.Context(server, self.scopes, self.registry, {})
         self._runner = web.AppRunner(ctx.build(context, self.health.report), access_log=None)
         await self._runner.setup()
+        what = "the bridge's /ctx listener, --ctx-listen"
         if self.ctx_listen.startswith("unix:"):
             path = self.ctx_listen[len("unix:") :].lstrip("/")
-            site: web.BaseSite = web.UnixSite(self._runner, "/" + path)
+            await listening.start(web.UnixSite(self._runner, "/" + path), what, f"unix:///{path}")
             self.ctx_url = f"unix:///{path}"
         else:
             address = options.parse_address(self.ctx_listen)
             site = web.TCPSite(self._runner, address.host, address.port)
-        await site.start()
+            await listening.start(site, what, listening.address(address.host, address.port))
         if not self.ctx_url:
             host, port = self._runner.addresses[0][:2]
             self.ctx_url = f"http://{host}:{port}"

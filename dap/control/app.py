@@ -34,6 +34,7 @@ import aiohttp
 import asyncpg
 from aiohttp import web
 
+from dap import listening
 from dap.control import (
     cluster,
     cluster_store,
@@ -69,7 +70,7 @@ def build_app(
 ) -> web.Application:
     if config.mode != "cluster" and signer is None:
         raise errors.SigningKeyError(f"{config.mode} mode signs artifacts and needs a signing key")
-    app = web.Application(middlewares=[http.problems], client_max_size=config.max_body_bytes)
+    app = web.Application(middlewares=[http.problems, http.parameters], client_max_size=config.max_body_bytes)
     app[http.POOL] = pool
     app[http.SETTINGS] = config
     initial = snapshots.State(
@@ -206,8 +207,12 @@ async def serve(app: web.Application, *, host: str, port: int, ready: asyncio.Ev
     """Run until SIGINT/SIGTERM (or cancellation), then shut down cleanly."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await listening.start(site, "the control API, --host/--port", listening.address(host, port))
+    except BaseException:
+        await runner.cleanup()  # the start-up's tasks and the listening connection end with it
+        raise
     config = app[http.SETTINGS]
     log.info(
         "control serving", extra={"ctx": {"mode": config.mode, "dev": config.dev, "host": host, "port": port}}

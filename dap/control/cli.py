@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 import click
 
-from dap import embedded, logs
+from dap import embedded, listening, logs
 from dap.config import canonical
 from dap.control import app as control_app
 from dap.control import (
@@ -142,6 +142,8 @@ def serve(**opts: Any) -> None:
         asyncio.run(_serve(config, dsn, signer, opts["host"], opts["port"]))
     except errors.ControlError as exc:
         raise click.ClickException(exc.detail) from exc
+    except listening.ListenError as exc:
+        raise click.ClickException(str(exc)) from exc
     finally:
         if handle is not None:
             handle.cleanup()

@@ -3,7 +3,8 @@
 Every error leaves as an RFC 9457 problem document (``application/problem+json``) built from a
 ``errors.ControlError``; aiohttp's own HTTP errors (unknown route, wrong method, body too large)
 are mapped into the same shape, and anything unexpected becomes a 500 that carries a request id
-and no internals (the traceback goes to the log under the same id).
+and no internals (the traceback goes to the log under the same id). Query and path parameters
+are checked once, for every route, by ``parameters`` before a handler sees them.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 import uuid
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -94,17 +97,72 @@ async def problems(request: web.Request, handler: Any) -> web.StreamResponse:
         )
 
 
+# what no parameter of the control may carry: NUL, which Postgres text cannot hold (asyncpg fails
+# the statement), and the other C0 controls and DEL, which no id, name or timestamp contains
+_CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def parameter_problems(pairs: Iterable[tuple[str, str]]) -> list[errors.ErrorItem]:
+    """The parameters (name, value) that carry a character no parameter may carry (pure)."""
+    return [
+        errors.ErrorItem(name, "must not contain control characters (NUL, U+0001-U+001F, DEL)")
+        for name, value in pairs
+        if _CONTROL_CHARACTERS.search(name) or _CONTROL_CHARACTERS.search(value)
+    ]
+
+
+@web.middleware
+async def parameters(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Refuse a bad query or path parameter before any handler runs, so that no handler (and no
+    statement) ever sees one: the one place every route's parameters are checked."""
+    pairs = [*request.query.items(), *request.match_info.items()]
+    wrong = parameter_problems(pairs)
+    if wrong:
+        names = ", ".join(sorted({item.path for item in wrong}))
+        raise errors.RequestError(f"invalid parameter {names}: control characters are not allowed", wrong)
+    response: web.StreamResponse = await handler(request)
+    return response
+
+
 def json_response(data: Any, status: int = 200) -> web.Response:
     return web.Response(status=status, body=json.dumps(data).encode(), content_type="application/json")
 
 
+def nul_paths(value: Any, path: str = "") -> list[str]:
+    """The JSON paths (``records[0].pod``) of the strings and keys in ``value`` that hold NUL,
+    which neither Postgres text nor jsonb can store (pure)."""
+    if isinstance(value, str):
+        return [path] if "\x00" in value else []
+    if isinstance(value, list):
+        return [p for i, item in enumerate(value) for p in nul_paths(item, f"{path}[{i}]")]
+    if isinstance(value, dict):
+        found: list[str] = []
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else key
+            if "\x00" in key:
+                found.append(where.replace("\x00", "\\u0000"))
+            else:
+                found += nul_paths(item, where)
+        return found
+    return []
+
+
 async def json_body(request: web.Request) -> Any:
+    """The request's JSON; 400 when it is not JSON or holds a NUL anywhere (every body the control
+    stores passes here, so none reaches Postgres with one)."""
     try:
-        return json.loads(await request.read())
+        body = json.loads(await request.read())
     except web.HTTPRequestEntityTooLarge as exc:
         raise errors.PayloadTooLargeError(f"the request body exceeds the limit ({exc.text})") from exc
     except (ValueError, UnicodeDecodeError) as exc:
         raise errors.RequestError(f"request body is not JSON: {exc}") from exc
+    wrong = nul_paths(body)
+    if wrong:
+        raise errors.RequestError(
+            f"the body holds NUL (\\u0000), which cannot be stored: {', '.join(wrong[:5])}",
+            [errors.ErrorItem(p, "must not contain NUL (\\u0000)") for p in wrong],
+        )
+    return body
 
 
 def parse_json(text: str, what: str) -> Any:

@@ -9,8 +9,10 @@ newest artifact of the app, no newer than the binding's own, that
 - no ``from`` workspace reported as failing (``deploy_status`` ``failed``/``rolled_back``, or a
   ``violation`` naming it), and no ``from`` workspace was ``unhealthy`` during the soak time.
 
-A ``to`` binding with no such artifact is left out of the snapshot: its pods keep serving what
-they run. Pure; ``store.snapshot_content`` gathers the evidence and a serving control re-checks
+Times are the control's own (when it received each report, its database's clock), never the
+``at`` a reporter sends: a report dated in the past cannot skip the soak, nor one dated ahead hold
+it back. A ``to`` binding with no such artifact is left out of the snapshot: its pods keep serving
+what they run. Pure; ``store.snapshot_content`` gathers the evidence and a serving control re-checks
 periodically, since time passing alone can promote.
 """
 

@@ -271,9 +271,11 @@ async def _promotion_choices(
             rule["app"],
         )
         versions = {a["artifact_id"]: a["version"] for a in artifacts}
+        # the control's own clock (``received_at``), never the reporter's ``at``: a report dated
+        # in the past must not skip the soak, nor one dated ahead postpone it (docs/control.md)
         evidence = await conn.fetch(
             "SELECT record->>'artifact_id' AS artifact_id,"
-            " min(at) FILTER (WHERE type = 'deploy_status'"
+            " min(received_at) FILTER (WHERE type = 'deploy_status'"
             " AND record->>'phase' IN ('loaded', 'up_to_date')) AS first_running,"
             " coalesce(bool_or(type = 'violation' OR (type = 'deploy_status'"
             " AND record->>'phase' IN ('failed', 'rolled_back'))), false) AS failed"
@@ -283,8 +285,9 @@ async def _promotion_choices(
             list(versions),
         )
         unhealthy = await conn.fetch(
-            "SELECT at FROM dap_control.evidence WHERE type = 'health' AND workspace_id = ANY($1::text[])"
-            " AND record->>'status' = 'unhealthy' ORDER BY at DESC LIMIT 1000",
+            "SELECT received_at FROM dap_control.evidence WHERE type = 'health'"
+            " AND workspace_id = ANY($1::text[]) AND record->>'status' = 'unhealthy'"
+            " ORDER BY received_at DESC LIMIT 1000",
             list(rule["sources"]),
         )
         records = {e["artifact_id"]: promotions.Record(e["first_running"], e["failed"]) for e in evidence}
@@ -297,7 +300,7 @@ async def _promotion_choices(
                     if a["version"] <= ceiling
                 ],
                 records,
-                [u["at"] for u in unhealthy],
+                [u["received_at"] for u in unhealthy],
                 after=timedelta(seconds=rule["after_seconds"]),
                 now=now,
             )

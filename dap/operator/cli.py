@@ -21,7 +21,7 @@ from typing import cast
 import click
 import yaml
 
-from dap import logs
+from dap import listening, logs
 from dap.config import names
 from dap.operator import bodies, claims, running
 from dap.operator.options import DEFAULT_RESOURCE_IMAGE, Options, default_resource_image
@@ -176,8 +176,11 @@ def operator(
         dev_auto_grant_claims=dev_auto_grant_claims,
         cluster_name=cluster_name,
     )
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(running.run(options))
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(running.run(options))
+    except listening.ListenError as exc:  # a start-up that cannot succeed: the address is taken
+        raise click.ClickException(str(exc)) from exc
 
 
 @click.group("claim")

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 import kopf
 
+from dap import listening
 from dap.config import names
 from dap.operator import builders, caches, errors, reconciling, reporting
 from dap.operator.caches import Caches, ObjectKey
@@ -129,7 +130,10 @@ def register(registry: kopf.OperatorRegistry, runtime: Parts) -> None:
             settings.peering.standalone = True
         cache.attach(kwargs)
         runtime.kopf_settings = settings
-        await runtime.start_background()
+        try:
+            await runtime.start_background()
+        except listening.ListenError as exc:  # retrying cannot free the address: end the operator
+            raise kopf.PermanentError(str(exc)) from exc
 
     @kopf.on.cleanup(id="cleanup", registry=registry)
     async def cleanup(**_: Any) -> None:

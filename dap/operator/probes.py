@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from dap import listening
 from dap.operator.metrics import Metrics
 
 READY: web.AppKey[Callable[[], bool]] = web.AppKey("ready")
@@ -61,15 +62,22 @@ def metrics_app(metrics: Metrics) -> web.Application:
     return app
 
 
-async def serve(app: web.Application, address: str) -> tuple[web.AppRunner, int] | None:
-    """Start ``app`` on ``address``; returns the runner and the bound port, or None when off."""
+async def serve(
+    app: web.Application, address: str, what: str = "a listener"
+) -> tuple[web.AppRunner, int] | None:
+    """Start ``app`` on ``address``; returns the runner and the bound port, or None when off;
+    ``listening.ListenError`` naming ``what`` when the address cannot be taken."""
     bind = parse_bind(address)
     if bind is None:
         return None
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, bind[0], bind[1])
-    await site.start()
+    try:
+        await listening.start(site, what, listening.address(*bind))
+    except listening.ListenError:
+        await runner.cleanup()
+        raise
     server = site._server
     sockets = getattr(server, "sockets", None) or []
     port = sockets[0].getsockname()[1] if sockets else bind[1]

@@ -19,7 +19,7 @@ import aiohttp
 import kopf
 from aiohttp import web
 
-from dap import kube
+from dap import kube, listening
 from dap.operator import caches, errors, handlers, podhealth, probes, reconciling, reporting, trusting
 from dap.operator.metrics import Metrics
 from dap.operator.options import PEERING_NAME, SAME_IMAGE, Options, own_image
@@ -130,11 +130,19 @@ class Runtime:
         """Probes, metrics, reports and key refresh: started once kopf runs the startup handler."""
         if self.started:
             return
-        probe = await probes.serve(probes.probe_app(self.ready), self.options.health_probe_bind_address)
+        probe = await probes.serve(
+            probes.probe_app(self.ready),
+            self.options.health_probe_bind_address,
+            "the probes, --health-probe-bind-address",
+        )
         if probe is not None:
             self._runners.append(probe[0])
             self.probe_port = probe[1]
-        served = await probes.serve(probes.metrics_app(self.metrics), self.options.metrics_bind_address)
+        served = await probes.serve(
+            probes.metrics_app(self.metrics),
+            self.options.metrics_bind_address,
+            "metrics, --metrics-bind-address",
+        )
         if served is not None:
             self._runners.append(served[0])
             self.metrics_port = served[1]
@@ -222,6 +230,17 @@ def kopf_scope(options: Options) -> dict[str, Any]:
     }
 
 
+def _listen_error(exc: BaseException) -> listening.ListenError | None:
+    """The listener's failure behind what kopf raised when the start-up handler gave up (its
+    activity error is caused by the handler's ``PermanentError``, caused by this)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, listening.ListenError):
+            return seen
+        seen = seen.__cause__
+    return None
+
+
 async def run(
     options: Options,
     *,
@@ -234,6 +253,11 @@ async def run(
     handlers.register(registry, runtime)
     try:
         await kopf.operator(registry=registry, stop_flag=stop_flag, **kopf_scope(options))
+    except Exception as exc:
+        failed = _listen_error(exc)
+        if failed is None:
+            raise
+        raise failed from exc  # one line for the command: which address, which option
     finally:
         await runtime.stop_background()
     return runtime

@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 import click
 
-from dap import embedded, logs
+from dap import embedded, listening, logs
 from dap.config import names
 from dap.resource_pod import errors, hosting, settings, tokens, verifying
 from dap.server import cli as server_cli
@@ -142,8 +142,10 @@ def pod(**raw: Any) -> None:
         loops.run(_run(opts, config))
     except (errors.PodError, server_errors.BootRefused) as exc:
         _refuse(str(exc), getattr(exc, "exit_code", 1))
-    except OSError as exc:
-        _refuse(f"cannot listen: {exc.strerror or exc}")
+    except listening.ListenError as exc:  # an address in use, forbidden, not this machine's
+        _refuse(str(exc))
+    except OSError as exc:  # not a listener (those are ListenError): say what failed on which file
+        _refuse(f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc))
     finally:
         if handle is not None:
             handle.cleanup()
@@ -344,8 +346,10 @@ def dev(**raw: Any) -> None:
         code = asyncio.run(dev_mode.run(config))
     except (errors.PodError, server_errors.BootRefused, embedded.EmbeddedPostgresError) as exc:
         _refuse(str(exc))
-    except OSError as exc:
-        _refuse(f"cannot listen: {exc.strerror or exc}")
+    except listening.ListenError as exc:  # an address in use, forbidden, not this machine's
+        _refuse(str(exc))
+    except OSError as exc:  # not a listener (those are ListenError): say what failed on which file
+        _refuse(f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc))
     sys.exit(code)
 
 

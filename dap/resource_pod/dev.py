@@ -264,13 +264,25 @@ class Parts:
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
-        await _step("the pod (in-flight requests finish)", self.pod.stop if self.pod else None)
-        control = self.control
-        await _step("the control plane", (lambda: control.stop(session)) if control else None)
-        pg, pg_dir = self.pg, self.pg_dir
-        if pg is not None and pg_dir is not None:
-            await _step("the embedded Postgres", lambda: asyncio.to_thread(embedded.stop, pg, pg_dir))
+        control, pg, pg_dir = self.control, self.pg, self.pg_dir
+        steps: list[tuple[str, Callable[[], Awaitable[None]] | None]] = [
+            ("the pod (in-flight requests finish)", self.pod.stop if self.pod else None),
+            ("the control plane", (lambda: control.stop(session)) if control else None),
+            (
+                "the embedded Postgres",
+                (lambda: asyncio.to_thread(embedded.stop, pg, pg_dir)) if pg is not None and pg_dir else None,
+            ),
+        ]
+        failed: BaseException | None = None
+        for what, action in steps:  # every step, whatever the one before did: nothing outlives dev
+            try:
+                await _step(what, action)
+            except Exception as exc:
+                say(f"  stopping {what} failed: {exc}")
+                failed = failed or exc
         say(f"stopped in {time.monotonic() - began:.1f}s")
+        if failed is not None:
+            raise failed
 
 
 async def _step(what: str, action: Callable[[], Awaitable[None]] | None) -> None:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
-from dap import config, logs
+from dap import config, listening, logs
 from dap.server import booting, errors, loops, options
 from dap.server.catalog import Catalog
 from dap.server.storage import db, schema_sync
@@ -226,8 +226,10 @@ def serve(**raw: Any) -> None:
         loops.run(_serve(opts, staged))
     except errors.BootRefused as exc:
         _refuse(str(exc), exc.exit_code)
-    except OSError as exc:  # address in use, permission denied
-        _refuse(f"cannot listen: {exc.strerror or exc}")
+    except listening.ListenError as exc:  # an address in use, forbidden, not this machine's
+        _refuse(str(exc))
+    except OSError as exc:  # not a listener (those are ListenError): say what failed on which file
+        _refuse(f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc))
 
 
 async def _serve(opts: options.ServeOptions, staged: StagedCatalog) -> None:

@@ -44,10 +44,12 @@ def test_the_newest_artifact_that_soaked_without_trouble_is_promoted() -> None:
     assert choose([V2], {"art-2": promotions.Record(None, False)}, [], after=HOUR, now=NOW) is None
 
 
-def status(workspace: str, artifact: dict[str, Any], phase: str) -> dict[str, Any]:
+def status(
+    workspace: str, artifact: dict[str, Any], phase: str, at: datetime | None = None
+) -> dict[str, Any]:
     return {
         "type": "deploy_status",
-        "at": datetime.now(UTC).isoformat(),
+        "at": (at or datetime.now(UTC)).isoformat(),
         "workspace_id": workspace,
         "artifact_id": artifact["artifact_id"],
         "sha256": artifact["sha256"],
@@ -111,3 +113,41 @@ async def test_promotion_waits_for_the_staging_time(
     assert (await artifacts(http, control.url))["prod"] == v1["artifact_id"]
     _, entries = await get(http, f"{control.url}/v1/log/entries", app="shop")
     assert entries["entries"][0]["entry"]["type"] == "promotion"
+
+
+async def test_the_soak_runs_on_the_controls_clock_whatever_at_the_reporter_sends(
+    start_control: Start, http: aiohttp.ClientSession, db_dsn: str
+) -> None:
+    """Issue 40: a ``deploy_status`` dated years ago must not skip the soak, nor one dated years
+    ahead postpone it: the soak starts when the control received the first report of running."""
+    control = await start_control(freeze_check_interval=0.2)
+    code, _, err = await run(
+        "control", "policy", "promote", "--app", "shop", "--from-workspace", "stage",
+        "--to-workspace", "prod", "--after", "3s", "--db", db_dsn,
+    )  # fmt: skip
+    assert code == 0, err
+    async with http.post(
+        f"{control.url}/v1/artifacts", json=json_upload("shop", manifests(), ["stage", "prod"])
+    ) as r:
+        v1 = await r.json()
+    past = datetime(2001, 1, 1, tzinfo=UTC)
+    await post(http, control.url, status("stage", v1, "loaded", at=past))
+    ran = asyncio.get_running_loop().time()
+    await asyncio.sleep(1.5)
+    assert "prod" not in await artifacts(http, control.url), "a report dated 2001 skipped the soak"
+
+    async with http.post(
+        f"{control.url}/v1/artifacts", json=json_upload("shop", manifests(**{"v2": b"2"}))
+    ) as r:
+        v2 = await r.json()
+    future = datetime.now(UTC) + timedelta(days=3650)
+    await post(http, control.url, status("stage", v2, "loaded", at=future))
+    while (await artifacts(http, control.url)).get("prod") != v1["artifact_id"]:
+        await asyncio.sleep(0.1)
+        assert asyncio.get_running_loop().time() - ran < 10, "v1 soaked 3 s and was never promoted"
+    assert asyncio.get_running_loop().time() - ran >= 3.0
+    reported = asyncio.get_running_loop().time()
+    while (await artifacts(http, control.url)).get("prod") != v2["artifact_id"]:
+        await asyncio.sleep(0.1)
+        waited = asyncio.get_running_loop().time() - reported
+        assert waited < 10, "a report dated ten years ahead postponed the soak"

@@ -12,6 +12,8 @@ from typing import Any
 
 import aiohttp
 import asyncpg
+import pytest
+import yarl
 
 from dap.config import tlog
 from dap.control import signing
@@ -203,3 +205,71 @@ async def test_a_cluster_relays_the_log_and_anchors_the_region_heads(
     )
     status, problem = await get(http, f"{cluster.url}/v1/log/proof", artifact_id="art-nope")
     assert (status, problem["code"]) == (404, "SVC.CONTROL.NOT_FOUND")
+
+
+# every query and path parameter the control reads, with what Postgres text cannot hold (issue 40
+# row 17): a 400 problem naming the parameter, never a 500
+NUL_PARAMETERS = [
+    pytest.param("GET", "/v1/log/entries?app=%00", "app", id="log-entries-app"),
+    pytest.param("GET", "/v1/log/proof?artifact_id=x%00", "artifact_id", id="log-proof-artifact"),
+    pytest.param("GET", "/v1/log/consistency?first=0%00", "first", id="log-consistency-first"),
+    pytest.param("GET", "/v1/artifacts/art%00x", "artifact_id", id="artifact-path"),
+    pytest.param("GET", "/v1/evidence?workspace=acme%00", "workspace", id="evidence-workspace"),
+    pytest.param("GET", "/v1/workspace-status?workspace=%00", "workspace", id="workspace-status"),
+    pytest.param("GET", "/v1/placements?cluster=c%00", "cluster", id="placements-cluster"),
+    pytest.param("GET", "/v1/snapshot?workspace=a%01b", "workspace", id="snapshot-control-char"),
+    pytest.param("PUT", "/v1/clusters/c%00", "cluster_id", id="cluster-path"),
+]
+NOW = "2026-01-01T00:00:00Z"
+# and every JSON body it stores: Postgres text and jsonb hold no NUL either
+NUL_BODIES = [
+    pytest.param(
+        "/v1/node-health",
+        {"cluster": "c\x00", "node": "n", "status": "ok", "workspaces": 0, "cpu": 0, "memory": 0, "at": NOW},
+        "cluster",
+        id="node-health",
+    ),
+    pytest.param(
+        "/v1/workspace-status",
+        {"cluster": "c", "workspace": "w\x00", "phase": "Ready", "at": NOW},
+        "workspace",
+        id="workspace-status",
+    ),
+    pytest.param(
+        "/v1/evidence",
+        {
+            "records": [
+                {"type": "health", "at": NOW, "workspace_id": "a", "status": "healthy", "pod": "p\x00"}
+            ]
+        },
+        "records[0].pod",
+        id="evidence",
+    ),
+    pytest.param("/v1/clusters/c", {"labels": {"zone\x00": "a"}}, "labels.zone\\u0000", id="cluster-label"),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "name"), NUL_PARAMETERS)
+async def test_a_parameter_with_nul_is_a_400_naming_it(
+    start_control: Start, http: aiohttp.ClientSession, method: str, path: str, name: str
+) -> None:
+    control = await start_control(mode="region" if path.startswith("/v1/clusters") else "standalone")
+    url = yarl.URL(f"{control.url}{path}", encoded=True)
+    async with http.request(method, url, json={"labels": {}}) as response:
+        body = await response.json(content_type=None)
+        assert (response.status, body["code"]) == (400, "SVC.REQUEST.MALFORMED"), body
+        assert response.content_type == "application/problem+json"
+    assert [e["path"] for e in body["errors"]] == [name], body
+    assert name in body["detail"]
+
+
+@pytest.mark.parametrize(("path", "body", "name"), NUL_BODIES)
+async def test_a_body_with_nul_is_a_400_naming_the_field(
+    start_control: Start, http: aiohttp.ClientSession, path: str, body: Any, name: str
+) -> None:
+    control = await start_control(mode="region" if path.startswith("/v1/clusters") else "standalone")
+    method = http.put if path.startswith("/v1/clusters") else http.post
+    async with method(f"{control.url}{path}", json=body) as response:
+        answer = await response.json(content_type=None)
+        assert (response.status, answer["code"]) == (400, "SVC.REQUEST.MALFORMED"), answer["errors"]
+    assert [e["path"] for e in answer["errors"]] == [name], answer

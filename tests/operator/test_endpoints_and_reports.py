@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
 import os
+import socket
 from typing import Any
 
 import aiohttp
 import pytest
 
+from dap import listening
 from dap.operator import options as operator_options
 from dap.operator import probes, reporting, trusting
 from tests.operator.conftest import Api, Control, StartOperator, wait_for
@@ -249,3 +253,25 @@ def test_the_operators_own_image_is_its_named_or_only_container() -> None:
     assert operator_options.default_resource_image({}) == operator_options.DEFAULT_RESOURCE_IMAGE
     in_pod = {"POD_NAME": "p", "POD_NAMESPACE": "n"}
     assert operator_options.default_resource_image(in_pod) == operator_options.SAME_IMAGE
+
+
+@pytest.mark.parametrize("option", ["health_probe_bind_address", "metrics_bind_address"])
+async def test_a_taken_probe_or_metrics_port_ends_the_operator_naming_it(
+    api: Api, start_operator: StartOperator, option: str
+) -> None:
+    """Issue 40 row 18: kopf retried the start-up handler for ever behind a taken port."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        options = operator_options.Options(
+            server=api.url,
+            **{"health_probe_bind_address": "127.0.0.1:0", "metrics_bind_address": "127.0.0.1:0"},
+            resource_image="example.test/dap:1.0",
+        )
+        _, task = start_operator.start(dataclasses.replace(options, **{option: f"127.0.0.1:{port}"}))
+        with pytest.raises(listening.ListenError) as ended:
+            await asyncio.wait_for(task, timeout=20)
+        start_operator.tasks.remove(task)  # ended, as it should: nothing left to stop
+    said = str(ended.value)
+    assert f"cannot listen on 127.0.0.1:{port}" in said, said

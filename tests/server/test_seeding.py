@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -18,13 +19,15 @@ from typing import Any
 import asyncpg
 import pytest
 
-from dap.server import booting
+from dap.server import booting, state
 from dap.server.access import accounts
 from dap.server.catalog import Catalog
 from dap.server.cli import load_catalog
 from dap.server.storage import db, workspaces
 from dap.server.workflows import seeding, seeds
 from tests.conftest import drop_database, new_database
+
+from .conftest import running
 
 ROOT = Path(__file__).parents[2]
 SPEC = ROOT / "examples" / "procurement"
@@ -219,12 +222,84 @@ async def test_a_bad_row_loads_nothing_and_names_file_line_and_field(
         assert said[0].startswith("seed/20-bad.yaml:6: rating: ")
         assert said[1].startswith("seed/20-bad.yaml:7: region: ")
         assert said[2].startswith("seed/20-bad.yaml:16: lines[0].item: no stock/item with seed key or code")
+        assert said[2].endswith("(SVC.VALIDATE.RELATION_NOT_FOUND)")  # issue 40 row 15
         assert len(said) == 3
+        assert all(CODED.search(line) for line in said), said
         assert "nothing was loaded" in str(caught.value)
         for table in ("stock__item", "buying__supplier", "buying__purchase_order"):
             assert await conn.fetchval(f'SELECT count(*) FROM "{table}"') == 0
         assert await conn.fetchval("SELECT count(*) FROM dap.seed_records") == 0
         assert await conn.fetchval("SELECT count(*) FROM dap.outbox") == 0
+
+
+CODED = re.compile(r" \(SVC\.[A-Z]+\.[A-Z_]+\)$")  # how every problem line of a run ends
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "code"),
+    [
+        pytest.param(
+            "entity: buying/supplier\nrecords:\n  - {code: S-1, name: S, region: north, rating: 9}\n",
+            "rating",
+            "SVC.VALIDATE.RULE_FAILED",
+            id="invalid-value",
+        ),
+        pytest.param(
+            "entity: buying/purchase_order\nrecords:\n  - {_key: o, supplier: NORDSTAHL, order_date: today, "
+            "region: north, lines: [{item: NOPE, qty: 1}]}\n",
+            "lines[0].item",
+            "SVC.VALIDATE.RELATION_NOT_FOUND",
+            id="missing-key",
+        ),
+        pytest.param(
+            "entity: buying/purchase_order\nrecords:\n  - {_key: o, supplier: NOBODY, order_date: today, "
+            "region: north}\n",
+            "supplier",
+            "SVC.VALIDATE.RELATION_NOT_FOUND",
+            id="missing-key-by-seed-key",
+        ),
+        pytest.param(
+            "entity: stock/nothing\nrecords:\n  - {code: X}\n", None, "SVC.ENTITY.NOT_FOUND", id="entity"
+        ),
+        pytest.param(
+            "entity: buying/purchase_order\nrecords:\n  - {order_date: today, region: north}\n",
+            "_key",
+            "SVC.SEED.KEY",
+            id="no-key",
+        ),
+        pytest.param(
+            "entity: stock/item\nrecords:\n"
+            "  - {code: I-2, title: I, unit_price: 1, uom: piece, _submit: true}\n",
+            "_submit",
+            "SVC.DOC.CREATE_SUBMIT_NOT_AVAILABLE",
+            id="submit-without-lifecycle",
+        ),
+        pytest.param(
+            "entity: users\nrecords:\n  - {username: ada, password: short}\n",
+            "password",
+            "SVC.VALIDATE.INVALID",
+            id="account",
+        ),
+        pytest.param(
+            "entity: buying/purchase_order\nrecords:\n  - {_key: o, supplier: NORDSTAHL, order_date: today, "
+            "region: north, _actions: [fly]}\n",
+            "_actions",
+            "SVC.SEED.STEP",
+            id="step",
+        ),
+    ],
+)
+async def test_every_problem_line_of_a_run_carries_its_code(
+    pool: asyncpg.Pool, demo: Catalog, text: str, field: str | None, code: str
+) -> None:
+    """Issue 40 row 15: a row naming a missing key said so without a code; every kind has one."""
+    base = [r for r in demo_rows() if r.entity in ("stock/item", "buying/supplier")]
+    async with pool.acquire() as conn:
+        with pytest.raises(seeding.SeedError) as caught:
+            await seeding.load(conn, demo, await _tenant(conn), base + seeds.parse_yaml("p.yaml", text))
+    [line] = [str(p) for p in caught.value.problems]
+    assert line.startswith(f"p.yaml:3: {field}: " if field else "p.yaml:3: "), line
+    assert line.endswith(f" ({code})"), line
 
 
 async def test_an_account_row_is_checked_like_the_setup(pool: asyncpg.Pool, demo: Catalog) -> None:
@@ -233,8 +308,8 @@ async def test_an_account_row_is_checked_like_the_setup(pool: asyncpg.Pool, demo
         with pytest.raises(seeding.SeedError) as caught:
             await seeding.load(conn, demo, await _tenant(conn), seeds.parse_yaml("u.yaml", text))
         assert [str(p) for p in caught.value.problems] == [
-            "u.yaml:3: password: a string of at least 8 characters",
-            "u.yaml:3: roles: no role 'wizard' in this spec",
+            "u.yaml:3: password: a string of at least 8 characters (SVC.VALIDATE.INVALID)",
+            "u.yaml:3: roles: no role 'wizard' in this spec (SVC.VALIDATE.INVALID)",
         ]
         assert await conn.fetchval("SELECT count(*) FROM dap.users") == 0
 
@@ -295,3 +370,68 @@ async def test_csv_rows_load_through_the_same_path(pool: asyncpg.Pool, demo: Cat
         assert report.created == 2
         prices = await conn.fetch('SELECT code, unit_price FROM "stock__item" ORDER BY code')
         assert [(r["code"], str(r["unit_price"])) for r in prices] == [("C-1", "0.05"), ("C-2", "1.10")]
+
+
+# --- seeded votes are the named account's own ------------------------------------------------------
+
+VOTED = """\
+entity: buying/purchase_order
+records:
+  - _key: one-vote-in
+    supplier: BALTIC-OIL
+    order_date: today
+    region: north
+    lines:
+      - {item: OIL-HLP46, qty: 600}
+    _submit: true
+    _actions: [request_approval, approve]
+    _votes:
+      - {as: ada, roles: [purchase_committee]}
+"""
+
+
+async def test_a_seeded_vote_is_the_accounts_own_so_she_cannot_vote_again(
+    pg_server_dsn: str, demo: Catalog
+) -> None:
+    """Issue 40 row 14: a vote seeded ``as: ada`` is stored under ada's account (the principal her
+    sign-in carries), so her own vote afterwards is her second one (409), not the quorum's second."""
+    rows = [r for r in demo_rows() if r.entity != "buying/purchase_order"]
+    rows += seeds.parse_yaml("seed/40-voted.yaml", VOTED)
+    name, dsn = await new_database(pg_server_dsn)
+    try:
+        async with running(dsn, demo) as srv:
+            async with srv.server.app[state.POOL].acquire() as conn:
+                await seeding.load(conn, demo, await _tenant(conn), rows)
+                ada_id = await conn.fetchval("SELECT id FROM dap.users WHERE username = 'ada'")
+                vote = await conn.fetchrow("SELECT approval_id, principal_sub FROM dap.approval_votes")
+            assert vote["principal_sub"] == str(ada_id)  # what her live vote stores, not seed:ada
+            approve = f"{srv.api}/default/api/_approvals/{vote['approval_id']}/approve"
+            for who, status, code in (("ada", 409, "SVC.APPROVAL.ALREADY_VOTED"), ("bert", 200, None)):
+                login = {"username": who, "password": "procurement-demo"}
+                async with srv.http.post(f"{srv.api}/default/_ui/login", json=login) as resp:
+                    assert resp.status == 200, await resp.text()
+                    bearer = {"Authorization": f"Bearer {(await resp.json())['token']}"}
+                async with srv.http.post(approve, json={}, headers=bearer) as resp:
+                    body = await resp.json()
+                    assert resp.status == status, body
+                    assert body.get("code") == code, body
+            async with srv.server.app[state.POOL].acquire() as conn:
+                moved = await conn.fetchrow("SELECT step_name, votes FROM dap.approvals")
+            assert (moved["step_name"], moved["votes"]) == ("manager", 0)  # two people made the quorum
+    finally:
+        await drop_database(pg_server_dsn, name)
+
+
+async def test_a_seeded_vote_needs_the_account_and_only_its_roles(pool: asyncpg.Pool, demo: Catalog) -> None:
+    base = [r for r in demo_rows() if r.entity != "buying/purchase_order"]
+    for given, said in (
+        ("{as: pia, roles: [purchase_committee]}", "no account 'pia'"),
+        ("{as: anna, roles: [purchase_committee]}", "anna does not hold the role purchase_committee"),
+    ):
+        text = VOTED.replace("{as: ada, roles: [purchase_committee]}", given)
+        async with pool.acquire() as conn:
+            with pytest.raises(seeding.SeedError) as caught:
+                await seeding.load(conn, demo, await _tenant(conn), base + seeds.parse_yaml("v.yaml", text))
+        [problem] = caught.value.problems
+        assert str(problem).startswith("v.yaml:11: _votes: "), str(problem)
+        assert said in str(problem) and str(problem).endswith("(SVC.SEED.STEP)"), str(problem)

@@ -16,7 +16,7 @@ from typing import Any
 import click
 import kopf
 
-from dap import kube, logs
+from dap import kube, listening, logs
 from dap.control.kube import devfleet, member, region
 
 
@@ -112,5 +112,5 @@ def dev_fleet(
             kubeconfig, wanted, prefix, port, data_dir, operators=operators, log_level=log_level
         )
         asyncio.run(_until_signal(run))
-    except (devfleet.NoCrdsError, kopf.LoginError, kube.KubeError) as exc:
+    except (devfleet.NoCrdsError, kopf.LoginError, kube.KubeError, listening.ListenError) as exc:
         raise click.ClickException(f"dev-fleet on {kubeconfig}: {exc}") from exc

@@ -27,7 +27,7 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-from dap import embedded, kube
+from dap import embedded, kube, listening
 from dap.control import app as control_app
 from dap.control import settings, signing, store
 from dap.control.kube import member, region
@@ -151,7 +151,8 @@ async def run(
         if operators:
             children = await start_operators(kubeconfig, [f"{prefix}-{name}" for name in clusters], log_level)
         await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
+        site = web.TCPSite(runner, "127.0.0.1", port)
+        await listening.start(site, "the region's control API, --port", listening.address("127.0.0.1", port))
         url = f"http://127.0.0.1:{port}"
         async with aiohttp.ClientSession() as session:
             tasks: list[asyncio.Task[object]] = [

@@ -18,6 +18,7 @@ import hmac
 import os
 import secrets
 import uuid
+from dataclasses import dataclass
 
 from dap.server.storage import db
 
@@ -78,6 +79,28 @@ def dummy_hash() -> str:
 
 async def ensure_schema(conn: db.Connection) -> None:
     await db.ensure_platform(conn, __name__, DDL)
+
+
+@dataclass(frozen=True)
+class Account:
+    """A password account as its requests know it."""
+
+    id: uuid.UUID
+    username: str
+    roles: tuple[str, ...]
+
+    @property
+    def sub(self) -> str:
+        """The principal id of the account's requests: ``/_ui/login`` issues it as the token's
+        ``sub``, so whatever is stored per principal (a vote, an owner) names the account by it."""
+        return str(self.id)
+
+
+async def find(conn: db.Connection, tenant: uuid.UUID, username: str) -> Account | None:
+    found = await conn.fetchrow(
+        "SELECT id, roles FROM dap.users WHERE tenant_id = $1 AND username = $2", tenant, username
+    )
+    return None if found is None else Account(found["id"], username, tuple(found["roles"]))
 
 
 # --- the one-time code of the first-admin setup -------------------------------------------------

@@ -27,6 +27,7 @@ import asyncpg
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from dap import listening
 from dap.server import booting, errors, metrics, options, state
 from dap.server.access import auth
 from dap.server.catalog import Catalog
@@ -322,28 +323,47 @@ class Server:
     async def start(self) -> None:
         context = tls_context(self.opts)
         main = protocol.AppRunner(self.app, access_log=None, shutdown_timeout=self.shutdown_timeout)
-        await main.setup()
+        # kept before its setup: a start-up hook that fails (a gRPC address in use) leaves what the
+        # hooks before it started (the pool, the workers, their sessions) for ``stop`` to clean up
         self._runners.append(main)
-        site = web.TCPSite(main, self.opts.addr.host, self.opts.addr.port, ssl_context=context)
-        await site.start()
+        await main.setup()
+        addr = self.opts.addr
+        site = web.TCPSite(main, addr.host, addr.port, ssl_context=context)
+        await listening.start(site, "the API listener, --addr", listening.address(addr.host, addr.port))
         self.urls["api"] = _url(main, "https" if context else "http")
         if self.opts.metrics_addr is not None:
             admin_runner = protocol.AppRunner(admin.build(self.app), access_log=None, shutdown_timeout=5.0)
-            await admin_runner.setup()
             self._runners.append(admin_runner)
-            admin_site = web.TCPSite(admin_runner, self.opts.metrics_addr.host, self.opts.metrics_addr.port)
-            await admin_site.start()
+            await admin_runner.setup()
+            metrics = self.opts.metrics_addr
+            admin_site = web.TCPSite(admin_runner, metrics.host, metrics.port)
+            where = listening.address(metrics.host, metrics.port)
+            await listening.start(admin_site, "the admin listener, --metrics-addr", where)
             self.urls["admin"] = _url(admin_runner, "http")
 
     async def stop(self) -> None:
         for runner in reversed(self._runners):  # admin first, then the main app (closes the pool)
             await runner.cleanup()
         self._runners.clear()
+        if self.app.on_startup.frozen and not self.app.frozen:
+            await _clean_up_a_failed_start(self.app)
 
     def banner(self) -> str:
         ui = f"UI from {self.web_dir}" if self.web_dir is not None else "API only (no UI bundle found)"
         admin_part = f", admin {self.urls['admin']}" if "admin" in self.urls else ", admin listener off"
         return f"dap serve: listening on {self.urls.get('api')} — {ui}{admin_part}"
+
+
+async def _clean_up_a_failed_start(app: web.Application) -> None:
+    """aiohttp runs ``on_cleanup`` only for an app whose start-up completed; one that failed part
+    way (a gRPC address in use) has started the pool's users (the event feed and dispatcher, the
+    job worker) all the same, and they must stop before the pool closes. Each cleanup runs on its
+    own: those of the hooks that never ran may fail, and must not keep the others from running."""
+    for cleanup in list(app.on_cleanup):
+        try:
+            await cleanup(app)
+        except Exception as exc:  # a part that never started
+            log.debug("cleanup after a failed start: %r", exc)
 
 
 def _url(runner: web.AppRunner, scheme: str) -> str:

@@ -1,7 +1,6 @@
 """Loading seed rows into a workspace: the API's rules, one transaction, idempotent.
 
-``dap seed`` and ``dap dev`` (on start) call :func:`load` with the rows of ``seeds``; a CSV import
-of rows into one entity can call it the same way. What it guarantees:
+``dap seed``, ``dap dev`` (on start) and a CSV import call :func:`load` with ``seeds``' rows:
 
 - **Same rules as the API.** A new record goes through ``recording.create`` (validation, derived
   values and natural-key numbering, scopes, backdating, children, the lifecycle, the audit trail,
@@ -48,6 +47,11 @@ log = logging.getLogger(__name__)
 
 SEEDER = auth.Principal(sub="dap-seed", username="seed", roles=("admin",))
 MAX_PROBLEMS = 50  # a run stops collecting after this many: the first ones say what to fix
+# the codes of the problems only a seed row can have; the rest are the API's own refusals
+NO_ENTITY = "SVC.ENTITY.NOT_FOUND"  # as REST answers a route of an entity it does not expose
+NO_KEY = "SVC.SEED.KEY"  # a row a second run could not find again
+NO_SUBMIT = "SVC.DOC.CREATE_SUBMIT_NOT_AVAILABLE"  # as POST …?submit=true answers
+NO_TARGET = "SVC.VALIDATE.RELATION_NOT_FOUND"  # as a write naming a record that is not there
 
 DDL = """
 CREATE SCHEMA IF NOT EXISTS dap;
@@ -227,23 +231,22 @@ async def _prefetch(run: _Run, rows: Sequence[seeds.Row]) -> None:
         run.prefetched.add(entity)
 
 
+def coded(row: seeds.Row, path: str | None, message: str, code: str, status: int = 422) -> seeds.Problem:
+    """A problem of ``row`` whose line ends with its code: every line a run reports carries one."""
+    return dataclasses.replace(row.problem(path, f"{message} ({code})"), code=code, status=status)
+
+
 def _problems(row: seeds.Row, exc: errors.ApiError) -> list[seeds.Problem]:
-    said: list[tuple[str | None, str]] = [(p.path, f"{p.message} ({exc.code})") for p in exc.errors]
-    said = said or [(None, f"{exc.detail} ({exc.code})")]
-    return [dataclasses.replace(row.problem(at, m), code=exc.code, status=exc.status) for at, m in said]
+    said: list[tuple[str | None, str]] = [(p.path, p.message) for p in exc.errors] or [(None, exc.detail)]
+    return [coded(row, at, m, exc.code, exc.status) for at, m in said]
 
 
 def _resource(run: _Run, row: seeds.Row) -> Resource:
     resource = run.catalog.resources.get(row.entity)
     if resource is None:
         known = ", ".join(sorted(run.catalog.resources)) or "none"
-        raise _RowError(
-            [
-                row.problem(
-                    None, f"no entity {row.entity} (one exposed over REST) in this spec; known: {known}"
-                )
-            ]
-        )
+        why = f"no entity {row.entity} (one exposed over REST) in this spec; known: {known}"
+        raise _RowError([coded(row, None, why, NO_ENTITY)])
     return resource
 
 
@@ -265,7 +268,7 @@ def seed_key(resource: Resource, row: seeds.Row) -> str:
         if name is not None
         else "the entity has no natural key"
     )
-    raise _RowError([row.problem("_key", f"give _key: {why}, so a second run can find the record")])
+    raise _RowError([coded(row, "_key", f"give _key: {why}, so a second run can find the record", NO_KEY)])
 
 
 async def _account(run: _Run, row: seeds.Row) -> None:
@@ -316,9 +319,8 @@ async def _one(run: _Run, row: seeds.Row) -> None:
         column = "version" if row.version is not None else "docstatus"
         raise _RowError([row.problem(column, "a new record has none: leave it empty (_submit submits)")])
     if row.submit and not resource.lifecycle:
-        raise _RowError(
-            [row.problem("_submit", f"{resource.key} has no lifecycle, so there is nothing to submit")]
-        )
+        why = f"{resource.key} has no lifecycle, so there is nothing to submit"
+        raise _RowError([coded(row, "_submit", why, NO_SUBMIT)])
     if row.submit and run.verbs is not None:  # an import's row: as ``POST …?submit=true`` answers
         lifecycle.create_submits(resource, {"submit": "true"}, {})
     access = guards.check(run.principal, resource, "create", *(["submit"] if row.submit else []))
@@ -451,7 +453,8 @@ async def _target(run: _Run, row: seeds.Row, path: str, table: str, value: Any) 
         return str(hit)
     target = run.by_table.get(table)
     if target is None:
-        raise _RowError([row.problem(path, f"refers to {table}, which the seed cannot reach by key")])
+        why = f"refers to {table}, which the seed cannot reach by key"
+        raise _RowError([coded(row, path, why, NO_TARGET)])
     seeded = run.known.get((target.key, text))
     found = seeded[0] if seeded is not None else None
     name = _natural_key(target)
@@ -464,9 +467,8 @@ async def _target(run: _Run, row: seeds.Row, path: str, table: str, value: Any) 
         )
     if found is None:
         by = f"seed key or {name}" if name else "seed key"
-        raise _RowError(
-            [row.problem(path, f"no {target.key} with {by} {text!r} (seeded above, or in the database)")]
-        )
+        why = f"no {target.key} with {by} {text!r} (seeded above, or in the database)"
+        raise _RowError([coded(row, path, why, NO_TARGET)])
     run.resolved[(table, text)] = found
     return str(found)
 

@@ -3,8 +3,10 @@
 Each is the operation its REST route runs, so a seeded document reaches its state the way a
 person's would: ``submit``/``cancel`` are ``documents.lifecycle.move`` with the built-in event;
 custom actions and transitions are ``actions.run`` (a gated transition opens its approval and
-waits); a vote is ``approvals_flow.decide``, cast by the user the row names (never the seed's own
-principal, which requested the approval: the requester may not approve). A refusal is an
+waits); a vote is ``approvals_flow.decide``, cast by the account the row names, as that account's own
+principal (the ``sub`` its sign-in carries, its roles): a seeded vote is hers, so she cannot vote
+a second time and be counted twice (never the seed's own principal either, which requested the
+approval: the requester may not approve). A refusal is an
 ``ApiError`` whose field is ``_actions`` or ``_votes``, which ``seeding`` turns into the row's
 problem with its file and line.
 """
@@ -15,7 +17,7 @@ import uuid
 from typing import Any
 
 from dap.server import errors
-from dap.server.access import auth, guards
+from dap.server.access import accounts, auth, guards
 from dap.server.documents import auditing, idempotency, lifecycle
 from dap.server.events import builtin
 from dap.server.storage import db
@@ -68,7 +70,21 @@ async def vote(conn: db.Connection, write: auditing.Write, record_id: uuid.UUID,
     )
     if approval is None:
         raise _refused("_votes", "no approval of this record is pending: let _actions request one first")
-    voter = auth.Principal(sub=f"seed:{given.username}", username=given.username, roles=given.roles)
+    account = await accounts.find(conn, write.tenant, given.username)
+    if account is None:
+        raise _refused(
+            "_votes",
+            f"no account {given.username!r} in this workspace: a seeded vote is the account's own, so "
+            "seed it first (an entity: users document loaded before this one)",
+        )
+    lacking = [r for r in given.roles if r not in account.roles]
+    if lacking:
+        raise _refused(
+            "_votes",
+            f"{given.username} does not hold the role {', '.join(lacking)} (holds: "
+            f"{', '.join(account.roles) or 'none'}); a seeded vote counts the account's own roles",
+        )
+    voter = auth.Principal(sub=account.sub, username=account.username, roles=account.roles)
     decided = await approvals_flow.decide(
         conn,
         approvals_flow.Vote(

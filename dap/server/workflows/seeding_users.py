@@ -30,31 +30,33 @@ ENTITY = "users"
 USERNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}")  # as ``/_ui/login`` accepts
 MIN_PASSWORD = 8
 FIELDS = frozenset({"username", "password", "email", "roles"})
+INVALID = "SVC.VALIDATE.INVALID"
 
 
 def check(catalog: Catalog, row: seeds.Row) -> list[seeds.Problem]:
-    """What is wrong with one account row (pure)."""
+    """What is wrong with one account row (pure); each line ends with ``INVALID``, the code the
+    first-admin setup answers a bad account with."""
     values = row.values
-    problems = [
-        row.problem(k, "unknown field (username, password, email, roles)") for k in values if k not in FIELDS
+    wrong: list[tuple[str | None, str]] = [
+        (k, "unknown field (username, password, email, roles)") for k in values if k not in FIELDS
     ]
     username, password = values.get("username"), values.get("password")
     if not isinstance(username, str) or not USERNAME.fullmatch(username):
-        problems.append(row.problem("username", "1-128 characters: letters, digits, _ . @ -"))
+        wrong.append(("username", "1-128 characters: letters, digits, _ . @ -"))
     if not isinstance(password, str) or len(password) < MIN_PASSWORD:
-        problems.append(row.problem("password", f"a string of at least {MIN_PASSWORD} characters"))
+        wrong.append(("password", f"a string of at least {MIN_PASSWORD} characters"))
     email = values.get("email")
     if email is not None and (not isinstance(email, str) or "@" not in email):
-        problems.append(row.problem("email", "an e-mail address"))
+        wrong.append(("email", "an e-mail address"))
     roles = values.get("roles", [])
     known = set(catalog.grants.patterns) | {"admin"}
     if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
-        problems.append(row.problem("roles", "a list of role names"))
+        wrong.append(("roles", "a list of role names"))
     else:
-        problems += [row.problem("roles", f"no role {r!r} in this spec") for r in roles if r not in known]
+        wrong += [("roles", f"no role {r!r} in this spec") for r in roles if r not in known]
     if row.submit or row.actions or row.votes or row.key is not None:
-        problems.append(row.problem(None, "an account takes no _key, _submit, _actions or _votes"))
-    return problems
+        wrong.append((None, "an account takes no _key, _submit, _actions or _votes"))
+    return [row.problem(path, f"{message} ({INVALID})") for path, message in wrong]
 
 
 async def load(

@@ -1,0 +1,68 @@
+"""Opening a listener, and the one line a process says when it cannot.
+
+Every long-running command listens on addresses its options name (``dap serve``'s ``--addr``,
+``--metrics-addr``, ``--grpc-addr`` and ``--ctx-listen``, the same in ``dap pod`` and ``dap dev``,
+``dap control serve``'s ``--host``/``--port``). An address another process holds, or one this
+machine does not have, must end the command at once, non-zero, with a line naming the address and
+the option that chose it: a process that runs on without its listener (or retries behind it)
+serves nobody and hides why (issue 40). Each command's entry point catches :class:`ListenError`
+and prints it; whatever was started before the listener is stopped by the caller's own cleanup.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+
+from aiohttp import web
+
+
+class ListenError(Exception):
+    """A listener could not be opened; ``str()`` is the whole message."""
+
+    def __init__(self, what: str, where: str, reason: str) -> None:
+        self.address = where
+        super().__init__(f"cannot listen on {where} ({what}): {reason}")
+
+
+def address(host: str, port: int) -> str:
+    """``host:port`` as a person types it (an IPv6 host in brackets)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def reason(exc: OSError) -> str:
+    """Why the bind failed, in words, with what to do for the common cases."""
+    if exc.errno == errno.EADDRINUSE:
+        return "the address is already in use; stop the process holding it or choose another port"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "permission denied (ports below 1024 need privileges); choose a port above 1023"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return "this machine has no such address; give one of its own, or 0.0.0.0 for all"
+    return os.strerror(exc.errno) if exc.errno else str(exc)
+
+
+async def start(site: web.BaseSite, what: str, where: str) -> None:
+    """``site.start()``, a failed bind raised as :class:`ListenError` (``where``: the address as
+    the option gave it, ``address(host, port)`` or ``unix:///path``)."""
+    try:
+        await site.start()
+    except OSError as exc:
+        raise ListenError(what, where, reason(exc)) from exc
+
+
+def probe(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be bound now (``None``: it can), for a library that does not say
+    (grpcio answers only "Failed to bind"): a bind of a socket of our own, closed at once."""
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        return f"cannot resolve {host!r}: {exc.strerror}"
+    for family, kind, proto, _, where in infos:
+        with socket.socket(family, kind, proto) as trial:
+            trial.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind
+            try:
+                trial.bind(where)
+            except OSError as exc:
+                return reason(exc)
+    return None
