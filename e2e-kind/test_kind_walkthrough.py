@@ -48,9 +48,8 @@ def test_the_readme_kubernetes_section_runs_as_written(
         for line in block.splitlines():
             if line.startswith(("make ", "kind create cluster")):
                 continue  # what this suite did before its first test
-            line = line.replace("--name dap ", f"--name {cluster} ").replace(
-                "dap-control-plane", f"{cluster}-control-plane"
-            )
+            line = re.sub(r"--name dap\b", f"--name {cluster}", line)
+            line = line.replace("dap-control-plane", f"{cluster}-control-plane")
             line = line.replace("8443:8443", f"{port}:8443").replace("127.0.0.1:8443", f"127.0.0.1:{port}")
             script.append(line)
     tools = tmp_path_factory.mktemp("tools")
