@@ -14,8 +14,10 @@ from __future__ import annotations
 import errno
 import os
 import socket
+from typing import TYPE_CHECKING
 
-from aiohttp import web
+if TYPE_CHECKING:  # dap.server.cli imports this before deciding to serve: aiohttp stays unloaded
+    from aiohttp import web
 
 
 class ListenError(Exception):
