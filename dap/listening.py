@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import errno
 import os
-import socket
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # dap.server.cli imports this before deciding to serve: aiohttp stays unloaded
@@ -51,20 +50,3 @@ async def start(site: web.BaseSite, what: str, where: str) -> None:
         await site.start()
     except OSError as exc:
         raise ListenError(what, where, reason(exc)) from exc
-
-
-def probe(host: str, port: int) -> str | None:
-    """Why ``host:port`` cannot be bound now (``None``: it can), for a library that does not say
-    (grpcio answers only "Failed to bind"): a bind of a socket of our own, closed at once."""
-    try:
-        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except socket.gaierror as exc:
-        return f"cannot resolve {host!r}: {exc.strerror}"
-    for family, kind, proto, _, where in infos:
-        with socket.socket(family, kind, proto) as trial:
-            trial.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind
-            try:
-                trial.bind(where)
-            except OSError as exc:
-                return reason(exc)
-    return None
