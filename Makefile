@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install dev test lint unit bench bench-quick crds e2e clean k8s ui ui-test chromium wrk image kind-node grpcurl dex
+.PHONY: install dev test lint unit bench bench-quick crds e2e clean k8s ui ui-test chromium wrk java image kind-node grpcurl dex
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +29,7 @@ dev: $(STAMP) ui
 # background at low priority meanwhile (tools/background.sh). The tests that need one of those
 # binaries are marked `late` (tests/conftest.py): they run in a second pass, once `make k8s dex
 # grpcurl` has waited for the builds; `make e2e` waits for its images the same way.
-test: $(STAMP) ui chromium wrk
+test: $(STAMP) ui chromium wrk java
 	@bash tools/background.sh
 	$(MAKE) lint
 	$(MAKE) ui-test
@@ -98,6 +98,12 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check $(PY_DIRS)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+# Java and Maven (Debian's packages) for openapi-generator, which tests/server/test_openapi_clients.py
+# fetches from Maven Central with mvn (tools/openapi-generator/fetch.sh); without them that check skips.
+java:
+	@{ command -v java && command -v mvn; } >/dev/null || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+		apt-get update -qq && apt-get install -y -qq default-jre-headless maven >/dev/null; } || echo "java or mvn not installed: the openapi-generator check skips"
 
 # wrk (Debian's package) drives the HTTP benchmarks; without it they fall back to a Python client
 # and say so (bench/loadgen.py).
