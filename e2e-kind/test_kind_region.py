@@ -199,7 +199,6 @@ class FrontDoor:
     """Reads and writes of books through both clusters' NodePorts, as a load balancer with health
     checks would send them: the cluster the region placed books on first, the other on failure."""
 
-    region: Region
     token: str
     sites: list[str]
     prefix: str
@@ -243,7 +242,7 @@ def test_a_drain_moves_the_workspace_under_load(region: Region, token: str) -> N
     assert source is not None
     target = other(source)
     sites = [region.site(source, "books"), region.site(target, "books")]
-    door = FrontDoor(region, token, sites, prefix=f"DRAIN{int(time.time())}")
+    door = FrontDoor(token, sites, prefix=f"DRAIN{int(time.time())}")
     worker = threading.Thread(target=door.run, daemon=True)
     worker.start()
     try:
