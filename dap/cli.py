@@ -28,8 +28,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "operator": ("dap.operator.cli:operator", "run the Kubernetes operator"),
     "claim": ("dap.operator.cli:claim", "sign and inspect resource claims"),
     "pod": ("dap.resource_pod.cli:pod", "run the generic resource pod"),
-    "dev": ("dap.resource_pod.cli:dev", "run the whole local pipeline on a laptop"),
-    "token": ("dap.resource_pod.cli:token", "print a JWT with given roles and attributes (dev secret)"),
+    "dev": ("dap.dev.cli:dev", "run the whole local pipeline on a laptop"),
+    "token": ("dap.dev.cli:token", "print a JWT with given roles and attributes (dev secret)"),
 }
 
 

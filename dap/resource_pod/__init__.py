@@ -15,9 +15,9 @@ rollback, freeze), ``converging`` (phases and decisions), ``backoff``, ``evidenc
 bounded buffer), ``settings``; thin I/O shells: ``fetching`` (aiohttp client of the control
 plane), ``persisting`` (state directory), ``loading`` (catalog, safe schema steps, swap,
 self-check), ``reporting`` (evidence sender, health and metering measures), ``pulling`` (the
-pull loop), ``hosting`` (boot, ``/health``, shutdown), ``cli`` (``dap pod``, ``dap dev``,
-``dap token``); ``dap dev`` is ``dev`` (the run), ``devdata`` (a database and pod state per spec
-directory), ``devcontrol`` (the control plane child), ``devbanner``; ``tokens`` signs JWTs.
+pull loop), ``hosting`` (boot, ``/health``, shutdown), ``cli`` (``dap pod``); ``logkeeping`` and
+``logproof`` keep and check the transparency log's proofs. Only the pod's job lives here: dev mode
+(``dap dev``, ``dap token``) is ``dap.dev``, above this package, which never imports it.
 
 Errors (``errors``), one tree::
 
@@ -36,7 +36,7 @@ Errors (``errors``), one tree::
      └── StateDirError             the state directory cannot be read or written
 """
 
-from dap.resource_pod import converging, errors, evidence, verifying
+from dap.resource_pod import converging, errors, evidence, loading, verifying
 from dap.resource_pod.converging import Phase, Status
 from dap.resource_pod.errors import PodError
 from dap.resource_pod.hosting import Running, start
@@ -53,6 +53,7 @@ __all__ = [
     "converging",
     "errors",
     "evidence",
+    "loading",
     "start",
     "verifying",
 ]

@@ -18,8 +18,9 @@ from aiohttp import web
 
 from dap import kube
 from dap.control.kube import devfleet as control_devfleet
+from dap.dev import fleet as devfleet
 from dap.operator import claims
-from dap.resource_pod import devfleet, errors
+from dap.resource_pod import errors
 from tests.kube import controlplane, loopback, objects
 from tests.kube.client import Api, wait_for
 from tests.kube.conftest import Cluster

@@ -15,6 +15,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from dap.dev import cli as dev_cli
 from dap.resource_pod import cli, hosting
 from dap.server import options
 from tests.bridge.conftest import SPEC, AppProcess
@@ -146,6 +147,6 @@ def test_pod_and_dev_read_the_sidecar_options_from_the_environment(
         assert ctx.params["sidecar_endpoint"] == "unix:///run/app/app.sock"
         assert ctx.params["invoke_timeout"] == "7s"
     monkeypatch.setenv("DAP_RUNTIME", "python")
-    with cli.dev.make_context("dev", ["--spec", str(SPEC)]) as ctx:
+    with dev_cli.dev.make_context("dev", ["--spec", str(SPEC)]) as ctx:
         assert ctx.params["sidecar_endpoint"] == "unix:///run/app/app.sock"
         assert ctx.params["runtime"] == "python" and ctx.params["invoke_timeout"] == "7s"

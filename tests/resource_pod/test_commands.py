@@ -14,13 +14,12 @@ from pathlib import Path
 
 import aiohttp
 import grpc
-import jwt
 import pytest
 from click.testing import CliRunner
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from dap.resource_pod import cli, dev, devcontrol, errors, tokens
+from dap.resource_pod import cli, errors
 from dap.server.web import app as web_app
 from tests.devsessions import dap, free_port
 from tests.resource_pod.conftest import (
@@ -291,24 +290,6 @@ def test_pod_settings_defaults_follow_dev() -> None:
     assert prod.state_dir == cli.PROD_STATE_DIR
     with pytest.raises(errors.ConfigError, match="--workspace-id"):
         cli.pod_settings({**mine, "workspace_id": None})
-
-
-def test_dev_helpers(tmp_path: Path) -> None:
-    (tmp_path / "a.yaml").write_text("x")
-    (tmp_path / ".hidden").write_text("x")
-    (tmp_path / "__pycache__").mkdir()
-    (tmp_path / "__pycache__" / "c.pyc").write_bytes(b"x")
-    (tmp_path / "sub").mkdir()
-    (tmp_path / "sub" / "b.yml").write_text("y")
-    assert dev.collect(tmp_path) == {"a.yaml": b"x", "sub/b.yml": b"y"}
-    before = dev.fingerprint(tmp_path)
-    (tmp_path / "sub" / "b.yml").write_text("yy")
-    assert dev.fingerprint(tmp_path) != before
-    claims = jwt.decode(tokens.dev_token("default"), tokens.DEV_SECRET, algorithms=["HS256"], issuer="svc")
-    assert claims["workspace"] == "default" and claims["roles"] == ["admin"]
-    key = devcontrol.signing_key(tmp_path / "k" / "signing.key")
-    assert len(key.read_text().strip()) == 64 and (key.stat().st_mode & 0o777) == 0o600
-    assert devcontrol.signing_key(key).read_text() == key.read_text(), "created once, then reused"
 
 
 async def test_dap_dev_serves_watches_and_stops_on_ctrl_c(

@@ -16,6 +16,7 @@ def test_public_names() -> None:
         "converging",
         "errors",
         "evidence",
+        "loading",
         "start",
         "verifying",
     ]

@@ -35,7 +35,9 @@ OWN_CONNECTION = {  # LISTEN on connections of their own, never the pool's
 
 def test_no_code_leaves_session_state_on_a_pooled_connection() -> None:
     found = []
-    for path in sorted((ROOT / "server").rglob("*.py")) + sorted((ROOT / "resource_pod").rglob("*.py")):
+    for path in [
+        p for part in ("server", "resource_pod", "dev") for p in sorted((ROOT / part).rglob("*.py"))
+    ]:
         if str(path.relative_to(ROOT)) in OWN_CONNECTION:
             continue
         for number, line in enumerate(path.read_text().splitlines(), 1):

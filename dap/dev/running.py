@@ -1,19 +1,19 @@
 """``dap dev``: the whole pipeline in one process tree on a laptop.
 
 1. Postgres: ``--dsn`` as given, else the embedded server in ``<data-dir>/pg`` with a database
-   of the spec directory's own (``devdata``: a second spec never meets the first one's tables);
+   of the spec directory's own (``data``: a second spec never meets the first one's tables);
    ``--reset`` forgets that database and the spec's pod state first;
-2. the control plane in standalone dev mode, as a child process (``devcontrol``);
+2. the control plane in standalone dev mode, as a child process (``control``, imported as ``plane``);
 3. registration of ``--spec`` (``POST /v1/artifacts``, binding ``--workspace``);
 4. one resource pod, in this process, serving it at ``http://127.0.0.1:8080/<workspace>/api/...``
    with the dev HS256 secret of ``tokens`` (so ``dap token`` makes tokens it accepts); it long-polls,
    so a registration reaches it at once;
 5. the wait for that version ends as soon as the pod serves it (same artifact, or the same
    content under another id) or fails to load it; a failure is one line saying what to do; once
-   served, the spec's ``seed/`` records are loaded into the workspace (``devseed``: idempotent, so
+   served, the spec's ``seed/`` records are loaded into the workspace (``seeding``: idempotent, so
    a second start loads nothing twice); with ``--auto-approve`` approval gates are granted at
-   once (``devapprove``);
-6. the banner (``devbanner``): addresses that answer, a token, curl lines;
+   once (``approving``);
+6. the banner (``banner``): addresses that answer, a token, curl lines;
 7. with ``--watch``: file modification times are polled every second (no new dependency),
    starting from the moment the files were first read, so an edit saved while the first version
    was still loading is not lost; a change re-registers the directory and wakes the pod;
@@ -38,20 +38,10 @@ from typing import Any
 import aiohttp
 import click
 
-from dap import embedded
-from dap.resource_pod import (
-    converging,
-    devapprove,
-    devbanner,
-    devcontrol,
-    devdata,
-    devseed,
-    errors,
-    hosting,
-    loading,
-    settings,
-    tokens,
-)
+from dap import embedded, resource_pod
+from dap.dev import approving, banner, data, seeding, tokens
+from dap.dev import control as plane
+from dap.resource_pod import errors, loading
 from dap.server import options
 
 log = logging.getLogger(__name__)
@@ -61,7 +51,7 @@ WATCH_EVERY = 1.0
 SETTLE = 0.3  # seconds after a change before reading: let an editor finish writing
 SERVE_SHUTDOWN = 1.0  # seconds in-flight requests get at Ctrl-C
 SKIPPED = (".", "__pycache__", "node_modules")
-Phase = converging.Phase
+Phase = resource_pod.Phase
 
 
 @dataclass(frozen=True)
@@ -81,8 +71,8 @@ class DevConfig:
     runtime: str | None = None  # child-process mode: the pod starts the app
     app_dir: Path | None = None
     invoke_timeout: str = "30s"
-    auto_approve: bool = False  # approval gates granted at once (``devapprove``); off: testable by hand
-    seed: bool = True  # load ``<spec>/seed`` once served (``devseed``); --no-seed starts empty
+    auto_approve: bool = False  # approval gates granted at once (``approving``); off: testable by hand
+    seed: bool = True  # load ``<spec>/seed`` once served (``seeding``); --no-seed starts empty
 
 
 def say(text: str) -> None:
@@ -123,7 +113,7 @@ class Outcome(enum.Enum):
     PENDING = "pending"
 
 
-def outcome(status: converging.Status, artifact_id: str, sha256: str) -> Outcome:
+def outcome(status: resource_pod.Status, artifact_id: str, sha256: str) -> Outcome:
     """Where the pod stands with the registered artifact. Pure.
 
     Served: it runs that artifact, or one with the same content (a copy of a spec registers the
@@ -147,7 +137,7 @@ def outcome(status: converging.Status, artifact_id: str, sha256: str) -> Outcome
     return Outcome.PENDING
 
 
-async def wait_for(pod: hosting.Running, answer: Mapping[str, Any], within: float) -> Outcome:
+async def wait_for(pod: resource_pod.Running, answer: Mapping[str, Any], within: float) -> Outcome:
     """Poll the pod's status until the registered version is served or failed, or ``within`` ends."""
     deadline = time.monotonic() + within
     while True:
@@ -157,7 +147,7 @@ async def wait_for(pod: hosting.Running, answer: Mapping[str, Any], within: floa
         await asyncio.sleep(0.02)
 
 
-async def destructive_changes(pod: hosting.Running, files: Mapping[str, bytes]) -> list[str]:
+async def destructive_changes(pod: resource_pod.Running, files: Mapping[str, bytes]) -> list[str]:
     """The schema changes loading ``files`` would need and the pod refuses to make by itself."""
     try:
         return await loading.refused_steps(pod.server.app, await loading.catalog_for(files))
@@ -167,14 +157,14 @@ async def destructive_changes(pod: hosting.Running, files: Mapping[str, bytes]) 
 
 
 async def explain_failure(
-    config: DevConfig, pod: hosting.Running, answer: Mapping[str, Any], files: Mapping[str, bytes]
+    config: DevConfig, pod: resource_pod.Running, answer: Mapping[str, Any], files: Mapping[str, bytes]
 ) -> list[str]:
     """What went wrong with a registered version, the first line saying what to do."""
     version = answer.get("version")
     changes = await destructive_changes(pod, files)
     if not changes:
         return [f"dap dev: version {version} was not loaded: {pod.pod.status.message}"]
-    dap = devbanner.dap_command()
+    dap = banner.dap_command()
     if config.dsn:
         todo = (
             "the --dsn database is yours, so dap dev changes nothing in it: point --dsn at an empty "
@@ -193,7 +183,7 @@ async def explain_failure(
 
 async def report(
     config: DevConfig,
-    pod: hosting.Running,
+    pod: resource_pod.Running,
     answer: Mapping[str, Any],
     files: Mapping[str, bytes],
     started: float,
@@ -214,8 +204,8 @@ async def report(
 
 async def watch(
     config: DevConfig,
-    control: devcontrol.Control,
-    pod: hosting.Running,
+    control: plane.Control,
+    pod: resource_pod.Running,
     session: aiohttp.ClientSession,
     seen: dict[str, tuple[int, int]],
 ) -> None:
@@ -231,7 +221,7 @@ async def watch(
         say(f"change in {config.spec_dir}: registering")
         started = time.monotonic()
         answer = await control.register(
-            session, app=devcontrol.app_name(config.spec_dir), workspace=config.workspace, files=files
+            session, app=plane.app_name(config.spec_dir), workspace=config.workspace, files=files
         )
         if answer is None:
             continue
@@ -253,8 +243,8 @@ class Parts:
 
     pg_dir: Path | None = None
     pg: Any = None
-    control: devcontrol.Control | None = None
-    pod: hosting.Running | None = None
+    control: plane.Control | None = None
+    pod: resource_pod.Running | None = None
     watcher: asyncio.Task[None] | None = None
     approver: asyncio.Task[None] | None = None
 
@@ -296,7 +286,7 @@ async def _step(what: str, action: Callable[[], Awaitable[None]] | None) -> None
         say(f" {time.monotonic() - began:.1f}s")
 
 
-async def _database(config: DevConfig, place: devdata.Place, parts: Parts) -> tuple[str, str]:
+async def _database(config: DevConfig, place: data.Place, parts: Parts) -> tuple[str, str]:
     """``(dsn, where the data is)``: the given DSN, or the spec's own embedded database."""
     if config.dsn:
         if config.reset:
@@ -309,9 +299,9 @@ async def _database(config: DevConfig, place: devdata.Place, parts: Parts) -> tu
     say(f"starting the embedded Postgres in {parts.pg_dir} …")
     server_dsn, parts.pg = await asyncio.to_thread(embedded.start, parts.pg_dir)
     if config.reset:
-        forgot = await devdata.reset(server_dsn, place)
+        forgot = await data.reset(server_dsn, place)
         say(f"--reset: {'forgot' if forgot else 'nothing stored yet for'} the data of {config.spec_dir}")
-    dsn = await devdata.ensure_database(server_dsn, place)
+    dsn = await data.ensure_database(server_dsn, place)
     where = (
         f"database {place.database} in {parts.pg_dir}, pod state in {place.pod_state} (--reset starts afresh)"
     )
@@ -320,9 +310,9 @@ async def _database(config: DevConfig, place: devdata.Place, parts: Parts) -> tu
 
 async def _serve(config: DevConfig, parts: Parts, session: aiohttp.ClientSession) -> int | None:
     """Start everything; return an exit code to stop at once, ``None`` to serve until Ctrl-C."""
-    place = devdata.place_for(config.spec_dir, config.data_dir)
+    place = data.place_for(config.spec_dir, config.data_dir)
     dsn, where = await _database(config, place, parts)
-    control = devcontrol.Control(
+    control = plane.Control(
         port=config.control_port,
         dsn=dsn,
         key_file=config.data_dir / "control-signing.key",
@@ -337,7 +327,7 @@ async def _serve(config: DevConfig, parts: Parts, session: aiohttp.ClientSession
     say(f"registering {config.spec_dir} ({len(files)} files) …")
     started = time.monotonic()
     answer = await control.register(
-        session, app=devcontrol.app_name(config.spec_dir), workspace=config.workspace, files=files
+        session, app=plane.app_name(config.spec_dir), workspace=config.workspace, files=files
     )
     if answer is None and not config.watch:
         return 1
@@ -354,7 +344,7 @@ async def _serve(config: DevConfig, parts: Parts, session: aiohttp.ClientSession
         app_dir=config.app_dir,
         invoke_timeout=config.invoke_timeout,
     )
-    pod_config = settings.Settings(
+    pod_config = resource_pod.Settings(
         control_url=control.url,
         workspace=config.workspace,
         state_dir=place.pod_state,
@@ -366,12 +356,12 @@ async def _serve(config: DevConfig, parts: Parts, session: aiohttp.ClientSession
         cluster_id="local",
     )
     say("starting the resource pod …")
-    parts.pod = pod = await hosting.start(opts, pod_config, shutdown_timeout=SERVE_SHUTDOWN)
+    parts.pod = pod = await resource_pod.start(opts, pod_config, shutdown_timeout=SERVE_SHUTDOWN)
     served = answer is not None and await report(config, pod, answer, files, started) is Outcome.SERVED
     if served and config.seed:
-        await devseed.load(config.spec_dir, dsn, config.workspace, loading.current(pod.server.app), say)
+        await seeding.load(config.spec_dir, dsn, config.workspace, loading.current(pod.server.app), say)
     if config.auto_approve:
-        parts.approver = asyncio.create_task(devapprove.run(dsn, config.workspace, pod, say))
+        parts.approver = asyncio.create_task(approving.run(dsn, config.workspace, pod, say))
     code = await _setup_code(session, pod.server.urls.get("admin"), config.workspace)
     _banner(config, control, pod, where, code)
     if config.watch:
@@ -393,9 +383,9 @@ async def _setup_code(session: aiohttp.ClientSession, admin: str | None, workspa
 
 
 def _banner(
-    config: DevConfig, control: devcontrol.Control, pod: hosting.Running, where: str, setup_code: str | None
+    config: DevConfig, control: plane.Control, pod: resource_pod.Running, where: str, setup_code: str | None
 ) -> None:
-    lines = devbanner.render(
+    lines = banner.render(
         workspace=config.workspace,
         base=loading.local_url(pod.api_url),
         web_dir=pod.server.web_dir,

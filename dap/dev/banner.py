@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dap import server
-from dap.resource_pod import tokens
+from dap.dev import tokens
 
 _SAMPLES: dict[str, Any] = {
     "integer": 1,

@@ -1,7 +1,7 @@
 """The control plane of ``dap dev``: a child process (``dap control serve --mode standalone --dev``).
 
-A child, not an import: the pod may not import ``dap.control`` (it trusts the control plane's
-signature, not its code), and an HTTP peer is what the pod meets in production too. It runs in
+A child, not an import: the pod it serves may not import ``dap.control`` (it trusts the control
+plane's signature, not its code), and an HTTP peer is what the pod meets in production too. It runs in
 a session of its own so that Ctrl-C reaches only ``dap dev``, which stops the pod first and the
 control plane after it.
 

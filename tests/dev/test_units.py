@@ -1,6 +1,6 @@
 """The pure parts of ``dap dev`` and ``dap token``: when a wait ends, where a spec's data lives,
 what a token claims, what the banner promises. No processes; the sessions are in
-test_dev_sessions.py."""
+test_sessions.py."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from dap import config, server
-from dap.resource_pod import backoff, cli, converging, dev, devbanner, devdata, documents, errors, tokens
+from dap.dev import banner, cli, control, data, running, tokens
+from dap.resource_pod import backoff, converging, documents, errors
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "procurement"
 
@@ -32,27 +33,27 @@ def _running(artifact_id: str, sha256: str) -> converging.Status:
 
 def test_a_wait_ends_when_the_same_content_runs_under_another_artifact() -> None:
     original = _running("art-original", "aaa")
-    assert dev.outcome(original, "art-original", "aaa") is dev.Outcome.SERVED
+    assert running.outcome(original, "art-original", "aaa") is running.Outcome.SERVED
     # a copy of the spec registers the same files as another app: the pod keeps what it runs
     copy = converging.up_to_date(original, _deployment("art-copy", "aaa"))
-    assert dev.outcome(copy, "art-copy", "aaa") is dev.Outcome.SERVED
-    assert dev.outcome(original, "art-new", "bbb") is dev.Outcome.PENDING
+    assert running.outcome(copy, "art-copy", "aaa") is running.Outcome.SERVED
+    assert running.outcome(original, "art-new", "bbb") is running.Outcome.PENDING
 
 
 def test_a_wait_ends_when_that_artifact_failed_and_not_when_another_did() -> None:
     trying = converging.fetched(_running("art-1", "aaa"), _deployment("art-2", "bbb"))
     failed = converging.failed(trying, "load failed: …", now=0.0, policy=backoff.Backoff())
-    assert dev.outcome(failed, "art-2", "bbb") is dev.Outcome.FAILED
-    assert dev.outcome(failed, "art-3", "ccc") is dev.Outcome.PENDING
+    assert running.outcome(failed, "art-2", "bbb") is running.Outcome.FAILED
+    assert running.outcome(failed, "art-3", "ccc") is running.Outcome.PENDING
 
 
 def test_each_spec_directory_has_its_own_place(tmp_path: Path) -> None:
     spec = tmp_path / "My Spec!"
     shutil.copytree(EXAMPLE, spec)
     shutil.copytree(EXAMPLE, tmp_path / "copy")
-    here = devdata.place_for(spec, tmp_path / ".dap")
-    assert here == devdata.place_for(tmp_path / "." / "My Spec!", tmp_path / ".dap"), "same directory"
-    there = devdata.place_for(tmp_path / "copy", tmp_path / ".dap")
+    here = data.place_for(spec, tmp_path / ".dap")
+    assert here == data.place_for(tmp_path / "." / "My Spec!", tmp_path / ".dap"), "same directory"
+    there = data.place_for(tmp_path / "copy", tmp_path / ".dap")
     assert here.database != there.database and here.pod_state != there.pod_state
     assert here.database.startswith("dev_my_spec_") and len(here.database) <= 63
     assert here.database.replace("_", "").isalnum() and here.database.islower()
@@ -124,7 +125,7 @@ def test_dap_token_refuses_bad_input_in_one_line(args: list[str], message: str) 
 
 def _banner(web_dir: Path | None, status: dict[str, Any]) -> str:
     catalog = server.Catalog.from_spec(config.load_spec(EXAMPLE))
-    lines = devbanner.render(
+    lines = banner.render(
         workspace="default",
         base="http://127.0.0.1:8080",
         web_dir=web_dir,
@@ -154,3 +155,21 @@ def test_the_banner_promises_only_what_answers(tmp_path: Path) -> None:
     assert "token --role buyer --username alice" in text
     failed = _banner(None, {**SERVING, "phase": "failed"})
     assert "still serving the previous version 1" in failed
+
+
+def test_dev_helpers(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text("x")
+    (tmp_path / ".hidden").write_text("x")
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "c.pyc").write_bytes(b"x")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.yml").write_text("y")
+    assert running.collect(tmp_path) == {"a.yaml": b"x", "sub/b.yml": b"y"}
+    before = running.fingerprint(tmp_path)
+    (tmp_path / "sub" / "b.yml").write_text("yy")
+    assert running.fingerprint(tmp_path) != before
+    claims = jwt.decode(tokens.dev_token("default"), tokens.DEV_SECRET, algorithms=["HS256"], issuer="svc")
+    assert claims["workspace"] == "default" and claims["roles"] == ["admin"]
+    key = control.signing_key(tmp_path / "k" / "signing.key")
+    assert len(key.read_text().strip()) == 64 and (key.stat().st_mode & 0o777) == 0o600
+    assert control.signing_key(key).read_text() == key.read_text(), "created once, then reused"

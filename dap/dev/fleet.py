@@ -4,8 +4,8 @@ One region and several "clusters" (namespaces of one API server): workspaces app
 management namespace are routed, land in a cluster's namespace and move when a cluster fills up.
 That needs a Kubernetes API server with dap's CRDs installed; this module finds its kubeconfig
 (``--kubeconfig``, else the first file of ``$KUBECONFIG``), says clearly when there is none, and
-replaces this process with ``dap control dev-fleet`` (``exec``, not a child: the pod may not
-import ``dap.control``, and Ctrl-C then reaches the fleet directly, which stops everything it
+replaces this process with ``dap control dev-fleet`` (``exec``, not a child: dev mode drives the
+control plane as a process, and Ctrl-C then reaches the fleet directly, which stops everything it
 started, its embedded Postgres and its dev-mode operators included: ``dev-fleet`` runs one
 ``dap operator --dev-auto-grant-claims`` per cluster namespace, so claims on local Datastores
 are auto-granted there, as the spec's development mode grants at once what production makes wait).

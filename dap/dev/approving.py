@@ -24,7 +24,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from dap.resource_pod import hosting, loading
+from dap import resource_pod
+from dap.resource_pod import loading
 from dap.server import errors as server_errors
 from dap.server.access import auth
 from dap.server.storage import db, workspaces
@@ -96,7 +97,7 @@ async def approve_pending(
     return cast
 
 
-async def run(dsn: str, slug: str, pod: hosting.Running, say: Callable[[str], None]) -> None:
+async def run(dsn: str, slug: str, pod: resource_pod.Running, say: Callable[[str], None]) -> None:
     """Until cancelled: approve what waits in workspace ``slug`` of the pod's database."""
     say(f"auto-approve: approval gates of {slug!r} are granted at once (dap dev --auto-approve)")
     pool = await db.open_pool(dsn, 1)

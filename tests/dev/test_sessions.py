@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dap.resource_pod import tokens
+from dap.dev import tokens
 from dap.server.web import app as web_app
 from tests.devsessions import REPO, DevSession
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dap.resource_pod import tokens
+from dap.dev import tokens
 from tests.devsessions import REPO, DevSession
 
 pytestmark = pytest.mark.slow
