@@ -12,9 +12,9 @@ for a boot that runs that pass while Postgres creates the tables. The loaders ra
 This package depends on nothing else of dap.
 
 Inside, modules are split by what they do, each under 500 lines, behind the faces other packages
-import: ``expressions`` is the face of the expression language (``expression_trees``: limits,
-errors, syntax tree; ``expression_parsing``: tokenizer, parser, renderer; ``expression_values``:
-types, truth, operators; ``expression_evaluating``: tree walk and functions), and
+import: ``expressions`` is a package of the expression language whose ``__init__`` is its one face
+(``trees``: limits, errors, syntax tree; ``parsing``: tokenizer, parser, renderer; ``values``:
+types, truth, operators; ``evaluating``: tree walk and functions), and
 ``validation`` is a package of cross-document rules whose ``check`` runs them all (``locating``,
 ``naming``, ``fields``, ``behaviour``, ``scoping``, ``references``, ``formulas``).
 """

@@ -11,9 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dap.config import expression_trees
 from dap.config import expressions as ex
-from dap.config.expressions import Binary, Call, Constant, ListLiteral, Name, Node, Unary
+from dap.config.expressions import Binary, Call, Constant, ListLiteral, Name, Node, Unary, trees
 
 CONTEXT: dict[str, object] = {
     "qty": 3,
@@ -535,7 +534,7 @@ def test_public_names() -> None:
 # --- Properties ----------------------------------------------------------------------------------
 
 _ident = st.from_regex(r"[a-z_][a-z0-9_]{0,6}", fullmatch=True).filter(
-    lambda word: word not in expression_trees.KEYWORDS and not keyword.iskeyword(word)
+    lambda word: word not in trees.KEYWORDS and not keyword.iskeyword(word)
 )
 _names = st.lists(_ident, min_size=1, max_size=3).map(lambda parts: Name(".".join(parts)))
 _constants = st.one_of(

@@ -1,4 +1,4 @@
-// Evaluating manifest expressions on a record: a port of dap.config.expression_evaluating, so that
+// Evaluating manifest expressions on a record: a port of dap.config.expressions.evaluating, so that
 // a form shows visible_when / readonly_when / required_when as the server decides them.
 import { type Node, parse } from "./parse";
 import {

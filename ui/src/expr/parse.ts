@@ -1,4 +1,4 @@
-// The syntax of manifest expressions: a port of dap.config.expression_parsing (tokenizer and Pratt
+// The syntax of manifest expressions: a port of dap.config.expressions.parsing (tokenizer and Pratt
 // parser, same limits, same refusals).
 import { Dec, SyntaxErr, type Value } from "./values";
 

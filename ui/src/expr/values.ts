@@ -1,4 +1,4 @@
-// Values of manifest expressions, as dap.config.expression_values defines them: integers (bigint),
+// Values of manifest expressions, as dap.config.expressions.values defines them: integers (bigint),
 // exact decimals (Dec), strings, booleans, null, plain dates (DateV), lists and records.
 
 export class Dec {

@@ -11,10 +11,10 @@ grammar has no attribute access beyond data lookup, no imports, a fixed whitelis
 source length limit and a nesting limit; a hostile expression gets an `ExpressionError`, never a
 `RecursionError` or a hung process.
 
-This module is the public face; the work lives in small modules it re-exports: `expression_trees`
-(limits, errors, the syntax tree), `expression_parsing` (tokenizer, parser, renderer),
-`expression_values` (types, truth, operators) and `expression_evaluating` (the tree walk and the
-whitelisted functions).
+This package's ``__init__`` is its one face: other packages import these names from
+`dap.config.expressions` only; the work lives in small modules it re-exports: `trees` (limits,
+errors, the syntax tree), `parsing` (tokenizer, parser, renderer), `values` (types, truth,
+operators) and `evaluating` (the tree walk and the whitelisted functions).
 
 Grammar (lowest precedence first; precedence as in Python, but comparisons do not chain)::
 
@@ -63,9 +63,9 @@ Values and the None rules (SQL-like, so a half-filled form evaluates quietly):
 
 from __future__ import annotations
 
-from dap.config.expression_evaluating import evaluate, evaluate_condition
-from dap.config.expression_parsing import parse, render
-from dap.config.expression_trees import (
+from dap.config.expressions.evaluating import evaluate, evaluate_condition
+from dap.config.expressions.parsing import parse, render
+from dap.config.expressions.trees import (
     FUNCTIONS,
     MAX_DEPTH,
     MAX_SOURCE_LENGTH,

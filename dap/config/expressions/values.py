@@ -1,7 +1,7 @@
 """What values mean in manifest expressions: types, truth, and the binary operators. Pure.
 
 The semantics (SQL-like None, exact decimals, dates moved by days, null-aware equality) are
-described in `dap.config.expressions`; `expression_evaluating` walks a tree and calls these.
+described in `dap.config.expressions`; `evaluating` walks a tree and calls these.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Final, TypeAlias, TypeGuard
 
-from dap.config.expression_trees import (
+from dap.config.expressions.trees import (
     Binary,
     ExpressionEvalError,
     Node,

@@ -1,7 +1,7 @@
 """The syntax half of manifest expressions: the tokenizer, the parser and the renderer.
 
 `dap.config.expressions` is the public face (it re-exports these names and adds evaluation); the
-grammar and the semantics are described there, the tree and the errors in `expression_trees`. This
+grammar and the semantics are described there, the tree and the errors in `trees`. This
 module knows nothing about values beyond literals, so the manifest validator can parse and check
 an expression without evaluating it.
 
@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Final, Literal, TypeAlias, cast
 
-from dap.config.expression_trees import (
+from dap.config.expressions.trees import (
     FUNCTIONS,
     KEYWORDS,
     MAX_DEPTH,

@@ -1,10 +1,10 @@
 """The data of manifest expressions: limits, the function whitelist, errors and the syntax tree.
 
 `dap.config.expressions` is the public face (it re-exports these names, parsing and evaluation);
-the grammar and the semantics are described there. `expression_parsing` builds these trees from
-text and `expression_evaluating` computes them; both depend on this module, never the reverse.
+the grammar and the semantics are described there. `parsing` builds these trees from
+text and `evaluating` computes them; both depend on this module, never the reverse.
 
-The limits below bound every tree: see `expression_parsing` for how the parser enforces them.
+The limits below bound every tree: see `parsing` for how the parser enforces them.
 
 Errors::
 

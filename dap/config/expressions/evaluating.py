@@ -1,7 +1,7 @@
 """Evaluating a parsed manifest expression on a record: the tree walk and the whitelisted functions.
 
 The semantics are described in `dap.config.expressions` (the public face, which re-exports
-`evaluate` and `evaluate_condition`); what each operator does to values is `expression_values`.
+`evaluate` and `evaluate_condition`); what each operator does to values is `values`.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Final
 
-from dap.config import expression_values as ops
-from dap.config.expression_parsing import parse
-from dap.config.expression_trees import (
+from dap.config.expressions import values as ops
+from dap.config.expressions.parsing import parse
+from dap.config.expressions.trees import (
     FUNCTIONS,
     Binary,
     Call,
