@@ -9,6 +9,7 @@ through any chain (imports under ``TYPE_CHECKING`` included), and that a subpack
 from __future__ import annotations
 
 import importlib
+import posixpath
 import re
 from pathlib import Path
 
@@ -129,3 +130,155 @@ def test_no_python_pattern_is_anchored_with_a_dollar() -> None:
         if anchored.search(line)
     ]
     assert found == []
+
+
+# --- the resource pod is only the pod (issue 42) ---------------------------------------------------
+
+POD = "dap.resource_pod"
+# Every module of the pod, by the part of the pod's job it does: pull, verify, load, swap, report,
+# and running the pod (its boot, settings, command, wire types and errors). A new module is placed
+# here on purpose, or it fails; dev mode, tokens to try a server and anything else that assembles
+# or drives a pod from outside belongs above it (``dap.dev``), not in this table.
+POD_JOBS: dict[str, tuple[str, ...]] = {
+    "pull": ("pulling", "fetching", "backoff", "timing"),
+    "verify": ("verifying", "logproof", "logkeeping"),
+    "load": ("loading", "persisting"),
+    "swap": ("converging",),
+    "report": ("reporting", "evidence"),
+    "run the pod": ("hosting", "settings", "cli", "documents", "errors"),
+}
+POD_ENTRIES = (POD, f"{POD}.cli")  # the face, and ``dap pod``
+
+
+def _outside_the_pods_job(graph: grimp.ImportGraph) -> list[str]:
+    """Modules of the pod that are not its job, each with the reason. The rule, precisely:
+
+    1. a module's name is in ``POD_JOBS`` (placed under one of the pod's jobs);
+    2. no module is dev mode: none is named ``dev…`` (``dap dev`` is ``dap.dev``);
+    3. every module is reached from the pod's entries (its face, ``dap pod``) through the pod's own
+       imports: a module that only code outside the pod uses does another package's job.
+    """
+    placed = {name for names in POD_JOBS.values() for name in names}
+    modules = {m for m in graph.find_descendants(POD) if m.count(".") == POD.count(".") + 1}
+    reached: set[str] = set()
+    todo = [m for m in POD_ENTRIES if m in graph.modules]
+    while todo:
+        module = todo.pop()
+        if module in reached:
+            continue
+        reached.add(module)
+        todo.extend(m for m in graph.find_modules_directly_imported_by(module) if m.startswith(f"{POD}."))
+    wrong = []
+    for module in sorted(modules):
+        name = module.rsplit(".", 1)[1]
+        if name.startswith("dev"):
+            wrong.append(f"{module} is dev mode: it belongs in dap.dev")
+        elif name not in placed:
+            wrong.append(f"{module} is not placed under a job of the pod (pull, verify, load, swap, report)")
+        elif module not in reached:
+            wrong.append(f"{module} is used by nothing of the pod: it does the job of what uses it")
+    return wrong
+
+
+def test_the_resource_pod_holds_only_the_pods_job(graph: grimp.ImportGraph) -> None:
+    assert _outside_the_pods_job(graph) == []
+
+
+def test_the_pod_rule_finds_dev_mode_and_strays() -> None:
+    fake = grimp.ImportGraph()
+    for name in ("", ".cli", ".pulling", ".hosting", ".devseed", ".tokens", ".reporting"):
+        fake.add_module(f"{POD}{name}")
+    fake.add_import(importer=POD, imported=f"{POD}.hosting")
+    fake.add_import(importer=f"{POD}.hosting", imported=f"{POD}.pulling")
+    fake.add_import(importer=f"{POD}.cli", imported=f"{POD}.devseed")
+    fake.add_module("dap.dev.running")
+    fake.add_import(importer="dap.dev.running", imported=f"{POD}.reporting")  # only dev uses it
+    assert _outside_the_pods_job(fake) == [
+        f"{POD}.devseed is dev mode: it belongs in dap.dev",
+        f"{POD}.reporting is used by nothing of the pod: it does the job of what uses it",
+        f"{POD}.tokens is not placed under a job of the pod (pull, verify, load, swap, report)",
+    ]
+
+
+def test_dev_mode_uses_the_pod_the_control_plane_and_the_server_through_their_faces(
+    graph: grimp.ImportGraph,
+) -> None:
+    """A module of ``dap.dev`` imports a package of theirs (its face), or a name that the
+    package's ``__init__`` publishes in ``__all__``; never a module the face keeps to itself."""
+    wrong = []
+    for importer in sorted(graph.find_descendants("dap.dev")):
+        for imported in sorted(graph.find_modules_directly_imported_by(importer)):
+            if not imported.startswith(("dap.resource_pod", "dap.server", "dap.control")):
+                continue
+            parent, _, name = imported.rpartition(".")
+            if (ROOT.parent / imported.replace(".", "/") / "__init__.py").exists():
+                continue  # a package: its face
+            if name in importlib.import_module(parent).__all__:
+                continue
+            wrong.append(f"{importer} imports {imported}, which {parent} does not publish")
+    assert wrong == []
+
+
+# --- no import circle in the UI's TypeScript either ------------------------------------------------
+
+UI_SRC = ROOT.parent / "ui" / "src"
+_BLOCK_COMMENT = re.compile(r"/\*.*?\*/", re.DOTALL)
+_LINE_COMMENT = re.compile(r"^\s*//.*$", re.MULTILINE)
+_SPECIFIERS = (
+    # import … from "x", import type … from "x", export … from "x" (over several lines too)
+    re.compile(r"""^\s*(?:import|export)\b[^"';]*?\bfrom\s*["']([^"']+)["']""", re.MULTILINE),
+    re.compile(r"""^\s*import\s*["']([^"']+)["']""", re.MULTILINE),  # import "x" (side effects)
+    re.compile(r"""\bimport\(\s*["']([^"']+)["']\s*\)"""),  # import("x")
+)
+
+
+def ts_imports(source: str) -> list[str]:
+    """The module specifiers a TypeScript file imports or re-exports (type-only ones included:
+    they tie two modules as a ``TYPE_CHECKING`` import does in Python)."""
+    text = _LINE_COMMENT.sub("", _BLOCK_COMMENT.sub("", source))
+    return sorted({m for pattern in _SPECIFIERS for m in pattern.findall(text)})
+
+
+def ts_graph(src: Path) -> grimp.ImportGraph:
+    """The relative imports between the ``.ts`` modules under ``src``, as a grimp graph (names are
+    paths without the extension), so that ``_circles`` finds their circles."""
+    graph = grimp.ImportGraph()
+    files = {path.relative_to(src).with_suffix("").as_posix(): path for path in sorted(src.rglob("*.ts"))}
+    for name in files:
+        graph.add_module(name)
+    for name, path in files.items():
+        for spec in ts_imports(path.read_text()):
+            if not spec.startswith("."):
+                continue  # a package (preact, htm)
+            candidate = posixpath.normpath(posixpath.join(posixpath.dirname(name), spec))
+            for option in (candidate, f"{candidate}/index"):
+                if option in files:
+                    graph.add_import(importer=name, imported=option)
+                    break
+    return graph
+
+
+def test_no_import_circle_in_the_ui() -> None:
+    graph = ts_graph(UI_SRC)
+    assert len(graph.modules) > 20, "the UI's modules were found"
+    assert _circles(graph) == []
+
+
+def test_the_ui_circle_finder_finds_a_circle(tmp_path: Path) -> None:
+    (tmp_path / "views").mkdir()
+    (tmp_path / "expr").mkdir()
+    (tmp_path / "meta.ts").write_text('import type { Decl } from "./contexts";\nexport type A = Decl;\n')
+    (tmp_path / "contexts.ts").write_text(
+        '// import { nothing } from "./views/page";\n'
+        "import {\n  type A,\n} from './meta';\n"
+        'import { evaluate } from "./expr";\nexport type Decl = { a: A };\n'
+    )
+    (tmp_path / "expr" / "index.ts").write_text('export { evaluate } from "./evaluate";\n')
+    (tmp_path / "expr" / "evaluate.ts").write_text("export const evaluate = 1;\n")
+    (tmp_path / "views" / "page.ts").write_text(
+        'import { html } from "htm";\nimport "../meta";\nconst later = () => import("./form");\n'
+    )
+    (tmp_path / "views" / "form.ts").write_text('import { later } from "../views/page";\n')
+    graph = ts_graph(tmp_path)
+    assert sorted(graph.find_modules_directly_imported_by("contexts")) == ["expr/index", "meta"]
+    assert _circles(graph) == [["contexts", "meta"], ["views/form", "views/page"]]

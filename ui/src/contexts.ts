@@ -6,21 +6,10 @@
 // templates in their ``props`` (docs/ui.md "Page contexts").
 import { DateV, Dec, type Value, evaluate } from "./expr";
 import { contextOf } from "./logic";
-import type { FieldMeta, Row } from "./meta";
+import type { ContextDecl, FieldMeta, Row } from "./meta";
 
-export type ContextDecl = {
-  name: string;
-  source: "session" | "entity" | "api" | "const" | "expr";
-  call?: string;
-  config?: string;
-  entity?: string;
-  expr?: string;
-  fallback?: unknown;
-  id?: string;
-  params?: Record<string, unknown>;
-  realtime?: boolean;
-  value?: unknown;
-};
+// declared with the other metadata shapes (meta.ts imports nothing); named here too, where it is used
+export type { ContextDecl };
 
 /** What a page knows before any context: who is signed in, and its route (``id`` and the query). */
 export type Env = { session: { username: string; roles: string[] }; route: Record<string, string> };

@@ -1,5 +1,5 @@
-// The shapes of the UI metadata (GET /{ws}/_ui/_meta/…; docs/server.md "UI metadata").
-import type { ContextDecl } from "./contexts";
+// The shapes of the UI metadata (GET /{ws}/_ui/_meta/…; docs/server.md "UI metadata"). Types only,
+// and this module imports nothing: every other module may import it, so no import circle passes here.
 
 export type Option = { value: string | number | boolean; label: string };
 export type FieldMeta = {
@@ -143,6 +143,21 @@ export type Block = {
   param?: Record<string, unknown>;
   props?: Record<string, unknown>;
 };
+/** A page context as the metadata declares it (resolved by contexts.ts). */
+export type ContextDecl = {
+  name: string;
+  source: "session" | "entity" | "api" | "const" | "expr";
+  call?: string;
+  config?: string;
+  entity?: string;
+  expr?: string;
+  fallback?: unknown;
+  id?: string;
+  params?: Record<string, unknown>;
+  realtime?: boolean;
+  value?: unknown;
+};
+
 export type PageMeta = { name: string; title?: string; route?: string; layout: string; blocks: Block[]; context?: ContextDecl[] };
 export type Chrome = {
   nav?: string; brand?: string; breadcrumbs?: string; footer?: string; theme_switcher?: string;

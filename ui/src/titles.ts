@@ -1,6 +1,6 @@
 // How records and states are named to people: a record by its title field (from the metadata,
 // see dap/server/web/ui_titles.py), a state by its label ("checked_in" → "Checked in"), and where
-// an entity's list lives in an app (the breadcrumb's entity crumb opens it).
+// an entity's list lives in an app (the breadcrumb's entity crumb opens it), and which page shows a form.
 import type { AppDetail, EntityMeta, PageMeta, Row } from "./meta";
 
 export function stateLabel(value: unknown): string {
@@ -40,4 +40,11 @@ export function recordEntityOf(app: AppDetail, page: PageMeta): string | null {
 /** The app's record page of ``entity`` (a route with ``:id`` showing its form), if any. */
 export function recordPageOf(app: AppDetail, entity: string): PageMeta | null {
   return app.pages.find((p) => recordEntityOf(app, p) === entity) ?? null;
+}
+
+/** The page whose route takes an id and which shows ``formRef``: where a table's rows open. */
+export function formPage(app: AppDetail, formRef: string | undefined): string | null {
+  if (!formRef) return null;
+  const page = app.pages.find((p) => (p.route ?? "").includes(":") && p.blocks.some((b) => b.ref && (b.ref === formRef || formRef.endsWith(`/${b.ref}`))));
+  return page?.name ?? null;
 }

@@ -11,7 +11,7 @@ import { formatValue } from "../logic";
 import type { AppDetail, Approval, EntityMeta, Gate, InboxComp, Row } from "../meta";
 import { pageHref } from "../route";
 import { entityMeta } from "../store";
-import { formPage } from "./page";
+import { formPage } from "../titles";
 import { relationLabels } from "./table";
 
 /** The ids of the approvals the caller may vote on now (entity: one entity's only). */

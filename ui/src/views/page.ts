@@ -8,6 +8,7 @@ import { html } from "../html";
 import { listen } from "../live";
 import type { AppDetail, Block, Component, Me, PageMeta, Row, TableComp } from "../meta";
 import { entityMeta } from "../store";
+import { formPage } from "../titles";
 import { pageHref } from "../route";
 import { InboxBlock } from "./approvals";
 import { DashboardBlock } from "./dashboard";
@@ -24,13 +25,6 @@ type Props = {
   me: Me;
   setCrumb: (c: string | null) => void;
 };
-
-/** The page whose route takes an id and which shows ``formRef``: where a table's rows open. */
-export function formPage(app: AppDetail, formRef: string | undefined): string | null {
-  if (!formRef) return null;
-  const page = app.pages.find((p) => (p.route ?? "").includes(":") && p.blocks.some((b) => b.ref && (b.ref === formRef || formRef.endsWith(`/${b.ref}`))));
-  return page?.name ?? null;
-}
 
 /** A component shown in a chrome region (``chrome.regions``): lists, boards, dashboards, inboxes. */
 export function RegionBlock({ app, me, name, refName }: { app: AppDetail; me: Me; name: string; refName: string }) {
