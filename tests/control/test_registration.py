@@ -28,7 +28,7 @@ async def _keys(http: aiohttp.ClientSession, url: str) -> dict[str, bytes]:
 
 
 def _independent_verify(envelope: dict[str, object], public_key: bytes) -> None:
-    """Verification written from ARCHITECTURE.md alone, not with dap.control.signing."""
+    """Verification written from ARCHITECTURE.md alone, not with dap.control.trust.signing."""
     unsigned = {**envelope, "signature": ""}
     message = json.dumps(unsigned, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
     nacl.signing.VerifyKey(public_key).verify(message, bytes.fromhex(str(envelope["signature"])))
