@@ -28,7 +28,7 @@ import aiohttp
 from aiohttp import web
 
 from dap import embedded, kube, listening
-from dap.control.clusters.routing import CLASS_LABEL, REGION_LABEL
+from dap.control.clusters import routing
 from dap.control.kube import member, region
 from dap.control.serving import app as control_app
 from dap.control.serving import settings
@@ -76,7 +76,7 @@ async def prepare(client: kube.Client, prefix: str, clusters: Mapping[str, int])
         ) from exc
     for name, maximum in clusters.items():
         cluster = f"{prefix}-{name}"
-        labels = {REGION_LABEL: REGION, CLASS_LABEL: CLASS}
+        labels = {routing.REGION_LABEL: REGION, routing.CLASS_LABEL: CLASS}
         spec = {"maxWorkspaces": maximum, "state": "active"}
         body = {
             "apiVersion": "dap.io/v1alpha1",
