@@ -29,7 +29,7 @@ import aiohttp
 
 from dap import embedded
 from dap.config import canonical
-from dap.control import envelopes, signing
+from dap.control.trust import envelopes, signing
 
 CONCURRENCY = 32
 MIB = 1024 * 1024

@@ -41,9 +41,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from dap import config, embedded, logs, server  # noqa: E402
-from dap.control import app as control_app  # noqa: E402
-from dap.control import settings as control_settings  # noqa: E402
-from dap.control import signing, store  # noqa: E402
+from dap.control.serving import app as control_app  # noqa: E402
+from dap.control.serving import settings as control_settings  # noqa: E402
+from dap.control.storage import store  # noqa: E402
+from dap.control.trust import signing  # noqa: E402
 from dap.resource_pod import backoff, hosting, settings  # noqa: E402
 
 SECRET = "bench-rollout-secret-bench-rollout-secret"

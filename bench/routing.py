@@ -37,9 +37,10 @@ from pathlib import Path
 import asyncpg
 
 from dap import embedded
-from dap.control import routing, store
+from dap.control.clusters import routing
 from dap.control.ids import ClusterId, WorkspaceId
 from dap.control.kube import bindings
+from dap.control.storage import store
 
 LABELS = {routing.REGION_LABEL: "eu", routing.CLASS_LABEL: "standard"}
 SPEC = {"region": "eu", "clusterClass": "standard"}

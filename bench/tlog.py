@@ -1,7 +1,7 @@
 """Benchmark of the transparency log (``make bench``; ``make test`` runs it with ``--quick``).
 
 The log is filled to 1k, 10k, 100k and 1M entries (``--quick``: 1k and 4k) through
-``tlog_store.append`` in batches; at each size, measured in this run on the same database:
+``transparency.append`` in batches; at each size, measured in this run on the same database:
 
 1. append: one entry in its own transaction with the signed tree head (what a registration adds),
    against a baseline that inserts the same leaf row into a plain table in its own transaction;
@@ -38,7 +38,9 @@ import asyncpg
 
 from dap import embedded
 from dap.config import canonical, tlog
-from dap.control import envelopes, signing, store, tlog_store
+from dap.control.storage import store
+from dap.control.supply import transparency
+from dap.control.trust import envelopes, signing
 from dap.resource_pod import logproof, verifying
 
 BATCH = 10_000
@@ -68,10 +70,10 @@ async def fill(pool: Any, upto: int, signer: signing.Signer) -> float:
     """Append entries until the log has ``upto``; return entries per second."""
     started = time.perf_counter()
     count = 0
-    while (current := await tlog_store.size(pool)) < upto:
+    while (current := await transparency.size(pool)) < upto:
         n = min(BATCH, upto - current)
         async with pool.acquire() as conn, conn.transaction():
-            await tlog_store.append(conn, [entry(current + i) for i in range(n)], signer=signer)
+            await transparency.append(conn, [entry(current + i) for i in range(n)], signer=signer)
         count += n
     elapsed = time.perf_counter() - started
     return count / elapsed if elapsed else 0.0
@@ -88,7 +90,7 @@ async def measure_append(pool: Any, signer: signing.Signer, samples: int) -> tup
         async with pool.acquire() as conn:
             started = time.perf_counter()
             async with conn.transaction():
-                await tlog_store.append(conn, [e], signer=signer)
+                await transparency.append(conn, [e], signer=signer)
             appends.append(time.perf_counter() - started)
             started = time.perf_counter()
             async with conn.transaction():
@@ -106,12 +108,12 @@ async def measure_proofs(pool: Any, size: int, samples: int) -> tuple[float, flo
         old = random.randrange(1, size)
         async with pool.acquire() as conn:
             started = time.perf_counter()
-            inclusion = await tlog_store.inclusion(conn, index, size)
-            consistency = await tlog_store.consistency(conn, old, size)
+            inclusion = await transparency.inclusion(conn, index, size)
+            consistency = await transparency.consistency(conn, old, size)
             proofs.append(time.perf_counter() - started)
             lengths = max(lengths, len(inclusion) + len(consistency))
             started = time.perf_counter()
-            await tlog_store.leaf(conn, index)
+            await transparency.leaf(conn, index)
             baseline.append(time.perf_counter() - started)
     return median_ms(proofs), median_ms(baseline), lengths
 
@@ -133,13 +135,13 @@ async def pull_answer(pool: Any, signer: signing.Signer, size: int) -> tuple[dic
         signer=signer,
     )
     body = signing.canonical_json(envelope)
-    old = await tlog_store.latest_head(pool)
+    old = await transparency.latest_head(pool)
     assert old is not None
     async with pool.acquire() as conn, conn.transaction():
-        (index,) = await tlog_store.append(
+        (index,) = await transparency.append(
             conn,
             [
-                tlog_store.registration_entry(
+                transparency.registration_entry(
                     app="bench",
                     version=size,
                     artifact_id=envelope["artifact_id"],
@@ -151,14 +153,14 @@ async def pull_answer(pool: Any, signer: signing.Signer, size: int) -> tuple[dic
             ],
             signer=signer,
         )
-    head = await tlog_store.latest_head(pool)
+    head = await transparency.latest_head(pool)
     assert head is not None
     answer = {
         "tree_head": head.as_json(),
         "leaf_index": index,
-        "entry": json.loads((await tlog_store.leaf(pool, index)).data),  # type: ignore[union-attr]
-        "inclusion": [h.hex() for h in await tlog_store.inclusion(pool, index, head.tree_size)],
-        "consistency": [h.hex() for h in await tlog_store.consistency(pool, old.tree_size, head.tree_size)],
+        "entry": json.loads((await transparency.leaf(pool, index)).data),  # type: ignore[union-attr]
+        "inclusion": [h.hex() for h in await transparency.inclusion(pool, index, head.tree_size)],
+        "consistency": [h.hex() for h in await transparency.consistency(pool, old.tree_size, head.tree_size)],
     }
     last = logproof.Head(old.tree_size, old.root, old.as_json())
     return answer, body, envelope["artifact_id"], (envelope, last)
@@ -208,7 +210,7 @@ async def main(sizes: Sizes) -> int:
             for size in sizes.sizes:
                 rate = await fill(pool, size, signer)
                 append_ms, insert_ms = await measure_append(pool, signer, sizes.samples)
-                current = await tlog_store.size(pool)
+                current = await transparency.size(pool)
                 proof_ms, read_ms, hashes = await measure_proofs(pool, current, sizes.samples)
                 answer, body, artifact_id, extra = await pull_answer(pool, signer, current)
                 pod_ms, envelope_ms = measure_pod(answer, body, artifact_id, extra, signer, sizes.samples)

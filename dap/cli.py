@@ -23,8 +23,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bridge": ("dap.bridge.cli:bridge", "deprecated: the bridge runs inside `dap serve`"),
     "migrate": ("dap.server.cli:migrate", "apply pending schema changes, destructive ones included"),
     "seed": ("dap.server.cli:seed", "load a spec's seed records into a workspace through the API's rules"),
-    "control": ("dap.control.cli:control", "control plane: serve (region, cluster, standalone), keys"),
-    "register": ("dap.control.cli:register", "register a manifest directory with a control plane"),
+    "control": (
+        "dap.control.cli.commands:control",
+        "control plane: serve (region, cluster, standalone), keys",
+    ),
+    "register": ("dap.control.cli.commands:register", "register a manifest directory with a control plane"),
     "operator": ("dap.operator.cli:operator", "run the Kubernetes operator"),
     "claim": ("dap.operator.cli:claim", "sign and inspect resource claims"),
     "pod": ("dap.resource_pod.cli:pod", "run the generic resource pod"),

@@ -282,3 +282,79 @@ def test_the_ui_circle_finder_finds_a_circle(tmp_path: Path) -> None:
     graph = ts_graph(tmp_path)
     assert sorted(graph.find_modules_directly_imported_by("contexts")) == ["expr/index", "meta"]
     assert _circles(graph) == [["contexts", "meta"], ["views/form", "views/page"]]
+
+
+# --- dap.control by concern (issue 42) -------------------------------------------------------------
+
+CONTROL = ROOT / "control"
+# the only modules directly in dap/control: its face and what every concern shares
+CONTROL_LOOSE = {"__init__.py", "errors.py", "ids.py"}
+# every concern package of dap.control and the names its face publishes (this changes when they do)
+CONTROL_FACES = {
+    "cli": ["commands"],
+    "serving": [
+        "app",
+        "fleets",
+        "handlers",
+        "http",
+        "placements",
+        "proofs",
+        "reports",
+        "settings",
+        "syncing",
+    ],
+    "artifacts": ["packing", "registration", "validation"],
+    "kube": ["bindings", "leases", "member", "placing", "region"],
+    "supply": ["contents", "freezes", "freezing", "monitoring", "policies", "promotions", "transparency"],
+    "evidence": ["models", "storing"],
+    "clusters": ["caches", "live", "registry", "routing"],
+    "storage": ["schema", "store"],
+    "trust": ["envelopes", "signing", "snapshots"],
+}
+
+
+def _outside_concerns(package: Path, loose: set[str], concerns: set[str]) -> list[str]:
+    """Modules directly in ``package`` beyond ``loose``, and folders that are no known concern."""
+    stray = [p.name for p in sorted(package.glob("*.py")) if p.name not in loose]
+    folders = [
+        p.name
+        for p in sorted(package.iterdir())
+        if p.is_dir() and p.name != "__pycache__" and p.name not in concerns
+    ]
+    return stray + [f"{name}/" for name in folders]
+
+
+def test_every_control_module_sits_in_its_concern_package() -> None:
+    assert _outside_concerns(CONTROL, CONTROL_LOOSE, set(CONTROL_FACES)) == []
+
+
+def test_the_concern_check_finds_a_loose_module_and_an_unknown_folder(tmp_path: Path) -> None:
+    for name in ("__init__.py", "errors.py", "tlog_store.py"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "supply").mkdir()
+    (tmp_path / "misc").mkdir()
+    assert _outside_concerns(tmp_path, CONTROL_LOOSE, {"supply"}) == ["tlog_store.py", "misc/"]
+
+
+@pytest.mark.parametrize("name", sorted(CONTROL_FACES))
+def test_a_control_package_publishes_its_pinned_names(name: str) -> None:
+    package = importlib.import_module(f"dap.control.{name}")
+    assert (package.__doc__ or "").strip()
+    assert sorted(package.__all__) == CONTROL_FACES[name]
+    for published in package.__all__:
+        assert (CONTROL / name / f"{published}.py").exists()
+    assert {p.stem for p in (CONTROL / name).glob("*.py")} - {"__init__"} >= set(package.__all__)
+
+
+@pytest.mark.parametrize("name", sorted(CONTROL_FACES))
+def test_a_control_package_is_reached_only_through_its_face(graph: grimp.ImportGraph, name: str) -> None:
+    package = f"dap.control.{name}"
+    published = set(CONTROL_FACES[name])
+    wrong = []
+    for module in sorted(graph.find_children(package)):
+        if module.removeprefix(f"{package}.") in published:
+            continue
+        for importer in sorted(graph.find_modules_that_directly_import(module)):
+            if not importer.startswith(f"{package}."):
+                wrong.append(f"{importer} imports {module}, which {package} does not publish")
+    assert wrong == []

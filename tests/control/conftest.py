@@ -15,8 +15,10 @@ import pytest
 from aiohttp import web
 
 from dap import embedded
-from dap.control import app as control_app
-from dap.control import settings, signing, store
+from dap.control.serving import app as control_app
+from dap.control.serving import settings
+from dap.control.storage import store
+from dap.control.trust import signing
 from tests.conftest import create_database, drop_database, fresh_database
 
 MODULE = b"apiVersion: dap.io/v1\nkind: Module\nmetadata: {name: buying}\nspec: {title: Buying}\n"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import aiohttp
 
-from dap.control import signing
+from dap.control.trust import signing
 from tests.control.conftest import ENTITY, MODULE, Start, json_upload, manifests
 
 DAP = str(Path(sys.executable).parent / "dap")

@@ -13,7 +13,9 @@ from typing import Any
 import aiohttp
 import asyncpg
 
-from dap.control import envelopes, evidence_store, http, signing
+from dap.control.evidence import storing
+from dap.control.serving import http
+from dap.control.trust import envelopes, signing
 from tests.control.conftest import MakeDsn, Start, json_upload, manifests, workspace_manifest
 
 FAST = {"sync_interval": 0.2, "relay_interval": 0.2, "upstream_timeout": 2.0}
@@ -133,7 +135,7 @@ async def test_cluster_sync_outage_and_relay(
         assert (await response.json())["new"] == 0  # same idempotency id: not queued twice
     conn = await asyncpg.connect(cluster_dsn)
     try:
-        assert await evidence_store.outbox_size(conn) == 2
+        assert await storing.outbox_size(conn) == 2
     finally:
         await conn.close()
 
@@ -165,7 +167,7 @@ async def test_cluster_sync_outage_and_relay(
 
 
 async def _outbox_empty(conn: asyncpg.Connection) -> bool:
-    return await evidence_store.outbox_size(conn) == 0
+    return await storing.outbox_size(conn) == 0
 
 
 async def test_cluster_refuses_artifacts_signed_by_an_untrusted_key(

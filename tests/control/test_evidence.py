@@ -8,7 +8,8 @@ import aiohttp
 import asyncpg
 import pytest
 
-from dap.control import errors, evidence
+from dap.control import errors
+from dap.control.evidence import models
 from tests.control.conftest import Start
 
 AT = "2026-03-01T10:00:00+00:00"
@@ -47,10 +48,10 @@ VALID: list[dict[str, Any]] = [
 
 @pytest.mark.parametrize("record", [pytest.param(r, id=r["type"]) for r in VALID])
 def test_valid_records(record: dict[str, Any]) -> None:
-    [parsed] = evidence.validate_batch({"records": [record]})
+    [parsed] = models.validate_batch({"records": [record]})
     assert parsed.type == record["type"]
     assert parsed.id  # assigned when absent
-    assert evidence.as_json(parsed)["at"].startswith("2026-03-01T10:00:00")
+    assert models.as_json(parsed)["at"].startswith("2026-03-01T10:00:00")
 
 
 @pytest.mark.parametrize(
@@ -77,18 +78,18 @@ def test_valid_records(record: dict[str, Any]) -> None:
 )
 def test_invalid_records(record: dict[str, Any], path: str) -> None:
     with pytest.raises(errors.EvidenceInvalidError) as caught:
-        evidence.validate_batch({"records": [VALID[1], record]})
+        models.validate_batch({"records": [VALID[1], record]})
     paths = [item.path for item in caught.value.errors]
     assert any(p.replace("records[1]", "records[0]").startswith(path) for p in paths), paths
 
 
 def test_empty_and_oversized_batches() -> None:
     with pytest.raises(errors.EvidenceInvalidError):
-        evidence.validate_batch({"records": []})
+        models.validate_batch({"records": []})
     with pytest.raises(errors.EvidenceInvalidError):
-        evidence.validate_batch({"records": [VALID[1]] * (evidence.MAX_BATCH + 1)})
+        models.validate_batch({"records": [VALID[1]] * (models.MAX_BATCH + 1)})
     with pytest.raises(errors.EvidenceInvalidError):
-        evidence.validate_batch([VALID[1]])
+        models.validate_batch([VALID[1]])
 
 
 async def test_post_query_and_idempotency(

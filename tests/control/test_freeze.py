@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 import aiohttp
 import pytest
 
-from dap.control import errors, freezes
+from dap.control import errors
+from dap.control.supply import freezes
 from tests.control.conftest import Start
 from tests.control.test_cli import run
 from tests.control.test_tlog import get, register

@@ -11,9 +11,9 @@ import aiohttp
 import asyncpg
 import pytest
 
-from dap.control import store
+from dap.control.clusters.routing import CLASS_LABEL, REGION_LABEL
 from dap.control.kube import bindings, leases, placing
-from dap.control.routing import CLASS_LABEL, REGION_LABEL
+from dap.control.storage import store
 from tests.control.conftest import Start, json_upload, manifests
 
 NOW = "2026-11-24T05:00:00Z"
@@ -182,7 +182,7 @@ async def test_a_workspace_with_nowhere_to_go_carries_the_reason(db_dsn: str, st
 
 async def test_a_fractional_load_is_stored_as_given(db_dsn: str) -> None:
     # Regression: the parameter was typed integer by coalesce($5, 0), so 0.37 was stored as 0.
-    from dap.control import registry
+    from dap.control.clusters import registry
 
     pool = await store.connect(db_dsn, max_size=2)
     try:
@@ -313,7 +313,7 @@ def test_a_refused_workspace_says_why_in_its_scheduled_condition() -> None:
 
 
 async def test_migration_seven_merges_the_old_namespace_slash_name_bindings(pg_server_dsn: str) -> None:
-    from dap.control import schema
+    from dap.control.storage import schema
     from tests.conftest import drop_database, new_database
 
     name, dsn = await new_database(pg_server_dsn)
@@ -353,7 +353,7 @@ async def test_a_cluster_resource_wins_over_its_cluster_controls_announcement(
 ) -> None:
     # Issue 41: the workload cluster's control announced itself without labels every sync and
     # so erased the labels of the Cluster resource that routing reads.
-    from dap.control import registry
+    from dap.control.clusters import registry
 
     region = await start_control(mode="region")
     pool = await store.connect(db_dsn, max_size=2)

@@ -193,7 +193,7 @@ async def test_a_late_reload_never_takes_the_snapshot_back(start_control: Start)
     snapshot keeps the newer one (versions only grow)."""
     import dataclasses
 
-    from dap.control import http as control_http
+    from dap.control.serving import http as control_http
 
     region = await start_control(mode="region")
     live = region.app[control_http.LIVE]

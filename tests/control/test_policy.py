@@ -8,7 +8,7 @@ from pathlib import Path
 import aiohttp
 
 from dap.config import approvals, canonical
-from dap.control import signing
+from dap.control.trust import signing
 from tests.control.conftest import Start, json_upload, manifests
 from tests.control.test_cli import run, write_spec
 from tests.control.test_tlog import get

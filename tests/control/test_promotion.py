@@ -9,7 +9,7 @@ from typing import Any
 
 import aiohttp
 
-from dap.control import promotions
+from dap.control.supply import promotions
 from tests.control.conftest import Start, json_upload, manifests
 from tests.control.test_cli import run
 from tests.control.test_tlog import get

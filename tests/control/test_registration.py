@@ -15,7 +15,8 @@ import nacl.exceptions
 import nacl.signing
 import pytest
 
-from dap.control import registration, signing
+from dap.control.artifacts import registration
+from dap.control.trust import signing
 from tests.control.conftest import Start, json_upload, manifests, workspace_manifest
 
 
@@ -27,7 +28,7 @@ async def _keys(http: aiohttp.ClientSession, url: str) -> dict[str, bytes]:
 
 
 def _independent_verify(envelope: dict[str, object], public_key: bytes) -> None:
-    """Verification written from ARCHITECTURE.md alone, not with dap.control.signing."""
+    """Verification written from ARCHITECTURE.md alone, not with dap.control.trust.signing."""
     unsigned = {**envelope, "signature": ""}
     message = json.dumps(unsigned, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
     nacl.signing.VerifyKey(public_key).verify(message, bytes.fromhex(str(envelope["signature"])))
@@ -254,7 +255,7 @@ async def test_304_answers_from_memory_while_the_database_is_gone(
     control = await start_control()
     async with http.get(f"{control.url}/v1/snapshot") as response:
         etag = response.headers["ETag"]
-    from dap.control import http as control_http
+    from dap.control.serving import http as control_http
 
     control.app[control_http.POOL].terminate()  # every connection closed: any query now fails
     async with http.get(f"{control.url}/v1/snapshot", headers={"If-None-Match": etag}) as response:

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dap.control import errors, routing
+from dap.control import errors
+from dap.control.clusters import routing
 from dap.control.ids import ClusterId, WorkspaceId
 
 STD_EU = {routing.CLASS_LABEL: "std", routing.REGION_LABEL: "eu"}

@@ -13,7 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dap.config import canonical
-from dap.control import envelopes, errors, packing, signing, snapshots
+from dap.control import errors
+from dap.control.artifacts import packing
+from dap.control.trust import envelopes, signing, snapshots
 
 
 def test_canonical_json_is_sorted_compact_utf8() -> None:

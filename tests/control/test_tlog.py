@@ -16,7 +16,7 @@ import pytest
 import yarl
 
 from dap.config import tlog
-from dap.control import signing
+from dap.control.trust import signing
 from tests.control.conftest import MakeDsn, Start, json_upload, manifests
 from tests.control.test_cli import run
 from tests.control.test_cluster import FAST, eventually

@@ -8,7 +8,7 @@ from pathlib import Path
 import aiohttp
 import asyncpg
 
-from dap.control import signing
+from dap.control.trust import signing
 from tests.control.conftest import MakeDsn, Start
 from tests.control.test_cli import run
 from tests.control.test_tlog import register

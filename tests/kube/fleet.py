@@ -23,10 +23,12 @@ import yaml
 from aiohttp import web
 
 from dap import kube
-from dap.control import app as control_app
-from dap.control import settings, signing, store
+from dap.control.clusters.routing import CLASS_LABEL, REGION_LABEL
 from dap.control.kube import member, region
-from dap.control.routing import CLASS_LABEL, REGION_LABEL
+from dap.control.serving import app as control_app
+from dap.control.serving import settings
+from dap.control.storage import store
+from dap.control.trust import signing
 from tests.kube import controlplane, installing
 from tests.kube.client import Api, wait_for
 

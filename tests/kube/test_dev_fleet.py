@@ -17,7 +17,7 @@ import pytest
 from aiohttp import web
 
 from dap import kube
-from dap.control.kube import devfleet as control_devfleet
+from dap.control.serving import fleets as control_devfleet
 from dap.dev import fleet as devfleet
 from dap.operator import claims
 from dap.resource_pod import errors

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from dap.control import store
 from dap.control.kube import placing, region
+from dap.control.storage import store
 from tests.conftest import drop_database, new_database
 from tests.kube import fleet as fleet_
 from tests.kube.audit import Audit, summary

@@ -23,9 +23,10 @@ import jwt
 import pytest
 from aiohttp import web
 
-from dap.control import app as control_app
-from dap.control import settings as control_settings
-from dap.control import signing, store
+from dap.control.serving import app as control_app
+from dap.control.serving import settings as control_settings
+from dap.control.storage import store
+from dap.control.trust import signing
 from dap.resource_pod import backoff, hosting, loading, settings
 from dap.server import options
 from tests.conftest import drop_database, fresh_database

@@ -17,9 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dap.config import canonical
-from dap.control import envelopes, signing, snapshots
 from dap.control import errors as control_errors
-from dap.control import evidence as control_evidence
+from dap.control.evidence import models as control_evidence
+from dap.control.trust import envelopes, signing, snapshots
 from dap.resource_pod import converging, documents, errors, evidence, verifying
 
 FILES = {

@@ -19,7 +19,7 @@ from typing import Any
 
 import aiohttp
 
-from dap.control import snapshots
+from dap.control.trust import snapshots
 from dap.resource_pod import backoff, converging, hosting
 from dap.resource_pod.converging import Phase
 from dap.server import Catalog

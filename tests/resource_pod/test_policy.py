@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 
 from dap.config import approvals, canonical
-from dap.control import signing
+from dap.control.trust import signing
 from dap.resource_pod.converging import Phase
 from tests.control.test_cli import run
 from tests.resource_pod.conftest import (

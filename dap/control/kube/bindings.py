@@ -15,8 +15,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from dap.control import ids, registry, store
+from dap.control import ids
+from dap.control.clusters import registry
 from dap.control.kube import placing
+from dap.control.storage import store
 
 ROUTE_LOCK = 0x64617072  # "dapr": held while routing
 # The phases of a moved workspace in its new cluster that end the handover: serving, or scaled to

@@ -15,7 +15,7 @@ when its cluster stopped being a candidate), then write each management Workspac
 ``status.cluster``, ``Scheduled`` condition and the phase and conditions its cluster reported,
 and each Cluster's ``status.workspaces``, ``lastPull`` and ``Connected`` condition (its
 cluster control pulling, never pulled, or stopped for ``stale_after``). Writes are skipped when the status
-already says so. The region never calls a cluster: clusters pull (``api``).
+already says so. The region never calls a cluster: clusters pull (``serving.placements``).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ import kopf
 
 from dap import kube
 from dap.config import names
-from dap.control import store
 from dap.control.kube import bindings, leases, placing
+from dap.control.storage import store
 
 log = logging.getLogger(__name__)
 G, V = names.CRD_GROUP, names.CRD_VERSION
