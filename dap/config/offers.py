@@ -63,10 +63,10 @@ def offers(apps: Mapping[str, AppSpec], service_actions: Mapping[str, Sequence[s
     return out
 
 
-def asks(apps: Mapping[str, AppSpec], service_actions: Mapping[str, Sequence[str]]) -> Iterator[Ask]:
-    """Every consumption that names an offered service of another app, resolved to the actions
-    asked (those of the consume that the owner offers; everything offered when it names none)."""
-    offered = offers(apps, service_actions)
+def asks(apps: Mapping[str, AppSpec], offered: Mapping[str, Offer]) -> Iterator[Ask]:
+    """Every consumption that names a service another app offers (``offered``, by :func:`offers`),
+    resolved to the actions asked (those of the consume that the owner offers; everything offered
+    when it names none)."""
     for key in sorted(apps):
         for consume in apps[key].consumes:
             owner = qualify(consume.app, module_of(key))

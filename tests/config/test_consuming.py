@@ -51,7 +51,7 @@ def test_a_consuming_app_loads_and_its_ask_is_resolved() -> None:
     assert offers.offers(apps, actions)["shop/ordering"] == offers.Offer(
         "shop/back", "shop/ordering", ("place", "quote")
     )
-    assert list(offers.asks(apps, actions)) == [
+    assert list(offers.asks(apps, offers.offers(apps, actions))) == [
         offers.Ask("shop/portal", "shop/back", "shop/ordering", ("quote",))
     ]
 
@@ -59,7 +59,7 @@ def test_a_consuming_app_loads_and_its_ask_is_resolved() -> None:
 def test_an_empty_consume_asks_everything_offered() -> None:
     spec = load(SERVICE, OWNER, app("portal", "  consumes:\n    - {app: back, service: ordering}"))
     apps = {k: a.spec for k, a in spec.apps.items()}
-    [ask] = offers.asks(apps, {"shop/ordering": ["place", "quote", "cancel"]})
+    [ask] = offers.asks(apps, offers.offers(apps, {"shop/ordering": ["place", "quote", "cancel"]}))
     assert ask.actions == ("place", "quote")
 
 

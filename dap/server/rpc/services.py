@@ -294,6 +294,9 @@ async def _caller(
     return workspace, principal
 
 
+APP_METADATA = "dap-app"  # a service call made through an app names it here (issue 47)
+
+
 @dataclass(frozen=True)
 class ServiceActions:
     """The handlers of one ``Service`` manifest's gRPC service: its actions, and ``GetJob``."""
@@ -323,8 +326,10 @@ class ServiceActions:
             handler = acting.service_handler(
                 catalog, principal, service, plan, self.app.get(sidecars.INVOKER)
             )
-            body = codec.decode_struct(request.params) if request.HasField("params") else {}
             md = _metadata(context)
+            # the app the call is made through, metadata ``dap-app`` (``acting.on_behalf``)
+            grant = acting.on_behalf(catalog, md.get(APP_METADATA), service, plan)
+            body = codec.decode_struct(request.params) if request.HasField("params") else {}
             call = acting.ServiceCall(
                 self.app[state.POOL],
                 workspace,
@@ -332,6 +337,7 @@ class ServiceActions:
                 service,
                 plan,
                 md.get("x-request-id") or uuid.uuid4().hex,
+                grant,
             )
             answer = await acting.service_action(
                 call,

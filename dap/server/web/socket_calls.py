@@ -17,7 +17,8 @@ run one at a time, in the order sent.
 
 Actions (``workflows.acting``, as REST's): a custom action or transition is its name as the
 ``verb`` with ``record``, ``body`` (its params), ``version``, ``idempotency_key`` and, for a job,
-``callback_url``; a ``Service``'s action is ``{"service": "module/name", "verb": action, "body"}``.
+``callback_url``; a ``Service``'s action is ``{"service": "module/name", "verb": action, "body"}``,
+with ``"app": "module/name"`` when it is made through an app (its grant is checked, issue 47).
 Their result frame is REST's JSON answer plus its ``status`` (200; 202 with ``data`` the job and
 ``location`` its REST address for ``call: async``, or a gated transition). ``{"verb": "_job",
 "entity"|"service": key, "job": id}`` reads a job (its caller's only). An action whose own
@@ -98,9 +99,11 @@ async def _service(
     plan = acting.plan_of(service, verb, ProtocolType.WS)
     app = request.app
     handler = acting.service_handler(catalog, principal, service, plan, app.get(sidecars.INVOKER))
+    through = frame.get("app")  # the app the call is made through (``acting.on_behalf``)
+    grant = acting.on_behalf(catalog, str(through) if through is not None else None, service, plan)
     body = _body(frame)
     call = acting.ServiceCall(
-        app[state.POOL], workspace, principal, service, plan, request.get(state.REQUEST_ID)
+        app[state.POOL], workspace, principal, service, plan, request.get(state.REQUEST_ID), grant
     )
     answer = await acting.service_action(
         call,

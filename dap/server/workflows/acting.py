@@ -13,8 +13,10 @@ protocol (REST ``web.moves``/``web.services``/``web.jobs``, gRPC ``rpc.services`
   tracked job (rate limit, the record's row scope, the callback URL, then the job row in the
   transaction that keeps the idempotency key's answer: 202), else ``operations.act`` (200/202);
 - :func:`service_handler` and :func:`service_action` -- a ``Service``'s action: the caller's
-  permission and runner (401/403/501), then params (422), ``rate_limit`` (429), and a job (202)
-  or one transaction (``workflows.services``, 200 ``{"result", "event"}``);
+  permission and runner (401/403/501), the grant of the app the call is made through
+  (:func:`on_behalf`, ``workflows.granting``: 403 ``SVC.APP.GRANT_MISSING``), then params (422),
+  ``rate_limit`` (429), and a job (202) or one transaction (``workflows.services``, 200
+  ``{"result", "event"}``);
 - :func:`find_job` -- a job as its caller sees it (404 for anyone else).
 
 Answers are ``idempotency.Answer`` (status, JSON text, headers): what an idempotent repeat replays,
@@ -32,6 +34,7 @@ from typing import Any
 
 import asyncpg
 
+from dap.config import offers
 from dap.config.actions import Action
 from dap.config.enums import CallMode, ProtocolType
 from dap.server import errors
@@ -41,7 +44,7 @@ from dap.server.documents import idempotency
 from dap.server.events import plans
 from dap.server.storage import db
 from dap.server.storage.workspaces import Workspace
-from dap.server.workflows import actions, callbacks, jobs, operations, services, sidecars, worker
+from dap.server.workflows import actions, callbacks, granting, jobs, operations, services, sidecars, worker
 
 JOB_NOT_FOUND = "SVC.JOB.NOT_FOUND"
 _NAMES = {ProtocolType.REST: "REST", ProtocolType.GRPC: "gRPC", ProtocolType.WS: "ws"}
@@ -267,9 +270,36 @@ def service_handler(
     return actions.runner(service.key, plan, invoker)
 
 
+def on_behalf(
+    catalog: Catalog, app: str | None, service: machines.ServicePlan, plan: machines.ActionPlan
+) -> tuple[str, str] | None:
+    """The (consumer, owner) whose grant a call made through ``app`` needs, or ``None`` when it
+    needs none: a call through no app, through the app that offers the service, or to a service
+    no app offers. 404 ``SVC.APP.NOT_FOUND`` for an app the catalog does not declare; 403
+    ``SVC.APP.GRANT_MISSING`` when ``app`` does not declare consuming the action. Pure.
+
+    ``app`` is where the client sent the call (a REST path prefix, gRPC metadata, a ws frame's
+    field): it only ever narrows what the caller's own permissions allow, never widens it, so a
+    client naming another app gains nothing it could not do by calling through no app at all.
+    """
+    if app is None:
+        return None
+    declared = catalog.apps.get(app)
+    if declared is None:
+        raise errors.NotFound(f"no app {app!r} is declared in this workspace", code=granting.APP_NOT_FOUND)
+    offer = catalog.offers.get(service.key)
+    if offer is None or offer.app == app:
+        return None
+    asked = offers.consumed(declared, app, offer.app, service.key)
+    if asked is None or plan.name not in offer.actions or (asked and plan.name not in asked):
+        raise granting.refusal(app, offer.app, service.key, plan.name, None)
+    return app, offer.app
+
+
 @dataclass(frozen=True)
 class ServiceCall:
-    """One call of a service action: where, who, and which action of which service."""
+    """One call of a service action: where, who, and which action of which service; ``grant``
+    the (consumer, owner) whose grant it needs (:func:`on_behalf`)."""
 
     pool: asyncpg.Pool
     workspace: Workspace
@@ -277,6 +307,7 @@ class ServiceCall:
     service: machines.ServicePlan
     plan: machines.ActionPlan
     request_id: str | None = None
+    grant: tuple[str, str] | None = None
 
 
 async def service_action(
@@ -290,11 +321,15 @@ async def service_action(
     ip: str,
     queue: Queue,
 ) -> idempotency.Answer:
-    """Run a service action (:func:`service_handler` passed): params (422), ``rate_limit`` (429),
-    then a job (202) for ``call: async``, else one transaction (200 ``{"result", "event"?}``)."""
+    """Run a service action (:func:`service_handler` passed): the app's grant (403), params (422),
+    ``rate_limit`` (429), then a job (202) for ``call: async``, else one transaction (200
+    ``{"result", "event"?}``)."""
     plan, principal, tenant = call.plan, call.principal, call.workspace.tenant_id
     declared = plan.declared
     assert declared is not None
+    if call.grant is not None:
+        async with db.connection(call.pool) as conn:
+            await granting.check(conn, tenant, *call.grant, call.service.key, plan.name)
     params = actions.parse_params(plan, body)
     key = sent_key(declared, key)
     keyed = (key, idempotency.fingerprint(principal.sub, target, body)) if key is not None else None
