@@ -32,17 +32,19 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import asyncpg
 
 from dap.config import offers
 from dap.config.offers import Ask
 from dap.server import errors
-from dap.server.access import auth
 from dap.server.catalog import Catalog
 from dap.server.documents import auditing
 from dap.server.storage import db, workspaces
+
+if TYPE_CHECKING:  # the boot path creates the table without the request stack (JWT; test_booting)
+    from dap.server.access import auth
 
 DDL = """
 CREATE SCHEMA IF NOT EXISTS dap;
