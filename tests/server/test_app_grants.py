@@ -243,3 +243,15 @@ async def test_a_new_deployment_asks_again_only_when_the_ask_changed(c: Clients)
     assert found["requested_by"] == "deployment v2"
     assert (await c.call("rest", "quote", MANAGER, "sales/portal"))[0] == "ok"
     assert (await c.call("rest", "hello", MANAGER, "sales/portal"))[0] == granting.GRANT_MISSING
+
+
+async def test_the_openapi_document_lists_the_grant_routes_and_the_consumer_s_paths(c: Clients) -> None:
+    async with c.srv.http.get(f"{c.srv.api}/default/api/openapi.json") as resp:
+        paths = (await resp.json())["paths"]
+    for verb in ("grant", "refuse", "revoke"):
+        assert "post" in paths[f"/api/_grants/{{id}}/{verb}"]
+    assert "get" in paths["/api/_grants"] and "get" in paths["/api/_grants/{id}"]
+    through = paths["/api/_apps/sales/portal/sales/tools/quote"]["post"]
+    assert through["operationId"].endswith("_through_sales_portal")
+    assert granting.GRANT_MISSING in through["responses"]["403"]["description"]
+    assert "/api/_apps/sales/backoffice/sales/tools/quote" not in paths  # the owner calls directly

@@ -22,8 +22,10 @@ from typing import Any
 
 from aiohttp import web
 
+from dap.config import offers
 from dap.server import errors, state
 from dap.server.access import guards
+from dap.server.catalog import Catalog
 from dap.server.storage import db
 from dap.server.web import requests, services
 from dap.server.workflows import granting
@@ -121,3 +123,108 @@ def add_routes(app: web.Application) -> None:
     for verb in verbs:
         app.router.add_post(f"/{{ws}}/api/_grants/{{id}}/{verb}", _decision(verb))
     app.router.add_post("/{ws}/api/_apps/{app_module}/{app}/{module}/{entity}/{id}", through_app)
+
+
+GRANT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string", "format": "uuid"},
+        "consumer": {"type": "string", "description": "the asking app, module/name"},
+        "owner": {"type": "string", "description": "the app offering the service, module/name"},
+        "service": {"type": "string", "description": "module/name"},
+        "actions": {"type": "array", "items": {"type": "string"}, "description": "what is asked"},
+        "granted": {"type": "array", "items": {"type": "string"}, "description": "what is granted"},
+        "status": {"type": "string", "enum": list(STATUSES)},
+        "reason": {"type": ["string", "null"]},
+        "requested_by": {"type": "string", "description": "the boot or deployment that asked"},
+        "requested_at": {"type": "string", "format": "date-time"},
+        "decided_by": {"type": ["string", "null"]},
+        "decided_at": {"type": ["string", "null"], "format": "date-time"},
+    },
+}
+
+
+def openapi_paths(
+    catalog: Catalog, paths: dict[str, Any], responses: Callable[..., dict[str, Any]]
+) -> dict[str, Any]:
+    """The grant endpoints and each consuming app's service paths (a copy of the service action's
+    own path, ``paths``, under ``/api/_apps/{app}``), when an app offers a service."""
+    if not catalog.offers:
+        return {}
+    ref = {"$ref": "#/components/schemas/AppGrant"}
+    one = {"application/json": {"schema": {"type": "object", "properties": {"data": ref}}}}
+    many = {
+        "application/json": {
+            "schema": {"type": "object", "properties": {"data": {"type": "array", "items": ref}}}
+        }
+    }
+    grant_id = {"name": "id", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}
+    tag = ["App grants"]
+
+    def step(verb: str) -> dict[str, Any]:
+        body: dict[str, Any] = {"type": "object", "properties": {"reason": {"type": "string"}}}
+        if verb == "grant":
+            body["properties"]["actions"] = {"type": "array", "items": {"type": "string"}}
+        else:
+            body["required"] = ["reason"]
+        return {
+            "parameters": [grant_id],
+            "post": {
+                "operationId": f"{verb}_app_grant",
+                "tags": tag,
+                "summary": f"{verb.capitalize()} a grant request (an administrator of the owning app)",
+                "requestBody": {
+                    "required": verb != "grant",
+                    "content": {"application/json": {"schema": body}},
+                },
+                "responses": responses({"200": {"description": "decided", "content": one}}, 400, 409, 422),
+            },
+        }
+
+    out: dict[str, Any] = {
+        "/api/_grants": {
+            "get": {
+                "operationId": "list_app_grants",
+                "tags": tag,
+                "summary": "Grant requests made to the apps I administer, newest first",
+                "parameters": [
+                    {"name": "status", "in": "query", "schema": {"type": "string", "enum": list(STATUSES)}},
+                    {
+                        "name": "owner",
+                        "in": "query",
+                        "schema": {"type": "string"},
+                        "description": "module/name",
+                    },
+                ],
+                "responses": responses({"200": {"description": "grant requests", "content": many}}, 400),
+            }
+        },
+        "/api/_grants/{id}": {
+            "parameters": [grant_id],
+            "get": {
+                "operationId": "find_app_grant",
+                "tags": tag,
+                "summary": "One grant request",
+                "responses": responses({"200": {"description": "the request", "content": one}}),
+            },
+        },
+        **{f"/api/_grants/{{id}}/{verb}": step(verb) for verb in ("grant", "refuse", "revoke")},
+    }
+    for consumer, spec in sorted(catalog.apps.items()):
+        for service, offer in sorted(catalog.offers.items()):
+            asked = offers.consumed(spec, consumer, offer.app, service)
+            if offer.app == consumer or asked is None:
+                continue
+            for action in asked or offer.actions:
+                own = paths.get(f"/api/{service}/{action}")
+                if own is None or "post" not in own:
+                    continue
+                post = dict(own["post"])
+                post["operationId"] = f"{post['operationId']}_through_{consumer.replace('/', '_')}"
+                post["summary"] = f"{post.get('summary', action)}, on behalf of app {consumer}"
+                post["responses"] = {
+                    **post.get("responses", {}),
+                    "403": {"description": f"{granting.GRANT_MISSING}: {offer.app} has not granted it"},
+                }
+                out[f"/api/_apps/{consumer}/{service}/{action}"] = {**own, "post": post}
+    return out
