@@ -255,3 +255,16 @@ async def test_the_openapi_document_lists_the_grant_routes_and_the_consumer_s_pa
     assert through["operationId"].endswith("_through_sales_portal")
     assert granting.GRANT_MISSING in through["responses"]["403"]["description"]
     assert "/api/_apps/sales/backoffice/sales/tools/quote" not in paths  # the owner calls directly
+
+
+async def test_the_ui_metadata_says_how_far_the_consumer_is_granted(c: Clients) -> None:
+    async with c.srv.http.get(f"{c.srv.api}/default/_ui/_meta/apps/sales/portal") as resp:
+        portal = (await resp.json())["data"]
+    assert portal["through"] == "api/_apps/sales/portal"
+    [grant] = portal["grants"]
+    assert grant["service"] == "sales/tools" and grant["owner"] == "sales/backoffice"
+    assert grant["owner_title"] == "Back office"
+    assert grant["asked"] == ["quote", "hello", "wire_only"]
+    assert grant["status"] == "pending" and grant["granted"] == ["quote"]  # the previous test's state
+    async with c.srv.http.get(f"{c.srv.api}/default/_ui/_meta/apps/sales/backoffice") as resp:
+        assert (await resp.json())["data"]["grants"] == []

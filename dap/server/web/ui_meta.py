@@ -4,7 +4,9 @@ The spec names ``GET /{ws}/_ui/_meta/apps`` and leaves the payloads open; they a
 and documented in docs/server.md:
 
 * ``GET /{ws}/_ui/_meta/apps`` → ``{"data": [AppSummary]}``
-* ``GET /{ws}/_ui/_meta/apps/{module}/{app}`` → ``{"data": AppDetail}`` (pages resolved)
+* ``GET /{ws}/_ui/_meta/apps/{module}/{app}`` → ``{"data": AppDetail}`` (pages resolved; ``through``
+  the path prefix its service calls take, ``grants`` what it consumes of other apps and how far
+  each owner granted it: the one workspace datum here, about apps, never about records)
 * ``GET /{ws}/_ui/_meta/entities/{module}/{entity}`` → ``{"data": EntityMeta}`` (fields with
   captions, help, types, options; each action says how it is called: ``call``, ``track``, ``callback``)
 * ``GET /{ws}/_ui/_meta/services/{module}/{service}`` → ``{"data": ServiceMeta}`` (a service
@@ -22,6 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
+from dap.config import offers
 from dap.config.actions import Action
 from dap.config.apps import AppSpec
 from dap.config.entities import ApprovalSpec, EntitySpec
@@ -29,9 +32,9 @@ from dap.config.enums import NaturalKeyEntry
 from dap.config.fields import Field
 from dap.server import errors, state
 from dap.server.catalog import Catalog, Resource, machines
-from dap.server.storage import numbering, records, tables
+from dap.server.storage import db, numbering, records, tables
 from dap.server.web import requests, ui_titles
-from dap.server.workflows import actions, sidecars
+from dap.server.workflows import actions, granting, sidecars
 
 UI_SURFACE = "ui"
 
@@ -431,12 +434,50 @@ async def apps(request: web.Request) -> web.Response:
     )
 
 
+def consumed_grants(key: str, catalog: Catalog, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What app ``key`` consumes of other apps and how far each owner granted it (``rows``: its
+    grant requests, ``workflows.granting.view``): the UI disables the blocks that need an action
+    not granted, saying why (issue 47). Pure."""
+    spec = catalog.apps[key]
+    out = []
+    for service, offer in sorted(catalog.offers.items()):
+        asked = offers.consumed(spec, key, offer.app, service)
+        if offer.app == key or asked is None:
+            continue
+        row = next((r for r in rows if r["owner"] == offer.app and r["service"] == service), None)
+        owner = catalog.apps.get(offer.app)
+        out.append(
+            {
+                "service": service,
+                "owner": offer.app,
+                "owner_title": (owner.title if owner is not None else None) or offer.app,
+                "asked": list(asked or offer.actions),
+                "status": row["status"] if row is not None else "not_requested",
+                "granted": row["granted"] if row is not None else [],
+            }
+        )
+    return out
+
+
 async def app(request: web.Request) -> web.Response:
     catalog = await _workspace(request)
     key = f"{request.match_info['module']}/{request.match_info['app']}"
     if key not in catalog.apps:
         raise errors.NotFound(f"no app {key}", code="SVC.APP.NOT_FOUND")
-    return web.json_response({"data": _app_detail(key, catalog)})
+    detail = _app_detail(key, catalog)
+    # the UI calls services through the app (``web.grants``): the server attributes them by path
+    detail["through"] = f"api/_apps/{key}"
+    rows: list[dict[str, Any]] = []
+    if any(o.app != key for o in catalog.offers.values()) and catalog.apps[key].consumes:
+        workspace = await request.app[state.REGISTRY].resolve(request.match_info["ws"])
+        async with db.connection(request.app[state.POOL]) as conn:
+            rows = [
+                r
+                for r in await granting.listed(conn, workspace.tenant_id, None, None)
+                if r["consumer"] == key
+            ]
+    detail["grants"] = consumed_grants(key, catalog, rows)
+    return web.json_response({"data": detail})
 
 
 async def entity(request: web.Request) -> web.Response:
