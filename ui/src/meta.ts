@@ -1,5 +1,6 @@
 // The shapes of the UI metadata (GET /{ws}/_ui/_meta/…; docs/server.md "UI metadata").
 import type { ContextDecl } from "./contexts";
+import type { GrantMeta } from "./grants";
 
 export type Option = { value: string | number | boolean; label: string };
 export type FieldMeta = {
@@ -154,6 +155,11 @@ export type AppDetail = Omit<AppSummary, "pages"> & {
   components: Record<string, Component>;
   chrome?: Chrome;
   confirm?: { create?: string; update?: string; delete?: string };
+  /** The path prefix of the app's service calls (``api/_apps/{module}/{app}``): the server
+   * attributes a call to the app by it and checks the owner's grant. */
+  through?: string;
+  /** What the app consumes of other apps' services, and how far each owner granted it. */
+  grants?: GrantMeta[];
 };
 export type Me = { username: string; roles: string[]; permissions: Record<string, boolean> };
 export type Row = Record<string, unknown>;

@@ -11,6 +11,7 @@ import { formatValue } from "../logic";
 import type { AppDetail, Approval, EntityMeta, Gate, InboxComp, Row } from "../meta";
 import { pageHref } from "../route";
 import { entityMeta } from "../store";
+import { GrantRequests } from "./grants";
 import { formPage } from "./page";
 import { relationLabels } from "./table";
 
@@ -176,5 +177,6 @@ export function InboxBlock({ name, inbox, app }: { name: string; inbox: InboxCom
         </tr>`;
       })}</tbody>
     </table>`}
+    <${GrantRequests} />
   </div>`;
 }
