@@ -34,12 +34,21 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 APPS = """
 apiVersion: dap.io/v1
+kind: Service
+metadata: {name: desk, module: sales}
+spec:
+  expose: [{type: rest}]
+  actions:
+    - {name: unrun, impl: {type: native, handler: nobody-registered-this}}
+---
+apiVersion: dap.io/v1
 kind: App
 metadata: {name: backoffice, module: sales}
 spec:
   title: Back office
   interfaces:
     - {service: tools, actions: [quote, hello, wire_only]}
+    - {service: desk}
 ---
 apiVersion: dap.io/v1
 kind: App
@@ -48,6 +57,7 @@ spec:
   title: Portal
   consumes:
     - {app: backoffice, service: tools}
+    - {app: backoffice, service: desk}
 ---
 apiVersion: dap.io/v1
 kind: Role
@@ -130,7 +140,7 @@ async def c(pg_dsn: str, registered: None) -> AsyncIterator[Clients]:
 async def _request(c: Clients) -> dict[str, Any]:
     status, answer = await c.grants()
     assert status == 200, answer
-    [found] = answer["data"]
+    [found] = [g for g in answer["data"] if g["service"] == "sales/tools"]
     return dict(found)
 
 
@@ -147,6 +157,18 @@ async def test_the_boot_asks_the_owner_and_its_administrators_see_it(c: Clients)
     assert status == 404 and answer["code"] == granting.GRANT_NOT_FOUND
     status, answer = await c.grants(query="?status=granted")
     assert answer["data"] == []
+    status, answer = await c.grants(query="?status=pending&owner=sales/backoffice")
+    assert sorted(g["service"] for g in answer["data"]) == ["sales/desk", "sales/tools"]
+
+
+async def test_the_grant_is_checked_before_whether_the_action_can_run(c: Clients) -> None:
+    # an action this server cannot run (501) is still 403 through an app that lacks the grant
+    url = f"{c.srv.api}/default/api/_apps/sales/portal/sales/desk/unrun"
+    async with c.srv.http.post(url, json={}, headers={"Authorization": MANAGER}) as resp:
+        assert resp.status == 403 and (await resp.json())["code"] == granting.GRANT_MISSING
+    url = f"{c.srv.api}/default/api/_apps/sales/backoffice/sales/desk/unrun"
+    async with c.srv.http.post(url, json={}, headers={"Authorization": MANAGER}) as resp:
+        assert resp.status == 501
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -230,6 +252,7 @@ async def test_a_new_deployment_asks_again_only_when_the_ask_changed(c: Clients)
     catalog = c.srv.server.app[app.state.SPEC].current
     tenant = (await c.pool.fetchrow("SELECT id FROM dap.workspaces WHERE slug = 'default'"))["id"]
     async with c.srv.server.app[app.state.POOL].acquire() as conn:  # the server's codecs (jsonb)
+        assert len(granting.asks(catalog)) == 2
         assert await granting.request_all(conn, tenant, granting.asks(catalog), "again") == 0
         found = await _request(c)
         await c.decide(found["id"], "grant", {"actions": ["quote"], "reason": "back on"})
@@ -261,7 +284,7 @@ async def test_the_ui_metadata_says_how_far_the_consumer_is_granted(c: Clients) 
     async with c.srv.http.get(f"{c.srv.api}/default/_ui/_meta/apps/sales/portal") as resp:
         portal = (await resp.json())["data"]
     assert portal["through"] == "api/_apps/sales/portal"
-    [grant] = portal["grants"]
+    grant = next(g for g in portal["grants"] if g["service"] == "sales/tools")
     assert grant["service"] == "sales/tools" and grant["owner"] == "sales/backoffice"
     assert grant["owner_title"] == "Back office"
     assert grant["asked"] == ["quote", "hello", "wire_only"]

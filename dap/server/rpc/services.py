@@ -323,12 +323,13 @@ class ServiceActions:
             assert declared is not None
             workspace, principal = await _caller(self.app, context, optional=declared.public)
             catalog = self.app[state.SPEC].current
+            md = _metadata(context)
+            # the app the call is made through, metadata ``dap-app`` (``acting.on_behalf``)
+            pool = self.app[state.POOL]
+            await acting.admit(pool, workspace, catalog, principal, service, plan, md.get(APP_METADATA))
             handler = acting.service_handler(
                 catalog, principal, service, plan, self.app.get(sidecars.INVOKER)
             )
-            md = _metadata(context)
-            # the app the call is made through, metadata ``dap-app`` (``acting.on_behalf``)
-            grant = acting.on_behalf(catalog, md.get(APP_METADATA), service, plan)
             body = codec.decode_struct(request.params) if request.HasField("params") else {}
             call = acting.ServiceCall(
                 self.app[state.POOL],
@@ -337,7 +338,6 @@ class ServiceActions:
                 service,
                 plan,
                 md.get("x-request-id") or uuid.uuid4().hex,
-                grant,
             )
             answer = await acting.service_action(
                 call,

@@ -78,16 +78,16 @@ async def service_action(request: web.Request) -> web.Response:
         principal = await identity.authenticate(
             request.app, auth.bearer_token(header), workspace=workspace.slug, bind=True
         )
-    # 401/403, then 501s before anything is read or counted (sidecar without an app process)
+    # 401/403 (the caller's, the app's grant), then 501s before anything is read or counted
+    await acting.admit(request.app[state.POOL], workspace, catalog, principal, service, plan, app_of(request))
     handler = acting.service_handler(catalog, principal, service, plan, request.app.get(sidecars.INVOKER))
-    grant = acting.on_behalf(catalog, app_of(request), service, plan)
     body = await requests.read_body(request) if request.body_exists else {}
     key = request.headers.get(acting.key_header(declared))
     job = acting.is_async(declared)  # the body's text and a callback URL are a job's only
     raw = (await request.read()).decode() if job and request.body_exists else ""
     callback = callbacks.url_of(request.headers, declared.callback) if job else None
     call = acting.ServiceCall(
-        request.app[state.POOL], workspace, principal, service, plan, request.get(state.REQUEST_ID), grant
+        request.app[state.POOL], workspace, principal, service, plan, request.get(state.REQUEST_ID)
     )
     answer = await acting.service_action(
         call,

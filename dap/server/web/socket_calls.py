@@ -98,12 +98,13 @@ async def _service(
         return {"data": await _job(request, workspace, key, frame, principal)}
     plan = acting.plan_of(service, verb, ProtocolType.WS)
     app = request.app
-    handler = acting.service_handler(catalog, principal, service, plan, app.get(sidecars.INVOKER))
     through = frame.get("app")  # the app the call is made through (``acting.on_behalf``)
-    grant = acting.on_behalf(catalog, str(through) if through is not None else None, service, plan)
+    named = str(through) if through is not None else None
+    await acting.admit(app[state.POOL], workspace, catalog, principal, service, plan, named)
+    handler = acting.service_handler(catalog, principal, service, plan, app.get(sidecars.INVOKER))
     body = _body(frame)
     call = acting.ServiceCall(
-        app[state.POOL], workspace, principal, service, plan, request.get(state.REQUEST_ID), grant
+        app[state.POOL], workspace, principal, service, plan, request.get(state.REQUEST_ID)
     )
     answer = await acting.service_action(
         call,

@@ -12,11 +12,11 @@ protocol (REST ``web.moves``/``web.services``/``web.jobs``, gRPC ``rpc.services`
 - :func:`record_action` -- a custom action or transition on one record: ``call: async`` queues a
   tracked job (rate limit, the record's row scope, the callback URL, then the job row in the
   transaction that keeps the idempotency key's answer: 202), else ``operations.act`` (200/202);
-- :func:`service_handler` and :func:`service_action` -- a ``Service``'s action: the caller's
-  permission and runner (401/403/501), the grant of the app the call is made through
-  (:func:`on_behalf`, ``workflows.granting``: 403 ``SVC.APP.GRANT_MISSING``), then params (422),
-  ``rate_limit`` (429), and a job (202) or one transaction (``workflows.services``, 200
-  ``{"result", "event"}``);
+- :func:`admit`, :func:`service_handler` and :func:`service_action` -- a ``Service``'s action:
+  the caller's permission (401/403), the grant of the app the call is made through
+  (:func:`on_behalf`, ``workflows.granting``: 403 ``SVC.APP.GRANT_MISSING``), the runner (501),
+  then params (422), ``rate_limit`` (429), and a job (202) or one transaction
+  (``workflows.services``, 200 ``{"result", "event"}``);
 - :func:`find_job` -- a job as its caller sees it (404 for anyone else).
 
 Answers are ``idempotency.Answer`` (status, JSON text, headers): what an idempotent repeat replays,
@@ -296,10 +296,29 @@ def on_behalf(
     return app, offer.app
 
 
+async def admit(
+    pool: asyncpg.Pool,
+    workspace: Workspace,
+    catalog: Catalog,
+    principal: auth.Principal,
+    service: machines.ServicePlan,
+    plan: machines.ActionPlan,
+    app: str | None,
+) -> None:
+    """401/403 unless the caller may call the action (``services.permit``), then, for a call made
+    through ``app``, 404/403 unless that app may (:func:`on_behalf`, the owner's grant read from
+    ``dap.app_grants``). Before :func:`service_handler`'s 501: a refusal is the same whether or
+    not this server can run the action."""
+    services.permit(catalog, principal, service, plan)
+    needed = on_behalf(catalog, app, service, plan)
+    if needed is not None:
+        async with db.connection(pool) as conn:
+            await granting.check(conn, workspace.tenant_id, *needed, service.key, plan.name)
+
+
 @dataclass(frozen=True)
 class ServiceCall:
-    """One call of a service action: where, who, and which action of which service; ``grant``
-    the (consumer, owner) whose grant it needs (:func:`on_behalf`)."""
+    """One call of a service action: where, who, and which action of which service."""
 
     pool: asyncpg.Pool
     workspace: Workspace
@@ -307,7 +326,6 @@ class ServiceCall:
     service: machines.ServicePlan
     plan: machines.ActionPlan
     request_id: str | None = None
-    grant: tuple[str, str] | None = None
 
 
 async def service_action(
@@ -321,15 +339,12 @@ async def service_action(
     ip: str,
     queue: Queue,
 ) -> idempotency.Answer:
-    """Run a service action (:func:`service_handler` passed): the app's grant (403), params (422),
+    """Run a service action (:func:`admit` and :func:`service_handler` passed): params (422),
     ``rate_limit`` (429), then a job (202) for ``call: async``, else one transaction (200
     ``{"result", "event"?}``)."""
     plan, principal, tenant = call.plan, call.principal, call.workspace.tenant_id
     declared = plan.declared
     assert declared is not None
-    if call.grant is not None:
-        async with db.connection(call.pool) as conn:
-            await granting.check(conn, tenant, *call.grant, call.service.key, plan.name)
     params = actions.parse_params(plan, body)
     key = sent_key(declared, key)
     keyed = (key, idempotency.fingerprint(principal.sub, target, body)) if key is not None else None
