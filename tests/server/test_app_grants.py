@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -21,11 +22,14 @@ import grpc
 import pytest
 import pytest_asyncio
 
+from dap import config
+from dap.server.catalog import Catalog
 from dap.server.rpc import server as rpc_server
 from dap.server.web import app
 from dap.server.workflows import granting
 
-from .conftest import Running, load, serve_options
+from ..conftest import drop_database
+from .conftest import Running, fresh_database_async, load, running, serve_options
 from .protocols_clients import Grpc, Rest, Ws, camel
 from .protocols_spec import SPEC, Outcome, bearer
 from .services_spec import install_handlers
@@ -291,3 +295,25 @@ async def test_the_ui_metadata_says_how_far_the_consumer_is_granted(c: Clients) 
     assert grant["status"] == "pending" and grant["granted"] == ["quote"]  # the previous test's state
     async with c.srv.http.get(f"{c.srv.api}/default/_ui/_meta/apps/sales/backoffice") as resp:
         assert (await resp.json())["data"]["grants"] == []
+
+
+async def test_the_procurement_example_asks_purchasing_for_the_supplier_portal(pg_server_dsn: str) -> None:
+    """``make dev``'s spec: booted, the supplier portal's request waits for a buying manager, and the
+    portal's call is refused until then (``examples/procurement``)."""
+    catalog = Catalog.from_spec(config.load_spec(Path(__file__).parents[2] / "examples/procurement"))
+    name, dsn = await fresh_database_async(pg_server_dsn)
+    async with running(dsn, catalog) as r:
+        manager = bearer("max", "buying_manager")
+        async with r.http.get(f"{r.api}/default/api/_grants", headers={"Authorization": manager}) as resp:
+            [request] = (await resp.json())["data"]
+        assert (request["consumer"], request["owner"]) == ("supplier/portal", "buying/purchasing")
+        assert request["service"] == "buying/supplier_desk" and request["actions"] == ["open_orders"]
+        assert request["status"] == "pending"
+        async with r.http.get(
+            f"{r.api}/default/api/_grants", headers={"Authorization": bearer("anna", "buyer")}
+        ) as resp:
+            assert (await resp.json())["data"] == []
+        url = f"{r.api}/default/api/_apps/supplier/portal/buying/supplier_desk/open_orders"
+        async with r.http.post(url, json={"supplier": "acme"}, headers={"Authorization": manager}) as resp:
+            assert resp.status == 403 and (await resp.json())["code"] == granting.GRANT_MISSING
+    await drop_database(pg_server_dsn, name)
