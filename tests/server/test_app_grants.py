@@ -250,6 +250,17 @@ async def test_every_step_is_audited(c: Clients) -> None:
     )
     assert [r["action"] for r in rows] == ["requested", "granted", "revoked"]
     assert [r["actor_username"] for r in rows] == ["dap-deploy", "stan", "stan"]
+    # the administrators read the same trail over REST, newest first
+    async with c.srv.http.get(
+        f"{c.srv.api}/default/api/_grants/{found['id']}/_audit", headers={"Authorization": STEWARD}
+    ) as resp:
+        trail = (await resp.json())["data"]
+    assert [t["action"] for t in trail] == ["revoked", "granted", "requested"]
+    assert trail[0]["changes"]["reason"] == ["pilot", "pilot over"]
+    async with c.srv.http.get(
+        f"{c.srv.api}/default/api/_grants/{found['id']}/_audit", headers={"Authorization": MANAGER}
+    ) as resp:
+        assert resp.status == 404
 
 
 async def test_a_new_deployment_asks_again_only_when_the_ask_changed(c: Clients) -> None:

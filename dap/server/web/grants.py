@@ -3,7 +3,7 @@
 - ``GET /{ws}/api/_grants`` — the grant requests made to the apps the caller administers (the
   permission ``<module>.<app>.administer``, ``admin`` holds it), newest first; ``?status=pending``
   (granted, refused, revoked) and ``?owner=module/name`` narrow them: ``{"data": [request]}``.
-- ``GET /{ws}/api/_grants/{id}`` — one of them.
+- ``GET /{ws}/api/_grants/{id}`` — one of them; ``…/{id}/_audit`` its audit rows, newest first.
 - ``POST /{ws}/api/_grants/{id}/grant`` ``{"reason"?, "actions"?}``, ``…/refuse`` ``{"reason"}``,
   ``…/revoke`` ``{"reason"}`` — a decision: ``{"data": request}``; each is audited.
 - ``POST /{ws}/api/_apps/{app_module}/{app}/{module}/{service}/{action}`` — a service action called
@@ -64,12 +64,15 @@ async def list_requests(request: web.Request) -> web.Response:
 
 async def find_request(request: web.Request) -> web.Response:
     tenant, _, owners = await _caller(request)
+    grant_id = _grant_id(request)
     async with db.connection(request.app[state.POOL]) as conn:
-        row = await granting.found(conn, tenant, _grant_id(request))
-    if row is None or row["owner"] not in owners:
-        raise errors.NotFound(
-            "no such grant request among those of the apps you administer", code=granting.GRANT_NOT_FOUND
-        )
+        row = await granting.found(conn, tenant, grant_id)
+        if row is None or row["owner"] not in owners:
+            raise errors.NotFound(
+                "no such grant request among those of the apps you administer", code=granting.GRANT_NOT_FOUND
+            )
+        if request.match_info.get("trail"):
+            return requests.reply({"data": await granting.trail(conn, tenant, grant_id)})
     return requests.reply({"data": granting.view(row)})
 
 
@@ -119,6 +122,7 @@ async def through_app(request: web.Request) -> web.Response:
 def add_routes(app: web.Application) -> None:
     app.router.add_get("/{ws}/api/_grants", list_requests, allow_head=False)
     app.router.add_get("/{ws}/api/_grants/{id}", find_request, allow_head=False)
+    app.router.add_get("/{ws}/api/_grants/{id}/{trail:_audit}", find_request, allow_head=False)
     verbs: tuple[granting.Verb, ...] = ("grant", "refuse", "revoke")
     for verb in verbs:
         app.router.add_post(f"/{{ws}}/api/_grants/{{id}}/{verb}", _decision(verb))
@@ -206,6 +210,15 @@ def openapi_paths(
                 "tags": tag,
                 "summary": "One grant request",
                 "responses": responses({"200": {"description": "the request", "content": one}}),
+            },
+        },
+        "/api/_grants/{id}/_audit": {
+            "parameters": [grant_id],
+            "get": {
+                "operationId": "app_grant_audit",
+                "tags": tag,
+                "summary": "The audit rows of a grant request, newest first",
+                "responses": responses({"200": {"description": "audit rows", "content": many}}),
             },
         },
         **{f"/api/_grants/{{id}}/{verb}": step(verb) for verb in ("grant", "refuse", "revoke")},

@@ -327,6 +327,22 @@ async def decide(
     return view(updated)
 
 
+async def trail(conn: db.Connection, tenant: uuid.UUID, grant_id: uuid.UUID) -> list[dict[str, Any]]:
+    """The audit rows of request ``grant_id``, newest first (the last 100)."""
+    rows = await conn.fetch(auditing.SELECT, tenant, AUDIT_ENTITY, grant_id, 100, 0)
+    return [
+        {
+            "id": str(r["public_id"]),
+            "action": r["action"],
+            "at": r["at"].isoformat(),
+            "actor": {"sub": r["actor_sub"], "username": r["actor_username"]},
+            "changes": r["changes"],
+            "request_id": r["request_id"],
+        }
+        for r in rows
+    ]
+
+
 def refusal(consumer: str, owner: str, service: str, action: str, status: str | None) -> errors.Forbidden:
     """The 403 of a call on behalf of ``consumer`` that its grant does not cover. Pure."""
     why = {
