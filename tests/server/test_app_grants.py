@@ -200,6 +200,8 @@ async def test_a_refusal_or_revoke_needs_a_reason_and_a_grant_only_what_is_asked
     found = await _request(c)
     status, answer = await c.decide(found["id"], "refuse", {})
     assert status == 422 and answer["code"] == granting.REASON_REQUIRED
+    status, answer = await c.decide(found["id"], "revoke", {"reason": "nothing to revoke"})
+    assert status == 409 and answer["code"] == granting.GRANT_CONFLICT
     status, answer = await c.decide(found["id"], "grant", {"actions": ["quote", "batch"]})
     assert status == 422 and answer["code"] == "SVC.APP.GRANT_NOT_ASKED"
     assert (await _request(c))["status"] == "pending"

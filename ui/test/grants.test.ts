@@ -42,9 +42,10 @@ describe("missing grants", () => {
 describe("grant request steps", () => {
   it("offers what the server allows from each status", async () => {
     const { stepsOf } = await import("../src/views/grants");
-    expect(stepsOf("pending")).toEqual(["grant", "refuse", "revoke"]);
-    expect(stepsOf("granted")).toEqual(["grant", "revoke"]);
-    expect(stepsOf("refused")).toEqual(["grant"]);
-    expect(stepsOf("revoked")).toEqual(["grant"]);
+    expect(stepsOf({ status: "pending", granted: [] })).toEqual(["grant", "refuse"]);
+    expect(stepsOf({ status: "pending", granted: ["quote"] })).toEqual(["grant", "refuse", "revoke"]);
+    expect(stepsOf({ status: "granted", granted: ["quote"] })).toEqual(["grant", "revoke"]);
+    expect(stepsOf({ status: "refused", granted: [] })).toEqual(["grant"]);
+    expect(stepsOf({ status: "revoked", granted: [] })).toEqual(["grant"]);
   });
 });

@@ -79,7 +79,7 @@ Status = Literal["pending", "granted", "refused", "revoked"]
 Verb = Literal["grant", "refuse", "revoke"]
 # which statuses each step leaves from, and the status it reaches
 STEPS: Final[dict[str, tuple[frozenset[str], Status]]] = {
-    "grant": (frozenset({"pending", "refused", "revoked", "granted"}), "granted"),
+    "grant": (frozenset({"pending", "refused", "revoked", "granted"}), "granted"),  # granted: other actions
     "refuse": (frozenset({"pending"}), "refused"),
     "revoke": (frozenset({"granted", "pending"}), "revoked"),
 }
@@ -142,14 +142,17 @@ def view(row: asyncpg.Record) -> dict[str, Any]:
     }
 
 
-def next_state(status: str, asked: tuple[str, ...], target: Target) -> tuple[Status, tuple[str, ...]]:
+def next_state(
+    status: str, asked: tuple[str, ...], target: Target, granted: tuple[str, ...] = ()
+) -> tuple[Status, tuple[str, ...]]:
     """The status and granted actions a step leads to (409 where it does not apply, 422 for a
-    grant of actions not asked, or a refuse or revoke without a reason). Pure."""
+    grant of actions not asked, or a refuse or revoke without a reason). A pending request is
+    revoked only while it still holds actions granted before its ask changed. Pure."""
     sources, reached = STEPS[target.verb]
-    if status not in sources:
+    if status not in sources or (target.verb == "revoke" and status == "pending" and not granted):
         raise errors.Conflict(
             f"a {status} grant request cannot be {reached}; "
-            + {"refuse": "only a pending one is refused", "revoke": "grant it first"}.get(
+            + {"refuse": "only a pending one is refused", "revoke": "nothing of it is granted"}.get(
                 target.verb, "it is granted already"
             ),
             code=GRANT_CONFLICT,
@@ -299,7 +302,7 @@ async def decide(
             raise errors.NotFound(
                 "no such grant request among those of the apps you administer", code=GRANT_NOT_FOUND
             )
-        status, granted = next_state(row["status"], tuple(row["actions"]), target)
+        status, granted = next_state(row["status"], tuple(row["actions"]), target, tuple(row["granted"]))
         updated = await conn.fetchrow(
             "UPDATE dap.app_grants SET status = $3, granted = $4, reason = $5, decided_by = $6,"
             f" decided_at = now() WHERE tenant_id = $1 AND id = $2 RETURNING {COLUMNS}",

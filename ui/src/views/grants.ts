@@ -23,10 +23,11 @@ export type GrantRequest = {
 
 type Verb = "grant" | "refuse" | "revoke";
 
-/** The steps open on a request of ``status`` (the server's own rules, ``workflows.granting``). */
-export function stepsOf(status: GrantRequest["status"]): Verb[] {
-  if (status === "pending") return ["grant", "refuse", "revoke"];
-  if (status === "granted") return ["grant", "revoke"];
+/** The steps open on a request (the server's own rules, ``workflows.granting``): a pending one
+ * is revoked only while it holds actions granted before its ask changed. */
+export function stepsOf(request: Pick<GrantRequest, "status" | "granted">): Verb[] {
+  if (request.status === "pending") return request.granted.length ? ["grant", "refuse", "revoke"] : ["grant", "refuse"];
+  if (request.status === "granted") return ["grant", "revoke"];
   return ["grant"];
 }
 
@@ -51,7 +52,7 @@ function Decide({ request, onDone }: { request: GrantRequest; onDone: (text: str
   return html`<div class="buttons vote">
     <label class="sr-only" for=${id}>Reason</label>
     <input id=${id} placeholder="Reason" value=${reason} onInput=${(e: Event) => setReason((e.target as HTMLInputElement).value)} />
-    ${stepsOf(request.status).map((verb) => html`<button type="button" class=${verb === "grant" ? "primary" : "danger"} disabled=${busy}
+    ${stepsOf(request).map((verb) => html`<button type="button" class=${verb === "grant" ? "primary" : "danger"} disabled=${busy}
       aria-label=${`${verb} ${request.consumer} ${request.service}`} onClick=${() => step(verb)}>${verb[0].toUpperCase() + verb.slice(1)}</button>`)}
     ${problem && html`<p class="error" role="alert">${problem}</p>`}
   </div>`;

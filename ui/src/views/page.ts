@@ -153,7 +153,7 @@ export function PageView({ app, page, id, query, me, setCrumb }: Props) {
     const c = component(block.ref);
     const key = block.id ?? `block-${index}`;
     const missing = blockedBlock(block, blocked);
-    if (missing) return html`<section class="block blocked" aria-disabled="true"><p class="muted" role="note">${missing}</p></section>`;
+    if (missing) return html`<section class="block blocked"><p class="muted" role="note">${missing}</p></section>`;
     if (!block.ref && !block.asset && block.props) {
       if (!contexts) return html`<section class="block summary" aria-busy="true"><p class="muted">Loading…</p></section>`;
       const props = fillProps(block.props, scope);
