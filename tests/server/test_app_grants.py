@@ -330,3 +330,19 @@ async def test_the_procurement_example_asks_purchasing_for_the_supplier_portal(p
         async with r.http.post(url, json={"supplier": "acme"}, headers={"Authorization": manager}) as resp:
             assert resp.status == 403 and (await resp.json())["code"] == granting.GRANT_MISSING
     await drop_database(pg_server_dsn, name)
+
+
+async def test_a_workspace_registered_later_asks_too(c: Clients) -> None:
+    await c.srv.register("later")
+    async with c.srv.http.get(
+        f"{c.srv.api}/later/api/_grants", headers={"Authorization": bearer("stan", "steward")}
+    ) as resp:
+        data = (await resp.json())["data"]
+    assert sorted(g["service"] for g in data) == ["sales/desk", "sales/tools"]
+    assert {g["status"] for g in data} == {"pending"}
+    assert {g["requested_by"] for g in data} == {"registration of workspace later"}
+    # each workspace decides alone: the default workspace's grant does not open this one
+    assert (await c.call("rest", "quote", MANAGER, "sales/portal"))[0] == "ok"
+    url = f"{c.srv.api}/later/api/_apps/sales/portal/sales/tools/quote"
+    async with c.srv.http.post(url, json=PARAMS, headers={"Authorization": MANAGER}) as resp:
+        assert resp.status == 403 and (await resp.json())["code"] == granting.GRANT_MISSING
