@@ -223,6 +223,9 @@ async def test_after_the_grant_exactly_the_granted_actions_are_served(c: Clients
     ):
         code, _ = await c.call(protocol, action, MANAGER, "sales/portal")
         assert code == granting.GRANT_MISSING, (protocol, action)
+    # an action the owner does not offer is never the consumer's, whatever was granted
+    code, _ = await c.call("grpc", "limited", MANAGER, "sales/portal")
+    assert code == granting.GRANT_MISSING
     # the grant is the app's, not the user's: a caller without the permission is still refused
     assert (await c.call("rest", "quote", NOBODY, "sales/portal"))[0] == "SVC.AUTH.FORBIDDEN"
     status, answer = await c.decide(found["id"], "refuse", {"reason": "late"})

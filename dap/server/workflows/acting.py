@@ -290,8 +290,10 @@ def on_behalf(
     offer = catalog.offers.get(service.key)
     if offer is None or offer.app == app:
         return None
+    if plan.name not in offer.actions:
+        raise granting.refusal(app, offer.app, service.key, plan.name, "not_offered")
     asked = offers.consumed(declared, app, offer.app, service.key)
-    if asked is None or plan.name not in offer.actions or (asked and plan.name not in asked):
+    if asked is None or (asked and plan.name not in asked):
         raise granting.refusal(app, offer.app, service.key, plan.name, None)
     return app, offer.app
 

@@ -349,7 +349,8 @@ async def trail(conn: db.Connection, tenant: uuid.UUID, grant_id: uuid.UUID) -> 
 def refusal(consumer: str, owner: str, service: str, action: str, status: str | None) -> errors.Forbidden:
     """The 403 of a call on behalf of ``consumer`` that its grant does not cover. Pure."""
     why = {
-        None: f"{consumer} does not declare consuming {service} of {owner}",
+        None: f"{consumer} does not declare consuming {action!r} of {service} of {owner}",
+        "not_offered": f"{owner} does not offer {action!r} of {service} to other apps",
         "pending": f"the grant request of {consumer} to {owner} for {service} is pending",
         "refused": f"{owner} refused the grant request of {consumer} for {service}",
         "revoked": f"{owner} revoked the grant of {consumer} for {service}",
@@ -373,8 +374,6 @@ async def check(
         owner,
         service,
     )
-    if row is not None and row["status"] == "granted" and action in row["granted"]:
-        return
     if row is not None and action in row["granted"]:
-        return  # pending again after a wider ask: what was granted still holds
+        return  # granted (or pending again after a wider ask: what was granted still holds)
     raise refusal(consumer, owner, service, action, row["status"] if row is not None else None)
