@@ -11,13 +11,14 @@ One row per workspace (tenant), consumer, owner and service, moved by these step
                              │                  ▲
                              └──refuse──▶ refused ──grant──┘
 
-- :func:`request_all` runs when a workspace's artifact is booted (``resource_pod`` after the swap;
-  ``dap serve`` at start): a new consumption inserts a pending row; a consumption that now asks
+- :func:`request_all` runs when a workspace's artifact is deployed (``resource_pod`` after its
+  self-check), when ``dap serve`` starts and when a workspace is registered (the admin listener):
+  a new consumption inserts a pending row; a consumption that now asks
   other actions updates ``actions`` and goes back to ``pending``, keeping what was ``granted``
   (which still holds, no more) until the owner decides again.
-- :func:`decide` grants (a subset of what is asked may be given), refuses or revokes; refuse and
-  revoke need a reason; a step that does not apply to the row's status is 409
-  ``SVC.APP.GRANT_CONFLICT``.
+- :func:`decide` grants (a subset of what is asked may be given), refuses or revokes (a granted
+  request, or a pending one still holding earlier grants); refuse and revoke need a reason; a
+  step that does not apply to the row's status is 409 ``SVC.APP.GRANT_CONFLICT``.
 - :func:`check` is what every protocol asks before a service action runs on behalf of an app:
   403 ``SVC.APP.GRANT_MISSING`` unless the action is in the row's ``granted`` (revoke and refuse
   empty it).
