@@ -10,7 +10,9 @@ Sections:
   target alike. Targets: ``update`` (``PATCH /{id}`` of one field), ``transition`` (``POST
   /{id}/bump``: a custom action moving the state, version bumped, same write size), ``native``
   (``POST /{id}/note``: params validated, a condition, a native handler registered by entry point)
-  and ``service`` (``POST /bench/tools/ping``: a service action with a native handler, no record).
+  and ``service`` (``POST /bench/tools/ping``: a service action with a native handler, no record),
+  and ``granted`` (the same service action called through a consuming app whose grant the owner
+  gave: ``POST /_apps/bench/portal/bench/tools/ping``, the grant read on every call; issue 47).
   Target: each custom action at least 0.7x the update's throughput. Measured twice: target
   after target (rotated rounds), and all targets at once (``workers/4`` clients each in the same
   seconds, so the shared machine's drift weighs on every target alike; read this ratio first).
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import statistics
 import subprocess
@@ -71,6 +74,18 @@ spec:
   expose: [{type: rest}]
   actions:
     - {name: ping, impl: {type: native, handler: bench-note}}
+---
+apiVersion: dap.io/v1
+kind: App
+metadata: {name: back, module: bench}
+spec:
+  interfaces: [{service: tools}]
+---
+apiVersion: dap.io/v1
+kind: App
+metadata: {name: portal, module: bench}
+spec:
+  consumes: [{app: back, service: tools}]
 """
 HANDLER = "async def note(ctx):\n    return {'ok': True}\n"
 
@@ -123,7 +138,8 @@ async def action_throughput(args: argparse.Namespace, server_dsn: str, tmp: Path
     (spec / "bench.yaml").write_text(ACTIONS_SPEC)
     handlers = install_handler(tmp / "handlers")
     api_port = rest.port()
-    serve = rest.spawn_serve(spec, dsn, api_port, extra_env={"PYTHONPATH": str(handlers)})
+    path = os.pathsep.join(filter(None, [str(handlers), os.environ.get("PYTHONPATH")]))  # keep the tree's
+    serve = rest.spawn_serve(spec, dsn, api_port, extra_env={"PYTHONPATH": path})
     try:
         api = f"http://127.0.0.1:{api_port}"
         await rest.wait_http(f"{api}/default/_ui/_meta/apps")
@@ -135,12 +151,17 @@ async def action_throughput(args: argparse.Namespace, server_dsn: str, tmp: Path
                 async with http.post(api + card, json={"title": f"card {i}", "qty": i}) as resp:
                     assert resp.status == 201, await resp.text()
                     ids.append((await resp.json())["data"]["id"])
+            async with http.get(api + "/default/api/_grants") as resp:  # the boot asked: grant it
+                [request] = (await resp.json())["data"]
+            async with http.post(api + f"/default/api/_grants/{request['id']}/grant", json={}) as resp:
+                assert resp.status == 200, await resp.text()
         pick = random.Random(7).choice
         targets: dict[str, Any] = {
             "update": lambda: ("PATCH", f"{card}/{pick(ids)}", {"qty": random.randrange(1000)}),
             "transition": lambda: ("POST", f"{card}/{pick(ids)}/bump", None),
             "native": lambda: ("POST", f"{card}/{pick(ids)}/note", {"text": "seen"}),
             "service": lambda: ("POST", "/default/api/bench/tools/ping", None),
+            "granted": lambda: ("POST", "/default/api/_apps/bench/portal/bench/tools/ping", None),
         }
         rates: dict[str, list[float]] = {name: [] for name in targets}
         latencies: dict[str, list[float]] = {name: [] for name in targets}

@@ -107,6 +107,26 @@ async def refused_steps(app: web.Application, catalog: server.Catalog) -> list[s
     return [*plan.blockers, *(step.description for step in plan.destructive)]
 
 
+async def request_grants(app: web.Application, slug: str, catalog: server.Catalog, by: str) -> int:
+    """Ask the owners of what the deployed artifact's apps consume for their grants (pending
+    grant requests in the workspace, ``workflows.granting``); how many were new or changed. A
+    failure is logged, not fatal: the calls stay refused until the next deployment asks."""
+    from dap.server.workflows import granting  # the deployment's own step, loaded when it runs
+
+    try:
+        async with db.connection(_pool(app)) as conn:
+            found = await workspaces.find(conn, slug)
+            if found is None:
+                return 0
+            return await granting.request_all(conn, found.tenant_id, granting.asks(catalog), by)
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        log.error(
+            "cannot record the artifact's grant requests",
+            extra={"ctx": {"workspace": slug, "error": f"{type(exc).__name__}: {exc}"}},
+        )
+        return 0
+
+
 def swap(app: web.Application, catalog: server.Catalog) -> server.Catalog:
     """Serve ``catalog`` from the next request on; return the catalog it replaces."""
     return app[server.state.SPEC].swap(catalog)

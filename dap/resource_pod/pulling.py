@@ -350,6 +350,12 @@ class Pod:
                 )
             )
             return
+        await loading.request_grants(
+            self.app,
+            self.config.workspace,
+            catalog,
+            f"deployment of {artifact.app} version {artifact.version} ({artifact.artifact_id})",
+        )
         try:
             await asyncio.to_thread(self.state_dir.save, raw, deployment, snapshot_version)
             self.state_error = None

@@ -20,7 +20,7 @@ from dap.server.catalog import Catalog
 from dap.server.documents import auditing, idempotency
 from dap.server.events import outbox
 from dap.server.storage import db, migrations, numbering, schema_sync, workspaces
-from dap.server.workflows import approvals_schema, jobs
+from dap.server.workflows import approvals_schema, granting, jobs
 
 if TYPE_CHECKING:
     from dap.config.events import DeliveryTarget
@@ -87,11 +87,14 @@ async def prepare_database(
         await numbering.ensure_schema(conn)
         await outbox.ensure_schema(conn)
         await approvals_schema.ensure_schema(conn)
+        await granting.ensure_schema(conn)
         await jobs.ensure_schema(conn)
         plan = await schema_sync.sync(
             conn, catalog.tables, catalog.entities, allow_destructive=allow_destructive, confirm=confirm
         )
         await workspaces.seed_default(conn)
+        # the catalog's apps ask each other's owners for what they consume (issue 47)
+        await granting.request_workspaces(conn, catalog, "boot of the served spec")
     return plan
 
 

@@ -23,7 +23,7 @@ def spec() -> config.Spec:
 
 
 def test_example_loads_with_lookups(spec: config.Spec) -> None:
-    assert set(spec.modules) == {"buying", "stock"}
+    assert set(spec.modules) == {"buying", "stock", "supplier"}
     assert set(spec.entities) == {"buying/supplier", "buying/purchase_order", "stock/item"}
     order = spec.entity("buying", "purchase_order")
     assert order is not None
@@ -94,7 +94,7 @@ def test_cli_validate_exit_codes(tmp_path: Path) -> None:
     runner = CliRunner()
     ok = runner.invoke(main, ["validate", str(EXAMPLE)])
     assert ok.exit_code == 0, ok.output
-    assert ok.output.startswith("valid: 2 modules, 3 entities")
+    assert ok.output.startswith("valid: 3 modules, 3 entities")
 
     (tmp_path / "bad.yaml").write_text(
         "apiVersion: dap.io/v1\nkind: Module\nmetadata: {name: m}\n---\n"

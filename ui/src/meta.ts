@@ -1,6 +1,16 @@
 // The shapes of the UI metadata (GET /{ws}/_ui/_meta/…; docs/server.md "UI metadata"). Types only,
 // and this module imports nothing: every other module may import it, so no import circle passes here.
 
+/** How far a consuming app's grant for one service goes (issue 47). */
+export type GrantMeta = {
+  service: string;
+  owner: string;
+  owner_title: string;
+  asked: string[];
+  status: "pending" | "granted" | "refused" | "revoked" | "not_requested";
+  granted: string[];
+};
+
 export type Option = { value: string | number | boolean; label: string };
 export type FieldMeta = {
   name: string;
@@ -169,6 +179,11 @@ export type AppDetail = Omit<AppSummary, "pages"> & {
   components: Record<string, Component>;
   chrome?: Chrome;
   confirm?: { create?: string; update?: string; delete?: string };
+  /** The path prefix of the app's service calls (``api/_apps/{module}/{app}``): the server
+   * attributes a call to the app by it and checks the owner's grant. */
+  through?: string;
+  /** What the app consumes of other apps' services, and how far each owner granted it. */
+  grants?: GrantMeta[];
 };
 export type Me = { username: string; roles: string[]; permissions: Record<string, boolean> };
 export type Row = Record<string, unknown>;

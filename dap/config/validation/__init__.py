@@ -15,6 +15,7 @@ The rules are grouped by what they look at, one module each:
 - ``references``: UI views, apps, module dependencies, workspaces;
 - ``formulas``: expressions and the names they read;
 - ``contexts``: a page's contexts (ContextDecl);
+- ``consuming``: what apps offer each other (``interfaces``) and use (``consumes``);
 - ``signins``: a workspace's OpenID providers.
 """
 
@@ -24,6 +25,7 @@ from dap.config.errors import Problem
 from dap.config.specs import Spec
 from dap.config.validation import (
     behaviour,
+    consuming,
     contexts,
     fields,
     formulas,
@@ -63,6 +65,9 @@ RULES: tuple[Rule, ...] = (
     references.app_rules,
     formulas.expression_rules,
     contexts.page_context_rules,
+    consuming.interface_rules,
+    consuming.consume_rules,
+    consuming.page_call_rules,
     signins.provider_rules,
 )
 

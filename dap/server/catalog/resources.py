@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Any
 
 from dap.config import Spec
+from dap.config import offers as config_offers
 from dap.config.apps import ApprovalInboxSpec, AppSpec, FormSpec, PageSpec, TableSpec
 from dap.config.base import Record
 from dap.config.entities import EntitySpec, ExposeConfig
@@ -274,6 +275,8 @@ class Catalog:
     grpc_services: Mapping[str, machines.ServicePlan] = field(default_factory=dict)
     ws_services: Mapping[str, machines.ServicePlan] = field(default_factory=dict)
     datastores: Mapping[str, DatastoreSpec] = field(default_factory=dict)  # Datastore manifests (the bridge)
+    # services an app offers in its ``interfaces``, by service key, with the owning app (issue 47)
+    offers: Mapping[str, config_offers.Offer] = field(default_factory=dict)
 
     def resource(self, module: str, name: str) -> Resource | None:
         return self.resources.get(f"{module}/{name}")
@@ -407,6 +410,11 @@ class Catalog:
             services=_services(services, "rest"),
             grpc_services=_services(services, "grpc"),
             ws_services=_services(services, "ws"),
+            offers=MappingProxyType(
+                config_offers.offers(
+                    apps or {}, {k: [a.name for a in s.actions] for k, s in (services or {}).items()}
+                )
+            ),
         )
 
     @classmethod

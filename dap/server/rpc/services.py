@@ -294,6 +294,9 @@ async def _caller(
     return workspace, principal
 
 
+APP_METADATA = "dap-app"  # a service call made through an app names it here (issue 47)
+
+
 @dataclass(frozen=True)
 class ServiceActions:
     """The handlers of one ``Service`` manifest's gRPC service: its actions, and ``GetJob``."""
@@ -320,11 +323,14 @@ class ServiceActions:
             assert declared is not None
             workspace, principal = await _caller(self.app, context, optional=declared.public)
             catalog = self.app[state.SPEC].current
+            md = _metadata(context)
+            # the app the call is made through, metadata ``dap-app`` (``acting.on_behalf``)
+            pool = self.app[state.POOL]
+            await acting.admit(pool, workspace, catalog, principal, service, plan, md.get(APP_METADATA))
             handler = acting.service_handler(
                 catalog, principal, service, plan, self.app.get(sidecars.INVOKER)
             )
             body = codec.decode_struct(request.params) if request.HasField("params") else {}
-            md = _metadata(context)
             call = acting.ServiceCall(
                 self.app[state.POOL],
                 workspace,

@@ -10,6 +10,7 @@ and their plumbing::
     rest       list, find, create, update, delete
     moves      actions on one record (submit, cancel)
     trails     a record's audit trail
+    grants     grant requests between apps, and service calls made through an app
     filters    list query strings → a typed query (pure)
     openapi    OpenAPI 3.1 of a workspace
     ui_meta    UI metadata of apps, pages, forms

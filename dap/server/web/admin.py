@@ -27,6 +27,7 @@ from dap.server.access import accounts
 from dap.server.events import deadletter
 from dap.server.storage import db, workspaces
 from dap.server.web import requests
+from dap.server.workflows import granting
 
 log = logging.getLogger(__name__)
 HEALTH_TIMEOUT = 2.0
@@ -105,6 +106,9 @@ async def _register(request: web.Request) -> web.Response:
     async with db.connection(request.app[state.POOL]) as conn, db.committed(conn):
         workspace, created = await workspaces.register(conn, slug, name)
         code = await _setup_code(request, conn, workspace.tenant_id)
+        # the served apps ask each other's owners in the new workspace too (issue 47)
+        asks = granting.asks(request.app[state.SPEC].current)
+        await granting.request_all(conn, workspace.tenant_id, asks, f"registration of workspace {slug}")
     request.app[state.REGISTRY].forget(slug)
     log.info("workspace registered", extra={"ctx": {"workspace": slug, "created": created}})
     answer: dict[str, Any] = {"slug": workspace.slug, "created": created, "name": workspace.name}

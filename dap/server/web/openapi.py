@@ -18,7 +18,7 @@ from dap.server import state
 from dap.server.catalog import Catalog, Resource
 from dap.server.documents import lifecycle
 from dap.server.storage import tables
-from dap.server.web import approvals, notifications, openapi_files, openapi_jobs, schemas
+from dap.server.web import approvals, grants, notifications, openapi_files, openapi_jobs, schemas
 from dap.server.workflows import actions, filters, sidecars
 
 PROBLEM = {
@@ -345,6 +345,10 @@ def document(catalog: Catalog, slug: str, *, bridged: bool = False) -> dict[str,
         paths.update(approvals.openapi_paths(_responses, readable))
         components["Approval"] = approvals.APPROVAL_SCHEMA
     paths.update(openapi_jobs.service_paths(catalog, bridged=bridged))
+    through = grants.openapi_paths(catalog, paths, _responses)  # apps' grants (issue 47)
+    if through:
+        paths.update(through)
+        components["AppGrant"] = grants.GRANT_SCHEMA
     paths.update(notifications.openapi_paths(_responses))
     components["Notification"] = notifications.NOTIFICATION
     return {

@@ -12,6 +12,11 @@ or not exposed over REST → 404; the caller (a token, or none for a ``public: t
 ``required_permission`` → 401/403; what runs it → 501; params → 422; ``rate_limit`` → 429; then
 ``call: async`` queues a job (202, ``web.jobs``) and a synchronous call runs
 ``workflows.services`` (200 ``{"result", "event"}``, idempotent replays as for records).
+
+The same action called through an app, ``POST /{ws}/api/_apps/{app_module}/{app}/{module}/{service}/{action}``
+(``web.grants`` routes it here), is made on behalf of that app: after 401/403, a service another
+app offers answers 403 ``SVC.APP.GRANT_MISSING`` unless its owner granted the action
+(``acting.on_behalf``, ``workflows.granting``).
 """
 
 from __future__ import annotations
@@ -45,6 +50,13 @@ def serves(catalog: Catalog, module: str, name: str, action: str) -> bool:
     )
 
 
+def app_of(request: web.Request) -> str | None:
+    """The app a call is made through: the ``/_apps/{app_module}/{app}`` prefix of its path, the
+    only attribution REST reads (a header naming an app is ignored). Pure."""
+    match = request.match_info
+    return f"{match['app_module']}/{match['app']}" if "app_module" in match else None
+
+
 async def service_action(request: web.Request) -> web.Response:
     """The service action the path names (:func:`target` said it is one)."""
     workspace = await request.app[state.REGISTRY].resolve(request.match_info["ws"])
@@ -66,7 +78,8 @@ async def service_action(request: web.Request) -> web.Response:
         principal = await identity.authenticate(
             request.app, auth.bearer_token(header), workspace=workspace.slug, bind=True
         )
-    # 401/403, then 501s before anything is read or counted (sidecar without an app process)
+    # 401/403 (the caller's, the app's grant), then 501s before anything is read or counted
+    await acting.admit(request.app[state.POOL], workspace, catalog, principal, service, plan, app_of(request))
     handler = acting.service_handler(catalog, principal, service, plan, request.app.get(sidecars.INVOKER))
     body = await requests.read_body(request) if request.body_exists else {}
     key = request.headers.get(acting.key_header(declared))

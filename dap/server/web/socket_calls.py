@@ -17,7 +17,8 @@ run one at a time, in the order sent.
 
 Actions (``workflows.acting``, as REST's): a custom action or transition is its name as the
 ``verb`` with ``record``, ``body`` (its params), ``version``, ``idempotency_key`` and, for a job,
-``callback_url``; a ``Service``'s action is ``{"service": "module/name", "verb": action, "body"}``.
+``callback_url``; a ``Service``'s action is ``{"service": "module/name", "verb": action, "body"}``,
+with ``"app": "module/name"`` when it is made through an app (its grant is checked, issue 47).
 Their result frame is REST's JSON answer plus its ``status`` (200; 202 with ``data`` the job and
 ``location`` its REST address for ``call: async``, or a gated transition). ``{"verb": "_job",
 "entity"|"service": key, "job": id}`` reads a job (its caller's only). An action whose own
@@ -97,6 +98,9 @@ async def _service(
         return {"data": await _job(request, workspace, key, frame, principal)}
     plan = acting.plan_of(service, verb, ProtocolType.WS)
     app = request.app
+    through = frame.get("app")  # the app the call is made through (``acting.on_behalf``)
+    named = str(through) if through is not None else None
+    await acting.admit(app[state.POOL], workspace, catalog, principal, service, plan, named)
     handler = acting.service_handler(catalog, principal, service, plan, app.get(sidecars.INVOKER))
     body = _body(frame)
     call = acting.ServiceCall(

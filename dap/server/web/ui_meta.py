@@ -4,7 +4,9 @@ The spec names ``GET /{ws}/_ui/_meta/apps`` and leaves the payloads open; they a
 and documented in docs/server.md:
 
 * ``GET /{ws}/_ui/_meta/apps`` → ``{"data": [AppSummary]}``
-* ``GET /{ws}/_ui/_meta/apps/{module}/{app}`` → ``{"data": AppDetail}`` (pages resolved)
+* ``GET /{ws}/_ui/_meta/apps/{module}/{app}`` → ``{"data": AppDetail}`` (pages resolved; ``through``
+  the path prefix its service calls take, ``grants`` what it consumes of other apps and how far
+  each owner granted it: the one workspace datum here, about apps, never about records)
 * ``GET /{ws}/_ui/_meta/entities/{module}/{entity}`` → ``{"data": EntityMeta}`` (fields with
   captions, help, types, options; each action says how it is called: ``call``, ``track``, ``callback``)
 * ``GET /{ws}/_ui/_meta/services/{module}/{service}`` → ``{"data": ServiceMeta}`` (a service
@@ -29,9 +31,9 @@ from dap.config.enums import NaturalKeyEntry
 from dap.config.fields import Field
 from dap.server import errors, state
 from dap.server.catalog import Catalog, Resource, machines
-from dap.server.storage import numbering, records, tables
+from dap.server.storage import db, numbering, records, tables
 from dap.server.web import requests, ui_titles
-from dap.server.workflows import actions, sidecars
+from dap.server.workflows import actions, granting, sidecars
 
 UI_SURFACE = "ui"
 
@@ -436,7 +438,20 @@ async def app(request: web.Request) -> web.Response:
     key = f"{request.match_info['module']}/{request.match_info['app']}"
     if key not in catalog.apps:
         raise errors.NotFound(f"no app {key}", code="SVC.APP.NOT_FOUND")
-    return web.json_response({"data": _app_detail(key, catalog)})
+    detail = _app_detail(key, catalog)
+    # the UI calls services through the app (``web.grants``): the server attributes them by path
+    detail["through"] = f"api/_apps/{key}"
+    rows: list[dict[str, Any]] = []
+    if any(o.app != key for o in catalog.offers.values()) and catalog.apps[key].consumes:
+        workspace = await request.app[state.REGISTRY].resolve(request.match_info["ws"])
+        async with db.connection(request.app[state.POOL]) as conn:
+            rows = [
+                r
+                for r in await granting.listed(conn, workspace.tenant_id, None, None)
+                if r["consumer"] == key
+            ]
+    detail["grants"] = granting.consumed(key, catalog, rows)
+    return web.json_response({"data": detail})
 
 
 async def entity(request: web.Request) -> web.Response:

@@ -15,6 +15,7 @@ package applies them to a request::
     approvals_flow  a vote (approve or reject) in one transaction: quorum, steps, the transition
     gates      who may vote, what a vote is tied to, which step runs next (pure)
     inbox      the pending approvals a principal may vote on, across entities
+    granting   grant requests between apps (``dap.app_grants``): asked on deployment, decided by the owner
     escalations  ``escalation.after``: the due escalations fired once, by a loop in each server
     jobs       ``dap.jobs``: ``call: async`` actions queued, claimed, leased, finished
     worker     the job worker loop of one process (runs jobs, delivers callbacks)
@@ -32,8 +33,8 @@ package applies them to a request::
     seeding_rows   what a row is checked for before it writes: cells typed, verbs exposed, not stale (pure)
     seeding_users  seeded password accounts (``entity: users``), so a demo's people can sign in
 
-Modules load on first import (none is imported here): the boot path needs ``approvals_schema``
-and ``jobs`` (their tables) only. The events an action emits are written by
+Modules load on first import (none is imported here): the boot path needs ``approvals_schema``,
+``granting`` and ``jobs`` (their tables) only. The events an action emits are written by
 ``dap.server.events.outbox``.
 """
 
@@ -48,6 +49,7 @@ __all__ = [
     "escalations",
     "filters",
     "gates",
+    "granting",
     "handlers",
     "inbox",
     "jobs",

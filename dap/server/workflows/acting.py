@@ -12,9 +12,11 @@ protocol (REST ``web.moves``/``web.services``/``web.jobs``, gRPC ``rpc.services`
 - :func:`record_action` -- a custom action or transition on one record: ``call: async`` queues a
   tracked job (rate limit, the record's row scope, the callback URL, then the job row in the
   transaction that keeps the idempotency key's answer: 202), else ``operations.act`` (200/202);
-- :func:`service_handler` and :func:`service_action` -- a ``Service``'s action: the caller's
-  permission and runner (401/403/501), then params (422), ``rate_limit`` (429), and a job (202)
-  or one transaction (``workflows.services``, 200 ``{"result", "event"}``);
+- :func:`admit`, :func:`service_handler` and :func:`service_action` -- a ``Service``'s action:
+  the caller's permission (401/403), the grant of the app the call is made through
+  (:func:`on_behalf`, ``workflows.granting``: 403 ``SVC.APP.GRANT_MISSING``), the runner (501),
+  then params (422), ``rate_limit`` (429), and a job (202) or one transaction
+  (``workflows.services``, 200 ``{"result", "event"}``);
 - :func:`find_job` -- a job as its caller sees it (404 for anyone else).
 
 Answers are ``idempotency.Answer`` (status, JSON text, headers): what an idempotent repeat replays,
@@ -32,6 +34,7 @@ from typing import Any
 
 import asyncpg
 
+from dap.config import offers
 from dap.config.actions import Action
 from dap.config.enums import CallMode, ProtocolType
 from dap.server import errors
@@ -41,7 +44,7 @@ from dap.server.documents import idempotency
 from dap.server.events import plans
 from dap.server.storage import db
 from dap.server.storage.workspaces import Workspace
-from dap.server.workflows import actions, callbacks, jobs, operations, services, sidecars, worker
+from dap.server.workflows import actions, callbacks, granting, jobs, operations, services, sidecars, worker
 
 JOB_NOT_FOUND = "SVC.JOB.NOT_FOUND"
 _NAMES = {ProtocolType.REST: "REST", ProtocolType.GRPC: "gRPC", ProtocolType.WS: "ws"}
@@ -267,6 +270,54 @@ def service_handler(
     return actions.runner(service.key, plan, invoker)
 
 
+def on_behalf(
+    catalog: Catalog, app: str | None, service: machines.ServicePlan, plan: machines.ActionPlan
+) -> tuple[str, str] | None:
+    """The (consumer, owner) whose grant a call made through ``app`` needs, or ``None`` when it
+    needs none: a call through no app, through the app that offers the service, or to a service
+    no app offers. 404 ``SVC.APP.NOT_FOUND`` for an app the catalog does not declare; 403
+    ``SVC.APP.GRANT_MISSING`` when ``app`` does not declare consuming the action. Pure.
+
+    ``app`` is where the client sent the call (a REST path prefix, gRPC metadata, a ws frame's
+    field): it only ever narrows what the caller's own permissions allow, never widens it, so a
+    client naming another app gains nothing it could not do by calling through no app at all.
+    """
+    if app is None:
+        return None
+    declared = catalog.apps.get(app)
+    if declared is None:
+        raise errors.NotFound(f"no app {app!r} is declared in this workspace", code=granting.APP_NOT_FOUND)
+    offer = catalog.offers.get(service.key)
+    if offer is None or offer.app == app:
+        return None
+    if plan.name not in offer.actions:
+        raise granting.refusal(app, offer.app, service.key, plan.name, "not_offered")
+    asked = offers.consumed(declared, app, offer.app, service.key)
+    if asked is None or (asked and plan.name not in asked):
+        raise granting.refusal(app, offer.app, service.key, plan.name, None)
+    return app, offer.app
+
+
+async def admit(
+    pool: asyncpg.Pool,
+    workspace: Workspace,
+    catalog: Catalog,
+    principal: auth.Principal,
+    service: machines.ServicePlan,
+    plan: machines.ActionPlan,
+    app: str | None,
+) -> None:
+    """401/403 unless the caller may call the action (``services.permit``), then, for a call made
+    through ``app``, 404/403 unless that app may (:func:`on_behalf`, the owner's grant read from
+    ``dap.app_grants``). Before :func:`service_handler`'s 501: a refusal is the same whether or
+    not this server can run the action."""
+    services.permit(catalog, principal, service, plan)
+    needed = on_behalf(catalog, app, service, plan)
+    if needed is not None:
+        async with db.connection(pool) as conn:
+            await granting.check(conn, workspace.tenant_id, *needed, service.key, plan.name)
+
+
 @dataclass(frozen=True)
 class ServiceCall:
     """One call of a service action: where, who, and which action of which service."""
@@ -290,8 +341,9 @@ async def service_action(
     ip: str,
     queue: Queue,
 ) -> idempotency.Answer:
-    """Run a service action (:func:`service_handler` passed): params (422), ``rate_limit`` (429),
-    then a job (202) for ``call: async``, else one transaction (200 ``{"result", "event"?}``)."""
+    """Run a service action (:func:`admit` and :func:`service_handler` passed): params (422),
+    ``rate_limit`` (429), then a job (202) for ``call: async``, else one transaction (200
+    ``{"result", "event"?}``)."""
     plan, principal, tenant = call.plan, call.principal, call.workspace.tenant_id
     declared = plan.declared
     assert declared is not None

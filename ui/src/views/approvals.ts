@@ -12,6 +12,7 @@ import type { AppDetail, Approval, EntityMeta, Gate, InboxComp, Row } from "../m
 import { pageHref } from "../route";
 import { entityMeta } from "../store";
 import { formPage } from "../titles";
+import { GrantRequests } from "./grants";
 import { relationLabels } from "./table";
 
 /** The ids of the approvals the caller may vote on now (entity: one entity's only). */
@@ -176,5 +177,6 @@ export function InboxBlock({ name, inbox, app }: { name: string; inbox: InboxCom
         </tr>`;
       })}</tbody>
     </table>`}
+    <${GrantRequests} />
   </div>`;
 }

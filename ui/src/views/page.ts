@@ -4,6 +4,7 @@
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import { Problem, call, get } from "../api";
 import { type ContextDecl, type Env, type Loader, type Memo, type Resolved, fillProps, forget, qualified, resolveContexts, textOf } from "../contexts";
+import { blockedBlock, blockedContexts } from "../grants";
 import { html } from "../html";
 import { listen } from "../live";
 import type { AppDetail, Block, Component, Me, PageMeta, Row, TableComp } from "../meta";
@@ -47,8 +48,9 @@ export function RegionBlock({ app, me, name, refName }: { app: AppDetail; me: Me
 }
 
 /** Where contexts come from: the REST API with the caller's token (its permissions, row scope and
- * field rules); a record that is not there (404) is nothing, any other refusal a failure. */
-const loader: Loader = {
+ * field rules); a record that is not there (404) is nothing, any other refusal a failure. Service
+ * calls go ``through`` the app (``api/_apps/{app}``): the server checks the owner's grant by it. */
+const loaderFor = (through: string): Loader => ({
   async record(entity, id) {
     const meta = await entityMeta(entity);
     if (!meta.api || !meta.rest.includes("find")) throw new Error(`${entity} is not readable over REST`);
@@ -66,16 +68,16 @@ const loader: Loader = {
     return { rows: (await get<Row[]>(query ? `${meta.api}?${query}` : meta.api)).data, fields: meta.fields };
   },
   async call(module, service, action, params) {
-    const answer = await call<{ result?: unknown }>("POST", `api/${module}/${service}/${action}`, params);
+    const answer = await call<{ result?: unknown }>("POST", `${through}/${module}/${service}/${action}`, params);
     return answer.data?.result ?? null;
   },
-};
+});
 
 const NONE: Resolved = { values: {}, typed: {}, problems: {}, targets: [] };
 
 /** The page's contexts, resolved when it opens; a realtime context reads its record (or list)
  * again on each of its entity's live events (150 ms batches), the others keep what they read. */
-function usePageContexts(decls: ContextDecl[], env: Env): Resolved | null {
+function usePageContexts(decls: ContextDecl[], env: Env, loader: Loader): Resolved | null {
   const memo = useRef<Memo>(new Map());
   const [resolved, setResolved] = useState<Resolved | null>(decls.length ? null : NONE);
   const [tick, setTick] = useState(0);
@@ -128,8 +130,12 @@ function SummaryBlock({ props, index }: { props: Record<string, unknown>; index:
 export function PageView({ app, page, id, query, me, setCrumb }: Props) {
   const [selected, setSelected] = useState<Record<string, string | null>>({});
   const env: Env = { session: { username: me.username, roles: me.roles }, route: { ...Object.fromEntries(query), ...(id ? { id } : {}) } };
-  const decls = useMemo(() => qualified(page.context ?? [], page.name.split("/")[0]), [page]);
-  const contexts = usePageContexts(decls, env);
+  const all = useMemo(() => qualified(page.context ?? [], page.name.split("/")[0]), [page]);
+  // contexts calling an action another app has not granted this one are not run (grants.ts)
+  const blocked = useMemo(() => blockedContexts(all, app.grants ?? [], app.title), [all, app]);
+  const decls = useMemo(() => all.filter((d) => !(d.name in blocked)), [all, blocked]);
+  const loader = useMemo(() => loaderFor(app.through ?? "api"), [app]);
+  const contexts = usePageContexts(decls, env, loader);
   useEffect(() => {
     document.title = `${page.title ?? page.name} · ${app.title}`;
     setCrumb(null);
@@ -140,6 +146,8 @@ export function PageView({ app, page, id, query, me, setCrumb }: Props) {
   const render = (block: Block, index: number) => {
     const c = component(block.ref);
     const key = block.id ?? `block-${index}`;
+    const missing = blockedBlock(block, blocked);
+    if (missing) return html`<section class="block blocked"><p class="muted" role="note">${missing}</p></section>`;
     if (!block.ref && !block.asset && block.props) {
       if (!contexts) return html`<section class="block summary" aria-busy="true"><p class="muted">Loading…</p></section>`;
       const props = fillProps(block.props, scope);
@@ -189,6 +197,9 @@ export function PageView({ app, page, id, query, me, setCrumb }: Props) {
     <h1>${page.title ?? page.name}</h1>
     ${contexts && Object.keys(contexts.problems).length > 0 && html`<div class="error context-problems" role="status">
       ${Object.entries(contexts.problems).map(([name, why]) => html`<p>Context ${name}: ${why}</p>`)}
+    </div>`}
+    ${Object.keys(blocked).length > 0 && html`<div class="notice grants-missing" role="status">
+      ${Object.entries(blocked).map(([name, why]) => html`<p>${name}: ${why}</p>`)}
     </div>`}
     <div class="blocks">${page.blocks.map((b, i) => html`<${Guard} key=${b.id ?? i}>${render(b, i)}<//>`)}</div>
   </div>`;
