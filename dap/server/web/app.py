@@ -32,7 +32,7 @@ from dap.server import booting, errors, metrics, options, state
 from dap.server.access import auth
 from dap.server.catalog import Catalog
 from dap.server.events import brokers, channels, dispatcher, feed, measures
-from dap.server.storage import building, caching, db, workspaces
+from dap.server.storage import building, caching, db, guarding, workspaces
 from dap.server.web import (
     admin,
     approvals,
@@ -254,6 +254,7 @@ def build_app(
     """The tenant-facing application (REST, UI metadata, setup, login, OpenAPI, UI bundle)."""
     meter = metrics.Metrics()
     meter.watch_pool(lambda: (pool.get_size(), pool.get_idle_size(), pool.get_max_size()))
+    meter.registry.register(guarding.GuardCollector())  # lists no index serves (storage.guarding)
     app = web.Application(client_max_size=opts.max_body_bytes)
     app[protocol.FRONT] = _front(app, opts, meter)  # run by the server in front of the app's handler
     app[state.OPTIONS] = opts
