@@ -264,3 +264,15 @@ async def test_a_list_that_loses_its_index_is_sorted(filled: tuple[asyncpg.Pool,
             await tx.rollback()  # the indexes come back for the other tests
     kinds = {n["Node Type"] for n in nodes}
     assert {"Sort", "Incremental Sort"} & kinds or not ({n.get("Index Name") for n in nodes} & serving), label
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_the_engine_indexes_shown_exist(filled: tuple[asyncpg.Pool, Catalog]) -> None:
+    pool, _ = filled
+    found = {
+        (r["schemaname"] + "." + r["tablename"], r["indexname"])
+        for r in await pool.fetch(
+            "SELECT schemaname, tablename, indexname FROM pg_indexes WHERE schemaname = 'dap'"
+        )
+    }
+    assert {(table, index) for table, index, _ in indexing.ENGINE} <= found

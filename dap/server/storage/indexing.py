@@ -403,6 +403,27 @@ def apply(tables: tuple[Table, ...], derivation: Derivation) -> tuple[Table, ...
     return tuple(out)
 
 
+# The engine's own queries run on platform tables whose DDL declares their indexes (each module's
+# ``ensure_schema``); listed here with what they serve, so ``dap schema --indexes`` shows them too
+# (tests/server/test_indexing.py checks that each exists).
+ENGINE: tuple[tuple[str, str, str], ...] = (
+    (
+        "dap.approvals",
+        "approvals_inbox",
+        "the approval inbox: a tenant's pending approvals by created_at, id",
+    ),
+    ("dap.approvals", "approvals_one_open", "one pending approval per record; a record's approvals"),
+    ("dap.approvals", "approvals_due", "escalations: pending approvals by escalate_at"),
+    ("dap.approval_votes", "approval_votes_one", "a voter's vote on a step (the inbox's NOT EXISTS)"),
+    ("dap.jobs", "jobs_open", "the job worker's claim: queued and running jobs by created_at"),
+    ("dap.jobs", "jobs_callbacks", "job callbacks due"),
+    ("dap.outbox", "outbox_undelivered", "the events dispatcher: undelivered events by id"),
+    ("dap.outbox", "outbox_record_undelivered", "a record's undelivered events, in order"),
+    ("dap.outbox", "outbox_seq", "the event feed: events after a sequence number"),
+    ("dap.notifications", "notifications_user", "a user's notifications, newest first"),
+)
+
+
 def render(derivation: Derivation) -> str:
     """Every index with the lists it serves, for people (``dap schema --indexes``)."""
     lines: list[str] = []
@@ -418,5 +439,7 @@ def render(derivation: Derivation) -> str:
         unique = "unique " if i.unique else ""
         lines.append(f"  {unique}{i.name} ({cols}){where} [{d.origin}]")
         lines += [f"      serves {s}" for s in d.serves]
+    lines.append("engine (declared by the platform tables):")
+    lines += [f"  {index} on {table}\n      serves {what}" for table, index, what in ENGINE]
     lines += [f"warning: {w}" for w in derivation.warnings]
     return "\n".join(lines)
