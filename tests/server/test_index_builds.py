@@ -19,6 +19,7 @@ from dap.server import booting
 from dap.server.catalog import Catalog
 from dap.server.storage import building, db, schema_sync
 from tests.conftest import drop_database, new_database
+from tests.server.conftest import running
 
 TENANT = uuid.UUID(int=7)
 ROWS = 50_000
@@ -29,7 +30,8 @@ def _catalog(*, indexed: bool) -> Catalog:
         {"name": "captain", "type": "string"},
         {"name": "berth", "type": "integer", "index": indexed},
     ]
-    return Catalog.build({"sea/ship": EntitySpec.model_validate({"fields": fields})})
+    spec = {"fields": fields, "expose": [{"type": "rest"}]}
+    return Catalog.build({"sea/ship": EntitySpec.model_validate(spec)})
 
 
 @pytest_asyncio.fixture(loop_scope="function")
@@ -101,6 +103,10 @@ async def test_an_index_on_a_filled_table_is_built_online_and_a_dead_build_is_re
         await other.execute("RESET lock_timeout")
     await asyncio.sleep(0.2)
     assert any(r.getMessage() == "index build progress" for r in caplog.records)
+    for _ in range(400):  # the build's catalog entry is committed (it waits for the writer now)
+        if await _validity(pool, name) is not None:
+            break
+        await asyncio.sleep(0.025)
     # the build dies: the server stopped (its task cancelled) or its backend killed
     if death == "cancelled":
         task.cancel()
@@ -153,3 +159,43 @@ async def test_one_process_builds_at_a_time(pool: asyncpg.Pool) -> None:
         assert await building.build(pool, catalog.tables) == [], "another process holds the builder's lock"
         await holder.execute("SELECT pg_advisory_unlock($1)", building.LOCK_KEY)
     assert len(await building.build(pool, catalog.tables)) == 1
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_the_server_serves_while_its_index_builds(pool: asyncpg.Pool, pg_server_dsn: str) -> None:
+    catalog = _catalog(indexed=True)
+    dsn = pool._connect_args[0]  # type: ignore[attr-defined]  # the fixture's database
+    writer = await pool.acquire()
+    tx = writer.transaction()
+    await tx.start()  # an open write: the concurrent build waits for it, the server must not
+    rolled = False
+    await writer.execute(
+        'INSERT INTO "sea__ship" (tenant_id, captain, berth) VALUES ($1, $2, $3)', TENANT, "w", 1
+    )
+    try:
+        async with running(dsn, catalog) as srv:
+            await _building(pool)  # started by the server in the background
+            url = f"{srv.api}/default/api/sea/ship"
+            async with srv.http.post(url, json={"captain": "c", "berth": 3}, headers=srv.auth()) as resp:
+                assert resp.status == 201, await resp.text()
+            async with srv.http.get(f"{url}?limit=2", headers=srv.auth()) as resp:
+                assert resp.status == 200, await resp.text()
+            (name,) = [
+                i.name for t in catalog.tables for i in t.indexes if i.columns == ("tenant_id", "berth")
+            ]
+            for _ in range(400):  # the build's catalog entry commits just after its progress row shows
+                if await _validity(pool, name) is not None:
+                    break
+                await asyncio.sleep(0.025)
+            assert await _validity(pool, name) is False, "still building"
+            await tx.rollback()
+            rolled = True
+            for _ in range(400):
+                if await _validity(pool, name):
+                    break
+                await asyncio.sleep(0.05)
+            assert await _validity(pool, name) is True
+    finally:
+        if not rolled:
+            await tx.rollback()
+        await pool.release(writer)
