@@ -13,6 +13,7 @@ from typing import Any
 import asyncpg
 import pytest
 import pytest_asyncio
+from prometheus_client import CollectorRegistry, generate_latest
 
 from dap.config.entities import EntitySpec
 from dap.server import booting
@@ -103,6 +104,10 @@ async def test_an_index_on_a_filled_table_is_built_online_and_a_dead_build_is_re
         await other.execute("RESET lock_timeout")
     await asyncio.sleep(0.2)
     assert any(r.getMessage() == "index build progress" for r in caplog.records)
+    registry = CollectorRegistry()
+    registry.register(building.ProgressCollector())
+    shown = generate_latest(registry).decode()
+    assert f'dap_index_build_total{{index="{name}",phase="waiting for writers before build"}}' in shown
     for _ in range(400):  # the build's catalog entry is committed (it waits for the writer now)
         if await _validity(pool, name) is not None:
             break

@@ -12,7 +12,8 @@ steps and this module builds them afterwards, while the server is serving:
 - then it drops the indexes that gave way (``dap.index_drops``), concurrently as well;
 - one process builds at a time (a session advisory lock); another that finds it taken skips;
 - while a build runs, its progress (``pg_stat_progress_create_index``) is logged every few seconds
-  and kept in :data:`PROGRESS` for the metrics.
+  and kept in :data:`PROGRESS` for the metrics (:class:`ProgressCollector`: ``dap_index_build_done``
+  and ``dap_index_build_total`` by index and phase, ``dap_index_builds_total{result}``).
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from dap.server.storage import db
 from dap.server.storage.tables import Index, Table, quote
@@ -191,3 +194,27 @@ def _report(task: asyncio.Task[list[str]]) -> None:
     exc = task.exception()
     if exc is not None:
         log.error("index builds stopped", extra={"ctx": {"error": f"{exc.__class__.__name__}: {exc}"}})
+
+
+class ProgressCollector(Collector):
+    """``dap_index_build_done``/``_total`` (blocks or tuples of the build under way, by index and
+    phase) and ``dap_index_builds_total{result}`` of this process."""
+
+    def __init__(self, progress: Progress = PROGRESS) -> None:
+        self._progress = progress
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        p = self._progress
+        done = GaugeMetricFamily(
+            "dap_index_build_done", "work done by the index build under way", labels=["index", "phase"]
+        )
+        total = GaugeMetricFamily(
+            "dap_index_build_total", "work of the index build under way", labels=["index", "phase"]
+        )
+        if p.index:
+            done.add_metric([p.index, p.phase], p.done)
+            total.add_metric([p.index, p.phase], p.total)
+        builds = CounterMetricFamily("dap_index_builds", "online index builds finished", labels=["result"])
+        builds.add_metric(["built"], p.built)
+        builds.add_metric(["failed"], p.failed)
+        yield from (done, total, builds)

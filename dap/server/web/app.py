@@ -255,6 +255,7 @@ def build_app(
     meter = metrics.Metrics()
     meter.watch_pool(lambda: (pool.get_size(), pool.get_idle_size(), pool.get_max_size()))
     meter.registry.register(guarding.GuardCollector())  # lists no index serves (storage.guarding)
+    meter.registry.register(building.ProgressCollector())  # online index builds (storage.building)
     app = web.Application(client_max_size=opts.max_body_bytes)
     app[protocol.FRONT] = _front(app, opts, meter)  # run by the server in front of the app's handler
     app[state.OPTIONS] = opts
