@@ -121,6 +121,13 @@ def test_derivation_rules(views: list[tuple[str, Any]], expected: set[tuple[str,
     assert {cols for (cols, _, _), d in found.items() if d.origin == "unique"} == {("tenant_id", "code")}
 
 
+def test_a_table_without_filters_gets_the_entity_filters() -> None:
+    # the UI offers the entity's own filters on a Table that declares none (ui/src/views/table.ts)
+    ship = {**SHIP, "filters": [{"field": "captain", "type": "select"}]}
+    found, _ = _derive([("sea/t", _table(sort="berth"))], ship)
+    assert found[(("tenant_id", "captain", "berth", "id"), (), None)].serves == ("table sea/t",)
+
+
 def test_directions_are_kept_relative_to_the_first_sort_key() -> None:
     found, _ = _derive([("sea/t", _table(sort="-berth,captain"))])
     (key,) = [k for k, d in found.items() if d.origin == "derived"]

@@ -1,10 +1,11 @@
 """Derived indexes: the composite indexes that serve every list the manifests declare. Pure.
 
-The manifests say which queries the server will run on an entity's table: a Table's filters,
-fixed filters and sort, a Kanban's column (its ``group_by`` value), a Listing's filters, the
-relation picker of every relation field (the target sorted by its display field), and on all of
-them the entity's row scope (assignments and session filters: an equality the server always adds;
-constant fixed filters). From those this module computes indexes in the one shape a B-tree serves a
+The manifests say which queries the server will run on an entity's table: a Table's filters (the
+entity's own ``filters`` when the Table declares none, as the UI does), fixed filters and sort, a
+Kanban's column (its ``group_by`` value), a Listing's filters, the relation picker of every
+relation field (the target sorted by its display field), and on all of them the entity's row
+scope (assignments and session filters: an equality the server always adds; constant fixed
+filters). From those this module computes indexes in the one shape a B-tree serves a
 list with: ``tenant_id``, then the columns compared for equality, then the range or sort column(s),
 then ``id`` (the REST list's tie-breaker, so a page is read in index order and the scan stops at
 ``LIMIT``). The rules, in order:
@@ -184,7 +185,10 @@ def declared_lists(
         spec = entities.get(entity)
         if spec is None:
             continue
-        optional, ranges, residual = _filters(view.filters)
+        declared = view.filters
+        if isinstance(view, TableSpec) and not declared:  # the UI offers the entity's own then
+            declared = tuple(f for f in spec.filters if f.from_ is None)
+        optional, ranges, residual = _filters(declared)
         if isinstance(view, TableSpec):
             source, equal, sort = (
                 f"table {key}",
