@@ -14,7 +14,7 @@ import click
 from dap import __version__
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "validate": ("dap.config.cli:validate", "validate a manifest directory"),
+    "validate": ("dap.server.cli:validate", "validate a manifest directory (and what no index serves)"),
     "schema": (
         "dap.server.cli:schema",
         "print the JSON Schema (draft-07) of every manifest kind, or --proto DIR: the gRPC .proto",

@@ -30,7 +30,7 @@ from aiohttp import web
 
 from dap import config, server
 from dap.resource_pod import errors
-from dap.server.storage import db, schema_sync, tables, workspaces
+from dap.server.storage import building, db, schema_sync, tables, workspaces
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,14 @@ async def migrate(app: web.Application, catalog: server.Catalog) -> int:
         raise errors.LoadError(f"schema sync failed: {exc}") from exc
     except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         raise errors.LoadError(f"schema sync failed: {type(exc).__name__}: {exc}") from exc
+    if any(step.online for step in plan.steps):  # indexes on filled tables: built while serving
+        task = asyncio.create_task(building.build(_pool(app), catalog.tables))
+        _BUILDS.add(task)
+        task.add_done_callback(_BUILDS.discard)
     return len(plan.steps)
+
+
+_BUILDS: set[asyncio.Task[list[str]]] = set()  # online index builds under way (kept from the collector)
 
 
 async def refused_steps(app: web.Application, catalog: server.Catalog) -> list[str]:

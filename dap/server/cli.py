@@ -301,7 +301,12 @@ async def _migrate(dsn: str, catalog: Catalog, *, dry_run: bool) -> None:
                 click.echo("nothing applied" if dry_run else "schema is up to date")
                 return
         await booting.prepare_database(pool, catalog, allow_destructive=True)
-        click.echo(f"applied {len(plan.steps)} step(s)")
+        from dap.server.storage import building
+
+        built = await building.build(pool, catalog.tables)  # the online steps, waited for here
+        click.echo(
+            f"applied {len(plan.steps)} step(s)" + (f", {len(built)} index(es) built online" if built else "")
+        )
     finally:
         await pool.close()
 
@@ -396,9 +401,24 @@ async def _seed(dsn: str, catalog: Catalog, slug: str, rows: Sequence[Any]) -> A
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="print instead the .proto text of the gRPC services of this manifest directory",
 )
-def schema(indent: int, proto_spec: Path | None) -> None:
+@click.option(
+    "--indexes",
+    "index_spec",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="print instead every index of this manifest directory's tables, with the lists each serves",
+)
+def schema(indent: int, proto_spec: Path | None, index_spec: Path | None) -> None:
     """Print the JSON Schema (draft-07) of every manifest kind, or with --proto DIR the .proto text
-    of the gRPC services DIR's entities expose (the schema `dap serve --grpc-addr` reflects)."""
+    of the gRPC services DIR's entities expose (the schema `dap serve --grpc-addr` reflects), or
+    with --indexes DIR the indexes of DIR's tables and the declared lists each serves."""
+    if index_spec is not None:
+        from dap.server.storage import indexing
+
+        try:
+            click.echo(indexing.render(load_catalog(index_spec).indexes))
+        except errors.BootRefused as exc:
+            _refuse(str(exc), exc.exit_code)
+        return
     if proto_spec is None:
         from dap.config import cli as config_cli
 
@@ -411,3 +431,17 @@ def schema(indent: int, proto_spec: Path | None) -> None:
     from dap.server.rpc import descriptors
 
     click.echo(descriptors.proto_text(descriptors.files(catalog)))
+
+
+@click.command()
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+def validate(directory: Path) -> None:
+    """Validate the manifests in DIRECTORY and summarise them; warn of a declared filter or sort
+    that no index serves (``storage.indexing``)."""
+    from dap.config import cli as config_cli
+    from dap.config import loading
+
+    config_cli.validate.callback(directory)  # type: ignore[misc]  # exits 1 when invalid
+    catalog = Catalog.from_spec(loading.load_spec(directory))
+    for warning in catalog.indexes.warnings:
+        click.echo(f"warning: {warning}", err=True)

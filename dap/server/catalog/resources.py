@@ -26,7 +26,7 @@ from dap.config.platform import ApiGRPCConfig, DatastoreSpec, ServiceSpec, Works
 from dap.config.roles import RoleSpec
 from dap.server.catalog import machines, plans
 from dap.server.catalog.grants import Grants
-from dap.server.storage import caching, records, tables
+from dap.server.storage import caching, indexing, records, tables
 from dap.server.storage.tables import Table
 
 REST_SURFACE = "rest"
@@ -277,6 +277,8 @@ class Catalog:
     datastores: Mapping[str, DatastoreSpec] = field(default_factory=dict)  # Datastore manifests (the bridge)
     # services an app offers in its ``interfaces``, by service key, with the owning app (issue 47)
     offers: Mapping[str, config_offers.Offer] = field(default_factory=dict)
+    # the tables' indexes with the declared lists each serves (``storage.indexing``, issue 48)
+    indexes: indexing.Derivation = field(default_factory=lambda: indexing.Derivation((), ()))
 
     def resource(self, module: str, name: str) -> Resource | None:
         return self.resources.get(f"{module}/{name}")
@@ -314,7 +316,11 @@ class Catalog:
         every consumer of the catalog (tables, migrations, records, OpenAPI, UI) sees it alike.
         """
         entities = {key: machines.with_state(spec) for key, spec in entities.items()}
-        all_tables = tables.all_tables(entities)
+        declared = [*(views or {}).items(), *(ui_parts or {}).items()]
+        derivation = indexing.derive(
+            tables.all_tables(entities), entities, indexing.declared_lists(entities, declared)
+        )
+        all_tables = indexing.apply(tables.all_tables(entities), derivation)
         by_entity: dict[str, list[Table]] = {}
         for t in all_tables:
             by_entity.setdefault(t.entity, []).append(t)
@@ -404,6 +410,7 @@ class Catalog:
             ui_parts=MappingProxyType(dict(ui_parts or {})),
             workspaces=MappingProxyType(dict(workspaces or {})),
             datastores=MappingProxyType(dict(datastores or {})),
+            indexes=derivation,
             referrers=MappingProxyType(_referrers(entities, by_entity)),
             grants=grants,
             inboxes=MappingProxyType(dict(inboxes or {})),

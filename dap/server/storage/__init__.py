@@ -9,7 +9,10 @@ all build on it). Its modules are its face; siblings elsewhere import them from 
     deferred     a transaction begun by the first statement that needs it (lone statements)
     tables       entities → tables, columns, indexes, shortened identifiers (pure)
     migrations   stored registry + manifests → ordered, classified steps (pure)
+    indexing     the declared lists → the composite indexes that serve them (pure)
     schema_sync  applying a plan to Postgres and recording it
+    building     the online index builds (CREATE INDEX CONCURRENTLY), resumed after a crash
+    guarding     a list no index serves on a big tenant: logged once, counted
     queries      the typed list query and the system columns as fields (pure)
     sql          parameterised statements of the REST actions (pure)
     records      field values in and out, per FieldType (pure)
@@ -24,11 +27,14 @@ migration needs.
 """
 
 __all__ = [
+    "building",
     "caching",
     "cells",
     "db",
     "deferred",
     "files",
+    "guarding",
+    "indexing",
     "migrations",
     "numbering",
     "queries",

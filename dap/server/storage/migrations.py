@@ -8,7 +8,9 @@ it: ``removed: true`` drops a column, ``renamed_from`` renames one, ``accept_dat
 ``reason`` allows a lossy type change. A destructive change without its declaration is a
 *blocker*: nothing may be applied while one exists.
 
-Safe steps run at boot; declared destructive ones only through ``dap migrate``. Tables whose
+Safe steps run at boot; declared destructive ones only through ``dap migrate``. A non-unique index
+on a table that exists already is an *online* step: built with ``CREATE INDEX CONCURRENTLY`` after
+the migration commits (``storage.building``), and an index that gives way is dropped after them. Tables whose
 entity disappeared from the manifests are left in place (there is no declaration that drops a
 table); the plan lists them as notes.
 
@@ -43,6 +45,10 @@ class Step:
     statements: tuple[str, ...]
     safety: Safety = Safety.SAFE
     reason: str | None = None
+    # built with CREATE INDEX CONCURRENTLY after the migration commits (``storage.building``): a
+    # non-unique index on a table that exists already, which may hold millions of rows
+    online: bool = False
+    index: str | None = None  # the index a create_index or drop_index step is about
 
     @property
     def destructive(self) -> bool:
@@ -71,7 +77,8 @@ class Plan:
         ]
         for i, s in enumerate(self.steps, 1):
             why = f" — reason: {s.reason}" if s.reason else ""
-            lines.append(f"  {i:3}. [{s.safety}] {s.description}{why}")
+            online = ", online" if s.online else ""
+            lines.append(f"  {i:3}. [{s.safety}{online}] {s.description}{why}")
         lines += [f"  BLOCKED: {b}" for b in self.blockers]
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
@@ -98,9 +105,18 @@ def table_to_json(t: Table) -> dict[str, Any]:
             }
             for c in t.columns
         ],
-        "indexes": [{"name": i.name, "columns": list(i.columns), "unique": i.unique} for i in t.indexes],
+        "indexes": [_index_to_json(i) for i in t.indexes],
         "aliases": dict(t.aliases),
     }
+
+
+def _index_to_json(i: Index) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": i.name, "columns": list(i.columns), "unique": i.unique}
+    if i.descending:  # written only when set, so registries from before derived indexes still match
+        out["descending"] = list(i.descending)
+    if i.where:
+        out["where"] = i.where
+    return out
 
 
 def table_from_json(data: Mapping[str, Any]) -> Table:
@@ -117,7 +133,16 @@ def table_from_json(data: Mapping[str, Any]) -> Table:
             )
             for c in data["columns"]
         ),
-        indexes=tuple(Index(i["name"], tuple(i["columns"]), bool(i["unique"])) for i in data["indexes"]),
+        indexes=tuple(
+            Index(
+                i["name"],
+                tuple(i["columns"]),
+                bool(i["unique"]),
+                descending=tuple(i.get("descending") or ()),
+                where=i.get("where"),
+            )
+            for i in data["indexes"]
+        ),
         aliases=dict(data.get("aliases") or {}),
     )
 
@@ -189,14 +214,19 @@ def _create_table(t: Table) -> list[Step]:
     return steps
 
 
-def _create_index(t: Table, i: Index) -> Step:
-    unique = "UNIQUE " if i.unique else ""
-    cols = ", ".join(quote(c) for c in i.columns)
+def _create_index(t: Table, i: Index, *, existing: bool = False) -> Step:
+    """A new index; on a table that ``existing`` already holds rows, a non-unique one is built
+    online. A unique one stays in the migration: a duplicate must refuse the change, as before."""
+    unique = "unique " if i.unique else ""
+    online = existing and not i.unique
+    where = f" where {i.where}" if i.where else ""
     return Step(
         "create_index",
         t.name,
-        f"create {unique.lower()}index {i.name} on {t.name} ({', '.join(i.columns)})",
-        (f"CREATE {unique}INDEX {quote(i.name)} ON {quote(t.name)} ({cols})",),
+        f"create {unique}index {i.name} on {t.name} ({', '.join(i.columns)}){where}",
+        (i.ddl(t.name, concurrently=online),),
+        online=online,
+        index=i.name,
     )
 
 
@@ -273,12 +303,23 @@ def _alter_table(prior: Table, t: Table, decls: Mapping[str, Field]) -> tuple[li
     want_idx = {i.name: i for i in t.indexes}
     for name, i in prior_idx.items():
         if want_idx.get(name) != i:
+            # dropped after the online builds (the index it gives way to may be one of them), unless
+            # an index of its name replaces it now
+            online = not i.unique and name not in want_idx
+            verb = "DROP INDEX CONCURRENTLY" if online else "DROP INDEX"
             steps.append(
-                Step("drop_index", t.name, f"drop index {name}", (f"DROP INDEX IF EXISTS {quote(name)}",))
+                Step(
+                    "drop_index",
+                    t.name,
+                    f"drop index {name}",
+                    (f"{verb} IF EXISTS {quote(name)}",),
+                    online=online,
+                    index=name,
+                )
             )
     for name, i in want_idx.items():
         if prior_idx.get(name) != i:
-            steps.append(_create_index(t, i))
+            steps.append(_create_index(t, i, existing=True))
     return steps, blockers
 
 

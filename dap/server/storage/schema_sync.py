@@ -9,6 +9,11 @@ processes booting at once cannot both migrate, and a failed step changes nothing
 At boot (``allow_destructive=False``) any destructive step refuses the boot and changes nothing;
 ``dap migrate`` passes ``allow_destructive=True``. Blockers (undeclared destructive changes)
 refuse both.
+
+Online steps (``Step.online``: a non-unique index on a table that exists already, and an index
+that gives way) are not run here: the migration commits without them, the indexes it describes
+are built by ``storage.building`` with ``CREATE INDEX CONCURRENTLY`` (which cannot run in a
+transaction), and the drops wait in ``dap.index_drops`` until those builds are done.
 """
 
 from __future__ import annotations
@@ -52,6 +57,11 @@ CREATE TABLE IF NOT EXISTS dap.schema_migrations (
     description text NOT NULL,
     statements text[] NOT NULL,
     reason text
+);
+CREATE TABLE IF NOT EXISTS dap.index_drops (
+    index_name text PRIMARY KEY,
+    table_name text NOT NULL,
+    planned_at timestamptz NOT NULL DEFAULT now()
 );
 """
 
@@ -119,7 +129,9 @@ async def sync(
                 await confirm()
             raise errors.DestructivePending(reason)
         # one round trip for the whole plan: 300 entities are ~900 statements
-        script = ";\n".join(statement for step in plan.steps for statement in step.statements)
+        script = ";\n".join(
+            statement for step in plan.steps if not step.online for statement in step.statements
+        )
         applied, confirmed = await asyncio.gather(
             conn.execute(script) if script else _nothing(),
             confirm() if confirm is not None else _nothing(),
@@ -167,6 +179,12 @@ async def sync(
                        definition = EXCLUDED.definition, updated_at = now()""",
             [(t.name, t.entity, t.kind, json.dumps(migrations.table_to_json(t))) for t in desired],
         )
+        drops = [(s.index, s.table) for s in plan.steps if s.online and s.kind == "drop_index"]
+        if drops:
+            await conn.executemany(
+                "INSERT INTO dap.index_drops (index_name, table_name) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                drops,
+            )
         aliases = [(full, short, t.entity) for t in desired for full, short in t.aliases.items()]
         if aliases:
             await conn.executemany(

@@ -69,6 +69,21 @@ class Index:
     name: str
     columns: tuple[str, ...]
     unique: bool = False
+    descending: tuple[bool, ...] = ()  # per column; empty: all ascending (``indexing`` derives these)
+    where: str | None = None  # a partial index's predicate (SQL over quoted columns)
+
+    def ddl(self, table: str, *, concurrently: bool = False) -> str:
+        """``CREATE [UNIQUE] INDEX [CONCURRENTLY] IF NOT EXISTS`` of this index on ``table``."""
+        descending = self.descending or (False,) * len(self.columns)
+        cols = ", ".join(
+            quote(c) + (" DESC" if desc else "") for c, desc in zip(self.columns, descending, strict=True)
+        )
+        unique = "UNIQUE " if self.unique else ""
+        online = "CONCURRENTLY " if concurrently else ""
+        where = f" WHERE {self.where}" if self.where else ""
+        return (
+            f"CREATE {unique}INDEX {online}IF NOT EXISTS {quote(self.name)} ON {quote(table)} ({cols}){where}"
+        )
 
 
 @dataclass(frozen=True)

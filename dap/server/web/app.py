@@ -32,7 +32,7 @@ from dap.server import booting, errors, metrics, options, state
 from dap.server.access import auth
 from dap.server.catalog import Catalog
 from dap.server.events import brokers, channels, dispatcher, feed, measures
-from dap.server.storage import caching, db, workspaces
+from dap.server.storage import building, caching, db, guarding, workspaces
 from dap.server.web import (
     admin,
     approvals,
@@ -255,6 +255,8 @@ def build_app(
     """The tenant-facing application (REST, UI metadata, setup, login, OpenAPI, UI bundle)."""
     meter = metrics.Metrics()
     meter.watch_pool(lambda: (pool.get_size(), pool.get_idle_size(), pool.get_max_size()))
+    meter.registry.register(guarding.GuardCollector())  # lists no index serves (storage.guarding)
+    meter.registry.register(building.ProgressCollector())  # online index builds (storage.building)
     app = web.Application(client_max_size=opts.max_body_bytes)
     app[protocol.FRONT] = _front(app, opts, meter)  # run by the server in front of the app's handler
     app[state.OPTIONS] = opts
@@ -270,6 +272,17 @@ def build_app(
     app[state.EVENTS] = _events(app, opts, pool)
     app.on_startup.append(_start_events)
     app.on_cleanup.append(_stop_events)
+    # indexes on tables that hold rows already: built concurrently while the server serves
+    builder = building.Builder(pool, catalog.tables)
+
+    async def start_builds(_app: web.Application) -> None:
+        builder.start()
+
+    async def stop_builds(_app: web.Application) -> None:
+        await builder.stop()
+
+    app.on_startup.append(start_builds)
+    app.on_cleanup.append(stop_builds)
     # entity routes first: the router tries dynamic routes in order, and these carry the load
     imports.add_routes(app)  # before rest: …/{entity}/_import is not a record id
     rest.add_routes(app)  # they leave /{ws}/api/_approvals… and /{ws}/api/_notifications… alone

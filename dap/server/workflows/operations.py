@@ -30,7 +30,7 @@ from dap.server.access import auth, guards
 from dap.server.catalog import Catalog, Resource, machines
 from dap.server.documents import auditing, filling, idempotency, lifecycle, reading, writing
 from dap.server.events import builtin, feed, plans
-from dap.server.storage import caching, db, deferred, files, sql
+from dap.server.storage import caching, db, deferred, files, guarding, sql
 from dap.server.storage.workspaces import Workspace
 from dap.server.workflows import actions, filters, recording
 
@@ -153,6 +153,7 @@ async def list_records(call: Call, pairs: list[tuple[str, str]]) -> Page:
             raise errors.BadRequest(
                 f"a filter value is out of range: {exc}", code="SVC.QUERY.INVALID"
             ) from exc
+        await guarding.GUARD.check(conn, resource.table, query, tenant, (statement, args))
         total = None
         if query.count:
             count_sql, count_args = sql.count(resource.table, query, tenant)
