@@ -42,7 +42,7 @@ kind: Service
 metadata: {{name: trip, module: store}}
 spec:
   title: Trip
-  expose: [{{type: rest}}]
+  expose: [{{type: rest}}, {{type: ws}}]
   actions:
     - name: book
       call: async

@@ -310,3 +310,31 @@ async def test_a_saga_is_read_by_its_requester_and_its_resolvers_only(srv: Bridg
     assert status == 404
     status, _ = await saga(srv, saga_id, sub="someone-else")  # an admin holds every permission
     assert status == 200
+
+
+async def test_over_ws_a_saga_is_started_read_and_resolved_by_the_same_operations(srv: Bridged) -> None:
+    ws = await srv.http.ws_connect(f"{srv.api}/default/_ws", headers=srv.auth())
+    try:
+
+        async def call(verb: str, **frame: Any) -> dict[str, Any]:
+            await ws.send_json({"type": "call", "id": verb, "service": "store/trip", "verb": verb, **frame})
+            while True:
+                got: dict[str, Any] = await ws.receive_json(timeout=10)
+                if got.get("id") == verb:
+                    return got
+
+        started = await call("book", body={"faults": {"notify": "timeout_not_applied"}})
+        assert started["type"] == "result" and started["status"] == 202, started
+        saga_id = started["data"]["id"]
+        end = await settled(srv, saga_id)
+        assert end["state"] == "outcome_unknown"
+        read = await call("_saga", saga=saga_id)
+        assert read["data"]["state"] == "outcome_unknown" and read["data"]["timeline"], read
+        refused = await call("_saga_skip", saga=saga_id, body={})
+        assert refused["type"] == "error" and refused["code"] == "SVC.SAGA.REASON_REQUIRED", refused
+        done = await call("_saga_resolve", saga=saga_id, body={"applied": False, "reason": "never sent"})
+        assert done["type"] == "result" and done["data"]["state"] == "compensating", done
+        assert (await settled(srv, saga_id))["state"] == "compensated"
+        assert (await effects(srv, saga_id))["applied"] == []
+    finally:
+        await ws.close()

@@ -12,8 +12,6 @@ worker, which hands it the sagas' jobs.
 
 from __future__ import annotations
 
-import uuid
-
 from aiohttp import web
 
 from dap.server import errors, options, state
@@ -25,13 +23,6 @@ from dap.server.workflows import saga_store as store
 
 ENGINE: web.AppKey[sagas.Engine] = web.AppKey("saga_engine", sagas.Engine)
 MAX_LIMIT = 500
-
-
-def _saga_id(request: web.Request) -> uuid.UUID:
-    try:
-        return uuid.UUID(request.match_info["id"])
-    except ValueError as exc:
-        raise errors.NotFound("no such saga", code="SVC.SAGA.NOT_FOUND") from exc
 
 
 async def list_parked(request: web.Request) -> web.Response:
@@ -55,33 +46,26 @@ async def list_parked(request: web.Request) -> web.Response:
 
 async def find_one(request: web.Request) -> web.Response:
     workspace, principal, catalog = await requests.resolve(request)
-    saga_id = _saga_id(request)
-    async with db.connection(request.app[state.POOL]) as conn:
-        row = await store.load(conn, saga_id, workspace.tenant_id)
-        if row is None or not saga_decisions.may_read(catalog, principal, row):
-            raise errors.NotFound(f"no saga {saga_id} of yours in this workspace", code="SVC.SAGA.NOT_FOUND")
-        timeline = await store.timeline(conn, saga_id)
-    return requests.reply({"data": saga_decisions.view(catalog, row, timeline)})
+    pool = request.app[state.POOL]
+    data = await saga_decisions.find(pool, catalog, workspace.tenant_id, principal, request.match_info["id"])
+    return requests.reply({"data": data})
 
 
 async def decide(request: web.Request) -> web.Response:
     workspace, principal, catalog = await requests.resolve(request)
-    if guards.is_anonymous(principal):
-        raise errors.Unauthorized("deciding on a saga needs 'Authorization: Bearer <token>'")
-    saga_id = _saga_id(request)
-    op = request.match_info["op"]
-    if op not in saga_decisions.OPERATIONS:
-        raise errors.NotFound(
-            f"no saga operation {op!r}; one of {', '.join(saga_decisions.OPERATIONS)}",
-            code="SVC.SAGA.NOT_FOUND",
-        )
     body = await requests.read_body(request) if request.body_exists else {}
-    async with db.connection(request.app[state.POOL]) as conn:
-        row = await saga_decisions.decide(
-            conn, catalog, workspace.tenant_id, principal, saga_id, op, body, request.get(state.REQUEST_ID)
-        )
+    data = await saga_decisions.settle(
+        request.app[state.POOL],
+        catalog,
+        workspace.tenant_id,
+        principal,
+        request.match_info["id"],
+        request.match_info["op"],
+        body,
+        request.get(state.REQUEST_ID),
+    )
     request.app[ENGINE].wake()
-    return requests.reply({"data": saga_decisions.view(catalog, row)})
+    return requests.reply({"data": data})
 
 
 def add_routes(app: web.Application) -> None:

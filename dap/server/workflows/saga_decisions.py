@@ -24,6 +24,7 @@ from dap.server.workflows import saga_store as store
 from dap.server.workflows.sagas import COMPENSATION_FAILED, OUTCOME_UNKNOWN, permission_of, steps_of
 
 NOT_PARKED = "SVC.SAGA.NOT_PARKED"
+NOT_FOUND = "SVC.SAGA.NOT_FOUND"
 
 
 OPERATIONS = ("retry", "skip", "resolve")
@@ -92,7 +93,7 @@ async def decide(
             tenant,
         )
         if row is None:
-            raise errors.NotFound("no such saga", code="SVC.SAGA.NOT_FOUND")
+            raise errors.NotFound("no such saga", code=NOT_FOUND)
         permit(catalog, principal, row)
         changes = next_of(row["state"], row["step"], op, body)
         steps = _steps(catalog, row) or ()
@@ -214,3 +215,55 @@ def view(
             for t in timeline
         ]
     return out
+
+
+def parse_id(raw: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(raw)
+    except ValueError as exc:
+        raise errors.NotFound(f"no saga {raw!r}: a saga id is its job's uuid", code=NOT_FOUND) from exc
+
+
+async def find(
+    pool: asyncpg.Pool,
+    catalog: Catalog,
+    tenant: uuid.UUID,
+    principal: auth.Principal,
+    raw_id: str,
+    service: str | None = None,
+) -> dict[str, Any]:
+    """One saga with its timeline, protocol-neutral (REST, ws): 404 unless the caller may read it
+    (and, when ``service`` is given, unless it is a saga of that service)."""
+    saga_id = parse_id(raw_id)
+    async with db.connection(pool) as conn:
+        row = await store.load(conn, saga_id, tenant)
+        if row is None or not may_read(catalog, principal, row) or service not in (None, row["service"]):
+            raise errors.NotFound(f"no saga {saga_id} of yours in this workspace", code=NOT_FOUND)
+        timeline = await store.timeline(conn, saga_id)
+    return view(catalog, row, timeline)
+
+
+async def settle(
+    pool: asyncpg.Pool,
+    catalog: Catalog,
+    tenant: uuid.UUID,
+    principal: auth.Principal,
+    raw_id: str,
+    op: str,
+    body: dict[str, Any],
+    request_id: str | None,
+    service: str | None = None,
+) -> dict[str, Any]:
+    """A person's ``op`` on a parked saga, protocol-neutral (REST, ws); the saga after it."""
+    if not principal.sub:
+        raise errors.Unauthorized("deciding on a saga needs 'Authorization: Bearer <token>'")
+    if op not in OPERATIONS:
+        raise errors.NotFound(f"no saga operation {op!r}; one of {', '.join(OPERATIONS)}", code=NOT_FOUND)
+    saga_id = parse_id(raw_id)
+    async with db.connection(pool) as conn:
+        if service is not None:
+            row = await store.load(conn, saga_id, tenant)
+            if row is None or row["service"] != service:
+                raise errors.NotFound(f"no saga {saga_id} of {service}", code=NOT_FOUND)
+        after = await decide(conn, catalog, tenant, principal, saga_id, op, body, request_id)
+    return view(catalog, after)
