@@ -26,6 +26,7 @@ from aiohttp import web
 SLEEP = 30.0  # "no answer in time": far past any step's timeout in the tests
 EFFECTS: dict[str, dict[str, Any]] = {}  # key -> {saga, step, phase, applied, answer}
 ATTEMPTS: dict[str, int] = {}
+APPLYING: dict[str, asyncio.Event] = {}  # keys being applied now: a repeat waits for the first
 
 
 def _fault(params: dict[str, Any], step: str, phase: str, key: str) -> str:
@@ -40,6 +41,8 @@ def _fault(params: dict[str, Any], step: str, phase: str, key: str) -> str:
 
 async def apply(saga: str, step: str, phase: str, key: str, params: dict[str, Any]) -> tuple[int, Any]:
     """One call: (status, answer). A repeated key gets the first answer, applied once."""
+    if key in APPLYING:  # the same key again while the first is applying: answer as it will
+        await APPLYING[key].wait()
     if key in EFFECTS:
         return 200, EFFECTS[key]["answer"]
     mode = _fault(params, step, phase, key)
@@ -48,10 +51,15 @@ async def apply(saga: str, step: str, phase: str, key: str, params: dict[str, An
     if mode == "timeout_not_applied":
         await asyncio.sleep(SLEEP)
         return 200, None
-    if mode == "slow":
-        await asyncio.sleep(float(params.get("slow_s") or 0.3))
-    answer = {"step": step, "phase": phase, "key": key}
-    EFFECTS[key] = {"saga": saga, "step": step, "phase": phase, "applied": 1, "answer": answer}
+    APPLYING[key] = asyncio.Event()
+    try:
+        if mode == "slow":
+            await asyncio.sleep(float(params.get("slow_s") or 0.3))
+        answer = {"step": step, "phase": phase, "key": key}
+        applied = EFFECTS.get(key, {}).get("applied", 0) + 1  # more than 1: applied twice (a bug)
+        EFFECTS[key] = {"saga": saga, "step": step, "phase": phase, "applied": applied, "answer": answer}
+    finally:
+        APPLYING.pop(key).set()
     if mode == "timeout_applied":
         await asyncio.sleep(SLEEP)
     return 200, answer

@@ -98,7 +98,7 @@ async def test_sagas_finish_exactly_across_kill_9_between_persisted_states(
     with tempfile.TemporaryDirectory(prefix="dap-saga-kill-") as tmp:
         app = SagaApp(Path(tmp), free_port())
         app.start()
-        spec = saga_spec.write(tmp_path, app.port, timeout="5s", retries=3)
+        spec = saga_spec.write(tmp_path, app.port, timeout="5s", retries=KILLS + 2)  # kills never use them up
         log = tmp_path / "serve.log"
         port = free_port()
         proc = _serve(spec, pg_dsn, port, app.endpoint, log)

@@ -139,8 +139,11 @@ async def heartbeat(conn: db.Connection, saga_id: uuid.UUID, worker: str, lease:
 
 
 async def release(conn: db.Connection, worker: str) -> None:
-    """A stopping process hands its sagas back at once (their next claim resumes them)."""
-    await conn.execute("UPDATE dap.sagas SET worker = NULL, lease_until = NULL WHERE worker = $1", worker)
+    """A stopping process hands its sagas back at once (their next claim resumes them); its
+    claims are ``<worker>:<claim>``."""
+    await conn.execute(
+        "UPDATE dap.sagas SET worker = NULL, lease_until = NULL WHERE worker LIKE $1 || ':%'", worker
+    )
 
 
 async def load(
@@ -154,8 +157,16 @@ async def load(
     return row
 
 
-async def move(conn: db.Connection, saga_id: uuid.UUID, holder: str | None, **changes: Any) -> None:
-    """Set ``changes`` on the saga (while ``holder`` holds it; ``None``: a person's decision).
+Entry = tuple[
+    int | None, str | None, str, int | None, str, Any
+]  # step, name, phase, attempt, outcome, detail
+
+
+async def move(
+    conn: db.Connection, saga_id: uuid.UUID, holder: str | None, entry: Entry | None = None, **changes: Any
+) -> None:
+    """Set ``changes`` on the saga (while ``holder`` holds it; ``None``: a person's decision) and,
+    when given, append ``entry`` to its timeline in the same statement (one round trip, atomic).
     Raises :class:`Lost` when the holder no longer holds it (its transaction must roll back)."""
     sets: list[str] = []
     args: list[Any] = [saga_id, holder]
@@ -163,12 +174,28 @@ async def move(conn: db.Connection, saga_id: uuid.UUID, holder: str | None, **ch
         args.append(_json(value) if name in ("results", "failure") and value is not None else value)
         cast = "::text::jsonb" if name in ("results", "failure") else ""
         sets.append(f"{name} = ${len(args)}{cast}")
-    done = await conn.execute(
+    update = (
         f"UPDATE dap.sagas SET {', '.join(sets)}, updated_at = now() "
-        "WHERE id = $1 AND ($2::text IS NULL OR worker = $2)",
-        *args,
+        "WHERE id = $1 AND ($2::text IS NULL OR worker = $2) RETURNING id"
     )
-    if not done.endswith(" 1"):
+    if entry is None:
+        found = await conn.fetchval(update, *args)
+    else:
+        step, label, phase, attempt, outcome, detail = entry
+        n = len(args)
+        found = await conn.fetchval(
+            f"WITH moved AS ({update}) INSERT INTO dap.saga_log (saga_id, step, name, phase, attempt, "
+            f"outcome, detail) SELECT id, ${n + 1}, ${n + 2}, ${n + 3}, ${n + 4}, ${n + 5}, "
+            f"${n + 6}::text::jsonb FROM moved RETURNING saga_id",
+            *args,
+            step,
+            label,
+            phase,
+            attempt,
+            outcome,
+            _json(detail) if detail is not None else None,
+        )
+    if found is None:
         raise Lost(saga_id)
 
 

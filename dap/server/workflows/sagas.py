@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import logging
 import os
 import socket
@@ -109,7 +110,7 @@ class Engine:
         self.name = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._pool: asyncpg.Pool | None = None
         self._http: aiohttp.ClientSession | None = None
-        self._wake = asyncio.Event()
+        self._wake = asyncio.Semaphore(0)  # one release wakes one loop (no herd of claims)
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
@@ -141,7 +142,8 @@ class Engine:
             self._pool = None
 
     def wake(self) -> None:
-        self._wake.set()
+        if self._wake._value < self.slots:
+            self._wake.release()
 
     async def _loop(self) -> None:
         while True:
@@ -156,18 +158,18 @@ class Engine:
             if not worked:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.poll):
-                        await self._wake.wait()
-                self._wake.clear()
+                        await self._wake.acquire()
 
     async def step(self) -> bool:
         """Drive one claimable saga to its end or its parking; ``False`` when none was due."""
+        holder = f"{self.name}:{uuid.uuid4().hex[:8]}"  # one per claim, not per process
         async with db.connection(self.pool) as conn:
-            row = await store.claim(conn, self.name, self.lease)
+            row = await store.claim(conn, holder, self.lease)
         if row is None:
             return False
-        beat = asyncio.create_task(self._beat(row["id"]))
+        beat = asyncio.create_task(self._beat(row["id"], holder))
         try:
-            await Drive(self, row).run()
+            await Drive(self, row, holder).run()
         except store.Lost:
             log.warning("saga %s: lease lost to another process; it goes on there", row["id"])
         finally:
@@ -176,12 +178,12 @@ class Engine:
                 await beat
         return True
 
-    async def _beat(self, saga_id: uuid.UUID) -> None:
+    async def _beat(self, saga_id: uuid.UUID, holder: str) -> None:
         while True:
             await asyncio.sleep(self.lease / 3)
             try:
                 async with db.connection(self.pool) as conn:
-                    if not await store.heartbeat(conn, saga_id, self.name, self.lease):
+                    if not await store.heartbeat(conn, saga_id, holder, self.lease):
                         return
             except Exception as exc:
                 log.warning("saga %s: heartbeat failed: %s", saga_id, exc.__class__.__name__)
@@ -190,8 +192,8 @@ class Engine:
 class Drive:
     """One claimed saga driven until it ends or parks (each method commits one transition)."""
 
-    def __init__(self, engine: Engine, row: asyncpg.Record) -> None:
-        self.engine, self.id = engine, row["id"]
+    def __init__(self, engine: Engine, row: asyncpg.Record, holder: str) -> None:
+        self.engine, self.id, self.holder = engine, row["id"], holder
         self.row = row
         p = row["principal"]
         self.principal = auth.Principal(
@@ -275,18 +277,16 @@ class Drive:
 
     async def _sent(self, step: SagaStep, phase: str, attempt: int) -> None:
         """Record an attempt as sent before sending it: after a crash its outcome is unknown."""
-        async with db.connection(self.engine.pool) as conn, conn.transaction():
-            await store.move(conn, self.id, self.engine.name, attempts=attempt, in_flight=True)
-            await store.log(conn, self.id, self.row["step"], step.name, phase, attempt, "sent", None)
+        entry = (self.row["step"], step.name, phase, attempt, "sent", None)
+        async with db.connection(self.engine.pool) as conn:
+            await store.move(conn, self.id, self.holder, entry, attempts=attempt, in_flight=True)
 
     async def _note(
         self, step: SagaStep, phase: str, attempt: int, outcome: saga_steps.Outcome, **changes: Any
     ) -> None:
-        async with db.connection(self.engine.pool) as conn, conn.transaction():
-            await store.move(conn, self.id, self.engine.name, **changes)
-            await store.log(
-                conn, self.id, self.row["step"], step.name, phase, attempt, outcome.kind, outcome.problem
-            )
+        entry = (self.row["step"], step.name, phase, attempt, outcome.kind, outcome.problem)
+        async with db.connection(self.engine.pool) as conn:
+            await store.move(conn, self.id, self.holder, entry, **changes)
 
     # --- forward -------------------------------------------------------------------------------
 
@@ -297,11 +297,16 @@ class Drive:
 
         async def done(conn: db.Connection, outcome: saga_steps.Outcome) -> None:
             results = {**row["results"], step.name: outcome.result}
+            entry = (index, step.name, "do", attempts or 1, "done", {"result": outcome.result})
             await store.move(
-                conn, self.id, self.engine.name, step=index + 1, attempts=0, in_flight=False, results=results
-            )
-            await store.log(
-                conn, self.id, index, step.name, "do", attempts or 1, "done", {"result": outcome.result}
+                conn,
+                self.id,
+                self.holder,
+                entry,
+                step=index + 1,
+                attempts=0,
+                in_flight=False,
+                results=results,
             )
             await store.progress(conn, self.id, 100.0 * (index + 1) / (len(steps) + 1))
 
@@ -383,18 +388,19 @@ class Drive:
 
     async def _fail(self, step: SagaStep, problem: Any, attempt: int | None = None) -> None:
         """The step is not applied: compensate the completed ones, last first."""
-        async with db.connection(self.engine.pool) as conn, conn.transaction():
+        entry = (self.row["step"], step.name, "do", attempt, "failed", problem)
+        async with db.connection(self.engine.pool) as conn:
             await store.move(
                 conn,
                 self.id,
-                self.engine.name,
+                self.holder,
+                entry,
                 state="compensating",
                 step=self.row["step"] - 1,
                 attempts=0,
                 in_flight=False,
                 failure=problem,
             )
-            await store.log(conn, self.id, self.row["step"], step.name, "do", attempt, "failed", problem)
 
     # --- backward ------------------------------------------------------------------------------
 
@@ -402,9 +408,11 @@ class Drive:
         row, index = self.row, self.row["step"]
         comp = step.compensation
         if not isinstance(comp, SagaCall):  # compensation: none
-            async with db.connection(self.engine.pool) as conn, conn.transaction():
-                await store.move(conn, self.id, self.engine.name, step=index - 1, attempts=0, in_flight=False)
-                await store.log(conn, self.id, index, step.name, "undo", None, "none", None)
+            entry = (index, step.name, "undo", None, "none", None)
+            async with db.connection(self.engine.pool) as conn:
+                await store.move(
+                    conn, self.id, self.holder, entry, step=index - 1, attempts=0, in_flight=False
+                )
             return
         attempts, limit = row["attempts"], 1 + step.retries
         if attempts >= limit:
@@ -428,10 +436,8 @@ class Drive:
             await self._sent(step, "undo", attempt)
 
         async def undone(conn: db.Connection, outcome: saga_steps.Outcome) -> None:
-            await store.move(conn, self.id, self.engine.name, step=index - 1, attempts=0, in_flight=False)
-            await store.log(
-                conn, self.id, index, step.name, "undo", attempt, "done", {"result": outcome.result}
-            )
+            entry = (index, step.name, "undo", attempt, "done", {"result": outcome.result})
+            await store.move(conn, self.id, self.holder, entry, step=index - 1, attempts=0, in_flight=False)
 
         outcome = await self._call(catalog, comp, step, "undo", undone)
         if outcome.kind != "done":  # sent again with the same key while its retries last
@@ -455,10 +461,8 @@ class Drive:
 
     async def _park(self, state: str, problem: dict[str, Any], step: SagaStep | None, why: str) -> None:
         async with db.connection(self.engine.pool) as conn, conn.transaction():
-            await store.move(conn, self.id, self.engine.name, state=state, worker=None, lease_until=None)
-            await store.log(
-                conn, self.id, self.row["step"], step.name if step else None, "saga", None, state, problem
-            )
+            entry = (self.row["step"], step.name if step else None, "saga", None, state, problem)
+            await store.move(conn, self.id, self.holder, entry, state=state, worker=None, lease_until=None)
             await store.finish_job(conn, self.id, "failed", None, problem, 0.0)
             await self._event(
                 conn,
@@ -470,9 +474,16 @@ class Drive:
     async def _end(self, state: str, count: int) -> None:
         row = self.row
         async with db.connection(self.engine.pool) as conn, conn.transaction():
-            await store.move(conn, self.id, self.engine.name, state=state, worker=None, lease_until=None)
-            await conn.execute("UPDATE dap.sagas SET finished_at = now() WHERE id = $1", self.id)
-            await store.log(conn, self.id, None, None, "saga", None, state, None)
+            await store.move(
+                conn,
+                self.id,
+                self.holder,
+                (None, None, "saga", None, state, None),
+                state=state,
+                worker=None,
+                lease_until=None,
+                finished_at=dt.datetime.now(dt.UTC),
+            )
             if state == "completed":
                 await store.finish_job(
                     conn, self.id, "succeeded", {"result": row["results"], "saga": state}, None, 100.0
