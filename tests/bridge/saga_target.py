@@ -11,6 +11,7 @@ a table run side by side:
 ``timeout_applied``      applied, then no answer in time (the caller's timeout passes)
 ``timeout_not_applied``  no answer in time, nothing applied
 ``slow``                 applied after ``slow_s`` seconds (the kill -9 loop's window)
+``drop_applied``         applied, then the connection is dropped without an answer (HTTP only)
 
 ``mode:N`` applies the fault to the first N attempts of that key only. ``GET /saga/effects?saga=ID``
 answers what was applied and undone, per step, with how many times each key was applied.
@@ -62,7 +63,7 @@ async def apply(saga: str, step: str, phase: str, key: str, params: dict[str, An
         APPLYING.pop(key).set()
     if mode == "timeout_applied":
         await asyncio.sleep(SLEEP)
-    return 200, answer
+    return (599 if mode == "drop_applied" else 200), answer
 
 
 def status(key: str) -> dict[str, Any]:
@@ -92,6 +93,9 @@ async def _http(request: web.Request) -> web.Response:
     if phase == "status":
         return web.json_response(status(key))
     code, answer = await apply(body["saga"], step, phase, key, body["params"])
+    if code == 599 and request.transport is not None:  # drop_applied: applied, and no answer
+        request.transport.abort()
+        code = 200
     return web.json_response(answer, status=code)
 
 

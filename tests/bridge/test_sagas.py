@@ -138,6 +138,8 @@ TABLE: list[tuple[str, str, dict[str, str], str, list[str], list[str]]] = [
         [],
     ),
     ("charge timeout once, then applied", "book", {"charge": "timeout_not_applied:1"}, "completed", ALL, []),
+    ("charge applied, connection lost", "book", {"charge": "drop_applied"}, "completed", ALL, []),
+    ("notify applied, connection lost", "book", {"notify": "drop_applied"}, "completed", ALL, []),
     ("checked hold, not applied", "checked", {"hold": "timeout_not_applied"}, "compensated", [], []),
     (
         "checked charge, not applied",
