@@ -99,12 +99,14 @@ def classify_problem(code: str) -> Kind:
 
 
 async def run(
-    env: Env, call: SagaCall, conn: db.Connection, step: str, phase: str, seconds: float
+    env: Env, call: SagaCall, conn: db.Connection | None, step: str, phase: str, seconds: float
 ) -> Outcome:
-    """Make ``call`` (inside ``conn``'s transaction for native, record and sidecar targets)."""
+    """Make ``call``: inside ``conn``'s transaction for native, record and sidecar targets; an
+    HTTP call needs none (``conn`` ``None``: no connection is held while it waits)."""
     key = key_of(env.saga_id, step, phase if phase != "status" else "do")
     if call.http is not None:
         return await _http(env, call.http, key, step, phase, seconds)
+    assert conn is not None, "a native, record or sidecar call runs in the engine's transaction"
     if call.sidecar is not None:
         return await _sidecar(env, call.sidecar, conn, key, step, phase, seconds)
     if call.native is not None:

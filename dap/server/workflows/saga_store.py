@@ -52,7 +52,7 @@ CREATE TABLE IF NOT EXISTS dap.sagas (
     updated_at timestamptz NOT NULL DEFAULT now(),
     finished_at timestamptz
 );
-CREATE INDEX IF NOT EXISTS sagas_open ON dap.sagas (lease_until) WHERE state IN ('running', 'compensating');
+CREATE INDEX IF NOT EXISTS sagas_open ON dap.sagas (updated_at) WHERE state IN ('running', 'compensating');
 CREATE INDEX IF NOT EXISTS sagas_parked ON dap.sagas (tenant_id, updated_at)
     WHERE state IN ('outcome_unknown', 'compensation_failed');
 CREATE TABLE IF NOT EXISTS dap.saga_log (

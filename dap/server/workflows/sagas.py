@@ -119,7 +119,9 @@ class Engine:
         return self._pool
 
     async def start(self) -> None:
-        self._pool = await db.open_pool(self.dsn, self.slots + 2)
+        # a drive holds a connection only while it writes, or while a native, record or app-process
+        # step runs in its transaction; HTTP steps wait holding none
+        self._pool = await db.open_pool(self.dsn, max(4, self.slots // 2 + 2))
         self._http = aiohttp.ClientSession()
         self._tasks = [asyncio.create_task(self._loop(), name=f"saga-{i}") for i in range(self.slots)]
 
@@ -262,8 +264,15 @@ class Drive:
         phase: str,
         on_done: Callable[[db.Connection, saga_steps.Outcome], Any] | None,
     ) -> saga_steps.Outcome:
-        """Make one call; when done, ``on_done`` commits in the call's own transaction."""
+        """Make one call; when done, ``on_done`` commits in the call's own transaction (an HTTP
+        call holds no connection while it waits; its ``done`` commits after it)."""
         timeout = durations.parse(step.timeout).total_seconds()
+        if call.http is not None:
+            outcome = await saga_steps.run(self._env(catalog), call, None, step.name, phase, timeout)
+            if outcome.kind == "done" and on_done is not None:
+                async with db.connection(self.engine.pool) as conn, conn.transaction():
+                    await on_done(conn, outcome)
+            return outcome
         async with db.connection(self.engine.pool) as conn:
             try:
                 async with conn.transaction():
