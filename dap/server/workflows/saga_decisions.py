@@ -18,13 +18,24 @@ from dap.config.sagas import SagaCall, SagaStep
 from dap.server import errors
 from dap.server.access import auth
 from dap.server.catalog import Catalog
+from dap.server.catalog import machines as compiled
 from dap.server.documents import auditing
 from dap.server.storage import db
 from dap.server.workflows import saga_store as store
-from dap.server.workflows.sagas import COMPENSATION_FAILED, OUTCOME_UNKNOWN, permission_of, steps_of
+from dap.server.workflows.sagas import COMPENSATION_FAILED, OUTCOME_UNKNOWN, steps_of
 
 NOT_PARKED = "SVC.SAGA.NOT_PARKED"
 NOT_FOUND = "SVC.SAGA.NOT_FOUND"
+
+
+def permission_of(service: str, plan: compiled.ActionPlan) -> str:
+    """Who may retry, skip or resolve a parked saga: ``impl.resolve_permission``, else
+    ``<module>.<service>.resolve``. Pure."""
+    declared = plan.declared
+    impl = declared.impl if declared is not None else None
+    if impl is not None and impl.resolve_permission:
+        return impl.resolve_permission
+    return service.replace("/", ".") + ".resolve"
 
 
 OPERATIONS = ("retry", "skip", "resolve")

@@ -72,16 +72,6 @@ def is_saga(catalog: Catalog, job: jobs.Job) -> bool:
     return service is not None and steps_of(service.actions.get(job.row["action"])) is not None
 
 
-def permission_of(service: str, plan: compiled.ActionPlan) -> str:
-    """Who may retry, skip or resolve a parked saga: ``impl.resolve_permission``, else
-    ``<module>.<service>.resolve``. Pure."""
-    declared = plan.declared
-    impl = declared.impl if declared is not None else None
-    if impl is not None and impl.resolve_permission:
-        return impl.resolve_permission
-    return service.replace("/", ".") + ".resolve"
-
-
 async def adopt(conn: db.Connection, job: jobs.Job, worker: str) -> bool:
     """Hand a claimed saga job to the engine (see ``saga_store.adopt``)."""
     return await store.adopt(conn, job.row, jobs.decode(job.row["body"]), worker)
