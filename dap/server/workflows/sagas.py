@@ -186,7 +186,7 @@ class Drive:
 
     def __init__(self, engine: Engine, row: asyncpg.Record, holder: str) -> None:
         self.engine, self.id, self.holder = engine, row["id"], holder
-        self.row = row
+        self.row: dict[str, Any] = dict(row)
         p = row["principal"]
         self.principal = auth.Principal(
             sub=p.get("sub", ""),
@@ -209,12 +209,8 @@ class Drive:
             }
             await self._park("outcome_unknown", problem, None, "the saga's action is gone from the spec")
             return
-        while True:
-            async with db.connection(self.engine.pool) as conn:
-                row = await store.load(conn, self.id)
-            assert row is not None
-            self.row = row
-            state, index = row["state"], row["step"]
+        while True:  # the row as this holder last committed it (no one else writes it meanwhile)
+            state, index = self.row["state"], self.row["step"]
             if state == "running":
                 if index >= len(steps):
                     await self._end("completed", len(steps))
@@ -259,8 +255,8 @@ class Drive:
         timeout = durations.parse(step.timeout).total_seconds()
         if call.http is not None:
             outcome = await saga_steps.run(self._env(catalog), call, None, step.name, phase, timeout)
-            if outcome.kind == "done" and on_done is not None:
-                async with db.connection(self.engine.pool) as conn, conn.transaction():
+            if outcome.kind == "done" and on_done is not None:  # no writes of its own to join:
+                async with db.connection(self.engine.pool) as conn:  # the move commits by itself
                     await on_done(conn, outcome)
             return outcome
         async with db.connection(self.engine.pool) as conn:
@@ -274,18 +270,23 @@ class Drive:
             except _Undone as undone:
                 return undone.outcome
 
+    async def _move(self, conn: db.Connection, entry: store.Entry | None, **changes: Any) -> None:
+        """Commit ``changes`` (in the caller's transaction) and keep them as this drive's row."""
+        await store.move(conn, self.id, self.holder, entry, **changes)
+        self.row.update(changes)
+
     async def _sent(self, step: SagaStep, phase: str, attempt: int) -> None:
         """Record an attempt as sent before sending it: after a crash its outcome is unknown."""
         entry = (self.row["step"], step.name, phase, attempt, "sent", None)
         async with db.connection(self.engine.pool) as conn:
-            await store.move(conn, self.id, self.holder, entry, attempts=attempt, in_flight=True)
+            await self._move(conn, entry, attempts=attempt, in_flight=True)
 
     async def _note(
         self, step: SagaStep, phase: str, attempt: int, outcome: saga_steps.Outcome, **changes: Any
     ) -> None:
         entry = (self.row["step"], step.name, phase, attempt, outcome.kind, outcome.problem)
         async with db.connection(self.engine.pool) as conn:
-            await store.move(conn, self.id, self.holder, entry, **changes)
+            await self._move(conn, entry, **changes)
 
     # --- forward -------------------------------------------------------------------------------
 
@@ -297,10 +298,8 @@ class Drive:
         async def done(conn: db.Connection, outcome: saga_steps.Outcome) -> None:
             results = {**row["results"], step.name: outcome.result}
             entry = (index, step.name, "do", attempts or 1, "done", {"result": outcome.result})
-            await store.move(
+            await self._move(
                 conn,
-                self.id,
-                self.holder,
                 entry,
                 step=index + 1,
                 attempts=0,
@@ -389,10 +388,8 @@ class Drive:
         """The step is not applied: compensate the completed ones, last first."""
         entry = (self.row["step"], step.name, "do", attempt, "failed", problem)
         async with db.connection(self.engine.pool) as conn:
-            await store.move(
+            await self._move(
                 conn,
-                self.id,
-                self.holder,
                 entry,
                 state="compensating",
                 step=self.row["step"] - 1,
@@ -409,9 +406,7 @@ class Drive:
         if not isinstance(comp, SagaCall):  # compensation: none
             entry = (index, step.name, "undo", None, "none", None)
             async with db.connection(self.engine.pool) as conn:
-                await store.move(
-                    conn, self.id, self.holder, entry, step=index - 1, attempts=0, in_flight=False
-                )
+                await self._move(conn, entry, step=index - 1, attempts=0, in_flight=False)
             return
         attempts, limit = row["attempts"], 1 + step.retries
         if attempts >= limit:
@@ -436,7 +431,7 @@ class Drive:
 
         async def undone(conn: db.Connection, outcome: saga_steps.Outcome) -> None:
             entry = (index, step.name, "undo", attempt, "done", {"result": outcome.result})
-            await store.move(conn, self.id, self.holder, entry, step=index - 1, attempts=0, in_flight=False)
+            await self._move(conn, entry, step=index - 1, attempts=0, in_flight=False)
 
         outcome = await self._call(catalog, comp, step, "undo", undone)
         if outcome.kind != "done":  # sent again with the same key while its retries last
@@ -461,7 +456,7 @@ class Drive:
     async def _park(self, state: str, problem: dict[str, Any], step: SagaStep | None, why: str) -> None:
         async with db.connection(self.engine.pool) as conn, conn.transaction():
             entry = (self.row["step"], step.name if step else None, "saga", None, state, problem)
-            await store.move(conn, self.id, self.holder, entry, state=state, worker=None, lease_until=None)
+            await self._move(conn, entry, state=state, worker=None, lease_until=None)
             await store.finish_job(conn, self.id, "failed", None, problem, 0.0)
             await self._event(
                 conn,
@@ -473,10 +468,8 @@ class Drive:
     async def _end(self, state: str, count: int) -> None:
         row = self.row
         async with db.connection(self.engine.pool) as conn, conn.transaction():
-            await store.move(
+            await self._move(
                 conn,
-                self.id,
-                self.holder,
                 (None, None, "saga", None, state, None),
                 state=state,
                 worker=None,
