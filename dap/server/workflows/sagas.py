@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 OUTCOME_UNKNOWN = "SVC.SAGA.OUTCOME_UNKNOWN"
 COMPENSATION_FAILED = "SVC.SAGA.COMPENSATION_FAILED"
 SLOTS = 16  # sagas one process drives at once (they mostly wait on their targets)
-POLL = 0.25
+POLL = 0.5  # seconds between loop 0's looks at the table when idle
 
 
 def steps_of(plan: compiled.ActionPlan | None) -> tuple[SagaStep, ...] | None:
@@ -113,7 +113,7 @@ class Engine:
         # step runs in its transaction; HTTP steps wait holding none
         self._pool = await db.open_pool(self.dsn, max(4, self.slots // 2 + 2))
         self._http = aiohttp.ClientSession()
-        self._tasks = [asyncio.create_task(self._loop(), name=f"saga-{i}") for i in range(self.slots)]
+        self._tasks = [asyncio.create_task(self._loop(i), name=f"saga-{i}") for i in range(self.slots)]
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -137,7 +137,10 @@ class Engine:
         if self._wake._value < self.slots:
             self._wake.release()
 
-    async def _loop(self) -> None:
+    async def _loop(self, index: int) -> None:
+        """Loop 0 looks at the table every ``poll`` seconds when idle (sagas of other processes,
+        leases run out); the others sleep until woken (a saga handed over here, or a loop that
+        just claimed one: there may be more), so an idle process costs one query per ``poll``."""
         while True:
             try:
                 worked = await self.step()
@@ -147,7 +150,9 @@ class Engine:
                 log.warning("saga step failed: %s: %s", exc.__class__.__name__, exc)
                 worked = False
                 await asyncio.sleep(1.0)
-            if not worked:
+            if not worked and index > 0:
+                await self._wake.acquire()
+            elif not worked:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.poll):
                         await self._wake.acquire()
@@ -159,6 +164,7 @@ class Engine:
             row = await store.claim(conn, holder, self.lease)
         if row is None:
             return False
+        self.wake()  # another loop looks for the next one
         beat = asyncio.create_task(self._beat(row["id"], holder))
         try:
             await Drive(self, row, holder).run()
