@@ -84,6 +84,8 @@ class Client:
             "params": call.params,
         }
         headers = {wire.SCOPE: scope.id, wire.INVOKE: scope.invoke_id, wire.CTX_URL: self._ctx_url()}
+        if call.idempotency_key is not None:  # a saga's step: the app applies one key once
+            headers["Idempotency-Key"] = call.idempotency_key
         url = self.endpoint.base + wire.invoke_path(call.entity, call.action)
         try:
             async with asyncio.timeout(seconds):

@@ -13,6 +13,7 @@ import pydantic
 from dap.config.base import Duration, Expression, FieldName, Record
 from dap.config.enums import ButtonStyle, CallMode, ProtocolType
 from dap.config.fields import Field
+from dap.config.sagas import SagaStep, check_saga
 
 
 class ActionUIHint(Record):
@@ -71,10 +72,17 @@ class IdempotencyDecl(Record):
 class ImplDecl(Record):
     """Designed: how an action is implemented."""
 
-    type: Literal["native", "script", "sidecar"]
+    type: Literal["native", "script", "sidecar", "saga"]
     handler: str | None = None
     script: str | None = None
     timeout: Duration | None = None
+    steps: tuple[SagaStep, ...] = ()  # type saga: the ordered steps (dap.config.sagas)
+    resolve_permission: str | None = None  # type saga: who may retry/skip/resolve a parked one
+
+    @pydantic.model_validator(mode="after")
+    def _saga(self) -> ImplDecl:
+        check_saga(self)
+        return self
 
 
 class ParamsDecl(Record):
@@ -127,4 +135,6 @@ class Action(Record):
     def _track_needs_async(self) -> Action:
         if self.track and self.call is not CallMode.ASYNC:
             raise ValueError("track: true needs call: async (a tracked job runs in the background)")
+        if self.impl is not None and self.impl.type == "saga" and not self.track:
+            raise ValueError("a saga runs as a tracked job: declare call: async and track: true")
         return self

@@ -20,7 +20,7 @@ from dap.server.catalog import Catalog
 from dap.server.documents import auditing, idempotency
 from dap.server.events import outbox
 from dap.server.storage import db, migrations, numbering, schema_sync, workspaces
-from dap.server.workflows import approvals_schema, granting, jobs
+from dap.server.workflows import approvals_schema, granting, jobs, saga_store
 
 if TYPE_CHECKING:
     from dap.config.events import DeliveryTarget
@@ -89,6 +89,7 @@ async def prepare_database(
         await approvals_schema.ensure_schema(conn)
         await granting.ensure_schema(conn)
         await jobs.ensure_schema(conn)
+        await saga_store.ensure_schema(conn)
         plan = await schema_sync.sync(
             conn, catalog.tables, catalog.entities, allow_destructive=allow_destructive, confirm=confirm
         )

@@ -8,6 +8,8 @@ dies), ``bad`` (a malformed 200); otherwise 200 with ``new_state`` and ``events`
 ``store/desk/tally`` and ``recount`` (a service's sync and async actions) increment an item's stock;
 ``store/order/later`` (an async record action) is ``reserve`` run by the job worker.
 ``GET /ids`` answers the ids of the invokes seen so far (for the replay and foreign-scope tests).
+``store/trip/*`` and ``/saga/*`` are the saga steps' target (``saga_target``); a second argument,
+a TCP port, serves the app on 127.0.0.1 too (the sagas' HTTP steps).
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "bridge" / "python"))
 import svc_app
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import saga_target
 
 SEEN: list[dict[str, str]] = []
 
@@ -101,15 +106,28 @@ def main() -> None:
             "store/desk/tally": tally,
             "store/desk/recount": tally,
             "store/ticket/stamp": stamp,
+            **saga_target.handlers(),
         }
     )
+    saga_target.add_routes(application)
 
     async def ids(_request: web.Request) -> web.Response:
         return web.json_response(SEEN)
 
     application.router.add_get("/ids", ids)
     listen = sys.argv[1]
+    if len(sys.argv) > 2:  # the saga tests' HTTP steps reach the same app over TCP too
+        asyncio.run(_both(application, "/" + listen[5:].lstrip("/"), int(sys.argv[2])))
+        return
     web.run_app(application, path="/" + listen[5:].lstrip("/"), print=None)
+
+
+async def _both(application: web.Application, path: str, port: int) -> None:
+    runner = web.AppRunner(application)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    await web.UnixSite(runner, path).start()
+    await asyncio.Event().wait()
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from dap.config.enums import (
 )
 from dap.config.errors import Problem
 from dap.config.events import DeliveryTarget
+from dap.config.sagas import SagaCall, SagaStep
 from dap.config.specs import Spec
 from dap.config.validation import locating
 
@@ -31,6 +32,13 @@ def action_and_event_rules(spec: Spec) -> Iterator[Problem]:
                     "public: true is allowed on service actions only (anonymous callers of a Service's "
                     "action); an entity's actions always need a caller: remove public or move the action "
                     "to a Service",
+                )
+            if action.impl is not None and action.impl.type == "saga":
+                yield locating.at(
+                    spec,
+                    entity,
+                    f"spec.actions[{i}].impl.type",
+                    "a saga is a service action (it spans systems, not one record): move it to a Service",
                 )
             if action.emits is not None and es.event(action.emits) is None:
                 yield locating.at(
@@ -66,6 +74,25 @@ def _service_rules(spec: Spec) -> Iterator[Problem]:
                 f"{service.key} is also an entity: POST /{{ws}}/api/{service.key}/... could mean either; "
                 "rename the service",
             )
+        for i, action in enumerate(service.spec.actions):
+            if action.impl is not None and action.impl.type == "saga":
+                yield from _saga_records(spec, service, f"spec.actions[{i}].impl", action.impl.steps)
+
+
+def _saga_records(
+    spec: Spec, service: m.ServiceManifest, path: str, steps: tuple[SagaStep, ...]
+) -> Iterator[Problem]:
+    """A saga's record operations name declared entities."""
+    for j, step in enumerate(steps):
+        at = f"{path}.steps[{j}]"
+        for where, call in ((at, step), (f"{at}.compensation", step.compensation)):
+            if isinstance(call, SagaCall) and call.record is not None:
+                entity = call.record.entity
+                if spec.resolve_entity(entity, service.metadata.module) is None:
+                    message = f"{entity!r} is not a declared entity"
+                    yield from locating.undeclared_entity(
+                        spec, service, f"{where}.record.entity", entity, message
+                    )
 
 
 def _reliable_target(

@@ -49,6 +49,7 @@ from dap.server.web import (
     passwords,
     protocol,
     rest,
+    sagas,
     sockets,
     trails,
     ui_meta,
@@ -294,6 +295,7 @@ def build_app(
     grants.add_routes(app)  # /{ws}/api/_grants…, /{ws}/api/_apps/… (service calls through an app)
     trails.add_routes(app)  # before moves: /{id}/_audit is not an action
     jobs.add_routes(app)  # GET …/_jobs/{id}
+    sagas.add_routes(app)  # /{ws}/api/_sagas…
     files.add_routes(app)  # before moves: /{id}/_files/… is not an action
     methods.add_routes(app)  # the 405s of the three above, before moves' POST …/{id}/{action}
     moves.add_routes(app)
@@ -314,6 +316,7 @@ def build_app(
         app.router.add_get("/{ws}/", ui)
 
     jobs.attach(app, opts)  # the job worker stops before the pool closes
+    sagas.attach(app, opts)  # the saga engine, beside it
 
     async def close_pool(_app: web.Application) -> None:
         await pool.close()

@@ -42,11 +42,12 @@ from dap.server.catalog import Catalog
 from dap.server.documents import idempotency, lifecycle
 from dap.server.events import builtin
 from dap.server.storage.workspaces import Workspace
-from dap.server.web import requests
-from dap.server.workflows import acting, operations, sidecars
+from dap.server.web import requests, sagas
+from dap.server.workflows import acting, operations, saga_decisions, sidecars
 
 VERBS = frozenset({"list", "find", "create", "update", "delete"})
 JOB = "_job"  # the verb of a job lookup (no action is named so: names start with a letter)
+SAGA = "_saga"  # a saga of a service: read it; ``_saga_retry|skip|resolve``: a person's decision
 
 
 def _body(frame: dict[str, Any]) -> dict[str, Any]:
@@ -81,6 +82,36 @@ async def _job(
     )
 
 
+async def _saga(
+    request: web.Request,
+    workspace: Workspace,
+    catalog: Catalog,
+    key: str,
+    frame: dict[str, Any],
+    principal: auth.Principal,
+    verb: str,
+) -> dict[str, Any]:
+    """``_saga`` reads a saga of service ``key`` (``"saga": id``); ``_saga_retry|skip|resolve``
+    (with ``body``) is REST's ``POST /{ws}/api/_sagas/{id}/{op}``."""
+    pool, raw = request.app[state.POOL], str(frame.get("saga", ""))
+    if verb == SAGA:
+        return await saga_decisions.find(pool, catalog, workspace.tenant_id, principal, raw, key)
+    op = verb[len(SAGA) + 1 :]
+    data = await saga_decisions.settle(
+        pool,
+        catalog,
+        workspace.tenant_id,
+        principal,
+        raw,
+        op,
+        _body(frame),
+        request.get(state.REQUEST_ID),
+        key,
+    )
+    request.app[sagas.ENGINE].wake()
+    return data
+
+
 async def _service(
     request: web.Request,
     workspace: Workspace,
@@ -96,6 +127,8 @@ async def _service(
         raise errors.NotFound(f"no service {key} is exposed over ws", code="SVC.ENTITY.NOT_FOUND")
     if verb == JOB:
         return {"data": await _job(request, workspace, key, frame, principal)}
+    if verb == SAGA or verb.startswith(SAGA + "_"):
+        return {"data": await _saga(request, workspace, catalog, key, frame, principal, verb)}
     plan = acting.plan_of(service, verb, ProtocolType.WS)
     app = request.app
     through = frame.get("app")  # the app the call is made through (``acting.on_behalf``)

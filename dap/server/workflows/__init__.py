@@ -20,6 +20,10 @@ package applies them to a request::
     jobs       ``dap.jobs``: ``call: async`` actions queued, claimed, leased, finished
     worker     the job worker loop of one process (runs jobs, delivers callbacks)
     callbacks  where a job's callback may go, its Standard Webhooks signature, its retries
+    sagas      the saga engine: ``impl: {type: saga}`` actions run step by step, resumed after a crash
+    saga_steps one call of a step to its target (native, app process, HTTP, record) and its outcome
+    saga_store ``dap.sagas`` and ``dap.saga_log``: a saga's durable progress and timeline
+    saga_decisions  a person's retry / skip / resolve of a parked saga; a saga's view
     sidecars   actions run by the app process: the ``Invoker`` the bridge provides, its reply applied
     recording  a record's create and update, the one pipeline REST and the seed loader share
     operations the entity verbs and record actions, protocol-neutral: REST and gRPC adapt them
@@ -56,6 +60,10 @@ __all__ = [
     "machines",
     "operations",
     "recording",
+    "saga_decisions",
+    "saga_steps",
+    "saga_store",
+    "sagas",
     "seeding",
     "seeding_rows",
     "seeding_steps",

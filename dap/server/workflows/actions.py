@@ -67,6 +67,8 @@ def runner(entity: str, plan: compiled.ActionPlan, invoker: sidecars.Invoker | N
             raise sidecars.not_configured(entity, plan.name)
         timeout = durations.parse(impl.timeout).total_seconds() if impl.timeout else None
         return sidecars.Bound(invoker, timeout)
+    if impl.type == "saga":
+        return None  # a tracked job the saga engine runs (``workflows.sagas``), never here
     if impl.type == "script":
         raise errors.NotImplementedHere(
             f"action {plan.name!r} of {entity} is a script action; scripts are not run yet",

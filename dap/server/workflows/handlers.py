@@ -43,6 +43,7 @@ class Context:
     principal_sub: str
     principal_username: str
     report: Report | None = None  # set when the action runs as a job
+    idempotency_key: str | None = None  # a saga step's key (the step commits with its progress)
 
     async def progress(self, percent: float) -> None:
         """Report the job's progress (0 to 100); nothing when the action is not running as a job."""

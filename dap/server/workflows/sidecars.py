@@ -65,6 +65,7 @@ class Invocation:
     resource: Mapping[str, Any] | None  # the record as stored, in its JSON form; None: a service action
     params: Mapping[str, Any] = field(default_factory=dict)  # JSON form
     timeout: float | None = None  # the action's impl.timeout; None: the process's --invoke-timeout
+    idempotency_key: str | None = None  # a saga step's key, sent as ``Idempotency-Key``
 
 
 class Invoker(Protocol):

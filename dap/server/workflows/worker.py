@@ -36,7 +36,7 @@ from dap.server.access import auth, guards
 from dap.server.catalog import Catalog, Resource
 from dap.server.documents import auditing, idempotency, reading
 from dap.server.storage import db
-from dap.server.workflows import actions, callbacks, handlers, jobs, services, sidecars
+from dap.server.workflows import actions, callbacks, handlers, jobs, sagas, services, sidecars
 
 log = logging.getLogger(__name__)
 SLOTS = 2  # jobs one process runs at once
@@ -170,6 +170,7 @@ class Worker:
         self._wake = asyncio.Event()
         self._swept = 0.0
         self._tasks: list[asyncio.Task[None]] = []
+        self.saga_wake: Callable[[], None] = lambda: None  # the saga engine, told of a saga handed to it
 
     @property
     def pool(self) -> asyncpg.Pool:
@@ -246,7 +247,13 @@ class Worker:
                 log.warning("job %s: heartbeat failed: %s", job_id, exc.__class__.__name__)
 
     async def run(self, job: jobs.Job) -> None:
-        """Run a claimed job to ``succeeded`` or ``failed`` (or leave it to the next claim)."""
+        """Run a claimed job to ``succeeded`` or ``failed`` (or leave it to the next claim).
+        A saga's job is handed to the saga engine instead (``sagas.adopt``), which finishes it."""
+        if sagas.is_saga(self.current(), job):
+            async with db.connection(self.pool) as conn:
+                if await sagas.adopt(conn, job, self.name):
+                    self.saga_wake()
+            return
 
         async def report(progress: float) -> None:
             async with db.connection(self.pool) as side:

@@ -25,10 +25,18 @@ class CtxError(Exception):
 
 
 class Ctx:
-    """The /ctx calls of one invoke; ``joined=False`` commits each call by itself."""
+    """The /ctx calls of one invoke; ``joined=False`` commits each call by itself.
+    ``idempotency_key``: the invoke's ``Idempotency-Key`` (a saga step's), else ``None``."""
 
-    def __init__(self, session: aiohttp.ClientSession, base: str, headers: dict[str, str]) -> None:
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        base: str,
+        headers: dict[str, str],
+        idempotency_key: str | None = None,
+    ) -> None:
         self._session, self._base, self._headers = session, base, headers
+        self.idempotency_key = idempotency_key
 
     async def call(self, primitive: str, op: str, joined: bool = True, **body: Any) -> Any:
         headers = dict(self._headers)
@@ -68,7 +76,8 @@ def app(handlers: dict[str, Handler]) -> web.Application:
         session, base = _session(request.headers["X-Svc-Ctx-Url"])
         ids = {k: request.headers[k] for k in ("X-Svc-Scope-Id", "X-Svc-Invoke-Id") if k in request.headers}
         try:
-            answer = await handler(Ctx(session, base, ids), await request.json())
+            ctx = Ctx(session, base, ids, request.headers.get("Idempotency-Key"))
+            answer = await handler(ctx, await request.json())
         except Exception as exc:  # the server rolls the whole scope back
             return web.json_response({"error": str(exc) or exc.__class__.__name__}, status=500)
         return web.json_response(answer or {})

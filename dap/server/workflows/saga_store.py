@@ -1,0 +1,292 @@
+"""``dap.sagas`` and ``dap.saga_log``: a saga's durable progress, and its job row kept in step.
+
+One row per saga (its id is its job's id) says where it is: ``state`` (``running``,
+``compensating``, then ``completed`` | ``compensated``, or parked as ``outcome_unknown`` |
+``compensation_failed``), ``step`` (the step being run forward, or being compensated backward),
+``attempts`` of that step and ``in_flight`` (an attempt was sent and its outcome is not recorded:
+after a crash it is an unknown outcome, never a guess). ``dap.saga_log`` is the timeline: every
+attempt, outcome, compensation and person's decision, appended in the transaction that makes the
+change, so the timeline and the state never disagree.
+
+A saga is claimed like a job (``FOR UPDATE SKIP LOCKED``, a lease extended while it runs); a
+process killed mid-step leaves a lease that runs out, and the next claim resumes it from the row.
+The saga's job row (``dap.jobs``) is handed to the engine when the job worker first claims it
+(:func:`adopt`: ``worker = 'saga'``, a lease that never runs out, so no job claim takes it) and
+finished by the engine in the transaction that finishes the saga (:func:`finish`).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import asyncpg
+
+from dap.server.storage import db
+
+OWNER = "saga"  # dap.jobs.worker of a job whose saga the engine runs
+ACTIVE = ("running", "compensating")
+PARKED = ("outcome_unknown", "compensation_failed")
+FINAL = ("completed", "compensated")
+
+DDL = """
+CREATE SCHEMA IF NOT EXISTS dap;
+CREATE TABLE IF NOT EXISTS dap.sagas (
+    id uuid PRIMARY KEY,
+    tenant_id uuid NOT NULL,
+    service text NOT NULL,
+    action text NOT NULL,
+    principal jsonb NOT NULL,
+    params jsonb NOT NULL,
+    request_id text,
+    state text NOT NULL DEFAULT 'running',
+    step integer NOT NULL DEFAULT 0,
+    attempts integer NOT NULL DEFAULT 0,
+    in_flight boolean NOT NULL DEFAULT false,
+    results jsonb NOT NULL DEFAULT '{}',
+    failure jsonb,
+    worker text,
+    lease_until timestamptz,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    finished_at timestamptz
+);
+CREATE INDEX IF NOT EXISTS sagas_open ON dap.sagas (updated_at) WHERE state IN ('running', 'compensating');
+CREATE INDEX IF NOT EXISTS sagas_parked ON dap.sagas (tenant_id, updated_at)
+    WHERE state IN ('outcome_unknown', 'compensation_failed');
+CREATE TABLE IF NOT EXISTS dap.saga_log (
+    saga_id uuid NOT NULL,
+    seq bigserial,
+    at timestamptz NOT NULL DEFAULT now(),
+    step integer,
+    name text,
+    phase text NOT NULL,
+    attempt integer,
+    outcome text NOT NULL,
+    detail jsonb,
+    actor text,
+    PRIMARY KEY (saga_id, seq)
+);
+"""
+COLUMNS = (
+    "id, tenant_id, service, action, principal, params, request_id, state, step, attempts, in_flight, "
+    "results, failure, created_at, updated_at, finished_at"
+)
+_CLAIM = f"""
+UPDATE dap.sagas SET worker = $1, lease_until = now() + make_interval(secs => $2)
+WHERE id = (
+    SELECT id FROM dap.sagas
+    WHERE state IN ('running', 'compensating') AND (lease_until IS NULL OR lease_until < now())
+    ORDER BY updated_at FOR UPDATE SKIP LOCKED LIMIT 1
+)
+RETURNING {COLUMNS}
+"""
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, default=db.json_default, separators=(",", ":"))
+
+
+async def ensure_schema(conn: db.Connection) -> None:
+    await db.ensure_platform(conn, __name__, DDL)
+
+
+async def adopt(conn: db.Connection, job: asyncpg.Record, params: dict[str, Any], worker: str) -> bool:
+    """The saga of a claimed job, created with the job handed to the engine (one transaction);
+    ``False`` when the job worker no longer holds the job."""
+    async with conn.transaction():
+        done = await conn.execute(
+            "UPDATE dap.jobs SET worker = $3, lease_until = 'infinity' "
+            "WHERE id = $1 AND worker = $2 AND state = 'running'",
+            job["id"],
+            worker,
+            OWNER,
+        )
+        if not done.endswith(" 1"):
+            return False
+        await conn.execute(
+            "INSERT INTO dap.sagas (id, tenant_id, service, action, principal, params, request_id) "
+            "VALUES ($1, $2, $3, $4, $5, $6::text::jsonb, $7) ON CONFLICT (id) DO NOTHING",
+            job["id"],
+            job["tenant_id"],
+            job["target"],
+            job["action"],
+            job["principal"],
+            _json(params),
+            job["request_id"],
+        )
+        await log(
+            conn, job["id"], None, None, "saga", None, "accepted", None, job["principal"].get("username")
+        )
+    return True
+
+
+async def claim(conn: db.Connection, worker: str, lease: float) -> asyncpg.Record | None:
+    """An active saga nobody holds (new, or its holder's lease ran out), held by ``worker``."""
+    row: asyncpg.Record | None = await conn.fetchrow(_CLAIM, worker, lease)
+    return row
+
+
+async def heartbeat(conn: db.Connection, saga_id: uuid.UUID, worker: str, lease: float) -> bool:
+    done = await conn.execute(
+        "UPDATE dap.sagas SET lease_until = now() + make_interval(secs => $3) WHERE id = $1 AND worker = $2",
+        saga_id,
+        worker,
+        lease,
+    )
+    return done.endswith(" 1")
+
+
+async def release(conn: db.Connection, worker: str) -> None:
+    """A stopping process hands its sagas back at once (their next claim resumes them); its
+    claims are ``<worker>:<claim>``."""
+    await conn.execute(
+        "UPDATE dap.sagas SET worker = NULL, lease_until = NULL WHERE worker LIKE $1 || ':%'", worker
+    )
+
+
+async def load(
+    conn: db.Connection, saga_id: uuid.UUID, tenant: uuid.UUID | None = None
+) -> asyncpg.Record | None:
+    row: asyncpg.Record | None = await conn.fetchrow(
+        f"SELECT {COLUMNS} FROM dap.sagas WHERE id = $1 AND ($2::uuid IS NULL OR tenant_id = $2)",
+        saga_id,
+        tenant,
+    )
+    return row
+
+
+Entry = tuple[
+    int | None, str | None, str, int | None, str, Any
+]  # step, name, phase, attempt, outcome, detail
+
+
+async def move(
+    conn: db.Connection, saga_id: uuid.UUID, holder: str | None, entry: Entry | None = None, **changes: Any
+) -> None:
+    """Set ``changes`` on the saga (while ``holder`` holds it; ``None``: a person's decision) and,
+    when given, append ``entry`` to its timeline in the same statement (one round trip, atomic).
+    Raises :class:`Lost` when the holder no longer holds it (its transaction must roll back)."""
+    sets: list[str] = []
+    args: list[Any] = [saga_id, holder]
+    for name, value in changes.items():
+        args.append(_json(value) if name in ("results", "failure") and value is not None else value)
+        cast = "::text::jsonb" if name in ("results", "failure") else ""
+        sets.append(f"{name} = ${len(args)}{cast}")
+    update = (
+        f"UPDATE dap.sagas SET {', '.join(sets)}, updated_at = now() "
+        "WHERE id = $1 AND ($2::text IS NULL OR worker = $2) RETURNING id"
+    )
+    if entry is None:
+        found = await conn.fetchval(update, *args)
+    else:
+        step, label, phase, attempt, outcome, detail = entry
+        n = len(args)
+        found = await conn.fetchval(
+            f"WITH moved AS ({update}) INSERT INTO dap.saga_log (saga_id, step, name, phase, attempt, "
+            f"outcome, detail) SELECT id, ${n + 1}, ${n + 2}, ${n + 3}, ${n + 4}, ${n + 5}, "
+            f"${n + 6}::text::jsonb FROM moved RETURNING saga_id",
+            *args,
+            step,
+            label,
+            phase,
+            attempt,
+            outcome,
+            _json(detail) if detail is not None else None,
+        )
+    if found is None:
+        raise Lost(saga_id)
+
+
+class Lost(Exception):  # noqa: N818 -- a signal, not an error
+    """Another process holds the saga now (this one's lease ran out): its transaction rolls back."""
+
+
+async def log(
+    conn: db.Connection,
+    saga_id: uuid.UUID,
+    step: int | None,
+    name: str | None,
+    phase: str,
+    attempt: int | None,
+    outcome: str,
+    detail: Any,
+    actor: str | None = None,
+) -> None:
+    await conn.execute(
+        "INSERT INTO dap.saga_log (saga_id, step, name, phase, attempt, outcome, detail, actor) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7::text::jsonb, $8)",
+        saga_id,
+        step,
+        name,
+        phase,
+        attempt,
+        outcome,
+        _json(detail) if detail is not None else None,
+        actor,
+    )
+
+
+async def timeline(conn: db.Connection, saga_id: uuid.UUID) -> list[asyncpg.Record]:
+    return list(
+        await conn.fetch(
+            "SELECT seq, at, step, name, phase, attempt, outcome, detail, actor FROM dap.saga_log "
+            "WHERE saga_id = $1 ORDER BY seq",
+            saga_id,
+        )
+    )
+
+
+async def parked(
+    conn: db.Connection, tenant: uuid.UUID, state: str | None, limit: int, offset: int
+) -> list[asyncpg.Record]:
+    """The sagas of a tenant in ``state`` (default: the parked ones), oldest change first."""
+    states = [state] if state is not None else list(PARKED)
+    return list(
+        await conn.fetch(
+            f"SELECT {COLUMNS} FROM dap.sagas WHERE tenant_id = $1 AND state = ANY($2::text[]) "
+            "ORDER BY updated_at, id LIMIT $3 OFFSET $4",
+            tenant,
+            states,
+            limit,
+            offset,
+        )
+    )
+
+
+async def finish_job(
+    conn: db.Connection, saga_id: uuid.UUID, state: str, result: Any, error: Any, progress: float
+) -> None:
+    """The saga's job row shows the saga's end (or its parking): ``succeeded`` / ``failed``."""
+    await conn.execute(
+        "UPDATE dap.jobs SET state = $2, result = $3::text::jsonb, error = $4::text::jsonb, "
+        "finished_at = now(), progress = greatest(progress, $5), "
+        "callback_state = CASE WHEN callback_url IS NULL THEN NULL ELSE 'pending' END, callback_due = now() "
+        "WHERE id = $1 AND worker = $6",
+        saga_id,
+        state,
+        _json(result) if result is not None else None,
+        _json(error) if error is not None else None,
+        progress,
+        OWNER,
+    )
+
+
+async def reopen_job(conn: db.Connection, saga_id: uuid.UUID) -> None:
+    """A parked saga a person sent on: its job is ``running`` again."""
+    await conn.execute(
+        "UPDATE dap.jobs SET state = 'running', error = NULL, finished_at = NULL, callback_state = NULL "
+        "WHERE id = $1 AND worker = $2",
+        saga_id,
+        OWNER,
+    )
+
+
+async def progress(conn: db.Connection, saga_id: uuid.UUID, value: float) -> None:
+    await conn.execute(
+        "UPDATE dap.jobs SET progress = greatest(progress, $2) WHERE id = $1 AND worker = $3",
+        saga_id,
+        value,
+        OWNER,
+    )
