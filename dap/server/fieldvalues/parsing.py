@@ -15,13 +15,14 @@ import math
 import uuid
 from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, TypeVar
 
 from dap.config.enums import FieldType
 from dap.config.fields import Field
 from dap.server.fieldvalues import limits
 from dap.server.fieldvalues.limits import InvalidValueError
 
+_T = TypeVar("_T")
 EXACT_JSON = json.JSONDecoder(parse_float=Decimal)  # made once: ``json.loads`` makes one per call
 _CELL_JSON = json.JSONDecoder(parse_float=Decimal, parse_constant=Decimal)
 
@@ -77,29 +78,16 @@ def one_value(f: Field, value: Any) -> Any:
             raise InvalidValueError("expected true or false")
         return value
     if t is FieldType.DATE:
-        if not isinstance(value, str):
-            raise InvalidValueError("expected an ISO 8601 date (YYYY-MM-DD)")
         if value in ("today", "today()"):
             return dt.date.today()
-        try:
-            return dt.date.fromisoformat(value)
-        except ValueError as exc:
-            raise InvalidValueError("expected an ISO 8601 date (YYYY-MM-DD)") from exc
+        return _iso(dt.date.fromisoformat, value, "an ISO 8601 date (YYYY-MM-DD)")
     if t is FieldType.DATETIME:
         if not isinstance(value, str):
             raise InvalidValueError("expected an ISO 8601 date-time")
-        try:
-            parsed = dt.datetime.fromisoformat(value)
-        except ValueError as exc:
-            raise InvalidValueError("expected an ISO 8601 date-time such as 2024-05-01T12:00:00Z") from exc
+        parsed = _iso(dt.datetime.fromisoformat, value, "an ISO 8601 date-time such as 2024-05-01T12:00:00Z")
         return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=dt.UTC)
     if t is FieldType.TIME:
-        if not isinstance(value, str):
-            raise InvalidValueError("expected an ISO 8601 time (HH:MM[:SS])")
-        try:
-            return dt.time.fromisoformat(value)
-        except ValueError as exc:
-            raise InvalidValueError("expected an ISO 8601 time (HH:MM[:SS])") from exc
+        return _iso(dt.time.fromisoformat, value, "an ISO 8601 time (HH:MM[:SS])")
     if t in (FieldType.UUID, FieldType.RELATION):
         return uuid_of(value)
     if t in limits.JSON_HELD:
@@ -108,6 +96,16 @@ def one_value(f: Field, value: Any) -> Any:
             raise InvalidValueError(limits.refusal(choices))
         return plain_json(value)
     raise InvalidValueError(f"fields of type {t} cannot be set directly")
+
+
+def _iso(parse: Callable[[str], _T], value: Any, expected: str) -> _T:
+    """``value`` read by ``parse`` (a ``fromisoformat``), or refused as not ``expected``."""
+    if not isinstance(value, str):
+        raise InvalidValueError(f"expected {expected}")
+    try:
+        return parse(value)
+    except ValueError as exc:
+        raise InvalidValueError(f"expected {expected}") from exc
 
 
 def uuid_of(value: Any) -> uuid.UUID:
