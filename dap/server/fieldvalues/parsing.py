@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from dap.config.enums import FieldType
 from dap.config.fields import Field
 from dap.server.fieldvalues import limits
-from dap.server.fieldvalues.limits import InvalidValueError
+from dap.server.fieldvalues.limits import InvalidValueError, check_text
 
 _T = TypeVar("_T")
 EXACT_JSON = json.JSONDecoder(parse_float=Decimal)  # made once: ``json.loads`` makes one per call
@@ -58,7 +58,9 @@ def decimal_of(value: Any) -> Decimal:
         number = Decimal(value) if not isinstance(value, Decimal) else value
     except InvalidOperation as exc:
         raise InvalidValueError(f"{value!r} is not a decimal number") from exc
-    return limits.finite(number)
+    if not number.is_finite():  # inline, not limits.finite: every exact value of a body passes here
+        raise InvalidValueError("must be a finite number")
+    return number
 
 
 def one_value(f: Field, value: Any) -> Any:
@@ -158,7 +160,7 @@ def _text_coercer(f: Field) -> Callable[[Any], Any]:
     def text(value: Any) -> Any:
         if not isinstance(value, str):
             raise InvalidValueError("expected a string")
-        limits.check_text(value)
+        check_text(value)
         if limit is not None and len(value) > limit:
             raise InvalidValueError(f"at most {limit} characters{why}, got {len(value)}")
         if choices and value not in choices:
@@ -223,5 +225,5 @@ def plain_json(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: plain_json(v) for k, v in value.items()}
     if isinstance(value, str):
-        limits.check_text(value)
+        check_text(value)
     return value

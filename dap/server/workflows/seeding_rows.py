@@ -1,7 +1,7 @@
 """What one seed or import row is checked for before it writes (``seeding`` runs them). Pure.
 
-- :func:`typed`: a CSV row's cells as the values of their fields (``storage.cells``, one rule per
-  field type, the one the seed files and imports share);
+- :func:`typed`: a CSV row's cells as the values of their fields (``fieldvalues.from_cell``, one
+  rule per field type, the one the seed files and imports share);
 - :func:`named`: the record a row's ``id`` names (the export's column);
 - :func:`exposes`, :func:`exposes_action`: an import's row stands for a REST verb (a create, an
   update, a submit), so ``expose`` must open it, or the row meets the 405 the verb would;
