@@ -79,17 +79,8 @@ def one_value(f: Field, value: Any) -> Any:
         if not isinstance(value, bool):
             raise InvalidValueError("expected true or false")
         return value
-    if t is FieldType.DATE:
-        if value in ("today", "today()"):
-            return dt.date.today()
-        return _iso(dt.date.fromisoformat, value, "an ISO 8601 date (YYYY-MM-DD)")
-    if t is FieldType.DATETIME:
-        if not isinstance(value, str):
-            raise InvalidValueError("expected an ISO 8601 date-time")
-        parsed = _iso(dt.datetime.fromisoformat, value, "an ISO 8601 date-time such as 2024-05-01T12:00:00Z")
-        return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=dt.UTC)
-    if t is FieldType.TIME:
-        return _iso(dt.time.fromisoformat, value, "an ISO 8601 time (HH:MM[:SS])")
+    if t in _ISO:
+        return _ISO[t](value)
     if t in (FieldType.UUID, FieldType.RELATION):
         return uuid_of(value)
     if t in limits.JSON_HELD:
@@ -108,6 +99,31 @@ def _iso(parse: Callable[[str], _T], value: Any, expected: str) -> _T:
         return parse(value)
     except ValueError as exc:
         raise InvalidValueError(f"expected {expected}") from exc
+
+
+def _date(value: Any) -> dt.date:
+    if value in ("today", "today()"):
+        return dt.date.today()
+    return _iso(dt.date.fromisoformat, value, "an ISO 8601 date (YYYY-MM-DD)")
+
+
+def _datetime(value: Any) -> dt.datetime:
+    """Naive means UTC."""
+    if not isinstance(value, str):
+        raise InvalidValueError("expected an ISO 8601 date-time")
+    parsed = _iso(dt.datetime.fromisoformat, value, "an ISO 8601 date-time such as 2024-05-01T12:00:00Z")
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=dt.UTC)
+
+
+def _time(value: Any) -> dt.time:
+    return _iso(dt.time.fromisoformat, value, "an ISO 8601 time (HH:MM[:SS])")
+
+
+_ISO: dict[FieldType, Callable[[Any], Any]] = {
+    FieldType.DATE: _date,
+    FieldType.DATETIME: _datetime,
+    FieldType.TIME: _time,
+}
 
 
 def uuid_of(value: Any) -> uuid.UUID:
@@ -148,6 +164,8 @@ def _made(f: Field) -> Callable[[Any], Any]:
         return integer
     if t in limits.EXACT:
         return _exact_coercer(f)
+    if t in _ISO:  # dates and times: straight to their reader, past one_value's choice of type
+        return _ISO[t]
     return lambda value: one_value(f, value)
 
 

@@ -10,7 +10,6 @@ JSON text in a CSV cell, as the UI's export writes them; they cannot be filtered
 
 from __future__ import annotations
 
-import math
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -43,14 +42,12 @@ def _integer(text: str) -> int:
     return parsing.integer(number)
 
 
-def _number(text: str) -> float:
+def _number(f: Field, text: str) -> Any:
     try:
         number = float(text)
     except ValueError as exc:
         raise InvalidValueError("expected a number") from exc
-    if not math.isfinite(number):
-        raise InvalidValueError("must be a finite number")
-    return number
+    return parsing.one_value(f, number)  # finite, as from JSON
 
 
 def from_text(f: Field, text: str) -> Any:
@@ -59,7 +56,7 @@ def from_text(f: Field, text: str) -> Any:
     if t is FieldType.INTEGER:
         return _integer(text)
     if t is FieldType.NUMBER:
-        return _number(text)
+        return _number(f, text)
     if t is FieldType.BOOLEAN:
         if text.lower() in ("true", "1"):
             return True
