@@ -8,6 +8,7 @@ through any chain (imports under ``TYPE_CHECKING`` included), and that a subpack
 
 from __future__ import annotations
 
+import ast
 import importlib
 import posixpath
 import re
@@ -19,7 +20,7 @@ import pytest
 import dap
 
 ROOT = Path(dap.__file__).parent
-SUBPACKAGES = ("storage", "catalog", "access", "documents", "workflows", "web", "rpc")
+SUBPACKAGES = ("storage", "fieldvalues", "catalog", "access", "documents", "workflows", "web", "rpc")
 
 
 @pytest.fixture(scope="module")
@@ -358,3 +359,66 @@ def test_a_control_package_is_reached_only_through_its_face(graph: grimp.ImportG
             if not importer.startswith(f"{package}."):
                 wrong.append(f"{importer} imports {module}, which {package} does not publish")
     assert wrong == []
+
+
+# --- value conversion has one home: dap.server.fieldvalues -----------------------------------
+# What converts a field's value, whichever module it stands in: making a Decimal (an exact
+# number from text, a float, a JSON number), reading ISO 8601 or formatted dates and times
+# (``fromisoformat``, ``strptime``), and JSON decoding that turns numbers into something else
+# (``parse_float``/``parse_constant``). Scanned in ``dap/server`` and ``dap/bridge``, the code that
+# takes field values in and out; ``dap.config``'s expression language computes with Decimals by
+# its own rules and hands results to ``fieldvalues.convert``. Not scanned for: ``uuid.UUID(...)``
+# (record, job, tenant and cache ids parsed from paths and keys are the platform's identifiers,
+# not field values; a field's uuid goes through ``fieldvalues.uuid_of`` via ``coerce``),
+# ``int()``/``float()`` (query limits, ports, TTLs, counters: too common to tell apart) and
+# ``.isoformat()`` (timestamps of events and logs). Allowed elsewhere: nothing, today; a new
+# exception names its module and why here.
+CONVERTING_CALLS = frozenset({"Decimal", "fromisoformat", "strptime"})
+CONVERTING_KEYWORDS = frozenset({"parse_float", "parse_constant"})
+VALUE_MODEL = ROOT / "server" / "fieldvalues"
+CONVERSION_ALLOWED: dict[str, str] = {}
+
+
+def _conversions(source: str) -> list[tuple[int, str]]:
+    """The lines of ``source`` that convert a value, and what each calls."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+        if name in CONVERTING_CALLS:
+            found.append((node.lineno, f"{name}(...)"))
+        found.extend((node.lineno, f"{k.arg}=") for k in node.keywords if k.arg in CONVERTING_KEYWORDS)
+    return found
+
+
+def test_the_conversion_finder_finds_conversions() -> None:
+    source = (
+        "import datetime as dt, json\n"
+        "from decimal import Decimal\n"
+        "a = Decimal(text)\n"
+        "b = dt.date.fromisoformat(text)\n"
+        "c = json.loads(text, parse_float=Decimal)\n"
+        "d = decimal.Decimal(1)\n"
+        "e = dt.datetime.strptime(text, '%Y')\n"
+        "f = isinstance(x, Decimal)\n"
+    )
+    assert _conversions(source) == [
+        (3, "Decimal(...)"),
+        (4, "fromisoformat(...)"),
+        (5, "parse_float="),
+        (6, "Decimal(...)"),
+        (7, "strptime(...)"),
+    ]
+
+
+def test_no_value_is_converted_outside_the_value_model() -> None:
+    found = [
+        f"{path.relative_to(ROOT.parent)}:{line}: {what}"
+        for package in (ROOT / "server", ROOT / "bridge")
+        for path in sorted(package.rglob("*.py"))
+        if VALUE_MODEL not in path.parents and str(path.relative_to(ROOT.parent)) not in CONVERSION_ALLOWED
+        for line, what in _conversions(path.read_text())
+    ]
+    assert found == [], "convert field values in dap.server.fieldvalues (or allow the module, saying why)"

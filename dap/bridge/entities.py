@@ -28,10 +28,10 @@ from typing import Any
 
 from dap.config.enums import FieldType, FilterOp
 from dap.config.fields import Field
-from dap.server import errors
+from dap.server import errors, fieldvalues
 from dap.server.catalog import Catalog, Resource
 from dap.server.documents import reading
-from dap.server.storage import caching, db, queries, records, sql, tables
+from dap.server.storage import caching, db, queries, sql, tables
 
 INSUFFICIENT = "SVC.CTX.INSUFFICIENT"
 BAD = "SVC.CTX.BAD_REQUEST"
@@ -77,8 +77,8 @@ def _coerce(resource: Resource, data: Any, *, partial: bool) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise errors.BadRequest("fields (or data) must be an object", code=BAD)
     try:
-        return records.coerce_row(_writable(resource), data, partial=partial)
-    except records.InvalidRowError as exc:
+        return fieldvalues.coerce_row(_writable(resource), data, partial=partial)
+    except fieldvalues.InvalidRowError as exc:
         raise errors.ValidationFailed(
             f"{len(exc.problems)} field(s) of {resource.key} are invalid",
             code="SVC.CTX.INVALID",
@@ -145,8 +145,8 @@ def _amount(resource: Resource, body: Mapping[str, Any]) -> tuple[Field, str, An
         raise errors.ValidationFailed(f"{name} is read-only", code="SVC.CTX.INVALID")
     raw = body.get("amount", 1)
     try:
-        amount = records.coerce(f, raw)
-    except records.InvalidValueError as exc:
+        amount = fieldvalues.coerce(f, raw)
+    except fieldvalues.InvalidValueError as exc:
         raise errors.ValidationFailed(f"amount: {exc}", code="SVC.CTX.INVALID") from exc
     if isinstance(amount, bool) or not isinstance(amount, int | float | Decimal) or amount <= 0:
         raise errors.ValidationFailed("amount must be a number above 0", code="SVC.CTX.INVALID")
@@ -187,7 +187,7 @@ async def add(
             errors=[errors.FieldProblem(f.name, f"is {found}; cannot take {amount}")],
         )
     await caching.announce(conn, resource, tenant, rid)
-    return {"value": records.to_json(f, row[column]), "version": row["version"]}
+    return {"value": fieldvalues.to_json(f, row[column]), "version": row["version"]}
 
 
 def _conditions(resource: Resource, filter_: Any) -> tuple[queries.Condition, ...]:
@@ -216,8 +216,8 @@ def _conditions(resource: Resource, filter_: Any) -> tuple[queries.Condition, ..
                 else [value]
             )
             try:
-                values = tuple(records.coerce(f, v) for v in raw)
-            except records.InvalidValueError as exc:
+                values = tuple(fieldvalues.coerce(f, v) for v in raw)
+            except fieldvalues.InvalidValueError as exc:
                 raise errors.BadRequest(f"filter {name}: {exc}", code=BAD) from exc
             out.append(queries.Condition(col_name, op, values))
     return tuple(out)

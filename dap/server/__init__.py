@@ -19,7 +19,9 @@ point down only (import-linter's ``layers`` contract in pyproject.toml says the 
     documents/     what a write means: lifecycle, references, derived values, the audit trail
     access/        who may do what: JWT, permissions, row and create scope, guards, accounts
     catalog/       the loaded spec compiled once: resources, derivation plans, grants, expressions
-    storage/       Postgres: pool, tables, migrations, SQL, records, registries, find cache
+    fieldvalues/   the value model: a field's value from JSON, text, CSV cells and formulas, its
+                   limits and precision, its JSON; nothing else converts a field's value
+    storage/       Postgres: pool, tables, migrations, SQL, registries, find cache
     options, metrics, loops, errors                                        (root, bottom)
 
 The app-process bridge lives beside this package in ``dap/bridge/`` and calls these faces only.

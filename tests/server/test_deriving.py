@@ -1,7 +1,7 @@
 """``deriving``, ``converting`` and ``checking`` without a server: plans, values, rules, guards.
 
 The plans come from real manifests (loaded and validated like the server loads them); ``derive`` is
-called with the values ``records.coerce_row`` would hand it, so these tests pin the rules one by
+called with the values ``fieldvalues.coerce_row`` would hand it, so these tests pin the rules one by
 one. The HTTP behaviour is in test_derived_rest.py.
 """
 
@@ -17,9 +17,10 @@ import pytest
 
 from dap.config.enums import FieldType, NaturalKeyEntry
 from dap.config.fields import Field, ValidationRule
+from dap.server import fieldvalues
 from dap.server.catalog import Catalog, checking, plans
-from dap.server.documents import converting, deriving, filling
-from dap.server.storage import migrations, records
+from dap.server.documents import deriving, filling
+from dap.server.storage import migrations
 
 from . import test_derived_rest
 from .conftest import load
@@ -133,7 +134,7 @@ def children(catalog: Catalog) -> dict[str, tuple[Field, ...]]:
 
 def coerce(catalog: Catalog, body: dict[str, Any], *, partial: bool = False) -> dict[str, Any]:
     resource = catalog.resources["pure/order"]
-    return records.coerce_row(resource.fields, body, partial=partial, children=children(catalog))
+    return fieldvalues.coerce_row(resource.fields, body, partial=partial, children=children(catalog))
 
 
 def derive(
@@ -269,8 +270,8 @@ def test_convert_to_the_field_type(
     ftype: FieldType, extra: dict[str, Any], value: Any, expected: Any
 ) -> None:
     f = Field(name="x", type=ftype, **extra)
-    assert converting.convert(f, value) == expected
-    assert type(converting.convert(f, value)) is type(expected)
+    assert fieldvalues.convert(f, value) == expected
+    assert type(fieldvalues.convert(f, value)) is type(expected)
 
 
 @pytest.mark.parametrize(
@@ -284,8 +285,8 @@ def test_convert_to_the_field_type(
     ],
 )
 def test_convert_refuses_what_does_not_fit(ftype: FieldType, extra: dict[str, Any], value: Any) -> None:
-    with pytest.raises(records.InvalidValueError):
-        converting.convert(Field(name="x", type=ftype, **extra), value)
+    with pytest.raises(fieldvalues.InvalidValueError):
+        fieldvalues.convert(Field(name="x", type=ftype, **extra), value)
 
 
 def test_a_result_that_does_not_fit_is_a_problem_of_the_field() -> None:

@@ -1,5 +1,5 @@
 """The built-in event written by the write's own statement (``events.builtin.joined``): its payload
-is the record exactly as REST answers it, the timestamps written by SQL as ``records.iso_text``
+is the record exactly as REST answers it, the timestamps written by SQL as ``fieldvalues.iso_text``
 writes them, and a row that comes out otherwise than predicted (here a trigger) still gets an event
 carrying the record as it is."""
 
@@ -18,9 +18,9 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
+from dap.server import fieldvalues
 from dap.server.catalog import Catalog
 from dap.server.events import builtin
-from dap.server.storage import records
 
 from .conftest import SHOP, Running, events_of, load, running
 
@@ -113,7 +113,7 @@ async def test_timestamps_are_written_as_iso_text_writes_them(pg_dsn: str, momen
         stored = await conn.fetchval("SELECT $1::timestamptz", moment)
     finally:
         await conn.close()
-    assert json.loads(text) == records.iso_text(stored)
+    assert json.loads(text) == fieldvalues.iso_text(stored)
 
 
 async def test_a_row_unlike_its_prediction_still_gets_its_record_in_the_event(

@@ -11,9 +11,9 @@ import pytest
 
 from dap.config.enums import FilterOp
 from dap.config.fields import Field
-from dap.server import errors
+from dap.server import errors, fieldvalues
 from dap.server.catalog import Catalog
-from dap.server.storage import queries, records, sql
+from dap.server.storage import queries, sql
 from dap.server.workflows import filters
 
 from .conftest import load
@@ -65,7 +65,7 @@ U = "6f1c3a9e-7b7d-4d7a-9a55-1b2c3d4e5f60"
     ],
 )
 def test_coerce_accepts(field: Field, value: Any, expected: Any) -> None:
-    result = records.coerce(field, value)
+    result = fieldvalues.coerce(field, value)
     assert result == expected
     assert type(result) is type(expected)
 
@@ -99,15 +99,15 @@ def test_coerce_accepts(field: Field, value: Any, expected: Any) -> None:
     ],
 )
 def test_coerce_refuses(field: Field, value: Any, fragment: str) -> None:
-    with pytest.raises(records.InvalidValueError, match=fragment):
-        records.coerce(field, value)
+    with pytest.raises(fieldvalues.InvalidValueError, match=fragment):
+        fieldvalues.coerce(field, value)
 
 
 def test_output_is_exact_and_masked() -> None:
-    assert records.present(F(type="money"), Decimal("10.10")) == "10.10"
-    assert records.present(F(type="date"), dt.date(2024, 1, 2)) == "2024-01-02"
-    assert records.present(F(type="string", masked=True), "secret") == records.MASK
-    assert records.present(F(type="string", masked=True), None) is None
+    assert fieldvalues.present(F(type="money"), Decimal("10.10")) == "10.10"
+    assert fieldvalues.present(F(type="date"), dt.date(2024, 1, 2)) == "2024-01-02"
+    assert fieldvalues.present(F(type="string", masked=True), "secret") == fieldvalues.MASK
+    assert fieldvalues.present(F(type="string", masked=True), None) is None
 
 
 def test_row_collects_every_problem() -> None:
@@ -117,14 +117,14 @@ def test_row_collects_every_problem() -> None:
         Field(name="ro", type="string", read_only=True),  # type: ignore[arg-type]
         Field(name="im", type="string", immutable=True),
     )  # type: ignore[arg-type]
-    with pytest.raises(records.InvalidRowError) as caught:
-        records.coerce_row(
+    with pytest.raises(fieldvalues.InvalidRowError) as caught:
+        fieldvalues.coerce_row(
             fields, {"n": "x", "ro": "y", "zz": 1, "id": "1"}, partial=False, reserved=frozenset({"id"})
         )
     paths = {p for p, _ in caught.value.problems}
     assert paths == {"n", "ro", "zz", "id", "r"}
-    with pytest.raises(records.InvalidRowError, match="immutable"):
-        records.coerce_row(fields, {"im": "x"}, partial=True)
+    with pytest.raises(fieldvalues.InvalidRowError, match="immutable"):
+        fieldvalues.coerce_row(fields, {"im": "x"}, partial=True)
 
 
 @pytest.fixture(scope="module")
@@ -260,8 +260,6 @@ def test_iso_text_writes_what_isoformat_writes() -> None:
     with and without microseconds, naive and at several offsets."""
     import random
 
-    from dap.server.storage import records as recs
-
     rng = random.Random(11)
     zones = [
         None,
@@ -281,21 +279,59 @@ def test_iso_text_writes_what_isoformat_writes() -> None:
             tzinfo=rng.choice(zones),
         )
         for value in (stamp, stamp.date()):
-            assert recs.iso_text(value) == value.isoformat()
-        assert recs._iso(stamp.time()) == stamp.time().isoformat()
+            assert fieldvalues.iso_text(value) == value.isoformat()
+        assert fieldvalues.rendering._iso(stamp.time()) == stamp.time().isoformat()
 
 
 def _outcome(convert: Any, value: Any) -> tuple[str, str]:
     try:
         result = convert(value)
-    except records.InvalidValueError as exc:
+    except fieldvalues.InvalidValueError as exc:
         return "refused", str(exc)
     return type(result).__name__, repr(result)
 
 
-def test_a_fields_coercer_answers_what_one_answers() -> None:
-    """``records.coercer`` (chosen once per field) must take and refuse exactly what ``_one`` does,
-    with the same value (a Decimal's exponent included) and the same message."""
+def _reference(f: Field, value: Any) -> Any:
+    """The rules of a body's value as first written, one check after the other: the text of a
+    textual field, and an exact number refused past its scale, quantized to it, then held to its
+    precision. The coercers (chosen once per field, quantizing once) must answer what these do."""
+    if f.type in fieldvalues.limits.TEXTUAL:
+        if not isinstance(value, str):
+            raise fieldvalues.InvalidValueError("expected a string")
+        fieldvalues.check_text(value)
+        limit = fieldvalues.text_limit(f)
+        if limit is not None and len(value) > limit:
+            why = " (the field is indexed)" if f.index or f.unique else ""
+            raise fieldvalues.InvalidValueError(f"at most {limit} characters{why}, got {len(value)}")
+        choices = fieldvalues.allowed_values(f)
+        if choices and value not in choices:
+            raise fieldvalues.InvalidValueError(f"must be one of {', '.join(map(str, choices))}")
+        return value
+    if f.type in fieldvalues.limits.EXACT:
+        from decimal import InvalidOperation
+
+        number = fieldvalues.parsing.decimal_of(value)
+        scale = fieldvalues.scale_of(f)
+        exponent = number.as_tuple().exponent
+        assert isinstance(exponent, int)
+        if scale is not None:
+            quantum = Decimal(1).scaleb(-scale)
+            try:
+                if -exponent > scale and number != number.quantize(quantum):
+                    raise fieldvalues.InvalidValueError(f"at most {scale} decimal places")
+                number = number.quantize(quantum)
+            except InvalidOperation as exc:
+                raise fieldvalues.InvalidValueError("too large") from exc
+        precision = fieldvalues.precision_of(f)
+        if precision is not None and len(number.as_tuple().digits) > precision:
+            raise fieldvalues.InvalidValueError(f"at most {precision} significant digits")
+        return number
+    return fieldvalues.parsing.one_value(f, value)
+
+
+def test_a_fields_coercer_answers_what_the_plain_rules_answer() -> None:
+    """``fieldvalues.coercer`` (chosen once per field) must take and refuse exactly what the plain
+    rules answer, with the same value (a Decimal's exponent included) and the same message."""
     import random
 
     fields = [
@@ -380,8 +416,8 @@ def test_a_fields_coercer_answers_what_one_answers() -> None:
         values += [text, Decimal(text)]
     for f in fields:
         for value in values:
-            assert _outcome(records.coercer(f), value) == _outcome(
-                lambda v, f=f: records._one(f, v), value
+            assert _outcome(fieldvalues.coercer(f), value) == _outcome(
+                lambda v, f=f: _reference(f, v), value
             ), (
                 f.type,
                 f.scale,

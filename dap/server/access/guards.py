@@ -33,10 +33,10 @@ import asyncpg
 
 from dap.config.entities import EntitySpec
 from dap.config.enums import FilterOp
-from dap.server import errors
+from dap.server import errors, fieldvalues
 from dap.server.access import auth, permissions, scoping, txdates
 from dap.server.catalog import Catalog, Resource
-from dap.server.storage import db, queries, records, sql, tables
+from dap.server.storage import db, queries, sql, tables
 
 ROW_SCOPE = "SVC.AUTH.ROW_SCOPE"
 CREATE_SCOPE = "SVC.AUTH.CREATE_SCOPE"
@@ -348,7 +348,7 @@ def writable(access: Access, body: dict[str, Any], *, create: bool = False) -> d
     for b in access.scope:
         value = b.single
         if b.field in access.policy.fillable and filled.get(b.field) is None and value is not None:
-            filled[b.field] = records.to_json(access.resource.fields[b.field], value)
+            filled[b.field] = fieldvalues.to_json(access.resource.fields[b.field], value)
     return filled
 
 
@@ -367,7 +367,7 @@ def _same(a: Any, b: Any) -> bool:
         return True
     if a is None or b is None:
         return False
-    shown = records.to_json(queries.SYSTEM["id"], a), records.to_json(queries.SYSTEM["id"], b)
+    shown = fieldvalues.to_json(queries.SYSTEM["id"], a), fieldvalues.to_json(queries.SYSTEM["id"], b)
     return str(shown[0]) == str(shown[1])
 
 
@@ -390,7 +390,7 @@ async def _check_create_scope(
             errors=[errors.FieldProblem(cs.field, f"must be left out: the referenced {cs.via} has none")],
         )
     if not _same(field_value, expected):
-        shown = records.to_json(queries.SYSTEM["id"], expected)
+        shown = fieldvalues.to_json(queries.SYSTEM["id"], expected)
         raise errors.Forbidden(
             f"{cs.field} must equal the {cs.via_column} of the {cs.via} named by {cs.ref_field} ({shown!r})",
             code=CREATE_SCOPE,

@@ -31,8 +31,9 @@ from typing import Any
 from dap.config.entities import EntitySpec
 from dap.config.enums import FieldType, FilterFrom, FilterOp
 from dap.config.fields import Field
+from dap.server import fieldvalues
 from dap.server.catalog import Resource
-from dap.server.storage import queries, records, tables
+from dap.server.storage import queries, tables
 
 
 class Source(StrEnum):
@@ -157,8 +158,8 @@ def _convert(f: Field, raw: Any) -> tuple[Any, ...]:
     if text is None:
         return ()
     try:
-        value = records.from_text(f, text)
-    except records.InvalidValueError:
+        value = fieldvalues.from_text(f, text)
+    except fieldvalues.InvalidValueError:
         return ()
     if f is queries.SYSTEM["docstatus"]:
         value = tables.DOCSTATUS.index(value)
@@ -256,7 +257,7 @@ def _why(b: Bound) -> str:
         if b.rule.source is Source.CONSTANT:
             return "the entity's fixed filter on this field cannot be met"
         return f"your identity carries no usable {b.rule.attr}, so no value is in your row scope"
-    shown = ", ".join(str(records.to_json(queries.SYSTEM["id"], v)) for v in b.values)
+    shown = ", ".join(str(fieldvalues.to_json(queries.SYSTEM["id"], v)) for v in b.values)
     if b.op is FilterOp.IN:
         return f"must be {shown} ({whose})" if len(b.values) == 1 else f"must be one of {shown} ({whose})"
     if b.op is FilterOp.NIN:

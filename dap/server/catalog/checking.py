@@ -13,12 +13,13 @@ import datetime as dt
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import InvalidOperation
 from typing import Any
 
 from dap.config import expressions
 from dap.config.expressions import Expression, ExpressionError
 from dap.config.fields import ValidationRule
+from dap.server import fieldvalues
 
 Compiled = Expression | ExpressionError  # a manifest expression, or why it could not be parsed
 
@@ -63,18 +64,6 @@ def rule_of(name: str, decl: ValidationRule) -> Rule:
     return Rule(name, decl)
 
 
-def _compare(value: Any, bound: Any) -> int:
-    """-1, 0, 1; raises TypeError or ValueError when the two cannot be ordered."""
-    if isinstance(value, dt.date) and isinstance(bound, str):
-        bound = (dt.datetime if isinstance(value, dt.datetime) else dt.date).fromisoformat(bound)
-        if isinstance(bound, dt.datetime) and bound.tzinfo is None:
-            bound = bound.replace(tzinfo=dt.UTC)
-    elif isinstance(value, int | float | Decimal) and not isinstance(value, bool):
-        value = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
-        bound = Decimal(str(bound))
-    return -1 if value < bound else (1 if value > bound else 0)
-
-
 def problem(rule: Rule, value: Any, ctx: Mapping[str, Any], now: dt.datetime) -> str | None:
     """The failure message of ``rule`` on ``value``, or ``None`` when it holds."""
     decl = rule.decl
@@ -92,7 +81,7 @@ def problem(rule: Rule, value: Any, ctx: Mapping[str, Any], now: dt.datetime) ->
         return None
     try:
         if decl.rule in ("min", "max"):
-            order = _compare(value, decl.value)
+            order = fieldvalues.compare(value, decl.value)
             if decl.rule == "min" and order < 0:
                 return decl.message or f"must be at least {decl.value}"
             if decl.rule == "max" and order > 0:

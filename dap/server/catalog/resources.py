@@ -24,9 +24,10 @@ from dap.config.enums import REST_ACTIONS, FieldType, ProtocolType
 from dap.config.fields import Field
 from dap.config.platform import ApiGRPCConfig, DatastoreSpec, ServiceSpec, WorkspaceSpec
 from dap.config.roles import RoleSpec
+from dap.server import fieldvalues
 from dap.server.catalog import machines, plans
 from dap.server.catalog.grants import Grants
-from dap.server.storage import caching, indexing, records, tables
+from dap.server.storage import caching, indexing, tables
 from dap.server.storage.tables import Table
 
 REST_SURFACE = "rest"
@@ -158,7 +159,9 @@ def _masker(fields: tuple[Field, ...]) -> Callable[[Any], Any] | None:
     masked = frozenset(f.name for f in fields if f.masked)
     if not masked:
         return None
-    return lambda data: {k: (records.MASK if k in masked and v is not None else v) for k, v in data.items()}
+    return lambda data: {
+        k: (fieldvalues.MASK if k in masked and v is not None else v) for k, v in data.items()
+    }
 
 
 def _relations(
@@ -355,7 +358,7 @@ class Catalog:
                 Slot(
                     name,
                     None if name in children else (c.name if (c := main.column_for(name)) else None),
-                    records.converter(f),
+                    fieldvalues.converter(f),
                     frozenset(f.exclude),
                 )
                 for name, f in visible.items()

@@ -12,7 +12,8 @@ rules behind them are inner modules::
     auditing     the audit trail's rows, written in the write's transaction
     idempotency  Idempotency-Key: one effect and the first answer for a repeated create
     (inner)      references: who refers to a record and which moves that forbids; deriving:
-                 applying a derivation plan (pure); converting: values → column values (pure)
+                 applying a derivation plan (pure); a computed value's conversion is
+                 ``fieldvalues.convert``'s
 
 Modules load on first import (none is imported here): the boot path needs ``auditing`` only.
 """

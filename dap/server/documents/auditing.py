@@ -30,7 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dap.server.storage import db, records, tables
+from dap.server import fieldvalues
+from dap.server.storage import db, tables
 
 if TYPE_CHECKING:
     import asyncpg
@@ -144,7 +145,7 @@ async def snapshot(conn: db.Connection, write: Write, row: Mapping[str, Any] | a
         statement, args = _child_rows(child.name, write.tenant, record_id)
         for item in await conn.fetch(statement, *args):
             rows_raw.append({f: item[c] for f, c in columns})
-            rows_shown.append({f: records.present(decls[f], item[c]) for f, c in columns})
+            rows_shown.append({f: fieldvalues.present(decls[f], item[c]) for f, c in columns})
         raw[name], shown[name] = rows_raw, rows_shown
     return Snapshot(raw, shown)
 

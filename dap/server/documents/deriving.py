@@ -3,7 +3,7 @@
 A :class:`~dap.server.catalog.plans.Plan` is built once per entity when the catalog is built
 (``catalog.plans``: expressions parsed, computed fields ordered by their dependencies, auto_fill
 sources resolved to tables and columns). For every
-create and update, :func:`derive` takes the plan, the validated payload (``records.coerce_row``'s
+create and update, :func:`derive` takes the plan, the validated payload (``fieldvalues.coerce_row``'s
 values), which keys the payload carried, the stored record (update) and the related records the
 I/O shell (``filling``) loaded, and returns the values to write plus the problems found. It never
 touches the database, so every rule is tested without a server.
@@ -37,9 +37,9 @@ from typing import Any
 from dap.config.enums import NaturalKeyEntry
 from dap.config.expressions import ExpressionError
 from dap.config.fields import Field
+from dap.server import fieldvalues
 from dap.server.catalog import checking, plans
-from dap.server.documents import converting
-from dap.server.storage import numbering, records
+from dap.server.storage import numbering
 
 INVALID = "SVC.VALIDATE.INVALID"
 FORMULA_FAILED = "SVC.VALIDATE.FORMULA_FAILED"
@@ -96,7 +96,7 @@ def _compute(
     for name, formula in plan.computed:
         f = plan.fields[name]
         try:
-            value = converting.convert(f, checking.evaluate(formula, ctx, now))
+            value = fieldvalues.convert(f, checking.evaluate(formula, ctx, now))
         except ExpressionError as exc:
             problems.append(
                 Problem(
@@ -106,7 +106,7 @@ def _compute(
                 )
             )
             value = None
-        except records.InvalidValueError as exc:
+        except fieldvalues.InvalidValueError as exc:
             problems.append(
                 Problem(f"{prefix}{name}", f"the formula's result does not fit: {exc}", FORMULA_FAILED)
             )
@@ -166,8 +166,8 @@ def _fill(
         if hit is None:  # a missing related record is the relation check's to report
             continue
         try:
-            values[fill.field] = converting.convert(fields[fill.field], hit.get(fill.column))
-        except records.InvalidValueError as exc:
+            values[fill.field] = fieldvalues.convert(fields[fill.field], hit.get(fill.column))
+        except fieldvalues.InvalidValueError as exc:
             message = f"the value copied from {fill.source} does not fit: {exc}"
             problems.append(Problem(f"{prefix}{fill.field}", message))
             continue
@@ -186,7 +186,7 @@ def _sequence(
     if not any(given):
         f = plan.fields.get(seq)
         for i, row in enumerate(rows, 1):
-            row[seq] = converting.convert(f, i) if f is not None else i
+            row[seq] = fieldvalues.convert(f, i) if f is not None else i
         return rows, []
     if not all(given):
         return rows, [
@@ -319,8 +319,8 @@ def _read_only(
 
 def _default(f: Field) -> Any:
     try:
-        return records.default_of(f)
-    except records.InvalidValueError:
+        return fieldvalues.default_of(f)
+    except fieldvalues.InvalidValueError:
         return None
 
 

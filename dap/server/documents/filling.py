@@ -18,10 +18,10 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from dap.server import errors
+from dap.server import errors, fieldvalues
 from dap.server.catalog import plans
-from dap.server.documents import converting, deriving
-from dap.server.storage import db, numbering, records, sql, tables
+from dap.server.documents import deriving
+from dap.server.storage import db, numbering, sql, tables
 
 if TYPE_CHECKING:
     import asyncpg
@@ -107,7 +107,7 @@ async def load_related(
 def _rows_of(rows_plan: plans.RowPlan, rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     fields = rows_plan.fields
     return [
-        {k: converting.stored_value(fields[k], v) if k in fields else v for k, v in r.items()} for r in rows
+        {k: fieldvalues.stored_value(fields[k], v) if k in fields else v for k, v in r.items()} for r in rows
     ]
 
 
@@ -170,8 +170,8 @@ async def prepare_create(
     await numbering.assign(conn, derived.generate, out, tenant=tenant, table=resource.table.name)
     try:
         for key in derived.generate:
-            out[key.field] = converting.convert(plan.record.fields[key.field], out[key.field])
-    except records.InvalidValueError as exc:
+            out[key.field] = fieldvalues.convert(plan.record.fields[key.field], out[key.field])
+    except fieldvalues.InvalidValueError as exc:
         raise errors.ValidationFailed(
             f"the generated natural key does not fit its field: {exc}",
             errors=[errors.FieldProblem(key.field, str(exc))],

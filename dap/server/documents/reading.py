@@ -13,8 +13,9 @@ from typing import Any
 
 import asyncpg
 
+from dap.server import fieldvalues
 from dap.server.catalog import Catalog, Presented, Resource
-from dap.server.storage import db, records, sql, tables
+from dap.server.storage import db, sql, tables
 
 
 def present(
@@ -39,8 +40,8 @@ def present(
     out["version"] = row["version"]
     if resource.lifecycle:
         out["docstatus"] = tables.DOCSTATUS[row["docstatus"]]
-    out["created_at"] = records.iso_text(row["created_at"])
-    out["updated_at"] = records.iso_text(row["updated_at"])
+    out["created_at"] = fieldvalues.iso_text(row["created_at"])
+    out["updated_at"] = fieldvalues.iso_text(row["updated_at"])
     out["owner"] = row["owner"]
     return out
 
@@ -84,7 +85,7 @@ def _present_only(
         out["docstatus"] = tables.DOCSTATUS[row["docstatus"]]
     for name in ("created_at", "updated_at"):
         if name in only:
-            out[name] = records.iso_text(row[name])
+            out[name] = fieldvalues.iso_text(row[name])
     if "owner" in only:
         out["owner"] = row["owner"]
     return out
@@ -109,7 +110,7 @@ async def load_children(
         }
         for row in await conn.fetch(statement, *args):
             item = {
-                name: records.present(decls[name], row[col.name])
+                name: fieldvalues.present(decls[name], row[col.name])
                 for name, col in child_specs.items()
                 if name is not None and name in decls
             }

@@ -16,10 +16,10 @@ import asyncpg
 
 from dap.config.enums import FieldType
 from dap.config.fields import Field
-from dap.server import errors
+from dap.server import errors, fieldvalues
 from dap.server.catalog import Catalog, RelationSlot, Resource
 from dap.server.documents import references
-from dap.server.storage import caching, db, records, sql, tables
+from dap.server.storage import caching, db, sql, tables
 
 RESERVED_INPUT = frozenset({*tables.SYSTEM_FIELDS, "tenant_id"})
 
@@ -51,10 +51,10 @@ def validate_body(
     problems: list[tuple[str, str]] = []
     values: dict[str, Any] = {}
     try:
-        values = records.coerce_row(
+        values = fieldvalues.coerce_row(
             resource.fields, body, partial=partial, children=children, reserved=RESERVED_INPUT
         )
-    except records.InvalidRowError as exc:
+    except fieldvalues.InvalidRowError as exc:
         problems += exc.problems
     for ns, data in namespaces.items():  # an extension object is replaced as a whole
         if data is None:
@@ -64,8 +64,8 @@ def validate_body(
             problems.append((ns, "expected an object"))
             continue
         try:
-            values[ns] = records.coerce_row(resource.extensions[ns], data, partial=False)
-        except records.InvalidRowError as exc:
+            values[ns] = fieldvalues.coerce_row(resource.extensions[ns], data, partial=False)
+        except fieldvalues.InvalidRowError as exc:
             problems += [(f"{ns}.{p}", m) for p, m in exc.problems]
     if problems:
         code = "SVC.DOC.RESERVED_FIELD" if any(p in RESERVED_INPUT for p, _ in problems) else None

@@ -94,12 +94,12 @@ async def record(
 # A write and its event as one statement: one round trip to Postgres instead of two (issue 27).
 # The payload is the record as REST shows it, which only Python knows how to present; what only
 # the statement knows -- the id a create is given, the version, the two timestamps -- is put into
-# it by the statement itself, with the timestamps written as ``records.iso_text`` writes them
+# it by the statement itself, with the timestamps written as ``fieldvalues.iso_text`` writes them
 # (RFC 3339, UTC as ``+00:00``, microseconds only when set).
 
 
 def _iso(column: str) -> str:
-    """SQL: a ``timestamptz`` as the text ``records.iso_text`` gives its UTC ``datetime``."""
+    """SQL: a ``timestamptz`` as the text ``fieldvalues.iso_text`` gives its UTC ``datetime``."""
     return (
         f"to_jsonb(to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS') || CASE WHEN "
         f"extract(microseconds FROM {column})::bigint % 1000000 = 0 THEN '' "
@@ -311,7 +311,7 @@ _renderings: dict[int, tuple[Resource, str | None]] = {}  # id(resource) -> (res
 
 
 def _rendered(sql_type: str, ref: str) -> str | None:
-    """SQL: the JSON of column ``ref`` as ``records.converter`` and the JSON encoder give it, or
+    """SQL: the JSON of column ``ref`` as ``fieldvalues.converter`` and the JSON encoder give it, or
     ``None`` for a type whose text Postgres writes otherwise. Pure."""
     if sql_type in _RENDERED_AS_IS:
         return f"to_jsonb({ref})"

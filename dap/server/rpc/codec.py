@@ -9,12 +9,11 @@ the REST answer (``operations.encode``), so both protocols show the same values.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from decimal import Decimal
 from typing import Any
 
 from google.protobuf import descriptor, json_format, message
 
-from dap.server import errors
+from dap.server import errors, fieldvalues
 
 VALUE = "google.protobuf.Value"
 _FD = descriptor.FieldDescriptor
@@ -44,17 +43,7 @@ def decode(record: message.Message, only: Iterable[str] | None = None) -> dict[s
 
 def _value(fd: Any, value: Any) -> Any:
     if fd.type == _FD.TYPE_MESSAGE and fd.message_type is not None and fd.message_type.full_name == VALUE:
-        return _exact(json_format.MessageToDict(value))
-    return value
-
-
-def _exact(value: Any) -> Any:
-    if isinstance(value, float):
-        return int(value) if value.is_integer() else Decimal(repr(value))
-    if isinstance(value, list):
-        return [_exact(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _exact(v) for k, v in value.items()}
+        return fieldvalues.exact_floats(json_format.MessageToDict(value))
     return value
 
 
@@ -78,5 +67,5 @@ def encode(data: Mapping[str, Any], record: message.Message) -> message.Message:
 
 def decode_struct(value: message.Message) -> dict[str, Any]:
     """A ``google.protobuf.Struct`` as a JSON object (exact numbers as REST parses them)."""
-    decoded = _exact(json_format.MessageToDict(value))
+    decoded = fieldvalues.exact_floats(json_format.MessageToDict(value))
     return decoded if isinstance(decoded, dict) else {}

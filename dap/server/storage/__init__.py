@@ -1,9 +1,10 @@
-"""dap.server.storage — Postgres: the pool, tables, migrations, SQL, records, registries, the find cache.
+"""dap.server.storage — Postgres: the pool, tables, migrations, SQL, registries, the find cache.
 
 The bottom floor of the server: it knows tables and statements, not who asks or what a write
-means, and imports nothing of the server above ``errors`` (the catalog, access, documents and web
-all build on it). Its modules are its face; siblings elsewhere import them from here
-(``from dap.server.storage import sql``), never anything not listed in ``__all__``::
+means, and imports nothing of the server above ``errors`` (the value model ``fieldvalues``, the
+catalog, access, documents and web all build on it). Its modules are its face; siblings
+elsewhere import them from here (``from dap.server.storage import sql``), never anything not
+listed in ``__all__``::
 
     db           the process's one asyncpg pool, connection types, JSON encoding
     deferred     a transaction begun by the first statement that needs it (lone statements)
@@ -15,8 +16,6 @@ all build on it). Its modules are its face; siblings elsewhere import them from 
     guarding     a list no index serves on a big tenant: logged once, counted
     queries      the typed list query and the system columns as fields (pure)
     sql          parameterised statements of the REST actions (pure)
-    records      field values in and out, per FieldType (pure)
-    cells        a CSV cell as the JSON value of its field, through ``records`` (pure)
     numbering    natural-key patterns and the per-tenant counters behind them
     workspaces   the workspace registry (slugs, tenant ids)
     caching      the find-by-id cache, correct across processes (LISTEN/NOTIFY)
@@ -29,7 +28,6 @@ migration needs.
 __all__ = [
     "building",
     "caching",
-    "cells",
     "db",
     "deferred",
     "files",
@@ -38,7 +36,6 @@ __all__ = [
     "migrations",
     "numbering",
     "queries",
-    "records",
     "schema_sync",
     "sql",
     "tables",

@@ -6,7 +6,7 @@ formula guard of the UI's export undone) and its rows go through the seed loader
 row stands for the verb it would be over REST -- a create, or an update where its ``id``, its
 natural key or ``_key`` names a record already there -- and obeys that verb's ``expose``, the
 caller's permissions, field guards, row scope, validation and lifecycle rules, in one
-transaction. Cells are converted by their field's type (``records.from_cell``), so a list's own
+transaction. Cells are converted by their field's type (``fieldvalues.from_cell``), so a list's own
 export imports back: its ``id`` names the record, its ``version`` and ``docstatus`` must still be
 the record's (else the row is stale).
 

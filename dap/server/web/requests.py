@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping, Sequence
-from decimal import Decimal
 from typing import Any
 
 import orjson
 from aiohttp import web
 
-from dap.server import errors, identity, state
+from dap.server import errors, fieldvalues, identity, state
 from dap.server.access import auth, guards
 from dap.server.catalog import Catalog, Resource
 from dap.server.documents import auditing, idempotency
@@ -123,7 +122,7 @@ def _shape(value: Any, limit: int) -> tuple[bool, bool]:
 
 _CONTAINERS = (dict, list)
 _NESTED_OR_FLOAT = frozenset({dict, list, float})
-_EXACT = json.JSONDecoder(parse_float=Decimal)  # made once: ``json.loads`` makes one per call
+_EXACT = fieldvalues.EXACT_JSON  # a body's numbers exact, as the value model reads them
 _PLAIN = json.JSONDecoder()
 
 

@@ -21,8 +21,9 @@ from typing import Any
 
 from dap.config.enums import FieldType, FilterOp
 from dap.config.fields import Field
+from dap.server import fieldvalues
 from dap.server.catalog import Catalog, Resource
-from dap.server.storage import numbering, queries, records, tables
+from dap.server.storage import numbering, queries, tables
 from dap.server.workflows import filters
 
 INT64 = {"type": "integer", "format": "int64", "minimum": -(2**63), "maximum": 2**63 - 1}
@@ -52,10 +53,7 @@ _SCALAR: dict[FieldType, dict[str, Any]] = {
 
 def decimal_pattern(f: Field) -> str:
     """The digits a decimal field takes: at most its scale after the point, its precision in all."""
-    scale = f.scale_digits
-    if scale is None and f.type is FieldType.MONEY:
-        scale = tables.DEFAULT_MONEY_SCALE
-    precision = f.precision or (tables.DEFAULT_MONEY_PRECISION if f.type is FieldType.MONEY else None)
+    scale, precision = fieldvalues.scale_of(f), fieldvalues.precision_of(f)
     whole = r"\d+" if precision is None else r"\d{1,%s}" % str(max(1, precision - (scale or 0)))  # noqa: UP031
     fraction = r"(\.\d+)?" if scale is None else ("" if scale == 0 else r"(\.\d{1,%s})?" % str(scale))  # noqa: UP031
     return f"^-?{whole}{fraction}$"
@@ -101,12 +99,12 @@ def field_schema(f: Field, module: str, catalog: Catalog, *, for_input: bool = F
         schema = {"type": "string", "format": "decimal", "pattern": decimal_pattern(f)}
     if for_input:
         _rules(f, schema)
-        limit = records.text_limit(f)
+        limit = fieldvalues.text_limit(f)
         if f.type in _TEXTUAL and limit is not None:
             schema["maxLength"] = min(limit, schema.get("maxLength", limit))
         if f.type in _TEXTUAL and f.required and "pattern" not in schema:
             schema |= {"minLength": max(1, schema.get("minLength", 1)), "pattern": r"\S"}
-    choices = records.allowed_values(f)
+    choices = fieldvalues.allowed_values(f)
     if choices:
         schema = {"enum": list(choices)}
     for key in ("title", "description"):
@@ -130,7 +128,7 @@ def object_schema(
         if for_input and numbering.refuses_input(f, partial=partial):
             continue
         props[f.name] = field_schema(f, module, catalog, for_input=for_input)
-        if for_input and not partial and f.required and f.default is None and not records.server_fills(f):
+        if for_input and not partial and f.required and f.default is None and not fieldvalues.server_fills(f):
             required.append(f.name)
     schema: dict[str, Any] = {"type": "object", "properties": props}
     if for_input:
@@ -169,7 +167,7 @@ def _value_regex(f: Field) -> str | None:
         return r"[1-9]\d{3}-(0[1-9]|1[0-2])-(0[1-9]|1\d|2[0-8])T([01]\d|2[0-3]):[0-5]\d:[0-5]\dZ"
     if f.type is FieldType.TIME:
         return r"([01]\d|2[0-3]):[0-5]\d(:[0-5]\d)?"
-    choices = records.allowed_values(f)
+    choices = fieldvalues.allowed_values(f)
     if choices:
         return "(" + "|".join(re.escape(str(c)) for c in choices) + ")"
     return None

@@ -29,14 +29,13 @@ Their result frame is REST's JSON answer plus its ``status`` (200; 202 with ``da
 from __future__ import annotations
 
 import json
-from decimal import Decimal
 from typing import Any
 from urllib.parse import parse_qsl
 
 from aiohttp import web
 
 from dap.config.enums import ProtocolType
-from dap.server import errors, state
+from dap.server import errors, fieldvalues, state
 from dap.server.access import auth, guards
 from dap.server.catalog import Catalog
 from dap.server.documents import idempotency, lifecycle
@@ -55,7 +54,7 @@ def _body(frame: dict[str, Any]) -> dict[str, Any]:
     body = frame.get("body") or {}
     if not isinstance(body, dict):
         raise errors.BadRequest("body must be a JSON object", code="SVC.REQUEST.MALFORMED_JSON")
-    exact: dict[str, Any] = json.loads(json.dumps(body), parse_float=Decimal)  # as REST reads
+    exact: dict[str, Any] = fieldvalues.exact_json(json.dumps(body))  # as REST reads
     return exact
 
 

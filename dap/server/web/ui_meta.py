@@ -29,9 +29,9 @@ from dap.config.apps import AppSpec
 from dap.config.entities import ApprovalSpec, EntitySpec
 from dap.config.enums import NaturalKeyEntry
 from dap.config.fields import Field
-from dap.server import errors, state
+from dap.server import errors, fieldvalues, state
 from dap.server.catalog import Catalog, Resource, machines
-from dap.server.storage import db, numbering, records, tables
+from dap.server.storage import db, numbering, tables
 from dap.server.web import requests, ui_titles
 from dap.server.workflows import actions, granting, sidecars
 
@@ -58,7 +58,7 @@ def field_meta(f: Field, module: str, catalog: Catalog) -> dict[str, Any]:
     }
     if f.options:
         meta["options"] = [
-            {"value": o.value, "label": o.label or records.to_json(f, o.value)} for o in f.options
+            {"value": o.value, "label": o.label or fieldvalues.to_json(f, o.value)} for o in f.options
         ]
     elif f.enum_values:
         meta["options"] = [{"value": v, "label": v.replace("_", " ").capitalize()} for v in f.enum_values]

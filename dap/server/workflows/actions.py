@@ -9,7 +9,7 @@ The order of a call, each step refusing before anything is written:
    declared action that is neither is 501 too. A transition gated by an approval is checked the
    same way (its handler runs when the approval completes).
 2. :func:`parse_params` — the body is the action's params, validated like fields by
-   ``records.coerce_row``: 422 with one entry per problem.
+   ``fieldvalues.coerce_row``: 422 with one entry per problem.
 3. :func:`limit` — ``rate_limit`` counted in ``dap.rate_counts`` (``access.throttling``), so every
    process of a deployment shares one budget: 429 with ``Retry-After``. Counted before the
    transaction on its own statement: a refused call never holds the record's lock.
@@ -35,12 +35,12 @@ from typing import Any
 import asyncpg
 
 from dap.config import durations
-from dap.server import errors
+from dap.server import errors, fieldvalues
 from dap.server.access import auth, guards, throttling
 from dap.server.catalog import machines as compiled
 from dap.server.documents import auditing, filling, idempotency, reading
 from dap.server.events import outbox
-from dap.server.storage import caching, db, records, sql, tables
+from dap.server.storage import caching, db, sql, tables
 from dap.server.workflows import approvals, handlers, machines, sidecars
 
 NOT_IMPLEMENTED = "SVC.ACTION.NOT_IMPLEMENTED"
@@ -93,8 +93,8 @@ def runs_here(entity: str, plan: compiled.ActionPlan, *, bridged: bool = False) 
 def parse_params(plan: compiled.ActionPlan, body: Mapping[str, Any]) -> dict[str, Any]:
     """The body as the action's params (column values); 422 with every problem."""
     try:
-        return records.coerce_row(plan.params, body, partial=False)
-    except records.InvalidRowError as exc:
+        return fieldvalues.coerce_row(plan.params, body, partial=False)
+    except fieldvalues.InvalidRowError as exc:
         raise errors.ValidationFailed(
             f"{len(exc.problems)} param(s) of {plan.name} are invalid",
             code="SVC.ACTION.PARAMS_INVALID",
@@ -202,7 +202,7 @@ async def run(conn: db.Connection, call: Call, handler: Runner | None, render: R
                     action=plan.name,
                     record_id=call.record_id,
                     resource=reading.present(resource, current),
-                    params={k: records.to_json(plan.params[k], v) for k, v in call.params.items()},
+                    params={k: fieldvalues.to_json(plan.params[k], v) for k, v in call.params.items()},
                     timeout=handler.timeout,
                 )
             )
@@ -251,7 +251,7 @@ async def run(conn: db.Connection, call: Call, handler: Runner | None, render: R
         if plan.declared is not None and plan.declared.emits:
             payload: dict[str, Any] = {
                 "record": reading.present(resource, row, kids.get(call.record_id)),
-                "params": {k: records.to_json(plan.params[k], v) for k, v in call.params.items()},
+                "params": {k: fieldvalues.to_json(plan.params[k], v) for k, v in call.params.items()},
             }
             if moved is not None:
                 payload["from"], payload["to"] = moved

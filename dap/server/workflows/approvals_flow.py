@@ -19,12 +19,12 @@ from typing import Any
 
 import asyncpg
 
-from dap.server import errors
+from dap.server import errors, fieldvalues
 from dap.server.access import auth
 from dap.server.catalog import Catalog, Resource, machines
 from dap.server.documents import auditing, reading
 from dap.server.events import outbox
-from dap.server.storage import caching, db, records, tables
+from dap.server.storage import caching, db, tables
 from dap.server.workflows import approvals, gates, handlers
 from dap.server.workflows import machines as states
 
@@ -351,8 +351,8 @@ def comment_of(body: Any, *, required: bool) -> str | None:
         problems.append(errors.FieldProblem("comment", "is required: say why you reject"))
     elif comment is not None:
         try:
-            records.check_text(comment)  # what Postgres text cannot store
-        except records.InvalidValueError as exc:
+            fieldvalues.check_text(comment)  # what Postgres text cannot store
+        except fieldvalues.InvalidValueError as exc:
             problems.append(errors.FieldProblem("comment", str(exc)))
     if problems:
         missing = required and not (isinstance(comment, str) and comment.strip())

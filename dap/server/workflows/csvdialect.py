@@ -15,7 +15,7 @@ import or a CSV seed file is read as. Pure.
   gets one more. Reading drops one leading quote where it is followed by one of those characters
   or by another quote, so every value reads back exactly as it was written.
 
-How a cell's text becomes a field's value is the field type's business (``records.from_cell``).
+How a cell's text becomes a field's value is the field type's business (``fieldvalues.from_cell``).
 """
 
 from __future__ import annotations

@@ -17,9 +17,9 @@ from typing import Any
 
 from dap.config.enums import FieldType, FilterOp
 from dap.config.fields import Field
-from dap.server import errors
+from dap.server import errors, fieldvalues
 from dap.server.catalog import Resource
-from dap.server.storage import queries, records, tables
+from dap.server.storage import queries, tables
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
@@ -54,8 +54,8 @@ def _lookup(resource: Resource, name: str) -> tuple[Field, str] | None:
 
 def _convert(f: Field, param: str, text: str) -> Any:
     try:
-        value = records.from_text(f, text)
-    except records.InvalidValueError as exc:
+        value = fieldvalues.from_text(f, text)
+    except fieldvalues.InvalidValueError as exc:
         raise _bad(param, str(exc)) from exc
     if f is queries.SYSTEM["docstatus"]:
         return tables.DOCSTATUS.index(value)
@@ -94,8 +94,8 @@ def _condition(resource: Resource, param: str, name: str, op_name: str | None, r
         ):
             raise _bad(param, f"{op} applies to text fields only")
         try:
-            records.check_text(raw)
-        except records.InvalidValueError as exc:
+            fieldvalues.check_text(raw)
+        except fieldvalues.InvalidValueError as exc:
             raise _bad(param, str(exc)) from exc
         return queries.Condition(column, op, (raw,))
     if op in _SCALAR_ONLY and f.type in (FieldType.BOOLEAN, FieldType.UUID, FieldType.RELATION):

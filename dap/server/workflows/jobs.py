@@ -25,13 +25,13 @@ columns, ``workflows.callbacks``).
 from __future__ import annotations
 
 import datetime as dt
-import json
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
 
+from dap.server import fieldvalues
 from dap.server.storage import db
 
 MAX_LOST = 3  # leases of one job that may run out (its worker gone); the last one fails it
@@ -298,9 +298,7 @@ def body_of(job: Job) -> str:
 
 
 def decode(text: str) -> dict[str, Any]:
-    from decimal import Decimal
-
-    found: dict[str, Any] = json.loads(text, parse_float=Decimal) if text else {}
+    found: dict[str, Any] = fieldvalues.exact_json(text) if text else {}
     return found
 
 

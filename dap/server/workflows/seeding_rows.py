@@ -1,7 +1,7 @@
 """What one seed or import row is checked for before it writes (``seeding`` runs them). Pure.
 
-- :func:`typed`: a CSV row's cells as the values of their fields (``storage.cells``, one rule per
-  field type, the one the seed files and imports share);
+- :func:`typed`: a CSV row's cells as the values of their fields (``fieldvalues.from_cell``, one
+  rule per field type, the one the seed files and imports share);
 - :func:`named`: the record a row's ``id`` names (the export's column);
 - :func:`exposes`, :func:`exposes_action`: an import's row stands for a REST verb (a create, an
   update, a submit), so ``expose`` must open it, or the row meets the 405 the verb would;
@@ -18,15 +18,15 @@ import uuid
 from typing import Any
 
 from dap.config.enums import FieldType
-from dap.server import errors
+from dap.server import errors, fieldvalues
 from dap.server.catalog import Resource
 from dap.server.documents import lifecycle
-from dap.server.storage import cells, records, tables
+from dap.server.storage import tables
 from dap.server.workflows import seeds
 
 
 def typed(resource: Resource, row: seeds.Row) -> seeds.Row:
-    """A CSV row's cells as the values of their fields (``cells.from_cell``, one rule per type)."""
+    """A CSV row's cells as the values of their fields (``fieldvalues.from_cell``, one rule per type)."""
     values: dict[str, Any] = {}
     problems: list[errors.FieldProblem] = []
     for name, text in row.values.items():
@@ -35,8 +35,8 @@ def typed(resource: Resource, row: seeds.Row) -> seeds.Row:
             values[name] = text
             continue
         try:
-            values[name] = cells.from_cell(f, text)
-        except records.InvalidValueError as exc:  # as the body's validation answers it
+            values[name] = fieldvalues.from_cell(f, text)
+        except fieldvalues.InvalidValueError as exc:  # as the body's validation answers it
             problems.append(errors.FieldProblem(name, str(exc)))
     if problems:
         raise errors.ValidationFailed("cells that do not fit their fields", errors=problems)
@@ -92,7 +92,7 @@ def same(resource: Resource, current: Any, values: dict[str, Any]) -> bool:
         f, column = resource.fields.get(name), resource.column(name)
         if f is None or column is None or f.type is FieldType.CHILD:
             return False
-        if records.to_json(f, current[column]) != records.to_json(f, value):
+        if fieldvalues.to_json(f, current[column]) != fieldvalues.to_json(f, value):
             return False
     return True
 
@@ -109,6 +109,8 @@ def _kept(resource: Resource, current: Any, name: str, value: Any) -> bool:
     if f is None or column is None or not (f.read_only or f.computed is not None or f.immutable):
         return False
     try:
-        return bool(records.to_json(f, records.coerce(f, value)) == records.to_json(f, current[column]))
-    except records.InvalidValueError:
+        return bool(
+            fieldvalues.to_json(f, fieldvalues.coerce(f, value)) == fieldvalues.to_json(f, current[column])
+        )
+    except fieldvalues.InvalidValueError:
         return False

@@ -35,14 +35,13 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
 import yaml
 
 from dap.config.enums import FieldType
 from dap.config.fields import Field
-from dap.server.storage import records
+from dap.server import fieldvalues
 from dap.server.workflows import csvdialect
 
 SUFFIXES = (".yaml", ".yml", ".csv")
@@ -168,11 +167,7 @@ def _mapping(loader: _Loader, node: yaml.MappingNode) -> Located:
 
 
 def _decimal(loader: _Loader, node: yaml.ScalarNode) -> Any:
-    text = str(loader.construct_scalar(node)).replace("_", "")
-    try:
-        return Decimal(text)
-    except ArithmeticError:
-        return text
+    return fieldvalues.yaml_number(str(loader.construct_scalar(node)))
 
 
 def _text(loader: _Loader, node: yaml.ScalarNode) -> str:
@@ -349,8 +344,8 @@ def parse_table(source: str, table: csvdialect.Table, entity: str) -> list[Row]:
         wrong: list[Problem] = []
         if "_submit" in record:
             try:
-                record["_submit"] = records.from_text(_SUBMIT, record["_submit"].strip())
-            except records.InvalidValueError:
+                record["_submit"] = fieldvalues.from_text(_SUBMIT, record["_submit"].strip())
+            except fieldvalues.InvalidValueError:
                 wrong.append(Problem(source, line, "_submit", "expected true or false (or 1, 0, empty)"))
         if "_actions" in record:
             record["_actions"] = [a.strip() for a in record["_actions"].split(";") if a.strip()]

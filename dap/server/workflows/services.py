@@ -20,13 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dap.server import errors
+from dap.server import errors, fieldvalues
 from dap.server.access import auth
 from dap.server.catalog import Catalog
 from dap.server.catalog import machines as compiled
 from dap.server.documents import auditing, filling, idempotency
 from dap.server.events import outbox
-from dap.server.storage import db, records
+from dap.server.storage import db
 from dap.server.workflows import handlers, sidecars
 
 
@@ -86,7 +86,7 @@ def answer(outcome: Outcome) -> idempotency.Answer:
 
 
 def params_json(plan: compiled.ActionPlan, params: dict[str, Any]) -> dict[str, Any]:
-    return {k: records.to_json(plan.params[k], v) for k, v in params.items()}
+    return {k: fieldvalues.to_json(plan.params[k], v) for k, v in params.items()}
 
 
 async def _invoke(conn: db.Connection, call: Call, bound: sidecars.Bound) -> sidecars.Reply:
