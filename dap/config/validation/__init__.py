@@ -11,6 +11,7 @@ The rules are grouped by what they look at, one module each:
 - ``naming``: modules, slugs and identifiers, roles and permission names;
 - ``fields``: an entity's fields, child rows, copied values, cache, extensions;
 - ``behaviour``: actions, events and deliveries, the state machine and approvals;
+- ``reserved``: what a re-declared standard action may change;
 - ``scoping``: row scope, the create scope, backdating;
 - ``references``: UI views, apps, module dependencies, workspaces;
 - ``formulas``: expressions and the names they read;
@@ -30,6 +31,7 @@ from dap.config.validation import (
     locating,
     naming,
     references,
+    reserved,
     scoping,
     signins,
 )
@@ -55,6 +57,7 @@ RULES: tuple[Rule, ...] = (
     fields.cache_ttl_in_range,
     fields.extension_rules,
     behaviour.action_and_event_rules,
+    reserved.reserved_action_rules,
     behaviour.state_machine_rules,
     scoping.row_scope_rules,
     naming.role_rules,
