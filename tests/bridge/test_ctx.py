@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from typing import Any
 
 import asyncpg
@@ -201,3 +202,35 @@ async def test_an_action_whose_app_writes_its_record_answers_and_emits_the_recor
     patch_url = f"{srv.api}/default/api/store/order/{o['id']}"
     async with srv.http.patch(patch_url, json={"note": "c"}, headers=headers) as resp:
         assert resp.status == 200, await resp.text()  # the answer's ETag is the current version
+
+
+async def test_a_write_dated_in_a_closed_period_is_refused(srv: Bridged) -> None:
+    """entity set, update and increment of a transaction entity obey the accounting periods."""
+    status, answer = await srv.call("POST", "posting", {"posting_date": "2018-02-10", "amount": 1})
+    assert status == 201, answer
+    inside = answer["data"]
+    status, answer = await srv.call("POST", "posting", {"posting_date": "2018-03-10", "amount": 1})
+    assert status == 201, answer
+    outside = answer["data"]
+    api = f"{srv.api}/default/api/_periods"
+    async with srv.http.post(
+        api, json={"name": "2018-02", "starts": "2018-02-01", "ends": "2018-02-28"}, headers=srv.auth()
+    ) as resp:
+        period = (await resp.json())["data"]
+    async with srv.http.post(
+        f"{api}/{period['id']}/close", json={"reason": "booked"}, headers=srv.auth()
+    ) as r:
+        assert r.status == 200, await r.text()
+    posting = "store/posting"
+    got = await results(
+        srv,
+        step("entity", "set", named=posting, key=str(uuid.uuid4()), data={"posting_date": "2018-02-03"}),
+        step("entity", "update", named=posting, key=inside["id"], fields={"amount": 5}),
+        step("entity", "increment", named=posting, key=inside["id"], field="amount", amount=2),
+        step("entity", "update", named=posting, key=outside["id"], fields={"posting_date": "2018-02-27"}),
+        step("entity", "update", named=posting, key=outside["id"], fields={"amount": 7}),
+    )
+    assert [s for s, _ in got] == [422, 422, 422, 422, 200], got
+    assert {a["code"] for s, a in got if s == 422} == {"SVC.PERIOD.CLOSED"}
+    _status, answer = await srv.call("GET", f"posting/{inside['id']}")
+    assert answer["data"]["amount"] == 1

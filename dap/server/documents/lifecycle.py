@@ -163,6 +163,7 @@ async def move(
                 now = tables.DOCSTATUS[current["docstatus"]]
                 raise errors.Conflict(f"cannot {action} a {now} document", code=wrong[current["docstatus"]])
             await filling.check_action(conn, resource, tenant, principal, current, action)  # guards
+            await guards.check_period(conn, resource, tenant, principal, current)  # a closed period
             if action == SUBMIT:
                 await references.check_submit(conn, catalog, resource, tenant, record_id)
             else:

@@ -46,6 +46,7 @@ from dap.server.web import (
     oidc,
     openapi,
     passwords,
+    periods,
     protocol,
     rest,
     sockets,
@@ -277,6 +278,7 @@ def build_app(
     app.on_shutdown.append(sockets.close_all)
     app.router.add_get("/{ws}/_ws", sockets.handler)
     approvals.add_routes(app)
+    periods.add_routes(app)
     trails.add_routes(app)  # before moves: /{id}/_audit is not an action
     jobs.add_routes(app)  # GET …/_jobs/{id}
     files.add_routes(app)  # before moves: /{id}/_files/… is not an action

@@ -18,7 +18,7 @@ from dap.server import state
 from dap.server.catalog import Catalog, Resource
 from dap.server.documents import lifecycle
 from dap.server.storage import tables
-from dap.server.web import approvals, notifications, openapi_files, openapi_jobs, schemas
+from dap.server.web import approvals, notifications, openapi_files, openapi_jobs, periods, schemas
 from dap.server.workflows import actions, filters, sidecars
 
 PROBLEM = {
@@ -344,6 +344,9 @@ def document(catalog: Catalog, slug: str, *, bridged: bool = False) -> dict[str,
         readable = [k for k in gated if "find" in catalog.resources[k].actions]
         paths.update(approvals.openapi_paths(_responses, readable))
         components["Approval"] = approvals.APPROVAL_SCHEMA
+    if periods.applies(catalog):  # the accounting-period endpoints (web.periods)
+        paths.update(periods.openapi_paths(_responses))
+        components["Period"] = periods.PERIOD_SCHEMA
     paths.update(openapi_jobs.service_paths(catalog, bridged=bridged))
     paths.update(notifications.openapi_paths(_responses))
     components["Notification"] = notifications.NOTIFICATION

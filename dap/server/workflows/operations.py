@@ -293,6 +293,7 @@ async def delete(call: Call, record_id: str | uuid.UUID, store: files.FileStore 
                     conn, resource, tenant, record_id, principal=principal, lock=True
                 )
                 lifecycle.check_delete(resource, current)  # drafts only
+                await guards.check_period(conn, resource, tenant, principal, current)  # a closed period
                 await filling.check_action(conn, resource, tenant, principal, current, "delete")
                 write = call.write()
                 trail = await auditing.begin(conn, write, "delete", current)

@@ -251,6 +251,7 @@ def blind_possible(
         and not access.scope
         and (cs is None or (cs.field not in values and cs.ref_field not in values))
         and (policy.date_field is None or policy.date_field not in values)
+        and policy.period_field is None  # its period is judged on the stored date
         and builtin.rendering(resource) is not None
     )
 
