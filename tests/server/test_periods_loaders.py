@@ -41,7 +41,9 @@ async def _count(srv: Running) -> int:
 async def test_a_seed_row_in_a_closed_period_loads_nothing(srv: Running) -> None:
     rows = seeds.parse_yaml(
         "entries.yaml",
-        "entity: sales/entry\nrecords:\n  - {_key: feb, posting_date: 2017-02-01}\n  - {_key: jan, posting_date: 2017-01-15}\n",
+        "entity: sales/entry\nrecords:\n"
+        "  - {_key: feb, posting_date: 2017-02-01}\n"
+        "  - {_key: jan, posting_date: 2017-01-15}\n",
     )
     app = srv.server.app
     before = await _count(srv)

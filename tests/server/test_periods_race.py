@@ -74,10 +74,9 @@ async def test_a_close_waits_for_a_write_that_passed_the_check(srv: Running) -> 
         await tx.commit()
         status, answer = await asyncio.wait_for(closing, 10)
         assert status == 200 and answer["data"]["state"] == "closed", answer
-    async with pool.acquire() as late:
-        async with late.transaction():
-            with pytest.raises(errors.ValidationFailed) as caught:
-                await periods.guard(late, tenant, "posting_date", day, may_post_closing=True)
+    async with pool.acquire() as late, late.transaction():
+        with pytest.raises(errors.ValidationFailed) as caught:
+            await periods.guard(late, tenant, "posting_date", day, may_post_closing=True)
     assert caught.value.code == periods.CLOSED
 
 

@@ -2,9 +2,10 @@
 
 For the procurement example, for the test catalog (every field type, masks, children,
 extensions, lifecycle) and for :data:`SURFACES` (file fields, an approval-gated transition, an
-async action's jobs, notifications, an entity exposing only some actions, accounting periods), schemathesis generates
-requests from the document, bounded in examples, and checks every answer: no 5xx, every status,
-content type, header and body as documented, and a 405 for every undocumented method. The checks
+async action's jobs, notifications, an entity exposing only some actions, accounting periods),
+schemathesis generates requests from the document, bounded in examples, and checks every answer:
+no 5xx, every status, content type, header and body as documented, and a 405 for every
+undocumented method. The checks
 that judge whether a request *should* have been accepted are left out: whether a relation points
 at a record, or an If-Match names the current version, is the data's business, not the schema's.
 
