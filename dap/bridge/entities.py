@@ -17,7 +17,7 @@ and answers the record as the REST API shows it (``documents.reading.present``).
 
 A transaction entity's write is judged by the workspace's accounting periods as every other write
 path is (``dap.server.access.periods``): its stored transaction date and the one it gets, each
-period locked ``FOR SHARE`` in the call's transaction; 422 ``SVC.PERIOD.CLOSED`` in a closed
+period held (shared) in the call's transaction; 422 ``SVC.PERIOD.CLOSED`` in a closed
 period. The app is no closer: a period that is closing refuses it too.
 
 An entity must be exposed over REST to be reachable here (the catalog compiles its read plan only
@@ -31,10 +31,10 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-from dap.config.enums import FieldType, FilterOp
+from dap.config.enums import Characteristic, FieldType, FilterOp
 from dap.config.fields import Field
 from dap.server import errors
-from dap.server.access import periods
+from dap.server.access import guards, periods
 from dap.server.catalog import Catalog, Resource
 from dap.server.documents import reading
 from dap.server.storage import caching, db, queries, records, sql, tables
@@ -95,8 +95,11 @@ def _coerce(resource: Resource, data: Any, *, partial: bool) -> dict[str, Any]:
 async def _periods(
     conn: db.Connection, resource: Resource, tenant: uuid.UUID, rid: uuid.UUID, values: Mapping[str, Any]
 ) -> None:
-    """422 ``SVC.PERIOD.CLOSED`` when the record's stored transaction date, or the one ``values``
-    (column → value) gives it, falls in a period closed to the app; nothing for other entities."""
+    """409 ``SVC.PERSIST.CROSS_CATEGORY`` for a summary (the engine writes it alone); 422
+    ``SVC.PERIOD.CLOSED`` when the record's stored transaction date, or the one ``values`` (column
+    → value) gives it, falls in a period closed to the app; nothing for other entities."""
+    if resource.spec.characteristic is Characteristic.SUMMARY:
+        raise guards.cross_category(resource, "a /ctx write")
     name = periods.field_of(resource.spec)
     column = resource.column(name) if name is not None else None
     if name is None or column is None:

@@ -234,3 +234,27 @@ async def test_a_write_dated_in_a_closed_period_is_refused(srv: Bridged) -> None
     assert {a["code"] for s, a in got if s == 422} == {"SVC.PERIOD.CLOSED"}
     _status, answer = await srv.call("GET", f"posting/{inside['id']}")
     assert answer["data"]["amount"] == 1
+
+
+async def test_a_write_of_a_summary_is_refused(srv: Bridged) -> None:
+    """A summary is the engine's: /ctx set, update and increment are 409 SVC.PERSIST.CROSS_CATEGORY."""
+    status, answer = await srv.call(
+        "POST", "posting", {"posting_date": "2018-05-02", "account": "a", "amount": 3}
+    )
+    assert status == 201, answer
+    status, answer = await srv.call("POST", f"posting/{answer['data']['id']}/submit")
+    assert status == 200, answer
+    _status, listed = await srv.call("GET", "total")
+    total = next(r for r in listed["data"] if r["account"] == "a")
+    assert total["amount"] == 3
+    total_ = "store/total"
+    got = await results(
+        srv,
+        step("entity", "set", named=total_, key=str(uuid.uuid4()), data={"account": "b", "amount": 1}),
+        step("entity", "update", named=total_, key=total["id"], fields={"amount": 5}),
+        step("entity", "increment", named=total_, key=total["id"], field="amount", amount=2),
+        step("entity", "get", named=total_, key=total["id"]),
+    )
+    assert [s for s, _ in got] == [409, 409, 409, 200], got
+    assert {a["code"] for s, a in got if s == 409} == {"SVC.PERSIST.CROSS_CATEGORY"}
+    assert got[3][1]["data"]["amount"] == 3

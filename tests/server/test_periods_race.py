@@ -87,11 +87,7 @@ async def test_a_write_waits_for_a_close_under_way_and_then_reads_it_closed(srv:
     async with pool.acquire() as closer:
         tx = closer.transaction()
         await tx.start()
-        await closer.execute(  # what the close does first: its period row, locked
-            "SELECT 1 FROM dap.periods WHERE tenant_id = $1 AND id = $2 FOR UPDATE",
-            tenant,
-            uuid.UUID(period["id"]),
-        )
+        await closer.execute(periods.EXCLUSIVE, uuid.UUID(period["id"]))  # what the close takes first
         writing = asyncio.create_task(
             _call(srv, "POST", "sales/entry", {"posting_date": day.isoformat()}, CLERK)
         )

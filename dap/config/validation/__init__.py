@@ -12,6 +12,7 @@ The rules are grouped by what they look at, one module each:
 - ``fields``: an entity's fields, child rows, copied values, cache, extensions;
 - ``behaviour``: actions, events and deliveries, the state machine and approvals;
 - ``reserved``: what a re-declared standard action may change;
+- ``summaries``: what a summary entity aggregates;
 - ``scoping``: row scope, the create scope, backdating;
 - ``references``: UI views, apps, module dependencies, workspaces;
 - ``formulas``: expressions and the names they read;
@@ -34,6 +35,7 @@ from dap.config.validation import (
     reserved,
     scoping,
     signins,
+    summaries,
 )
 from dap.config.validation.formulas import CONTEXT_ROOTS
 from dap.config.validation.locating import FILTERABLE_SYSTEM_FIELDS, SYSTEM_FIELDS, Rule
@@ -58,6 +60,7 @@ RULES: tuple[Rule, ...] = (
     fields.extension_rules,
     behaviour.action_and_event_rules,
     reserved.reserved_action_rules,
+    summaries.summary_rules,
     behaviour.state_machine_rules,
     scoping.row_scope_rules,
     naming.role_rules,

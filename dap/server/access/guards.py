@@ -15,9 +15,10 @@ rows), ``txdates`` (which transaction dates) — and this module applies them to
 3. Writes: :func:`writable` refuses hidden fields in a body and, on create, fills a left-out
    scope field with the caller's one value; :func:`before_create` and :func:`before_update` run in
    the write's transaction on the final values: row scope (403), create scope (403
-   ``SVC.AUTH.CREATE_SCOPE``), backdate policy (422 ``SVC.TXN.*``), accounting periods (422
-   ``SVC.PERIOD.CLOSED``, ``periods``); :func:`check_period` judges a stored record's date for the
-   writes that change no field (submit, cancel, delete).
+   ``SVC.AUTH.CREATE_SCOPE``), backdate policy (422 ``SVC.TXN.*``), and on update the accounting
+   periods (422 ``SVC.PERIOD.CLOSED``, ``periods``; a create's check is folded into its ``INSERT``
+   by ``workflows.recording``); :func:`check_period` judges a stored record's date for the writes
+   that change no field (submit, cancel, delete).
 
 Per-resource facts (which fields need which permission, the scope rules, the create-scope
 tables) are derived once per catalog (:func:`policy`), so a request pays dictionary lookups.
@@ -34,7 +35,7 @@ from typing import Any
 import asyncpg
 
 from dap.config.entities import EntitySpec
-from dap.config.enums import FilterOp
+from dap.config.enums import Characteristic, FilterOp
 from dap.server import errors
 from dap.server.access import auth, periods, permissions, scoping, txdates
 from dap.server.catalog import Catalog, Resource
@@ -43,6 +44,7 @@ from dap.server.storage import db, queries, records, sql, tables
 ROW_SCOPE = "SVC.AUTH.ROW_SCOPE"
 CREATE_SCOPE = "SVC.AUTH.CREATE_SCOPE"
 FORBIDDEN = "SVC.AUTH.FORBIDDEN"
+CROSS_CATEGORY = "SVC.PERSIST.CROSS_CATEGORY"
 READ_ACTIONS = frozenset({"list", "find"})
 MAX_ACCESSES = 10_000  # kept accesses per catalog (see ``check``); emptied when full
 # System columns whose value a create cannot know before the insert; a scope on them is judged by SQL.
@@ -216,6 +218,8 @@ def check(principal: auth.Principal, resource: Resource, action: str, *also: str
 def _derive_access(
     principal: auth.Principal, resource: Resource, action: str, also: tuple[str, ...]
 ) -> Access:
+    if action not in READ_ACTIONS and resource.spec.characteristic is Characteristic.SUMMARY:
+        raise cross_category(resource, action)
     pol = policy(resource)
     allows = resource.grants.allows
     for name in (action, *also):
@@ -223,6 +227,17 @@ def _derive_access(
         if needed is not None and not allows(principal.roles, needed):
             raise _refuse(principal, f"{name} on {resource.key} needs the permission {needed}")
     return Access(resource, principal, pol, hidden(principal, resource), scope_of(resource, principal))
+
+
+def cross_category(resource: Resource, action: str) -> errors.ApiError:
+    """409 ``SVC.PERSIST.CROSS_CATEGORY``: a summary is written by the engine alone."""
+    decl = resource.spec.summary
+    source = f" from submitted {decl.source} documents" if decl is not None else ""
+    return errors.Conflict(
+        f"{resource.key} is a summary the engine maintains{source}: {action} is refused on every path; "
+        "submit or cancel the documents it sums instead",
+        code=CROSS_CATEGORY,
+    )
 
 
 def hidden(principal: auth.Principal, resource: Resource) -> dict[str, str]:
@@ -430,8 +445,6 @@ async def before_create(conn: db.Connection, access: Access, tenant: Any, values
         await _check_create_scope(conn, access, tenant, values.get(cs.field), values.get(cs.ref_field))
     if access.policy.date_field is not None:
         _check_date(access, values.get(access.policy.date_field))
-    if access.policy.period_field is not None:
-        await _check_period(conn, access, tenant, values.get(access.policy.period_field))
 
 
 async def before_update(

@@ -16,12 +16,20 @@ period is judged by the period's state (:func:`judge`):
 An update is judged on the date it had and on the date it gets: moving a record out of a closed
 period changes that period too.
 
-The check and the close are serialised by a row lock (:data:`LOCK`): every checked write reads its
-period ``FOR SHARE`` in its own transaction -- one indexed statement, the only cost a writer pays
--- and holds the lock to its commit; the close updates the period row, which waits for the
-writers holding it and makes every writer that comes after wait for the close and then read the
-period as closed. So no write dated in a period commits after the period's close
-(``tests/server/test_periods_race.py``). A date no period covers is open and locks nothing.
+The check and the close are serialised by a lock per period (:data:`LOCK`, ``dap.period_of``):
+every checked write finds its period and holds a *shared* transaction-scoped advisory lock on it
+to its commit, then reads the period's state under the lock -- a create inside its very
+``INSERT`` (:func:`fold`, ``dap.period_open``), so it costs no statement; an update, submit,
+cancel or delete one statement beside the row it locks anyway. A move of the period (close,
+reopen) takes the *exclusive* lock first (:data:`EXCLUSIVE`), which waits for the writes holding
+it and makes every write that comes after wait for the move's commit and then read the period as
+closed. An advisory lock rather than ``FOR SHARE`` on the period's row: concurrent shared row locks
+rewrite the row's lockers (a MultiXact) on every write, so writers of one month queued on one tuple
+(measured: 0.55x the creates/s of a master entity; docs/performance.md). So no write dated in a period commits
+after the period's close (``tests/server/test_periods_race.py``). A date no period covers is open
+and locks nothing -- which leaves one case uncovered: a period created *and* closed while a write
+to its dates, checked before the period existed, is still in flight. Periods are created ahead of
+the dates they cover (a calendar); docs/decisions.md (issue 43) says what would close that gap.
 
 The pure decision is :func:`judge`; :func:`guard` is its thin shell over Postgres. Managing the
 periods (create, close, reopen, their audit rows) is ``dap.server.workflows.periods``.
@@ -30,6 +38,7 @@ periods (create, close, reopen, their audit rows) is ``dap.server.workflows.peri
 from __future__ import annotations
 
 import datetime as dt
+import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -69,13 +78,48 @@ CREATE TABLE IF NOT EXISTS dap.periods (
 );
 CREATE UNIQUE INDEX IF NOT EXISTS periods_name ON dap.periods (tenant_id, name);
 CREATE INDEX IF NOT EXISTS periods_span ON dap.periods (tenant_id, starts, ends);
+-- a write's period: found, then held by a transaction-scoped SHARED advisory lock on its id (the
+-- lock manager's memory: writers do not queue on the period's tuple as FOR SHARE would make them),
+-- then read again under the lock, so a close that took the exclusive lock first is seen
+CREATE OR REPLACE FUNCTION dap.period_of(t uuid, d date)
+RETURNS TABLE (id uuid, name text, state text, starts date, ends date) LANGUAGE plpgsql AS $f$
+DECLARE found_id uuid;
+BEGIN
+    IF d IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT p.id INTO found_id FROM dap.periods p WHERE p.tenant_id = t AND p.starts <= d AND p.ends >= d;
+    IF found_id IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM pg_advisory_xact_lock_shared(hashtextextended('dap.period:' || found_id::text, 0));
+    RETURN QUERY SELECT p.id, p.name, p.state, p.starts, p.ends FROM dap.periods p
+        WHERE p.tenant_id = t AND p.id = found_id;
+END
+$f$;
+-- the check folded into a create's INSERT (see ``fold``): the value ``v`` unchanged, or the
+-- refusal DP001 with the period in DETAIL
+CREATE OR REPLACE FUNCTION dap.period_open(t uuid, v anyelement, d date, may_post_closing boolean)
+RETURNS anyelement LANGUAGE plpgsql AS $f$
+DECLARE p record;
+BEGIN
+    SELECT * INTO p FROM dap.period_of(t, d);
+    IF FOUND AND (p.state = 'closed' OR (p.state = 'closing' AND NOT may_post_closing)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'DP001', MESSAGE = 'dap: accounting period closed',
+            DETAIL = json_build_object('id', p.id, 'name', p.name, 'state', p.state,
+                                       'starts', p.starts, 'ends', p.ends)::text;
+    END IF;
+    RETURN v;
+END
+$f$;
 """
+REFUSED_STATE = "DP001"  # the SQLSTATE of dap.period_open's refusal
 
-# the writer's one statement: the period of a date, locked FOR SHARE to the writer's commit
-LOCK = (
-    "SELECT id, name, state, starts, ends FROM dap.periods "
-    "WHERE tenant_id = $1 AND starts <= $2 AND ends >= $2 FOR SHARE"
-)
+# the writer's one statement: the period of a date, held (shared) to the writer's commit
+LOCK = "SELECT id, name, state, starts, ends FROM dap.period_of($1, $2)"
+# what a move of a period takes first: it waits for the writes holding the period, and the writes
+# that come after wait for the move's commit (``workflows.periods``)
+EXCLUSIVE = "SELECT pg_advisory_xact_lock(hashtextextended('dap.period:' || $1::uuid::text, 0))"
 
 
 async def ensure_schema(conn: db.Connection) -> None:
@@ -121,7 +165,7 @@ async def guard(
     conn: db.Connection, tenant: uuid.UUID, field: str, value: Any, *, may_post_closing: bool
 ) -> None:
     """422 ``SVC.PERIOD.CLOSED`` when the date ``value`` falls in a period closed to this caller;
-    in the write's transaction, the period row locked ``FOR SHARE`` until it commits."""
+    in the write's transaction, the period held (shared) until it commits."""
     day = txdates.day_of(value)
     if day is None:
         return
@@ -145,6 +189,37 @@ async def guard_record(
     if name is None or column is None:
         return
     await guard(conn, tenant, name, current[column], may_post_closing=may_post_closing)
+
+
+def fold(statement: str, place: int, sql_type: str, *, may_post_closing: bool) -> str:
+    """``statement`` (an ``INSERT … VALUES`` whose tenant is ``$1``) with its parameter ``$place``
+    -- the transaction date, a column of ``sql_type`` -- passed through ``dap.period_open``: the
+    period check and its shared lock inside the write's own statement, so that a create that goes
+    as one statement committed by itself (``storage.deferred``) stays one. Pure."""
+    param = f"${place}::{sql_type}"
+    day = f"({param} AT TIME ZONE 'UTC')::date" if sql_type.startswith("timestamp") else f"{param}::date"
+    wrapped = f"dap.period_open($1, {param}, {day}, {'true' if may_post_closing else 'false'})"
+    head, values, tail = statement.partition(" VALUES (")
+    assert values, "an INSERT … VALUES statement"
+    inner, close, rest = tail.partition(")")
+    cells = [wrapped if cell.strip() == f"${place}" else cell for cell in inner.split(", ")]
+    return f"{head}{values}{', '.join(cells)}{close}{rest}"
+
+
+def refusal(exc: BaseException, field: str) -> Any:
+    """The 422 ``SVC.PERIOD.CLOSED`` of a folded check's refusal (``exc`` from Postgres), else ``None``."""
+    if getattr(exc, "sqlstate", None) != REFUSED_STATE:
+        return None
+    found = json.loads(getattr(exc, "detail", None) or "{}")
+    period = Period(
+        uuid.UUID(found["id"]),
+        found["name"],
+        found["state"],
+        dt.date.fromisoformat(found["starts"]),
+        dt.date.fromisoformat(found["ends"]),
+    )
+    message = judge(period, may_post_closing=False) or "the period is closed"
+    return errors.ValidationFailed(message, code=CLOSED, errors=[errors.FieldProblem(field, message)])
 
 
 def _period(row: asyncpg.Record | Mapping[str, Any] | None) -> Period | None:

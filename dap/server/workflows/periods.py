@@ -11,8 +11,9 @@ module moves a period between its states, protocol-neutral (REST serves it: ``we
   ``SVC.PERIOD.REOPEN_DENIED`` for a final period and while a later period is closed (reopen
   the later one first, newest first, as the books were closed).
 
-Each change updates the period row -- which waits for the writes holding it ``FOR SHARE`` and
-makes the writes that come after wait and then see the new state -- and writes an audit row
+Each change first takes the period's exclusive lock (``periods.EXCLUSIVE``) -- which waits for
+the writes holding it shared and makes the writes that come after wait and then see the new
+state -- and writes an audit row
 (``dap.audit_log``, entity ``_periods``) with who and why, in the same transaction. Every move
 needs ``dap.periods.close`` (admin holds it): 403 ``SVC.AUTH.FORBIDDEN`` without.
 """
@@ -165,6 +166,9 @@ async def create(
 
 
 async def _locked(conn: db.Connection, tenant: uuid.UUID, period_id: uuid.UUID) -> asyncpg.Record:
+    """The period row, locked: the exclusive lock the writes of its dates hold shared (waiting for
+    them), then the row ``FOR UPDATE`` (one move of a period at a time)."""
+    await conn.execute(periods.EXCLUSIVE, period_id)
     row = await conn.fetchrow(
         f"SELECT {COLUMNS} FROM dap.periods WHERE tenant_id = $1 AND id = $2 FOR UPDATE", tenant, period_id
     )
