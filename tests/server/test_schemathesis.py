@@ -261,6 +261,7 @@ async def test_every_route_served_is_documented(surfaces: Running) -> None:
         "/api/_periods/{id}/close",
         "/api/_periods/{id}/reopen",
         "/api/_periods/{id}/_audit",
+        "/api/_periods/{id}/balances",
     ):
         assert path in paths, path
     document = await _document(surfaces)

@@ -230,6 +230,38 @@ async def test_balances_equal_a_recomputation_after_a_storm_of_submits_and_cance
     assert await srv.balances() == await srv.recomputed()
 
 
+async def test_closing_a_period_writes_its_closing_balances(srv: Srv) -> None:
+    later = {
+        "posting_date": "2026-12-05",
+        "lines": [{"account": "cash", "debit": "7.00"}, {"account": "tax", "credit": "7.00"}],
+    }
+    code, _ = await srv.rest.create("journal", later, ADMIN, submit=True)  # after the period: not in it
+    assert code == "ok"
+    api = f"{srv.running.api}/default/api/_periods"
+    headers = {"Authorization": ADMIN}
+    body = {"name": "2026-11", "starts": "2026-11-01", "ends": "2026-11-30"}
+    async with srv.running.http.post(api, json=body, headers=headers) as resp:
+        period = (await resp.json())["data"]
+    async with srv.running.http.get(f"{api}/{period['id']}/balances", headers=headers) as resp:
+        assert (await resp.json())["data"] == []  # open: nothing closed yet
+    async with srv.running.http.post(
+        f"{api}/{period['id']}/close", json={"reason": "Nov"}, headers=headers
+    ) as r:
+        assert r.status == 200, await r.text()
+    async with srv.running.http.get(f"{api}/{period['id']}/balances", headers=headers) as resp:
+        closing = (await resp.json())["data"]
+    async with srv.running.server.app[state.POOL].acquire() as conn:
+        rows = await conn.fetch(
+            "SELECT l.account, sum(coalesce(l.debit, 0) - coalesce(l.credit, 0)) AS b "
+            "FROM sales__journal__lines l JOIN sales__journal j ON j.id = l.parent_id "
+            "WHERE j.docstatus = 1 AND j.posting_date <= '2026-11-30' GROUP BY l.account"
+        )
+    expected = {r["account"]: r["b"] for r in rows}
+    assert {c["group"]["account"]: Decimal(c["sums"]["balance"]) for c in closing} == expected
+    assert all(c["entity"] == "sales/balance" for c in closing)
+    assert (await srv.balances())["cash"][2] == expected["cash"] + Decimal("7.00")  # the running total
+
+
 async def test_a_summary_without_a_maintainable_declaration_is_refused() -> None:
     broken = dict(SPEC)
     broken["sales/balance.yaml"] = SPEC["sales/balance.yaml"].replace("add: debit}", "add: account}", 1)

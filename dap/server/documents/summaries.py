@@ -124,3 +124,80 @@ async def apply(
                 values.update(zip(plan.sums, deltas, strict=True))
                 statement, args = sql.insert(plan.summary.table, tenant, values, owner=OWNER)
                 await conn.execute(statement, *args)
+
+
+BALANCES_DDL = """
+CREATE SCHEMA IF NOT EXISTS dap;
+CREATE TABLE IF NOT EXISTS dap.period_balances (
+    tenant_id uuid NOT NULL,
+    period_id uuid NOT NULL,
+    entity text NOT NULL,
+    grp jsonb NOT NULL,
+    sums jsonb NOT NULL,
+    PRIMARY KEY (tenant_id, period_id, entity, grp)
+);
+"""
+
+
+async def ensure_schema(conn: db.Connection) -> None:
+    await db.ensure_platform(conn, __name__, BALANCES_DDL)
+
+
+def _closing_sql(summary: Resource, source: Resource, date_column: str) -> str:
+    """$1 tenant, $2 the period's last day → one row per group: its sums over every document of
+    ``source`` submitted and dated on or before that day (the closing balance)."""
+    decl = summary.spec.summary
+    assert decl is not None
+    rows = source.children[decl.lines] if decl.lines is not None else source.table
+    alias = "r" if decl.lines is not None else "s"
+
+    def src(name: str | None) -> str:
+        column = rows.column_for(name) if name is not None else None
+        return f"COALESCE({alias}.{tables.quote(column.name)}, 0)" if column is not None else "0"
+
+    group = []
+    for g in decl.group_by:
+        column = rows.column_for(g)
+        assert column is not None
+        group.append(f"{alias}.{tables.quote(column.name)}")
+    keys = ", ".join(f"{g!r}, {expr}::text" for g, expr in zip(decl.group_by, group, strict=True))
+    sums = ", ".join(f"{s.field!r}, sum({src(s.add)} - {src(s.subtract)})::text" for s in decl.sum)
+    joined = (
+        f"{tables.quote(rows.name)} r JOIN {tables.quote(source.table.name)} s "
+        "ON s.tenant_id = r.tenant_id AND s.id = r.parent_id"
+        if decl.lines is not None
+        else f"{tables.quote(source.table.name)} s"
+    )
+    return (
+        f"SELECT json_build_object({keys})::jsonb AS grp, json_build_object({sums})::jsonb AS sums "
+        f"FROM {joined} WHERE s.tenant_id = $1 AND s.docstatus = 1 AND s.{tables.quote(date_column)} <= $2 "
+        f"GROUP BY {', '.join(group)}"
+    )
+
+
+async def close_balances(
+    conn: db.Connection, catalog: Catalog, tenant: uuid.UUID, period_id: uuid.UUID, ends: Any, *, date_of: Any
+) -> int:
+    """Write the closing balances of every summary as of ``ends`` (a period's last day) for
+    ``period_id``, replacing any earlier ones; how many group rows. ``date_of(resource)`` names the
+    column of a source's transaction date (``None``: the source is not dated, no balance)."""
+    await conn.execute(
+        "DELETE FROM dap.period_balances WHERE tenant_id = $1 AND period_id = $2", tenant, period_id
+    )
+    written = 0
+    for summary in catalog.resources.values():
+        decl = summary.spec.summary
+        if summary.spec.characteristic is not Characteristic.SUMMARY or decl is None:
+            continue
+        source = catalog.resources.get(tables.resolve_ref(decl.source, summary.module))
+        column = date_of(source) if source is not None else None
+        if source is None or column is None:
+            continue
+        rows = await conn.fetch(_closing_sql(summary, source, column), tenant, ends)
+        await conn.executemany(
+            "INSERT INTO dap.period_balances (tenant_id, period_id, entity, grp, sums) "
+            "VALUES ($1, $2, $3, $4, $5)",
+            [(tenant, period_id, summary.key, r["grp"], r["sums"]) for r in rows],
+        )
+        written += len(rows)
+    return written

@@ -7,7 +7,9 @@
 - ``POST /{ws}/api/_periods/{id}/close`` ``{"reason", "final"?}`` — no write dated in it;
 - ``POST /{ws}/api/_periods/{id}/reopen`` ``{"reason"}`` — 409 ``SVC.PERIOD.REOPEN_DENIED`` for
   a final period or while a later one is closed;
-- ``GET /{ws}/api/_periods/{id}/_audit`` — who created, closed and reopened it, and why.
+- ``GET /{ws}/api/_periods/{id}/_audit`` — who created, closed and reopened it, and why;
+- ``GET /{ws}/api/_periods/{id}/balances`` — the closing balances of every summary, written at
+  the close (``[{"entity", "group": {field: value}, "sums": {field: "decimal text"}}]``).
 
 Every write needs ``dap.periods.close`` (403 ``SVC.AUTH.FORBIDDEN``). The names start with ``_``
 like ``_approvals``: no module can be called that, so no entity route is shadowed.
@@ -81,7 +83,7 @@ async def _move(request: web.Request, verb: str) -> web.Response:
                 )
             reason = periods.reason_of(body, required=True)
             assert reason is not None
-            data = await periods.close(conn, tenant, actor, period_id, reason, final=final)
+            data = await periods.close(conn, catalog, tenant, actor, period_id, reason, final=final)
         else:
             reason = periods.reason_of(body, required=True)
             assert reason is not None
@@ -110,6 +112,14 @@ async def trail(request: web.Request) -> web.Response:
     return requests.reply({"data": data})
 
 
+async def balances(request: web.Request) -> web.Response:
+    workspace, _, _ = await requests.resolve(request)
+    period_id = _period_id(request)
+    async with db.connection(request.app[state.POOL]) as conn:
+        data = await periods.balances(conn, workspace.tenant_id, period_id)
+    return requests.reply({"data": data})
+
+
 def add_routes(app: web.Application) -> None:
     app.router.add_get(PATH, list_periods, allow_head=False)
     app.router.add_post(PATH, create_period)
@@ -117,6 +127,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post(PATH + "/{id}/close", close)
     app.router.add_post(PATH + "/{id}/reopen", reopen)
     app.router.add_get(PATH + "/{id}/_audit", trail, allow_head=False)
+    app.router.add_get(PATH + "/{id}/balances", balances, allow_head=False)
 
 
 def applies(catalog: Catalog) -> bool:
@@ -218,6 +229,22 @@ def openapi_paths(responses: Callable[..., dict[str, Any]]) -> dict[str, Any]:
             {"type": "object", "required": ["reason"], "properties": {"reason": reason}},
             True,
         ),
+        "/api/_periods/{id}/balances": {
+            "parameters": [period_id],
+            "get": {
+                "operationId": "period_balances",
+                "tags": tag,
+                "summary": "The closing balances of every summary entity, written when the period closed",
+                "responses": responses(
+                    {
+                        "200": {
+                            "description": "closing balances",
+                            "content": {"application/json": {"schema": {"type": "object"}}},
+                        }
+                    }
+                ),
+            },
+        },
         "/api/_periods/{id}/_audit": {
             "parameters": [period_id],
             "get": {

@@ -6,7 +6,8 @@ module moves a period between its states, protocol-neutral (REST serves it: ``we
 - ``open`` → ``closing`` (:func:`start_closing`): only holders of ``dap.periods.post_closing``
   may still post in it;
 - ``open``/``closing`` → ``closed`` (:func:`close`, with a reason; ``final: true`` makes it
-  final): no write dated in it, by anyone;
+  final): no write dated in it, by anyone; the closing balance of every summary entity as of its
+  last day is written (``dap.period_balances``, :func:`balances`);
 - ``closing``/``closed`` → ``open`` (:func:`reopen`, with a reason): refused with 409
   ``SVC.PERIOD.REOPEN_DENIED`` for a final period and while a later period is closed (reopen
   the later one first, newest first, as the books were closed).
@@ -30,8 +31,8 @@ import asyncpg
 
 from dap.server import errors
 from dap.server.access import auth, periods
-from dap.server.catalog import Catalog
-from dap.server.documents import auditing
+from dap.server.catalog import Catalog, Resource
+from dap.server.documents import auditing, summaries
 from dap.server.storage import db
 
 ENTITY = "_periods"  # the audit rows' entity: no module starts with "_"
@@ -226,15 +227,42 @@ async def start_closing(
 
 
 async def close(
-    conn: db.Connection, tenant: uuid.UUID, actor: Actor, period_id: uuid.UUID, reason: str, *, final: bool
+    conn: db.Connection,
+    catalog: Catalog,
+    tenant: uuid.UUID,
+    actor: Actor,
+    period_id: uuid.UUID,
+    reason: str,
+    *,
+    final: bool,
 ) -> dict[str, Any]:
-    """Close the period: the ``FOR UPDATE`` waits for every write holding it, then no write dated
-    in it commits (they wait for this transaction and read it closed)."""
+    """Close the period: the exclusive lock waits for every write holding it, then no write dated
+    in it commits (they wait for this transaction and read it closed). The closing balances of
+    every summary, as of the period's last day, are written in the same transaction."""
     async with db.committed(conn):
         current = await _locked(conn, tenant, period_id)
         if current["state"] == "closed":
             raise errors.Conflict(f"period {current['name']!r} is closed already", code="SVC.PERIOD.STATE")
+        await summaries.close_balances(
+            conn, catalog, tenant, period_id, current["ends"], date_of=_date_column
+        )
         return await _moved(conn, tenant, actor, current, "closed", reason, action="close", final=final)
+
+
+def _date_column(resource: Resource) -> str | None:
+    name = periods.field_of(resource.spec)
+    return resource.column(name) if name is not None else None
+
+
+async def balances(conn: db.Connection, tenant: uuid.UUID, period_id: uuid.UUID) -> list[dict[str, Any]]:
+    """The closing balances written when the period closed (none while it is open)."""
+    rows = await conn.fetch(
+        "SELECT entity, grp, sums FROM dap.period_balances WHERE tenant_id = $1 AND period_id = $2 "
+        "ORDER BY entity, grp::text",
+        tenant,
+        period_id,
+    )
+    return [{"entity": r["entity"], "group": r["grp"], "sums": r["sums"]} for r in rows]
 
 
 async def reopen(
@@ -245,6 +273,9 @@ async def reopen(
         refusal = await _reopen_refusal(conn, tenant, current)
         if refusal is not None:
             raise errors.Conflict(refusal, code=periods.REOPEN_DENIED)
+        await conn.execute(  # written again at the next close
+            "DELETE FROM dap.period_balances WHERE tenant_id = $1 AND period_id = $2", tenant, period_id
+        )
         return await _moved(conn, tenant, actor, current, "open", reason, action="reopen")
 
 
