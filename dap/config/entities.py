@@ -86,6 +86,14 @@ class SummaryDecl(Record):
     sum: tuple[SummarySum, ...] = pydantic.Field(min_length=1)
 
 
+class ArchiveDecl(Record):
+    """Issue 43: submitted or cancelled documents dated in a closed period and older than ``after``
+    leave the hot table for ``dap.archive``, where they are kept ``retain`` (no delete before)."""
+
+    after: Duration
+    retain: Duration
+
+
 class FilterSpec(Record):
     field: FieldName
     label: str | None = None
@@ -176,6 +184,7 @@ class EntitySpec(Record):
     create_scope: CreateScopeSpec | None = None
     backdate: BackdatePolicy | None = None
     summary: SummaryDecl | None = None
+    archive: ArchiveDecl | None = None
     cache: CacheSpec | None = None
     filters: tuple[FilterSpec, ...] = ()
     fixed_filters: tuple[FilterSpec, ...] = ()

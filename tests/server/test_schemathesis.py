@@ -121,10 +121,12 @@ kind: Entity
 metadata: {name: ledger, module: desk}
 spec:
   title: Ledger line
-  characteristic: transaction  # so the accounting-period routes are documented and run
+  characteristic: transaction  # so the accounting-period and archive routes are documented and run
+  lifecycle: true
   fields:
     - {name: posting_date, type: date, required: true}
     - {name: amount, type: integer}
+  archive: {after: 30d, retain: 365d}
   expose: [{type: rest}]
 """,
 }
@@ -262,6 +264,10 @@ async def test_every_route_served_is_documented(surfaces: Running) -> None:
         "/api/_periods/{id}/reopen",
         "/api/_periods/{id}/_audit",
         "/api/_periods/{id}/balances",
+        "/api/_archive/run",
+        "/api/_archive/desk/ledger",
+        "/api/_archive/desk/ledger/{id}",
+        "/api/_archive/desk/ledger/{id}/hold",
     ):
         assert path in paths, path
     document = await _document(surfaces)

@@ -1,6 +1,7 @@
-"""Summary entities (issue 43): ``characteristic: summary`` with a ``summary`` declaration that the
-engine can maintain -- a lifecycle ``source`` whose rows (its own, or those of its child field
-``lines``) carry every ``group_by`` field and every summed field, numeric sums on the summary."""
+"""Summary entities and the archive (issue 43): ``characteristic: summary`` with a ``summary``
+declaration that the engine can maintain -- a lifecycle ``source`` whose rows (its own, or those
+of its child field ``lines``) carry every ``group_by`` field and every summed field, numeric sums
+on the summary -- and ``archive`` only where documents of closed periods can be told apart."""
 
 from __future__ import annotations
 
@@ -16,7 +17,26 @@ from dap.config.validation import locating
 NUMERIC = frozenset({FieldType.INTEGER, FieldType.DECIMAL, FieldType.MONEY, FieldType.NUMBER})
 
 
+def archive_rules(spec: Spec) -> Iterator[Problem]:
+    """``archive`` moves documents of closed periods: a dated transaction entity with a lifecycle."""
+    for entity in spec.entities.values():
+        es = entity.spec
+        if es.archive is None:
+            continue
+        dated = es.transaction_date_field() is not None
+        if es.characteristic is not Characteristic.TRANSACTION or not es.lifecycle or not dated:
+            yield locating.at(
+                spec,
+                entity,
+                "spec.archive",
+                "archive needs characteristic: transaction, lifecycle: true and a transaction date "
+                "(posting_date, transaction_date, date or backdate.date_field): only documents of "
+                "closed periods are archived",
+            )
+
+
 def summary_rules(spec: Spec) -> Iterator[Problem]:
+    yield from archive_rules(spec)
     for entity in spec.entities.values():
         es, decl = entity.spec, entity.spec.summary
         if decl is None:

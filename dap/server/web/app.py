@@ -36,6 +36,7 @@ from dap.server.storage import caching, db, workspaces
 from dap.server.web import (
     admin,
     approvals,
+    archive,
     assets,
     files,
     imports,
@@ -279,6 +280,7 @@ def build_app(
     app.router.add_get("/{ws}/_ws", sockets.handler)
     approvals.add_routes(app)
     periods.add_routes(app)
+    archive.add_routes(app)
     trails.add_routes(app)  # before moves: /{id}/_audit is not an action
     jobs.add_routes(app)  # GET …/_jobs/{id}
     files.add_routes(app)  # before moves: /{id}/_files/… is not an action
