@@ -139,3 +139,22 @@ async def test_writers_racing_a_close_commit_nothing_after_it(srv: Running) -> N
     assert at_close > 0, "no write committed before the close: the race did not run"
     assert after_close and set(after_close) == {422}
     assert await _count(srv, "2019-05-01", "2019-05-31") == at_close  # 0 committed after the close
+
+
+async def test_a_period_is_created_only_after_the_writes_checked_before_it(srv: Running) -> None:
+    """A write checked where no period was holds the workspace's periods: a period created over its
+    date waits for it, so the write cannot commit after that new period's close."""
+    tenant, day = await _tenant(srv), dt.date(2019, 6, 5)
+    pool = srv.server.app[state.POOL]
+    async with pool.acquire() as writer:
+        tx = writer.transaction()
+        await tx.start()
+        await periods.guard(writer, tenant, "posting_date", day, may_post_closing=False)  # no period: open
+        creating = asyncio.create_task(
+            _call(srv, "POST", "_periods", {"name": "2019-06", "starts": "2019-06-01", "ends": "2019-06-30"})
+        )
+        await asyncio.sleep(0.5)
+        assert not creating.done(), "the period was created while a write checked before it was in flight"
+        await tx.commit()
+        status, answer = await asyncio.wait_for(creating, 10)
+        assert status == 201, answer

@@ -27,9 +27,9 @@ closed. An advisory lock rather than ``FOR SHARE`` on the period's row: concurre
 rewrite the row's lockers (a MultiXact) on every write, so writers of one month queued on one tuple
 (measured: 0.55x the creates/s of a master entity; docs/performance.md). So no write dated in a period commits
 after the period's close (``tests/server/test_periods_race.py``). A date no period covers is open
-and locks nothing -- which leaves one case uncovered: a period created *and* closed while a write
-to its dates, checked before the period existed, is still in flight. Periods are created ahead of
-the dates they cover (a calendar); docs/decisions.md (issue 43) says what would close that gap.
+but still holds the workspace's periods shared (:data:`CREATING`): a period is created only once
+the writes already checked have committed, so none of them can commit after the new period's
+close either.
 
 The pure decision is :func:`judge`; :func:`guard` is its thin shell over Postgres. Managing the
 periods (create, close, reopen, their audit rows) is ``dap.server.workflows.periods``.
@@ -78,9 +78,11 @@ CREATE TABLE IF NOT EXISTS dap.periods (
 );
 CREATE UNIQUE INDEX IF NOT EXISTS periods_name ON dap.periods (tenant_id, name);
 CREATE INDEX IF NOT EXISTS periods_span ON dap.periods (tenant_id, starts, ends);
--- a write's period: found, then held by a transaction-scoped SHARED advisory lock on its id (the
--- lock manager's memory: writers do not queue on the period's tuple as FOR SHARE would make them),
--- then read again under the lock, so a close that took the exclusive lock first is seen
+-- a write's period: the workspace's periods held shared (a period being created waits for the
+-- writes already checked, and those after it see it), then the period found, held by a
+-- transaction-scoped SHARED advisory lock on its id (the lock manager's memory: writers do not
+-- queue on the period's tuple as FOR SHARE would make them), then read again under the lock, so a
+-- close that took the exclusive lock first is seen
 CREATE OR REPLACE FUNCTION dap.period_of(t uuid, d date)
 RETURNS TABLE (id uuid, name text, state text, starts date, ends date) LANGUAGE plpgsql AS $f$
 DECLARE found_id uuid;
@@ -88,6 +90,7 @@ BEGIN
     IF d IS NULL THEN
         RETURN;
     END IF;
+    PERFORM pg_advisory_xact_lock_shared(hashtextextended('dap.periods:' || t::text, 0));
     SELECT p.id INTO found_id FROM dap.periods p WHERE p.tenant_id = t AND p.starts <= d AND p.ends >= d;
     IF found_id IS NULL THEN
         RETURN;
@@ -120,6 +123,9 @@ LOCK = "SELECT id, name, state, starts, ends FROM dap.period_of($1, $2)"
 # what a move of a period takes first: it waits for the writes holding the period, and the writes
 # that come after wait for the move's commit (``workflows.periods``)
 EXCLUSIVE = "SELECT pg_advisory_xact_lock(hashtextextended('dap.period:' || $1::uuid::text, 0))"
+# what a period's creation takes: it waits for the writes of the workspace already checked (which
+# found no period), and the writes that come after wait for it and find the new period
+CREATING = "SELECT pg_advisory_xact_lock(hashtextextended('dap.periods:' || $1::uuid::text, 0))"
 
 
 async def ensure_schema(conn: db.Connection) -> None:

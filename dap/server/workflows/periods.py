@@ -130,10 +130,9 @@ async def create(
             errors=[errors.FieldProblem(k, "unknown field (name, starts, ends, final)") for k in unknown],
         )
     async with db.committed(conn):
-        # one creator at a time per workspace, so two overlapping periods cannot both pass the check
-        await conn.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended('dap.periods:' || $1::uuid::text, 0))", tenant
-        )
+        # one creator at a time per workspace, so two overlapping periods cannot both pass the check;
+        # the same lock waits for the writes already checked (they found no period: access.periods)
+        await conn.execute(periods.CREATING, tenant)
         clash = await conn.fetchrow(
             "SELECT name FROM dap.periods WHERE tenant_id = $1 AND starts <= $3 AND ends >= $2",
             tenant,
