@@ -22,7 +22,7 @@ import pytest_asyncio
 from dap import config
 from dap.server import state
 from dap.server.rpc import server as rpc_server
-from dap.server.web import app
+from dap.server.web import app, ui_meta
 from dap.server.workflows import seeding, seeds
 
 from .conftest import Running, load, serve_options, token
@@ -268,3 +268,9 @@ async def test_a_summary_without_a_maintainable_declaration_is_refused() -> None
     with pytest.raises(config.SpecError) as caught:
         config.load_files(broken)
     assert any("spec.summary.sum[0].add" in str(p) for p in caught.value.problems)
+
+
+async def test_the_ui_is_offered_a_summary_read_only() -> None:
+    meta = ui_meta.entity_meta(load(SPEC), "sales/balance")
+    assert meta["rest"] == ["find", "list"] and meta["characteristic"] == "summary"
+    assert "create" in ui_meta.entity_meta(load(SPEC), "sales/journal")["rest"]
