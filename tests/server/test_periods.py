@@ -56,6 +56,11 @@ spec:
   fields:
     - {name: posting_date, type: date, required: true}
     - {name: memo, type: string}
+  state_machine:
+    states: [new, checked]
+    initial: new
+    transitions:
+      - {name: check, from: new, to: checked}
   expose: [{type: rest}, {type: grpc}, {type: ws}]
 """,
     "sales/note.yaml": """
@@ -171,6 +176,8 @@ async def test_update_delete_and_moves_of_a_closed_period_are_refused(
     code, _ = await c.delete("entry", draft["id"], ADMIN)
     assert code == "SVC.PERIOD.CLOSED"
     code, _ = await c.act("entry", closed["submitted"]["id"], "cancel", ADMIN)
+    assert code == "SVC.PERIOD.CLOSED"
+    code, _ = await c.act("entry", draft["id"], "check", CLERK)  # a custom action, a transition here
     assert code == "SVC.PERIOD.CLOSED"
     code, row = await c.find("entry", draft["id"], CLERK)
     assert code == "ok" and row["memo"] == "m" and row["posting_date"] == "2025-01-15"
