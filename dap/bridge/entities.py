@@ -15,6 +15,11 @@ and answers the record as the REST API shows it (``documents.reading.present``).
   ``filter`` is ``{field: value}`` or ``{field: {op: value}}`` with the REST list operators. No SQL
   ever comes from the app.
 
+A transaction entity's write is judged by the workspace's accounting periods as every other write
+path is (``dap.server.access.periods``): its stored transaction date and the one it gets, each
+period held (shared) in the call's transaction; 422 ``SVC.PERIOD.CLOSED`` in a closed
+period. The app is no closer: a period that is closing refuses it too.
+
 An entity must be exposed over REST to be reachable here (the catalog compiles its read plan only
 then); any other is a 404 saying so.
 """
@@ -26,9 +31,10 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-from dap.config.enums import FieldType, FilterOp
+from dap.config.enums import Characteristic, FieldType, FilterOp
 from dap.config.fields import Field
 from dap.server import errors, fieldvalues
+from dap.server.access import guards, periods
 from dap.server.catalog import Catalog, Resource
 from dap.server.documents import reading
 from dap.server.storage import caching, db, queries, sql, tables
@@ -86,6 +92,28 @@ def _coerce(resource: Resource, data: Any, *, partial: bool) -> dict[str, Any]:
         ) from exc
 
 
+async def _periods(
+    conn: db.Connection, resource: Resource, tenant: uuid.UUID, rid: uuid.UUID, values: Mapping[str, Any]
+) -> None:
+    """409 ``SVC.PERSIST.CROSS_CATEGORY`` for a summary (the engine writes it alone); 422
+    ``SVC.PERIOD.CLOSED`` when the record's stored transaction date, or the one ``values`` (column
+    → value) gives it, falls in a period closed to the app; nothing for other entities."""
+    if resource.spec.characteristic is Characteristic.SUMMARY:
+        raise guards.cross_category(resource, "a /ctx write")
+    name = periods.field_of(resource.spec)
+    column = resource.column(name) if name is not None else None
+    if name is None or column is None:
+        return
+    col, table = tables.quote(column), tables.quote(resource.table.name)
+    stored = await conn.fetchrow(
+        f"SELECT {col} FROM {table} WHERE tenant_id = $1 AND id = $2 FOR UPDATE", tenant, rid
+    )
+    if stored is not None:
+        await periods.guard(conn, tenant, name, stored[column], may_post_closing=False)
+    if column in values:
+        await periods.guard(conn, tenant, name, values[column], may_post_closing=False)
+
+
 def _not_found(resource: Resource, rid: uuid.UUID) -> errors.NotFound:
     return errors.NotFound(f"no {resource.key} {rid} in this workspace", code="SVC.CTX.RECORD_NOT_FOUND")
 
@@ -107,6 +135,7 @@ async def set_(
         column = resource.table.column_for(name)
         assert column is not None
         values.setdefault(column.name, None)
+    await _periods(conn, resource, tenant, rid, values)
     cols = ["tenant_id", "id", "created_by", "owner", *values]
     args: list[Any] = [tenant, rid, owner, owner, *values.values()]
     table = tables.quote(resource.table.name)
@@ -127,6 +156,7 @@ async def update(
     conn: db.Connection, resource: Resource, tenant: uuid.UUID, rid: uuid.UUID, fields: Any
 ) -> dict[str, Any]:
     values = _column_values(resource, _coerce(resource, fields, partial=True))
+    await _periods(conn, resource, tenant, rid, values)
     statement, args = sql.update(resource.table, tenant, rid, values, expected_version=None)
     row = await conn.fetchrow(statement, *args)
     if row is None:
@@ -164,6 +194,7 @@ async def add(
 ) -> dict[str, Any]:
     """``increment`` (sign 1) or ``decrement`` (sign -1): one statement; ``{value, version}``."""
     f, column, amount = _amount(resource, body)
+    await _periods(conn, resource, tenant, rid, {})
     col = tables.quote(column)
     table = tables.quote(resource.table.name)
     guard = f" AND {col} >= $3" if sign < 0 else ""

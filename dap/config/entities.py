@@ -66,6 +66,34 @@ class BackdatePolicy(Record):
     date_field: FieldName | None = None
 
 
+class SummarySum(Record):
+    """One summed field of a summary: ``add`` minus ``subtract`` (source field names), per row."""
+
+    field: FieldName
+    add: FieldName | None = None
+    subtract: FieldName | None = None
+
+
+class SummaryDecl(Record):
+    """What a ``characteristic: summary`` entity aggregates (issue 43): the submitted documents of
+    ``source`` (a lifecycle entity; the rows of its child field ``lines`` when given), grouped by
+    ``group_by`` (field names present on the summed rows and on the summary), their ``sum``s added
+    on submit and taken away on cancel by the engine, in the move's transaction."""
+
+    source: DottedEntityRef
+    lines: FieldName | None = None
+    group_by: tuple[FieldName, ...] = pydantic.Field(min_length=1)
+    sum: tuple[SummarySum, ...] = pydantic.Field(min_length=1)
+
+
+class ArchiveDecl(Record):
+    """Issue 43: submitted or cancelled documents dated in a closed period and older than ``after``
+    leave the hot table for ``dap.archive``, where they are kept ``retain`` (no delete before)."""
+
+    after: Duration
+    retain: Duration
+
+
 class FilterSpec(Record):
     field: FieldName
     label: str | None = None
@@ -155,6 +183,8 @@ class EntitySpec(Record):
     assignments: tuple[AssignmentDecl, ...] = ()
     create_scope: CreateScopeSpec | None = None
     backdate: BackdatePolicy | None = None
+    summary: SummaryDecl | None = None
+    archive: ArchiveDecl | None = None
     cache: CacheSpec | None = None
     filters: tuple[FilterSpec, ...] = ()
     fixed_filters: tuple[FilterSpec, ...] = ()

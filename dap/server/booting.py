@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 
 from dap.server import errors, options
-from dap.server.access import accounts, resets, signins, throttling
+from dap.server.access import accounts, periods, resets, signins, throttling
 from dap.server.catalog import Catalog
-from dap.server.documents import auditing, idempotency
+from dap.server.documents import archive, auditing, idempotency, summaries
 from dap.server.events import outbox
 from dap.server.storage import db, migrations, numbering, schema_sync, workspaces
 from dap.server.workflows import approvals_schema, granting, jobs, saga_store
@@ -82,6 +82,9 @@ async def prepare_database(
         await signins.ensure_schema(conn)
         await resets.ensure_schema(conn)
         await throttling.ensure_schema(conn)
+        await periods.ensure_schema(conn)
+        await summaries.ensure_schema(conn)
+        await archive.ensure_schema(conn)
         await auditing.ensure_schema(conn)
         await idempotency.ensure_schema(conn)
         await numbering.ensure_schema(conn)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from typing import Any
 
 import asyncpg
@@ -201,3 +202,59 @@ async def test_an_action_whose_app_writes_its_record_answers_and_emits_the_recor
     patch_url = f"{srv.api}/default/api/store/order/{o['id']}"
     async with srv.http.patch(patch_url, json={"note": "c"}, headers=headers) as resp:
         assert resp.status == 200, await resp.text()  # the answer's ETag is the current version
+
+
+async def test_a_write_dated_in_a_closed_period_is_refused(srv: Bridged) -> None:
+    """entity set, update and increment of a transaction entity obey the accounting periods."""
+    status, answer = await srv.call("POST", "posting", {"posting_date": "2018-02-10", "amount": 1})
+    assert status == 201, answer
+    inside = answer["data"]
+    status, answer = await srv.call("POST", "posting", {"posting_date": "2018-03-10", "amount": 1})
+    assert status == 201, answer
+    outside = answer["data"]
+    api = f"{srv.api}/default/api/_periods"
+    async with srv.http.post(
+        api, json={"name": "2018-02", "starts": "2018-02-01", "ends": "2018-02-28"}, headers=srv.auth()
+    ) as resp:
+        period = (await resp.json())["data"]
+    async with srv.http.post(
+        f"{api}/{period['id']}/close", json={"reason": "booked"}, headers=srv.auth()
+    ) as r:
+        assert r.status == 200, await r.text()
+    posting = "store/posting"
+    got = await results(
+        srv,
+        step("entity", "set", named=posting, key=str(uuid.uuid4()), data={"posting_date": "2018-02-03"}),
+        step("entity", "update", named=posting, key=inside["id"], fields={"amount": 5}),
+        step("entity", "increment", named=posting, key=inside["id"], field="amount", amount=2),
+        step("entity", "update", named=posting, key=outside["id"], fields={"posting_date": "2018-02-27"}),
+        step("entity", "update", named=posting, key=outside["id"], fields={"amount": 7}),
+    )
+    assert [s for s, _ in got] == [422, 422, 422, 422, 200], got
+    assert {a["code"] for s, a in got if s == 422} == {"SVC.PERIOD.CLOSED"}
+    _status, answer = await srv.call("GET", f"posting/{inside['id']}")
+    assert answer["data"]["amount"] == 1
+
+
+async def test_a_write_of_a_summary_is_refused(srv: Bridged) -> None:
+    """A summary is the engine's: /ctx set, update and increment are 409 SVC.PERSIST.CROSS_CATEGORY."""
+    status, answer = await srv.call(
+        "POST", "posting", {"posting_date": "2018-05-02", "account": "a", "amount": 3}
+    )
+    assert status == 201, answer
+    status, answer = await srv.call("POST", f"posting/{answer['data']['id']}/submit")
+    assert status == 200, answer
+    _status, listed = await srv.call("GET", "total")
+    total = next(r for r in listed["data"] if r["account"] == "a")
+    assert total["amount"] == 3
+    total_ = "store/total"
+    got = await results(
+        srv,
+        step("entity", "set", named=total_, key=str(uuid.uuid4()), data={"account": "b", "amount": 1}),
+        step("entity", "update", named=total_, key=total["id"], fields={"amount": 5}),
+        step("entity", "increment", named=total_, key=total["id"], field="amount", amount=2),
+        step("entity", "get", named=total_, key=total["id"]),
+    )
+    assert [s for s, _ in got] == [409, 409, 409, 200], got
+    assert {a["code"] for s, a in got if s == 409} == {"SVC.PERSIST.CROSS_CATEGORY"}
+    assert got[3][1]["data"]["amount"] == 3

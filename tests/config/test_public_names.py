@@ -56,4 +56,4 @@ def test_split_modules_keep_their_faces() -> None:
     }
     for name in expressions.__all__:
         assert hasattr(expressions, name), name
-    assert callable(validation.check) and len(validation.RULES) == 18
+    assert callable(validation.check) and len(validation.RULES) == 20

@@ -2,9 +2,10 @@
 
 For the procurement example, for the test catalog (every field type, masks, children,
 extensions, lifecycle) and for :data:`SURFACES` (file fields, an approval-gated transition, an
-async action's jobs, notifications, an entity exposing only some actions), schemathesis generates
-requests from the document, bounded in examples, and checks every answer: no 5xx, every status,
-content type, header and body as documented, and a 405 for every undocumented method. The checks
+async action's jobs, notifications, an entity exposing only some actions, accounting periods),
+schemathesis generates requests from the document, bounded in examples, and checks every answer:
+no 5xx, every status, content type, header and body as documented, and a 405 for every
+undocumented method. The checks
 that judge whether a request *should* have been accepted are left out: whether a relation points
 at a record, or an If-Match names the current version, is the data's business, not the schema's.
 
@@ -113,6 +114,20 @@ spec:
     - {name: title, type: string}
     - {name: copy, type: file}
   expose: [{type: rest, actions: [list, find, create]}]
+""",
+    "desk/ledger.yaml": """
+apiVersion: dap.io/v1
+kind: Entity
+metadata: {name: ledger, module: desk}
+spec:
+  title: Ledger line
+  characteristic: transaction  # so the accounting-period and archive routes are documented and run
+  lifecycle: true
+  fields:
+    - {name: posting_date, type: date, required: true}
+    - {name: amount, type: integer}
+  archive: {after: 30d, retain: 365d}
+  expose: [{type: rest}]
 """,
 }
 
@@ -243,6 +258,16 @@ async def test_every_route_served_is_documented(surfaces: Running) -> None:
         "/api/desk/doc/{id}/_approvals",
         "/api/_approvals/{id}/approve",
         "/api/desk/tools/echo",
+        "/api/_periods",
+        "/api/_periods/{id}/start_closing",
+        "/api/_periods/{id}/close",
+        "/api/_periods/{id}/reopen",
+        "/api/_periods/{id}/_audit",
+        "/api/_periods/{id}/balances",
+        "/api/_archive/run",
+        "/api/_archive/desk/ledger",
+        "/api/_archive/desk/ledger/{id}",
+        "/api/_archive/desk/ledger/{id}/hold",
     ):
         assert path in paths, path
     document = await _document(surfaces)

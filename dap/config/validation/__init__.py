@@ -11,6 +11,8 @@ The rules are grouped by what they look at, one module each:
 - ``naming``: modules, slugs and identifiers, roles and permission names;
 - ``fields``: an entity's fields, child rows, copied values, cache, extensions;
 - ``behaviour``: actions, events and deliveries, the state machine and approvals;
+- ``reserved``: what a re-declared standard action may change;
+- ``summaries``: what a summary entity aggregates;
 - ``scoping``: row scope, the create scope, backdating;
 - ``references``: UI views, apps, module dependencies, workspaces;
 - ``formulas``: expressions and the names they read;
@@ -32,8 +34,10 @@ from dap.config.validation import (
     locating,
     naming,
     references,
+    reserved,
     scoping,
     signins,
+    summaries,
 )
 from dap.config.validation.formulas import CONTEXT_ROOTS
 from dap.config.validation.locating import FILTERABLE_SYSTEM_FIELDS, SYSTEM_FIELDS, Rule
@@ -57,6 +61,8 @@ RULES: tuple[Rule, ...] = (
     fields.cache_ttl_in_range,
     fields.extension_rules,
     behaviour.action_and_event_rules,
+    reserved.reserved_action_rules,
+    summaries.summary_rules,
     behaviour.state_machine_rules,
     scoping.row_scope_rules,
     naming.role_rules,

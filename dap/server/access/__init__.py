@@ -15,10 +15,22 @@ the modules in ``__all__`` (``from dap.server.access import guards``); the pure 
     resets       single-use, expiring password-reset tokens at rest
     mailer       outgoing mail over SMTP (reset links), settings from the environment
     guards       the access checks of one request; the one lookup of a record by id
+    periods      accounting periods: which period a transaction date falls in, the write check
     (inner)      permissions: may this caller use this permission (under the catalog's Grants);
                  scoping: which records a caller may see and write; txdates: the backdate policy
 
 Modules load on first import (none is imported here): the boot path needs ``accounts`` only.
 """
 
-__all__ = ["accounts", "auth", "guards", "keysets", "mailer", "providers", "resets", "signins", "throttling"]
+__all__ = [
+    "accounts",
+    "auth",
+    "guards",
+    "keysets",
+    "mailer",
+    "periods",
+    "providers",
+    "resets",
+    "signins",
+    "throttling",
+]

@@ -15,7 +15,8 @@ rows), ``txdates`` (which transaction dates) — and this module applies them to
 3. Writes: :func:`writable` refuses hidden fields in a body and, on create, fills a left-out
    scope field with the caller's one value; :func:`before_create` and :func:`before_update` run in
    the write's transaction on the final values: row scope (403), create scope (403
-   ``SVC.AUTH.CREATE_SCOPE``), backdate policy (422 ``SVC.TXN.*``).
+   ``SVC.AUTH.CREATE_SCOPE``), backdate policy (422 ``SVC.TXN.*``), on update the periods (422
+   ``SVC.PERIOD.CLOSED``; a create's is in its ``INSERT``); :func:`check_period` for submit, cancel, delete.
 
 Per-resource facts (which fields need which permission, the scope rules, the create-scope
 tables) are derived once per catalog (:func:`policy`), so a request pays dictionary lookups.
@@ -32,15 +33,16 @@ from typing import Any
 import asyncpg
 
 from dap.config.entities import EntitySpec
-from dap.config.enums import FilterOp
+from dap.config.enums import Characteristic, FilterOp
 from dap.server import errors, fieldvalues
-from dap.server.access import auth, permissions, scoping, txdates
+from dap.server.access import auth, periods, permissions, scoping, txdates
 from dap.server.catalog import Catalog, Resource
 from dap.server.storage import db, queries, sql, tables
 
 ROW_SCOPE = "SVC.AUTH.ROW_SCOPE"
 CREATE_SCOPE = "SVC.AUTH.CREATE_SCOPE"
 FORBIDDEN = "SVC.AUTH.FORBIDDEN"
+CROSS_CATEGORY = "SVC.PERSIST.CROSS_CATEGORY"
 READ_ACTIONS = frozenset({"list", "find"})
 MAX_ACCESSES = 10_000  # kept accesses per catalog (see ``check``); emptied when full
 # System columns whose value a create cannot know before the insert; a scope on them is judged by SQL.
@@ -68,6 +70,7 @@ class Policy:
     fillable: frozenset[str]  # fields a create may fill from the caller's identity
     create_scope: CreateScope | None
     date_field: str | None  # the transaction date of a backdate policy
+    period_field: str | None = None  # the transaction date accounting periods judge (``periods``)
 
 
 def _create_scope(resource: Resource) -> CreateScope | None:
@@ -104,6 +107,7 @@ def _derive(resource: Resource) -> Policy:
         fillable=fillable,
         create_scope=_create_scope(resource),
         date_field=date.name if date is not None else None,
+        period_field=periods.field_of(spec),
     )
 
 
@@ -212,6 +216,8 @@ def check(principal: auth.Principal, resource: Resource, action: str, *also: str
 def _derive_access(
     principal: auth.Principal, resource: Resource, action: str, also: tuple[str, ...]
 ) -> Access:
+    if action not in READ_ACTIONS and resource.spec.characteristic is Characteristic.SUMMARY:
+        raise cross_category(resource, action)
     pol = policy(resource)
     allows = resource.grants.allows
     for name in (action, *also):
@@ -219,6 +225,17 @@ def _derive_access(
         if needed is not None and not allows(principal.roles, needed):
             raise _refuse(principal, f"{name} on {resource.key} needs the permission {needed}")
     return Access(resource, principal, pol, hidden(principal, resource), scope_of(resource, principal))
+
+
+def cross_category(resource: Resource, action: str) -> errors.ApiError:
+    """409 ``SVC.PERSIST.CROSS_CATEGORY``: a summary is written by the engine alone."""
+    decl = resource.spec.summary
+    source = f" from submitted {decl.source} documents" if decl is not None else ""
+    return errors.Conflict(
+        f"{resource.key} is a summary the engine maintains{source}: {action} is refused on every path; "
+        "submit or cancel the documents it sums instead",
+        code=CROSS_CATEGORY,
+    )
 
 
 def hidden(principal: auth.Principal, resource: Resource) -> dict[str, str]:
@@ -452,3 +469,31 @@ async def before_update(
     date = access.policy.date_field
     if date is not None and date in values and values[date] != stored(date):
         _check_date(access, values[date])
+    period = access.policy.period_field
+    if period is not None:  # the period it is in, and the one it moves to
+        await _check_period(conn, access, tenant, stored(period))
+        if period in values and txdates.day_of(values[period]) != txdates.day_of(stored(period)):
+            await _check_period(conn, access, tenant, values[period])
+
+
+async def _check_period(conn: db.Connection, access: Access, tenant: Any, value: Any) -> None:
+    field = access.policy.period_field
+    assert field is not None
+    await periods.guard(conn, tenant, field, value, may_post_closing=access.allows(periods.POST_CLOSING))
+
+
+async def check_period(
+    conn: db.Connection,
+    resource: Resource,
+    tenant: Any,
+    principal: auth.Principal,
+    current: asyncpg.Record | Mapping[str, Any],
+) -> None:
+    """422 ``SVC.PERIOD.CLOSED`` when the stored record ``current`` is dated in a period closed to
+    ``principal`` (submit, cancel, delete): in the caller's transaction, its period locked."""
+    field = policy(resource).period_field
+    if field is None:
+        return
+    column = resource.column(field)
+    may = resource.grants.allows(principal.roles, periods.POST_CLOSING)
+    await periods.guard_record(conn, tenant, resource.spec, column, current, may_post_closing=may)

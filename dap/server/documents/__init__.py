@@ -11,6 +11,8 @@ rules behind them are inner modules::
     filling      derived values of a write: related records, counters, action conditions
     auditing     the audit trail's rows, written in the write's transaction
     idempotency  Idempotency-Key: one effect and the first answer for a repeated create
+    summaries    summary entities kept from submitted documents in the move's transaction
+    archive      archived documents: moved out of the hot table, read, held, retention
     (inner)      references: who refers to a record and which moves that forbids; deriving:
                  applying a derivation plan (pure); a computed value's conversion is
                  ``fieldvalues.convert``'s
@@ -18,4 +20,4 @@ rules behind them are inner modules::
 Modules load on first import (none is imported here): the boot path needs ``auditing`` only.
 """
 
-__all__ = ["auditing", "filling", "idempotency", "lifecycle", "reading", "writing"]
+__all__ = ["archive", "auditing", "filling", "idempotency", "lifecycle", "reading", "summaries", "writing"]

@@ -33,7 +33,7 @@ import asyncpg
 from dap.server import errors
 from dap.server.access import auth, guards
 from dap.server.catalog import Resource
-from dap.server.documents import auditing, filling, reading, references
+from dap.server.documents import auditing, filling, reading, references, summaries
 from dap.server.storage import caching, db, tables
 
 # what runs last in a move's transaction: (connection, row after, its child rows)
@@ -112,6 +112,7 @@ async def created(
     """After the insert, in its transaction: the submit checks of a create-and-submit, the audit rows."""
     if submitted:
         await references.check_submit(conn, write.catalog, write.resource, write.tenant, row["id"])
+        await summaries.apply(conn, write.catalog, write.resource, write.tenant, row["id"], 1)
     await (await auditing.begin(conn, write, "create", None)).finish(conn, row)
     if submitted and auditing.recorded(write.resource, SUBMIT) is not None:
         await auditing.record(
@@ -163,6 +164,7 @@ async def move(
                 now = tables.DOCSTATUS[current["docstatus"]]
                 raise errors.Conflict(f"cannot {action} a {now} document", code=wrong[current["docstatus"]])
             await filling.check_action(conn, resource, tenant, principal, current, action)  # guards
+            await guards.check_period(conn, resource, tenant, principal, current)  # a closed period
             if action == SUBMIT:
                 await references.check_submit(conn, catalog, resource, tenant, record_id)
             else:
@@ -176,6 +178,7 @@ async def move(
                 reached,
             )
             assert row is not None
+            await summaries.apply(conn, catalog, resource, tenant, record_id, 1 if action == SUBMIT else -1)
             await caching.announce(conn, resource, tenant, record_id)  # every process, at commit
             await trail.finish(conn, row)
             kids = (

@@ -32,7 +32,15 @@ from dap.server.fieldvalues.limits import (
     scale_of,
     text_limit,
 )
-from dap.server.fieldvalues.parsing import EXACT_JSON, coercer, exact_floats, exact_json, plain_json, uuid_of
+from dap.server.fieldvalues.parsing import (
+    EXACT_JSON,
+    coercer,
+    date_of,
+    exact_floats,
+    exact_json,
+    plain_json,
+    uuid_of,
+)
 from dap.server.fieldvalues.rendering import MASK, converter, iso_text, present, to_json
 from dap.server.fieldvalues.texts import from_cell, from_text, number_text, yaml_number
 
@@ -51,6 +59,7 @@ __all__ = [
     "compare",
     "convert",
     "converter",
+    "date_of",
     "default_of",
     "exact_floats",
     "exact_json",

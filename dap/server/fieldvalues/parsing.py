@@ -101,10 +101,15 @@ def _iso(parse: Callable[[str], _T], value: Any, expected: str) -> _T:
         raise InvalidValueError(f"expected {expected}") from exc
 
 
+def date_of(value: Any) -> dt.date:
+    """An ISO 8601 date (``YYYY-MM-DD``) that is not a field's value: a period's bounds, say."""
+    return _iso(dt.date.fromisoformat, value, "an ISO 8601 date (YYYY-MM-DD)")
+
+
 def _date(value: Any) -> dt.date:
     if value in ("today", "today()"):
         return dt.date.today()
-    return _iso(dt.date.fromisoformat, value, "an ISO 8601 date (YYYY-MM-DD)")
+    return date_of(value)
 
 
 def _datetime(value: Any) -> dt.datetime:

@@ -36,6 +36,7 @@ from dap.server.storage import building, caching, db, guarding, workspaces
 from dap.server.web import (
     admin,
     approvals,
+    archive,
     assets,
     files,
     grants,
@@ -47,6 +48,7 @@ from dap.server.web import (
     oidc,
     openapi,
     passwords,
+    periods,
     protocol,
     rest,
     sagas,
@@ -293,6 +295,8 @@ def build_app(
     app.router.add_get("/{ws}/_ws", sockets.handler)
     approvals.add_routes(app)
     grants.add_routes(app)  # /{ws}/api/_grants…, /{ws}/api/_apps/… (service calls through an app)
+    periods.add_routes(app)
+    archive.add_routes(app)
     trails.add_routes(app)  # before moves: /{id}/_audit is not an action
     jobs.add_routes(app)  # GET …/_jobs/{id}
     sagas.add_routes(app)  # /{ws}/api/_sagas…

@@ -15,10 +15,20 @@ from aiohttp import web
 
 from dap import __version__
 from dap.server import state
+from dap.server.access import periods as period_rule
 from dap.server.catalog import Catalog, Resource
 from dap.server.documents import lifecycle
 from dap.server.storage import tables
-from dap.server.web import approvals, grants, notifications, openapi_files, openapi_jobs, schemas
+from dap.server.web import (
+    approvals,
+    archive,
+    grants,
+    notifications,
+    openapi_files,
+    openapi_jobs,
+    periods,
+    schemas,
+)
 from dap.server.workflows import actions, filters, sidecars
 
 PROBLEM = {
@@ -285,12 +295,13 @@ def document(catalog: Catalog, slug: str, *, bridged: bool = False) -> dict[str,
                     {"200": {"description": "updated", "content": json_one}}, 400, 409, 412, 413, 422
                 ),
             }
+        dated = (422,) if period_rule.field_of(r.spec) is not None else ()  # SVC.PERIOD.CLOSED
         if "delete" in r.actions:
             item["delete"] = {
                 "operationId": f"delete_{r.module}_{r.name}",
                 "tags": tag,
                 "summary": f"Delete {r.title}",
-                "responses": _responses({"204": {"description": "deleted"}}, 409),
+                "responses": _responses({"204": {"description": "deleted"}}, 409, *dated),
             }
         if "find" in r.actions:
             paths[f"/api/{r.module}/{r.name}/{{id}}/_audit"] = {
@@ -323,7 +334,7 @@ def document(catalog: Catalog, slug: str, *, bridged: bool = False) -> dict[str,
                         "tags": tag,
                         "summary": f"{move.capitalize()} {r.title}",
                         "responses": _responses(
-                            {"200": {"description": "moved", "content": json_one}}, 409, 412
+                            {"200": {"description": "moved", "content": json_one}}, 409, 412, *dated
                         ),
                     },
                 }
@@ -344,6 +355,10 @@ def document(catalog: Catalog, slug: str, *, bridged: bool = False) -> dict[str,
         readable = [k for k in gated if "find" in catalog.resources[k].actions]
         paths.update(approvals.openapi_paths(_responses, readable))
         components["Approval"] = approvals.APPROVAL_SCHEMA
+    paths.update(archive.openapi_paths(catalog, _responses))  # web.archive, for archive entities
+    if periods.applies(catalog):  # the accounting-period endpoints (web.periods)
+        paths.update(periods.openapi_paths(_responses))
+        components["Period"] = periods.PERIOD_SCHEMA
     paths.update(openapi_jobs.service_paths(catalog, bridged=bridged))
     through = grants.openapi_paths(catalog, paths, _responses)  # apps' grants (issue 47)
     if through:

@@ -27,7 +27,7 @@ from aiohttp import web
 from dap.config.actions import Action
 from dap.config.apps import AppSpec
 from dap.config.entities import ApprovalSpec, EntitySpec
-from dap.config.enums import NaturalKeyEntry
+from dap.config.enums import Characteristic, NaturalKeyEntry
 from dap.config.fields import Field
 from dap.server import errors, fieldvalues, state
 from dap.server.catalog import Catalog, Resource, machines
@@ -128,6 +128,16 @@ def _derived(f: Field) -> dict[str, Any]:
     return out
 
 
+def _verbs(spec: EntitySpec, resource: Resource | None) -> list[str]:
+    """The REST verbs a UI may offer: a summary is read-only (the engine writes it; a write would be
+    409 ``SVC.PERSIST.CROSS_CATEGORY``), so its forms show no create, edit or delete."""
+    if resource is None:
+        return []
+    if spec.characteristic is Characteristic.SUMMARY:
+        return sorted(a for a in resource.actions if a in ("list", "find"))
+    return sorted(resource.actions)
+
+
 def entity_meta(catalog: Catalog, key: str, *, bridged: bool = False) -> dict[str, Any]:
     spec = catalog.entities[key]
     module, name = key.split("/", 1)
@@ -140,7 +150,7 @@ def entity_meta(catalog: Catalog, key: str, *, bridged: bool = False) -> dict[st
         "description": spec.description,
         "characteristic": str(spec.characteristic),
         "lifecycle": spec.lifecycle,
-        "rest": sorted(resource.actions) if resource is not None else [],
+        "rest": _verbs(spec, resource),
         "api": f"api/{module}/{name}" if resource is not None else None,
         "fields": [
             field_meta(f, module, catalog)

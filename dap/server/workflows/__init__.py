@@ -27,6 +27,7 @@ package applies them to a request::
     sidecars   actions run by the app process: the ``Invoker`` the bridge provides, its reply applied
     recording  a record's create and update, the one pipeline REST and the seed loader share
     operations the entity verbs and record actions, protocol-neutral: REST and gRPC adapt them
+    periods    accounting periods managed: create, start closing, close, reopen, with the audit trail
     acting     custom, async and service actions and their jobs, protocol-neutral: REST, gRPC, ws
     filters    a list's query string (filters, sort, limit, fields) as a ``ListQuery`` (pure)
     watching   an entity's delivered events as one caller may see them (websocket, gRPC Watch)
@@ -59,6 +60,7 @@ __all__ = [
     "jobs",
     "machines",
     "operations",
+    "periods",
     "recording",
     "saga_decisions",
     "saga_steps",

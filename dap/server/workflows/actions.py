@@ -16,6 +16,7 @@ The order of a call, each step refusing before anything is written:
 4. :func:`run` — in one transaction: the ``Idempotency-Key`` claimed (``documents.idempotency``:
    same key and body replay the first answer, other body 422, twin still running 409); the row
    locked ``FOR UPDATE`` through ``guards.select_for_write`` (row scope 403/404, ``If-Match`` 412);
+   a transaction record dated in a closed accounting period refused (422 ``SVC.PERIOD.CLOSED``);
    the transition checked against the current state (409 ``SVC.STATE.TRANSITION_NOT_ALLOWED``
    naming the states it runs from); the conditions on the record and ``params.*`` (422 with the
    declared messages); a gated transition opens its approval here (``approvals.request``) and
@@ -172,6 +173,7 @@ async def run(conn: db.Connection, call: Call, handler: Runner | None, render: R
         current = await guards.select_for_write(
             conn, resource, tenant, call.record_id, principal=call.principal, expected=call.expected
         )
+        await guards.check_period(conn, resource, tenant, call.principal, current)  # a closed period
         moved: tuple[str, str] | None = None
         if plan.move is not None:
             assert state_column is not None

@@ -28,7 +28,7 @@ from dap.config.enums import CallMode
 from dap.server import errors
 from dap.server.access import auth, guards
 from dap.server.catalog import Catalog, Resource, machines
-from dap.server.documents import auditing, filling, idempotency, lifecycle, reading, writing
+from dap.server.documents import archive, auditing, filling, idempotency, lifecycle, reading, writing
 from dap.server.events import builtin, feed, plans
 from dap.server.storage import caching, db, deferred, files, guarding, sql
 from dap.server.storage.workspaces import Workspace
@@ -290,10 +290,15 @@ async def delete(call: Call, record_id: str | uuid.UUID, store: files.FileStore 
     async with db.connection(call.pool) as conn:
         try:
             async with db.committed(conn):
-                current = await guards.select_record(
-                    conn, resource, tenant, record_id, principal=principal, lock=True
-                )
+                try:
+                    current = await guards.select_record(
+                        conn, resource, tenant, record_id, principal=principal, lock=True
+                    )
+                except errors.NotFound:
+                    await archive.refuse_if_archived(conn, resource, tenant, record_id)  # 409 while kept
+                    raise
                 lifecycle.check_delete(resource, current)  # drafts only
+                await guards.check_period(conn, resource, tenant, principal, current)  # a closed period
                 await filling.check_action(conn, resource, tenant, principal, current, "delete")
                 write = call.write()
                 trail = await auditing.begin(conn, write, "delete", current)

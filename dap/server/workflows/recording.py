@@ -24,7 +24,7 @@ from typing import Any, TypeGuard
 import asyncpg
 
 from dap.server import errors
-from dap.server.access import auth, guards
+from dap.server.access import auth, guards, periods
 from dap.server.catalog import Catalog, Resource
 from dap.server.documents import auditing, filling, lifecycle, reading, writing
 from dap.server.events import builtin
@@ -83,8 +83,43 @@ async def create(
     ``body`` is the decoded input after ``guards.writable``; ``values`` its validation
     (``writing.validate_body``). Raises the package's errors (422, 403, 409) before or after the
     insert; the caller's transaction then undoes it. ``notify`` ``False``: the caller wakes its
-    process's dispatcher after the commit itself (``builtin.joined``).
+    process's dispatcher after the commit itself (``builtin.joined``). A transaction entity's
+    accounting period is checked inside the ``INSERT`` itself (``periods.fold``): its refusal
+    comes back from Postgres and leaves here as 422 ``SVC.PERIOD.CLOSED``.
     """
+    try:
+        return await _create(conn, write, access, body, values, submit=submit, notify=notify)
+    except asyncpg.PostgresError as exc:
+        field = access.policy.period_field
+        refused = periods.refusal(exc, field) if field is not None else None
+        if refused is None:
+            raise
+        raise refused from exc
+
+
+def _period_folded(access: guards.Access, statement: str, columns: Mapping[str, Any]) -> str:
+    """The ``INSERT`` with the accounting-period check of its transaction date folded in."""
+    field = access.policy.period_field
+    resource = access.resource
+    column = resource.column(field) if field is not None else None
+    declared = resource.table.column(column) if column is not None else None
+    if declared is None or column not in columns:
+        return statement
+    place = sql.insert_places(columns)[declared.name]
+    may = access.allows(periods.POST_CLOSING)
+    return periods.fold(statement, place, declared.sql_type, may_post_closing=may)
+
+
+async def _create(
+    conn: db.Connection,
+    write: auditing.Write,
+    access: guards.Access,
+    body: Mapping[str, Any],
+    values: dict[str, Any],
+    *,
+    submit: bool,
+    notify: bool,
+) -> Written:
     resource, tenant, catalog = write.resource, write.tenant, write.catalog
     principal = access.principal
     await writing.check_relations(conn, resource, tenant, values)
@@ -95,6 +130,7 @@ async def create(
     columns, children = writing.split(resource, values)
     columns.update(lifecycle.initial_state(submit))
     statement, args = sql.insert(resource.table, tenant, columns, owner=principal.username)
+    statement = _period_folded(access, statement, columns)
     record = builtin.rendering(resource)
     if record is not None:  # the row and its event, its record written from the row: one statement
         text, params = builtin.written(statement, args, write, "create", record, notify=notify)
@@ -251,6 +287,7 @@ def blind_possible(
         and not access.scope
         and (cs is None or (cs.field not in values and cs.ref_field not in values))
         and (policy.date_field is None or policy.date_field not in values)
+        and policy.period_field is None  # its period is judged on the stored date
         and builtin.rendering(resource) is not None
     )
 
