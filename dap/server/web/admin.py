@@ -1,5 +1,5 @@
 """The admin listener: ``/metrics``, ``/health`` and, with an admin secret, ``/workspaces`` and
-``/dead-letters`` (listing, ``POST /dead-letters/{id}/replay``).
+``/dead-letters`` (listing, ``POST /dead-letters/{id}/replay``) and ``/logs`` (``admin_logs``).
 
 It binds to loopback by default (``--metrics-addr``, empty = off) and is a separate aiohttp
 application so that nothing of the tenant-facing API is reachable here and vice versa. Without
@@ -26,7 +26,7 @@ from dap.server import errors, metrics, state
 from dap.server.access import accounts
 from dap.server.events import deadletter
 from dap.server.storage import db, workspaces
-from dap.server.web import requests
+from dap.server.web import admin_logs, requests
 
 log = logging.getLogger(__name__)
 HEALTH_TIMEOUT = 2.0
@@ -175,6 +175,12 @@ async def _replay(request: web.Request) -> web.Response:
     return web.json_response(found, status=202)
 
 
+async def _logs(request: web.Request) -> web.Response:
+    """``GET /logs?filter=…&since=…&limit=…``: the process's recent log lines (``admin_logs``)."""
+    _check_bearer(request)
+    return await admin_logs.handler(request)
+
+
 def build(main: web.Application) -> web.Application:
     """The admin application, sharing the main application's pool, registry and metrics."""
     app = web.Application(middlewares=[_problem_middleware()])
@@ -193,4 +199,5 @@ def build(main: web.Application) -> web.Application:
         app.router.add_post("/workspaces/{slug}/setup-code", _new_setup_code)
         app.router.add_get("/dead-letters", _dead_letters)
         app.router.add_post("/dead-letters/{id}/replay", _replay)
+        app.router.add_get("/logs", _logs)
     return app

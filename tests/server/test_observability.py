@@ -1,0 +1,72 @@
+"""The admin listener's observability surface: the logs query (``/logs``), the metrics switch and
+the debug surface, on a real server and Postgres."""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from dap import logs
+
+from .conftest import ADMIN, running
+
+BEARER = {"Authorization": f"Bearer {ADMIN}"}
+
+
+@pytest.fixture
+def captured() -> Iterator[None]:
+    """The JSON-lines handler ``dap serve`` installs, writing to a buffer instead of stderr."""
+    handler = logs.JsonLines(io.StringIO(), logs.WINDOW)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    level = root.level
+    root.setLevel(logging.DEBUG)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+
+
+async def test_logs_query_filters_the_window_and_names_a_bad_filter_position(
+    pg_dsn: str, captured: None
+) -> None:
+    async with running(pg_dsn) as srv:
+        url = f"{srv.admin}/logs"
+        async with srv.http.get(url) as resp:
+            assert resp.status == 401  # tenant names and errors: admin secret only
+        # lines of the server itself: a registration logs its workspace
+        await srv.register("logs-acme")
+        probe = logging.getLogger("dap.test.observability")
+        probe.warning("delivery late", extra={"ctx": {"workspace": "logs-acme", "request_id": "req-77"}})
+        probe.info("quiet line", extra={"ctx": {"workspace": "logs-acme"}})
+        async with srv.http.get(url, params={"filter": "workspace=logs-acme"}, headers=BEARER) as resp:
+            assert resp.status == 200
+            body = await resp.json()
+        msgs = [line["msg"] for line in body["data"]]
+        assert msgs == ["workspace registered", "delivery late", "quiet line"]
+        assert body["more"] is False and body["window"] == logs.WINDOW.size
+        params = {"filter": "level>=warn and request=req-77", "since": "5m"}
+        async with srv.http.get(url, params=params, headers=BEARER) as resp:
+            (line,) = (await resp.json())["data"]
+        assert line["msg"] == "delivery late" and line["logger"] == "dap.test.observability"
+        async with srv.http.get(
+            url, params={"filter": "workspace=logs-acme", "limit": "1"}, headers=BEARER
+        ) as resp:
+            body = await resp.json()
+        assert [x["msg"] for x in body["data"]] == ["quiet line"] and body["more"] is True
+
+        async with srv.http.get(url, params={"filter": "level>=loud"}, headers=BEARER) as resp:
+            assert resp.status == 400
+            assert resp.content_type == "application/problem+json"
+            problem = await resp.json()
+        assert problem["code"] == "LOGS_FILTER_INVALID" and problem["position"] == 7
+        assert problem["errors"][0]["path"] == "filter" and "unknown level" in problem["detail"]
+        async with srv.http.get(url, params={"since": "lately"}, headers=BEARER) as resp:
+            assert resp.status == 400
+            assert (await resp.json())["parameter"] == "since"
+        async with srv.http.get(url, params={"limit": "0"}, headers=BEARER) as resp:
+            assert resp.status == 400
