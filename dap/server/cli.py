@@ -207,6 +207,19 @@ def _common(fn: F) -> F:
     show_default=True,
     help="how long a job stays claimed without a heartbeat",
 )
+@click.option(
+    "--metrics/--no-metrics",
+    default=True,
+    envvar="DAP_METRICS",
+    show_default=True,
+    help="serve /metrics on the admin listener (off: 404 OBSERVABILITY_METRICS_DISABLED)",
+)
+@click.option(
+    "--debug-surface",
+    is_flag=True,
+    envvar="DAP_DEBUG_SURFACE",
+    help="the admin listener's /debug/* (tasks, pool, profile), for the admin secret only",
+)
 def serve(**raw: Any) -> None:
     """Run the production server (REST, UI metadata, admin listener)."""
     logs.configure("debug" if raw.get("log_debug") else raw["log_level"])

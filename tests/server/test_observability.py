@@ -70,3 +70,33 @@ async def test_logs_query_filters_the_window_and_names_a_bad_filter_position(
             assert (await resp.json())["parameter"] == "since"
         async with srv.http.get(url, params={"limit": "0"}, headers=BEARER) as resp:
             assert resp.status == 400
+
+
+async def test_metrics_switch_and_the_operators_metrics(pg_dsn: str) -> None:
+    async with running(pg_dsn, metrics=False) as srv:
+        async with srv.http.get(f"{srv.admin}/metrics") as resp:
+            assert resp.status == 404
+            assert resp.content_type == "application/problem+json"
+            problem = await resp.json()
+        assert problem["code"] == "OBSERVABILITY_METRICS_DISABLED" and "--metrics" in problem["detail"]
+        async with srv.http.get(f"{srv.admin}/health") as resp:
+            assert resp.status == 200  # only the metrics are off
+    async with running(pg_dsn) as srv:
+        async with srv.http.get(f"{srv.api}/default/api/shop/product", headers=srv.auth()) as resp:
+            assert resp.status == 200
+        async with srv.http.get(f"{srv.admin}/metrics") as resp:
+            assert resp.status == 200
+            text = await resp.text()
+    samples = {line.split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
+    for name in (
+        "dap_db_pool_waiting",
+        "dap_db_pool_waits_total",
+        "dap_db_pool_wait_seconds_total",
+        "dap_events_pending",
+        "dap_events_oldest_pending_seconds",
+        "dap_jobs_queued",
+        "dap_jobs_running",
+    ):
+        assert name in samples, name
+    assert any(s.startswith("dap_http_requests_total{") and 'workspace="default"' in s for s in samples)
+    assert "# TYPE dap_events_delivery_lag_seconds histogram" in text

@@ -46,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -392,6 +393,7 @@ class Dispatcher:
                     self.counters.retried.labels(channel).inc()
                 continue
             self.counters.delivered.labels(channel).inc()
+            self.counters.lag.labels(channel).observe(max(0.0, time.time() - event.created_at.timestamp()))
         if failed:
             self._retried = True
             wait = min(plans.backoff(d.retry, attempts) for d, _ in failed)

@@ -114,6 +114,19 @@ _INSERT = (
 )
 
 
+BACKLOG = (
+    "SELECT count(*)::float8 AS pending, "
+    "coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldest "
+    "FROM dap.outbox WHERE delivered_at IS NULL"
+)
+
+
+async def backlog(conn: db.Connection) -> tuple[float, float]:
+    """(undelivered events, age in seconds of the oldest): the metrics' event backlog and lag."""
+    row = await conn.fetchrow(BACKLOG)
+    return (row["pending"], row["oldest"]) if row is not None else (0.0, 0.0)
+
+
 def _version(payload: Mapping[str, Any]) -> int | None:
     record = payload.get("record")
     found = record.get("version") if isinstance(record, Mapping) else None

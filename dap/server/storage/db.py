@@ -187,6 +187,12 @@ def gate(pool: asyncpg.Pool[asyncpg.Record]) -> gates.Gate[Pooled]:
     return found[1]
 
 
+def waits(pool: asyncpg.Pool[asyncpg.Record]) -> tuple[int, int, float]:
+    """The pool's queue for the metrics: (callers waiting now, waits so far, seconds waited so far)."""
+    place = gate(pool)
+    return place.waiting, place.waited, place.waited_seconds
+
+
 @contextlib.asynccontextmanager
 async def committed(conn: Connection) -> AsyncIterator[None]:
     """A transaction, like ``conn.transaction()``, whose commit lost with the connection is a 503

@@ -24,9 +24,10 @@ from aiohttp.typedefs import Handler, Middleware
 
 from dap.server import errors, metrics, state
 from dap.server.access import accounts
-from dap.server.events import deadletter
+from dap.server.events import deadletter, outbox
 from dap.server.storage import db, workspaces
 from dap.server.web import admin_logs, requests
+from dap.server.workflows import jobs
 
 log = logging.getLogger(__name__)
 HEALTH_TIMEOUT = 2.0
@@ -48,8 +49,34 @@ def _problem_middleware() -> Middleware:
 
 
 async def _metrics(request: web.Request) -> web.Response:
-    body = request.app[state.METRICS].exposition()
+    if not request.app[state.OPTIONS].metrics:
+        raise errors.NotFound(
+            "metrics are turned off on this server (--no-metrics / DAP_METRICS=false): "
+            "start it with --metrics to scrape /metrics",
+            code="OBSERVABILITY_METRICS_DISABLED",
+        )
+    meter = request.app[state.METRICS]
+    meter.backlog(await _backlog(request.app[state.POOL]))
+    body = meter.exposition()
     return web.Response(body=body, headers={"Content-Type": metrics.CONTENT_TYPE})
+
+
+async def _backlog(pool: asyncpg.Pool) -> dict[str, float]:
+    """The gauges read from Postgres at scrape time; none when Postgres is slow or away (the
+    scrape still answers the rest)."""
+    try:
+        async with asyncio.timeout(HEALTH_TIMEOUT), db.connection(pool) as conn:
+            pending, oldest = await outbox.backlog(conn)
+            queued, running = await jobs.depth(conn)
+    except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        log.warning("metrics: backlog gauges not read", extra={"ctx": {"error": exc.__class__.__name__}})
+        return {}
+    return {
+        "dap_events_pending": pending,
+        "dap_events_oldest_pending_seconds": oldest,
+        "dap_jobs_queued": float(queued),
+        "dap_jobs_running": float(running),
+    }
 
 
 async def _health(request: web.Request) -> web.Response:

@@ -253,7 +253,9 @@ def build_app(
 ) -> web.Application:
     """The tenant-facing application (REST, UI metadata, setup, login, OpenAPI, UI bundle)."""
     meter = metrics.Metrics()
-    meter.watch_pool(lambda: (pool.get_size(), pool.get_idle_size(), pool.get_max_size()))
+    meter.watch_pool(
+        lambda: (pool.get_size(), pool.get_idle_size(), pool.get_max_size()), lambda: db.waits(pool)
+    )
     app = web.Application(client_max_size=opts.max_body_bytes)
     app[protocol.FRONT] = _front(app, opts, meter)  # run by the server in front of the app's handler
     app[state.OPTIONS] = opts

@@ -304,5 +304,14 @@ def decode(text: str) -> dict[str, Any]:
     return found
 
 
+async def depth(conn: db.Connection) -> tuple[int, int]:
+    """(queued, running) jobs of every tenant: the metrics' job queue depth (index ``jobs_open``)."""
+    rows = await conn.fetch(
+        "SELECT state, count(*) AS n FROM dap.jobs WHERE state IN ('queued', 'running') GROUP BY state"
+    )
+    found = {r["state"]: r["n"] for r in rows}
+    return found.get("queued", 0), found.get("running", 0)
+
+
 async def ensure_schema(conn: db.Connection) -> None:
     await db.ensure_platform(conn, __name__, DDL)
