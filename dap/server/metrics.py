@@ -145,5 +145,18 @@ class Metrics:
         series = list(self._requests.series.items())
         return sum(sum(s.counts) for labels, s in series if labels[0] == workspace)
 
+    def per_workspace(self) -> dict[str, dict[str, int]]:
+        """Requests and errors (4xx, 5xx) answered per workspace since the server started."""
+        counts: dict[str, dict[str, int]] = {}
+        for (workspace, _route, _method, status_class), series in list(self._requests.series.items()):
+            found = counts.setdefault(workspace, {"requests": 0, "client_errors": 0, "server_errors": 0})
+            n = sum(series.counts)
+            found["requests"] += n
+            if status_class == "4xx":
+                found["client_errors"] += n
+            elif status_class == "5xx":
+                found["server_errors"] += n
+        return counts
+
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -100,3 +100,54 @@ async def test_metrics_switch_and_the_operators_metrics(pg_dsn: str) -> None:
         assert name in samples, name
     assert any(s.startswith("dap_http_requests_total{") and 'workspace="default"' in s for s in samples)
     assert "# TYPE dap_events_delivery_lag_seconds histogram" in text
+
+
+DEBUG = ("/debug/tasks", "/debug/pool", "/debug/artifact", "/debug/workspaces", "/debug/profile?seconds=0.3")
+
+
+async def test_debug_surface_is_off_unless_enabled_and_then_admin_only(pg_dsn: str) -> None:
+    async with running(pg_dsn) as srv:  # not enabled: refused even with the admin secret
+        for path in DEBUG:
+            async with srv.http.get(f"{srv.admin}{path}", headers=BEARER) as resp:
+                assert resp.status == 403, path
+                problem = await resp.json()
+            assert (
+                problem["code"] == "OBSERVABILITY_DEBUG_FORBIDDEN" and "--debug-surface" in problem["detail"]
+            )
+    async with running(pg_dsn, debug_surface=True) as srv:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {ADMIN}"}):
+            async with srv.http.get(f"{srv.admin}/debug/tasks", headers=headers) as resp:
+                assert resp.status == 403
+                assert (await resp.json())["code"] == "OBSERVABILITY_DEBUG_FORBIDDEN"
+    async with running(pg_dsn, debug_surface=True, admin_secret=None) as srv:  # no secret: nobody
+        async with srv.http.get(f"{srv.admin}/debug/tasks", headers=BEARER) as resp:
+            assert resp.status == 403
+        async with srv.http.get(f"{srv.admin}/debug/pool") as resp:
+            assert resp.status == 403
+
+
+async def test_debug_surface_shows_the_process_and_no_secret_or_tenant_data(pg_dsn: str) -> None:
+    from .conftest import SECRET
+
+    marker = "Tenant-Secret-Title-7f3a"
+    async with running(pg_dsn, debug_surface=True) as srv:
+        body = {"sku": "DBG-1", "title": marker, "price": "9.99"}
+        async with srv.http.post(
+            f"{srv.api}/default/api/shop/product", json=body, headers=srv.auth()
+        ) as resp:
+            assert resp.status == 201
+        answers = {}
+        for path in DEBUG:
+            async with srv.http.get(f"{srv.admin}{path}", headers=BEARER) as resp:
+                assert resp.status == 200, path
+                answers[path] = await resp.text()
+    tasks = answers["/debug/tasks"]
+    assert "dap-events-dispatcher" in tasks and "job-worker-0" in tasks
+    assert '"size"' in answers["/debug/pool"] and '"waits"' in answers["/debug/pool"]
+    assert "product" in answers["/debug/artifact"]
+    assert '"workspace": "default"' in answers["/debug/workspaces"]
+    assert "function calls" in answers["/debug/profile?seconds=0.3"]
+    dsn_password = pg_dsn.split("//", 1)[1].split("@", 1)[0].partition(":")[2]
+    for path, text in answers.items():
+        for secret in (ADMIN, SECRET, marker, "DBG-1", pg_dsn) + ((dsn_password,) if dsn_password else ()):
+            assert secret not in text, (path, secret)

@@ -1,5 +1,6 @@
 """The admin listener: ``/metrics``, ``/health`` and, with an admin secret, ``/workspaces`` and
-``/dead-letters`` (listing, ``POST /dead-letters/{id}/replay``) and ``/logs`` (``admin_logs``).
+``/dead-letters`` (listing, ``POST /dead-letters/{id}/replay``) and ``/logs`` (``admin_logs``);
+``/debug/*`` (``admin_debug``) when ``--debug-surface`` enables it, for the admin secret only.
 
 It binds to loopback by default (``--metrics-addr``, empty = off) and is a separate aiohttp
 application so that nothing of the tenant-facing API is reachable here and vice versa. Without
@@ -26,7 +27,7 @@ from dap.server import errors, metrics, state
 from dap.server.access import accounts
 from dap.server.events import deadletter, outbox
 from dap.server.storage import db, workspaces
-from dap.server.web import admin_logs, requests
+from dap.server.web import admin_debug, admin_logs, requests
 from dap.server.workflows import jobs
 
 log = logging.getLogger(__name__)
@@ -217,6 +218,9 @@ def build(main: web.Application) -> web.Application:
     app[state.OPTIONS] = main[state.OPTIONS]
     app[state.SPEC] = main[state.SPEC]  # the same holder: a swap shows up here
     app[state.HEALTH_CHECKS] = main[state.HEALTH_CHECKS]  # the same list: appends show up here
+    if state.CACHE in main:
+        app[state.CACHE] = main[state.CACHE]
+    admin_debug.add_routes(app)  # 403 OBSERVABILITY_DEBUG_FORBIDDEN unless enabled, then admin only
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/health", _health)
     if main[state.OPTIONS].admin_secret:
