@@ -31,6 +31,7 @@ from typing import Any, TypeAlias
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from dap import tracing
 from dap.server import errors
 from dap.server.storage import gates
 
@@ -72,6 +73,8 @@ decode_json = json.loads
 async def _init_connection(conn: asyncpg.Connection[asyncpg.Record]) -> None:
     for kind in ("json", "jsonb"):
         await conn.set_type_codec(kind, encoder=_encode, decoder=decode_json, schema="pg_catalog")
+    if tracing.enabled():  # a span per statement, named by its verb and table (``dap.tracing``)
+        conn.add_query_logger(tracing.sql_logger)
 
 
 async def keep_session(conn: asyncpg.Connection[asyncpg.Record]) -> None:
