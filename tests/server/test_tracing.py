@@ -39,6 +39,13 @@ metadata: {name: parcel, module: tr}
 spec:
   fields:
     - {name: title, type: string, required: true}
+  actions:
+    - {name: ship, call: async}
+  state_machine:
+    states: [new, shipped]
+    initial: new
+    transitions:
+      - {name: ship, from: [new], to: shipped, action: ship}
   events:
     - name: created
       deliver:
@@ -211,6 +218,35 @@ async def test_log_lines_carry_the_trace_and_off_means_no_spans_nor_traceparent(
         )
     finally:
         await conn.close()
+
+
+async def test_a_job_runs_in_the_trace_of_the_request_that_queued_it(
+    pg_dsn: str, catalog: Catalog, hooks: tuple[list[dict[str, str]], str], exporter: InMemorySpanExporter
+) -> None:
+    saved = env(DAP_CONFIG_TRACE_HOOK=hooks[1])
+    try:
+        async with running(pg_dsn, catalog) as srv:
+            url = f"{srv.api}/default/api/tr/parcel"
+            async with srv.http.post(url, json={"title": "to ship"}, headers=srv.auth()) as resp:
+                assert resp.status == 201
+                record = (await resp.json())["data"]
+            exporter.clear()
+            async with srv.http.post(f"{url}/{record['id']}/ship", json={}, headers=srv.auth()) as resp:
+                assert resp.status == 202, await resp.text()
+            assert await until(lambda: by_name(exporter.get_finished_spans(), "job "))
+    finally:
+        restore(saved)
+    spans = exporter.get_finished_spans()
+    (request,) = [s for s in spans if s.name.startswith("POST /{ws}/api/") and s.kind.name == "SERVER"]
+    (job,) = by_name(spans, "job ")
+    assert job.context.trace_id == request.context.trace_id
+    assert job.attributes["dap.job_id"] and job.attributes["dap.tenant"]
+    by_id = {s.context.span_id: s for s in spans}
+    at, chain = job, []
+    while at.parent is not None and at.parent.span_id in by_id:
+        at = by_id[at.parent.span_id]
+        chain.append(at.name)
+    assert request.name in chain
 
 
 async def test_statement_names_are_verb_and_table() -> None:
