@@ -72,11 +72,20 @@ def configure(service: str, env: Mapping[str, str] = os.environ) -> bool:
 
     resource = Resource.create({SERVICE_NAME: env.get("OTEL_SERVICE_NAME") or service})
     provider = TracerProvider(resource=resource)  # the sampler from OTEL_TRACES_SAMPLER(_ARG)
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=_endpoint(env))))
     _provider = provider
     _tracer = provider.get_tracer("dap")
     logs.trace_ids = current_ids
     return True
+
+
+def _endpoint(env: Mapping[str, str]) -> str | None:
+    """The traces URL as the OTLP/HTTP exporter derives it, from ``env`` (not only os.environ)."""
+    traces = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+    if traces:
+        return traces
+    base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
+    return base.rstrip("/") + "/v1/traces" if base else None
 
 
 def shutdown() -> None:
