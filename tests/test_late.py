@@ -13,7 +13,9 @@ import re
 from tests.conftest import LATE, ROOT
 
 # how a test reaches each of those binaries
-USES = re.compile(r"binaries\.ensure\(|dex\.running\(|\"grpcurl\" / \"build\.sh\"|jaeger_tool\.running\(|prometheus_tool\.")
+USES = re.compile(
+    r"binaries\.ensure\(|dex\.running\(|\"grpcurl\" / \"build\.sh\"|jaeger_tool\.running\(|prometheus_tool\."
+)
 
 
 def test_every_module_that_needs_a_background_build_is_late() -> None:
