@@ -37,6 +37,29 @@ _NOOP = contextlib.nullcontext(None)
 
 _tracer: Any = None  # an opentelemetry Tracer while on
 _provider: Any = None
+_api: Any = None  # the ``opentelemetry.trace`` module while on (imported once, by ``_start``)
+_KIND: dict[str, Any] = {}  # "server" → SpanKind.SERVER …
+
+
+def _start(provider: Any) -> None:
+    """Serve spans from ``provider`` (the process's, or a test's)."""
+    global _tracer, _provider, _api
+    from opentelemetry import trace
+
+    _api = trace
+    _KIND.update({k.name.lower(): k for k in trace.SpanKind})
+    _provider, _tracer = provider, provider.get_tracer("dap")
+    logs.trace_ids = current_ids
+
+
+def _quiet(parent: str | None) -> bool:
+    """Whether a span asked for here would record nothing: no ``parent`` given, and the current
+    span belongs to a trace the sampler dropped (its children are dropped too: ``parentbased``).
+    Then no span object is made at all, which is most of what a 1 % sampling costs otherwise."""
+    if parent is not None:
+        return False
+    current = _api.get_current_span()
+    return bool(current.get_span_context().is_valid and not current.is_recording())
 
 
 def wanted(env: Mapping[str, str] = os.environ) -> bool:
@@ -60,7 +83,6 @@ def enabled() -> bool:
 def configure(service: str, env: Mapping[str, str] = os.environ) -> bool:
     """Start exporting spans when the environment asks for them (``OTEL_SERVICE_NAME`` wins over
     ``service``); whether tracing is on. Idempotent: a second call keeps the first provider."""
-    global _tracer, _provider
     if _tracer is not None:
         return True
     if not wanted(env):
@@ -73,9 +95,7 @@ def configure(service: str, env: Mapping[str, str] = os.environ) -> bool:
     resource = Resource.create({SERVICE_NAME: env.get("OTEL_SERVICE_NAME") or service})
     provider = TracerProvider(resource=resource)  # the sampler from OTEL_TRACES_SAMPLER(_ARG)
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=_endpoint(env))))
-    _provider = provider
-    _tracer = provider.get_tracer("dap")
-    logs.trace_ids = current_ids
+    _start(provider)
     return True
 
 
@@ -122,14 +142,12 @@ def span(
 ) -> contextlib.AbstractContextManager[Any]:
     """A span around a block, current inside it; ``parent``: a ``traceparent`` to continue (a
     request's header, an outbox row's column) instead of the current span. A no-op when off."""
-    if _tracer is None:
+    if _tracer is None or _quiet(parent):
         return _NOOP
-    from opentelemetry.trace import SpanKind
-
     return _tracer.start_as_current_span(  # type: ignore[no-any-return]
         name,
         context=_context_of(parent),
-        kind=SpanKind[kind.upper()],
+        kind=_KIND[kind],
         attributes=_clean(attributes),
     )
 
@@ -144,34 +162,35 @@ def _clean(attributes: Mapping[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
+def recording(span: Any) -> bool:
+    """Whether ``span`` (what :func:`span` yielded: ``None`` when off or dropped) records."""
+    return span is not None and bool(span.is_recording())
+
+
 def annotate(span: Any, **attributes: Any) -> None:
     """Attributes on ``span`` (what :func:`span` yielded: ``None`` when off)."""
-    if span is not None:
+    if recording(span):
         cleaned = _clean(attributes)
         if cleaned:
             span.set_attributes(cleaned)
 
 
 def rename(span: Any, name: str) -> None:
-    if span is not None:
+    if recording(span):
         span.update_name(name)
 
 
 def failed(span: Any, status: int) -> None:
     """Mark a server span as an error for a 5xx answer (a 4xx is the client's, per the semconv)."""
-    if span is not None and status >= 500:
-        from opentelemetry.trace import Status, StatusCode
-
-        span.set_status(Status(StatusCode.ERROR))
+    if status >= 500 and recording(span):
+        span.set_status(_api.Status(_api.StatusCode.ERROR))
 
 
 def traceparent() -> str | None:
     """The current span's W3C ``traceparent``; ``None`` when off or outside any span."""
     if _tracer is None:
         return None
-    from opentelemetry import trace
-
-    context = trace.get_current_span().get_span_context()
+    context = _api.get_current_span().get_span_context()
     if not context.is_valid:
         return None
     return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
@@ -186,9 +205,9 @@ def inject(headers: MutableMapping[str, str]) -> None:
 
 def current_ids() -> tuple[str, str] | None:
     """(trace id, span id) in hex of the current span, for the log lines."""
-    from opentelemetry import trace
-
-    context = trace.get_current_span().get_span_context()
+    if _api is None:
+        return None
+    context = _api.get_current_span().get_span_context()
     if not context.is_valid:
         return None
     return f"{context.trace_id:032x}", f"{context.span_id:016x}"
@@ -207,7 +226,7 @@ def operation(verb: str) -> Callable[[F], F]:
     def wrap(fn: F) -> F:
         @functools.wraps(fn)
         async def traced(call: Any, *args: Any, **kwargs: Any) -> Any:
-            if _tracer is None:
+            if _tracer is None or _quiet(None):
                 return await fn(call, *args, **kwargs)
             attributes = {
                 "dap.tenant": str(call.workspace.tenant_id),
@@ -244,37 +263,34 @@ def sql_logger(record: Any) -> None:
     """An asyncpg query logger (``Connection.add_query_logger``): one finished span per statement,
     back-dated by its ``elapsed``. asyncpg calls it with ``call_soon`` from the statement's own
     task, so the span's parent is the span that ran the statement."""
-    if _tracer is None:
+    if _tracer is None or not _api.get_current_span().is_recording():  # no span of a dropped trace
         return
     end = time.time_ns()
     started = end - int(record.elapsed * 1e9)
-    from opentelemetry.trace import SpanKind, Status, StatusCode
-
     sql = _tracer.start_span(
         statement_name(record.query),
-        kind=SpanKind.CLIENT,
+        kind=_KIND["client"],
         start_time=started,
         attributes={"db.system.name": "postgresql"},
     )
     if record.exception is not None:
-        sql.set_status(Status(StatusCode.ERROR, type(record.exception).__name__))
+        sql.set_status(_api.Status(_api.StatusCode.ERROR, type(record.exception).__name__))
     sql.end(end_time=end)
 
 
 @contextlib.contextmanager
-def enabled_for_tests(exporter: Any) -> Iterator[None]:
+def enabled_for_tests(exporter: Any, sampler: Any = None) -> Iterator[None]:
     """Tracing on with ``exporter`` (an in-memory one) for a test; off again after it."""
-    global _tracer, _provider
+    global _tracer, _provider, _api
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-    provider = TracerProvider()
+    provider = TracerProvider(sampler=sampler) if sampler is not None else TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    saved = (_tracer, _provider, logs.trace_ids)
-    _provider, _tracer = provider, provider.get_tracer("dap")
-    logs.trace_ids = current_ids
+    saved = (_tracer, _provider, _api, logs.trace_ids)
+    _start(provider)
     try:
         yield
     finally:
         provider.shutdown()
-        _tracer, _provider, logs.trace_ids = saved
+        _tracer, _provider, _api, logs.trace_ids = saved

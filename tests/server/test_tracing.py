@@ -249,6 +249,18 @@ async def test_a_job_runs_in_the_trace_of_the_request_that_queued_it(
     assert request.name in chain
 
 
+async def test_a_dropped_trace_makes_no_spans_below_its_root_but_still_propagates() -> None:
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    exporter = InMemorySpanExporter()
+    with tracing.enabled_for_tests(exporter, ALWAYS_OFF), tracing.span("root") as root:
+        assert not tracing.recording(root)
+        assert tracing.span("child") is tracing.span("other")  # the shared no-op: nothing made
+        found = tracing.traceparent()
+        assert found is not None and int(found[-2:], 16) & 1 == 0  # not sampled: receivers drop it too
+    assert exporter.get_finished_spans() == ()
+
+
 async def test_statement_names_are_verb_and_table() -> None:
     assert tracing.statement_name("SELECT id FROM dap.outbox o WHERE x = $1") == "SELECT dap.outbox"
     assert tracing.statement_name("  insert into t_tr_parcel (a) values ($1)") == "INSERT t_tr_parcel"

@@ -179,7 +179,7 @@ def _front(app: web.Application, opts: options.ServeOptions, meter: metrics.Metr
         meter.observe(
             workspace=workspace, route=route, method=request.method, status=response.status, seconds=seconds
         )
-        if span is not None:
+        if tracing.recording(span):  # not for a trace the sampler dropped
             tracing.rename(span, f"{request.method} {route}")
             tracing.annotate(
                 span,
