@@ -31,6 +31,7 @@ LATE = (
     "tests/operator/test_crds_and_kustomize.py",
     "tests/server/test_grpcurl.py",
     "tests/server/test_oidc_dex.py",
+    "tests/server/test_prometheus.py",
     "tests/server/test_traces_jaeger.py",
     "tests/ui/test_sign_in.py",
 )
