@@ -4,8 +4,10 @@ p99 <= 50 ms per query at 100,000.
 
 The lines are a mix of what a server writes (request lines of several workspaces and routes,
 warnings, errors, a few trace ids); each query shape below runs ``--runs`` times and prints its
-p50 and p99 in milliseconds. The worst shapes are those that match little: they read the whole
-window before they can answer (a rare text, a request id of the oldest line).
+p50 and p99 in milliseconds, wall-clock and the process's CPU time (on a shared machine the
+wall-clock p99 includes the time the scheduler gave other processes). The worst shapes are those
+that match little: they read the whole window before they can answer (a rare text, a request id
+of the oldest line).
 """
 
 from __future__ import annotations
@@ -57,17 +59,24 @@ def main() -> None:
     runs = args.runs or (10 if args.quick else 50)
     window = fill(size)
     print(f"logs query over {size:,} lines, {runs} runs per shape (ms)")
-    worst = 0.0
+    worst = worst_cpu = 0.0
     for title, (text, limit) in QUERIES.items():
-        times = []
+        times, cpu = [], []
         for _ in range(runs):
-            started = time.perf_counter()
+            started, began = time.perf_counter(), time.process_time()
             window.query(logquery.parse(text), limit=limit)
+            cpu.append((time.process_time() - began) * 1000)
             times.append((time.perf_counter() - started) * 1000)
         times.sort()
+        cpu.sort()
         p99 = times[min(len(times) - 1, int(len(times) * 0.99))]
+        cpu99 = cpu[min(len(cpu) - 1, int(len(cpu) * 0.99))]
         worst = max(worst, p99)
-        print(f"  {title:34} p50 {statistics.median(times):7.2f}  p99 {p99:7.2f}")
+        worst_cpu = max(worst_cpu, cpu99)
+        print(
+            f"  {title:34} p50 {statistics.median(times):7.2f}  p99 {p99:7.2f}"
+            f"   CPU p50 {statistics.median(cpu):7.2f}  p99 {cpu99:7.2f}"
+        )
     verdict = "meets" if worst <= 50 else "MISSES"
     print(
         f"worst p99 {worst:.2f} ms: {verdict} the 50 ms target"

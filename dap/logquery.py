@@ -221,7 +221,12 @@ class _Parser:
         if field == "logger":
             equal = f"({read} == {text!r} or {read}.startswith({text + '.'!r}))"
         elif read.startswith("_text("):  # a context value: the text, or the number or flag it spells
-            equal = f"(l.ctx.get({ALIASES.get(field, field)!r}) in {self.constant(_spellings(text))})"
+            key = ALIASES.get(field, field)
+            spellings = _spellings(text)
+            if len(spellings) == 1:
+                equal = f"(l.ctx.get({key!r}) == {text!r})"
+            else:
+                equal = f"(l.ctx.get({key!r}) in {self.constant(spellings)})"
         else:
             equal = f"({read} == {text!r})"
         return f"(not {equal})" if op.text == "!=" else equal
