@@ -1,7 +1,7 @@
 """Benchmark of tracing's cost: ``dap serve`` with tracing off, on with 1 % sampling and on with
 100 %, driven alike in interleaved rounds (bench/loadgen.py) on one database.
 
-    .venv/bin/python bench/tracing.py [--rows 10000] [--seconds 8] [--rounds 3] [--quick]
+    .venv/bin/python bench/traces.py [--rows 10000] [--seconds 8] [--rounds 3] [--quick]
 
 Three servers run the spec of bench/rest.py at once: one without ``OTEL_*`` variables (tracing
 off: nothing of OpenTelemetry is imported), one with ``OTEL_TRACES_SAMPLER=parentbased_traceidratio``
@@ -48,7 +48,50 @@ MODES = {
 }
 
 
+def micro(n: int) -> None:
+    """The spans of one REST write in-process, CPU time per request: a server span, the operation,
+    two SQL statements (through the asyncpg query logger's callback) and the traceparent taken for
+    the outbox row. 100 % ends spans into a no-op processor: export (protobuf, HTTP) runs in the
+    batch processor's thread in a server, and is in the end-to-end figures below."""
+    from collections import namedtuple
+
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBasedTraceIdRatio
+
+    from dap import tracing
+
+    class Drop(SpanExporter):
+        def export(self, spans: object) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    record = namedtuple("record", "query elapsed exception")(
+        "SELECT x FROM t_bench__item WHERE id = $1", 1e-4, None
+    )
+
+    def one() -> None:
+        with tracing.span("POST", kind="server") as root:
+            with tracing.span("create bench/item"):
+                tracing.sql_logger(record)
+                tracing.sql_logger(record)
+                tracing.traceparent()
+            tracing.annotate(root, **{"http.route": "/{ws}/api/{module}/{entity}"})
+
+    def timed(label: str) -> None:
+        began = time.process_time()
+        for _ in range(n):
+            one()
+        print(f"  {label:5} {(time.process_time() - began) / n * 1e6:7.2f} µs CPU per request", flush=True)
+
+    print(f"in-process spans of one write ({n} requests):")
+    timed("off")
+    with tracing.enabled_for_tests(Drop(), ParentBasedTraceIdRatio(0.01)):
+        timed("1%")
+    with tracing.enabled_for_tests(Drop(), ALWAYS_ON):
+        timed("100%")
+
+
 async def main(args: argparse.Namespace) -> int:
+    micro(2_000 if args.quick else 20_000)
     tmp = Path(tempfile.mkdtemp(prefix="dap-bench-tracing-"))
     server_dsn, server = rest.start_postgres(tmp)
     procs: list[subprocess.Popen[bytes]] = []
