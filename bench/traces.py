@@ -164,8 +164,8 @@ async def main(args: argparse.Namespace) -> int:
                 cost = "" if mode == "off" else f"  cost {100 * (1 - fig.rps / off):5.1f} %"
                 print(
                     f"  {scenario:6} {mode:5} {fig.rps:8.0f} req/s ({low:.0f}-{high:.0f})"
-                    f"  p50 {fig.p50_ms:6.2f} ms  p99 {fig.p99_ms:6.2f} ms  server CPU {fig.cpu_us:6.0f} µs/req"
-                    f"  errors {fig.errors}{cost}"
+                    f"  p50 {fig.p50_ms:6.2f} ms  p99 {fig.p99_ms:6.2f} ms"
+                    f"  server CPU {fig.cpu_us:6.0f} µs/req  errors {fig.errors}{cost}"
                 )
         return 0
     finally:
