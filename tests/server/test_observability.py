@@ -151,3 +151,19 @@ async def test_debug_surface_shows_the_process_and_no_secret_or_tenant_data(pg_d
     for path, text in answers.items():
         for secret in (ADMIN, SECRET, marker, "DBG-1", pg_dsn) + ((dsn_password,) if dsn_password else ()):
             assert secret not in text, (path, secret)
+
+
+def test_profile_settings_bound_the_seconds_and_default_the_rest() -> None:
+    from dap.server import errors
+    from dap.server.web import admin_debug
+
+    assert admin_debug.profile_settings({}) == (5.0, "cumulative", 60)
+    assert admin_debug.profile_settings({"seconds": "2", "sort": "tottime", "top": "10"}) == (
+        2.0,
+        "tottime",
+        10,
+    )
+    assert admin_debug.profile_settings({"sort": "__class__", "top": "-1"}) == (5.0, "cumulative", 60)
+    for bad in ("0", "61", "soon", "-3"):
+        with pytest.raises(errors.BadRequest):
+            admin_debug.profile_settings({"seconds": bad})

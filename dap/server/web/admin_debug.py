@@ -130,33 +130,36 @@ async def _workspaces(request: web.Request) -> web.Response:
     return web.json_response({"data": [{"workspace": ws, **c} for ws, c in sorted(counts.items())]})
 
 
-async def _profile(request: web.Request) -> web.Response:
-    _guard(request)
-    raw = request.query.get("seconds", "5")
+def profile_settings(query: dict[str, str]) -> tuple[float, str, int]:
+    """(seconds, sort key, lines) of a ``/debug/profile`` query; 400 for seconds out of range."""
     try:
-        seconds = float(raw)
+        seconds = float(query.get("seconds", "5"))
     except ValueError:
         seconds = -1.0
     if not 0 < seconds <= MAX_PROFILE:
         raise errors.BadRequest(
             f"seconds must be above 0 and at most {MAX_PROFILE:g}", code="SVC.REQUEST.MALFORMED"
         )
+    sort = query.get("sort", "cumulative")
+    top = query.get("top", "60")
+    return seconds, sort if sort in _SORTS else "cumulative", int(top) if top.isdigit() else 60
+
+
+async def _profile(request: web.Request) -> web.Response:
+    _guard(request)
+    seconds, sort, top = profile_settings(dict(request.query))
     lock = request.app[PROFILING]
     if lock.locked():
-        raise errors.Conflict("a profile is running already: wait for it", code="SVC.REQUEST.CONFLICT")
+        raise errors.Conflict("a profile is running already: wait for it to end, then ask again")
     async with lock:
         profiler = cProfile.Profile()
-        profiler.enable()
+        profiler.enable()  # the event loop's thread: every task of this process runs on it
         try:
             await asyncio.sleep(seconds)
         finally:
             profiler.disable()
     out = io.StringIO()
-    stats = pstats.Stats(profiler, stream=out)
-    stats.sort_stats(
-        request.query.get("sort", "cumulative") if request.query.get("sort") in _SORTS else "cumulative"
-    )
-    stats.print_stats(int(request.query.get("top", "60")) if request.query.get("top", "60").isdigit() else 60)
+    pstats.Stats(profiler, stream=out).sort_stats(sort).print_stats(top)
     return web.Response(text=out.getvalue(), content_type="text/plain")
 
 
