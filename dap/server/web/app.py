@@ -116,14 +116,12 @@ def _front(app: web.Application, opts: options.ServeOptions, meter: metrics.Metr
     new_id = _request_ids().__next__
     router = app.router
 
-    async def front(handler: Handler, request: web.Request) -> web.StreamResponse:
-        if not tracing.enabled():
-            return await answer(handler, request, None)
+    async def traced(handler: Handler, request: web.Request) -> web.StreamResponse:
         parent = request.headers.get(tracing.TRACEPARENT)  # an incoming trace is continued
         with tracing.span(f"{request.method}", kind="server", parent=parent) as span:
             return await answer(handler, request, span)
 
-    async def answer(handler: Handler, request: web.Request, span: Any) -> web.StreamResponse:
+    async def answer(handler: Handler, request: web.Request, span: Any = None) -> web.StreamResponse:
         started = time.perf_counter()
         given = request.headers.get("X-Request-Id", "")
         request_id = given if given and _REQUEST_ID.fullmatch(given) else new_id()
@@ -204,7 +202,8 @@ def _front(app: web.Application, opts: options.ServeOptions, meter: metrics.Metr
             log.debug("request", extra={"ctx": ctx})
         return response
 
-    return front
+    # chosen once: a process's tracing is configured before its application is built
+    return traced if tracing.enabled() else answer
 
 
 async def _start_find_cache(app: web.Application) -> None:
