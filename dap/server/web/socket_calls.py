@@ -122,6 +122,9 @@ async def answer(
     """Run one ``call`` frame and send its ``result`` or ``error`` frame, with the frame's ``id``
     as it was sent: any JSON value, as JSON-RPC's id, so a client correlates by its own value."""
     cid = frame.get("id")
+    if not tracing.enabled():
+        await _answer(request, ws, frame, principal, cid, None)
+        return
     # a span per call, continuing the frame's "traceparent" when it has one (else a new trace)
     parent = frame.get("traceparent") if isinstance(frame.get("traceparent"), str) else None
     method = (
