@@ -162,6 +162,12 @@ def _clean(attributes: Mapping[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
+def recording_now() -> bool:
+    """Whether the current span records: SQL statements get spans only then (``storage.db``
+    attaches the query logger to a connection taken inside a sampled span, and only then)."""
+    return _tracer is not None and bool(_api.get_current_span().is_recording())
+
+
 def recording(span: Any) -> bool:
     """Whether ``span`` (what :func:`span` yielded: ``None`` when off or dropped) records."""
     return span is not None and bool(span.is_recording())
@@ -262,7 +268,9 @@ def statement_name(query: str) -> str:
 def sql_logger(record: Any) -> None:
     """An asyncpg query logger (``Connection.add_query_logger``): one finished span per statement,
     back-dated by its ``elapsed``. asyncpg calls it with ``call_soon`` from the statement's own
-    task, so the span's parent is the span that ran the statement."""
+    task, so the span's parent is the span that ran the statement. Attached by ``storage.db`` to a
+    connection taken inside a sampled span, for as long as that caller holds it: a dropped trace
+    (most at 1 %) pays no logger on any statement."""
     if _tracer is None or not _api.get_current_span().is_recording():  # no span of a dropped trace
         return
     end = time.time_ns()

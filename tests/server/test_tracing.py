@@ -19,6 +19,7 @@ from aiohttp import web
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from dap import tracing
+from dap.server import state
 from dap.server.catalog import Catalog
 
 from .conftest import load, running
@@ -258,6 +259,21 @@ async def test_a_dropped_trace_makes_no_spans_below_its_root_but_still_propagate
         assert tracing.span("child") is tracing.span("other")  # the shared no-op: nothing made
         found = tracing.traceparent()
         assert found is not None and int(found[-2:], 16) & 1 == 0  # not sampled: receivers drop it too
+    assert exporter.get_finished_spans() == ()
+
+
+async def test_a_request_of_a_dropped_trace_exports_nothing(pg_dsn: str, catalog: Catalog) -> None:
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    exporter = InMemorySpanExporter()
+    with tracing.enabled_for_tests(exporter, ALWAYS_OFF):
+        async with running(pg_dsn, catalog) as srv:
+            async with srv.http.get(f"{srv.api}/default/api/tr/parcel", headers=srv.auth()) as resp:
+                assert resp.status == 200
+            # no query logger was left on a pooled connection
+            pool = srv.server.app[state.POOL]
+            async with pool.acquire() as conn:
+                assert not conn._con._query_loggers
     assert exporter.get_finished_spans() == ()
 
 

@@ -73,8 +73,6 @@ decode_json = json.loads
 async def _init_connection(conn: asyncpg.Connection[asyncpg.Record]) -> None:
     for kind in ("json", "jsonb"):
         await conn.set_type_codec(kind, encoder=_encode, decoder=decode_json, schema="pg_catalog")
-    if tracing.enabled():  # a span per statement, named by its verb and table (``dap.tracing``)
-        conn.add_query_logger(tracing.sql_logger)
 
 
 async def keep_session(conn: asyncpg.Connection[asyncpg.Record]) -> None:
@@ -124,29 +122,36 @@ class connection:  # noqa: N801 -- used as a function: ``async with db.connectio
     every request enters one, and the generator's machinery costs more than the acquire itself.
     """
 
-    __slots__ = ("_conn", "_gate", "_pool")
+    __slots__ = ("_conn", "_gate", "_pool", "_traced")
 
     def __init__(self, pool: asyncpg.Pool[asyncpg.Record]) -> None:
         self._pool = pool
         self._gate = gate(pool)
         self._conn: PoolConnectionProxy[asyncpg.Record] | None = None
+        self._traced = False
 
     async def __aenter__(self) -> Connection:
         handed = await self._gate.acquire()
         if handed is not None:
             self._conn = handed
-            return handed
-        try:
-            self._conn = await self._pool.acquire()
-        except BaseException:
-            self._gate.release()
-            raise
+        else:
+            try:
+                self._conn = await self._pool.acquire()
+            except BaseException:
+                self._gate.release()
+                raise
+        if tracing.recording_now():  # a span per statement of a sampled trace (``dap.tracing``)
+            self._conn.add_query_logger(tracing.sql_logger)
+            self._traced = True
         return self._conn
 
     async def __aexit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
         conn, self._conn = self._conn, None
         if conn is None:
             return
+        if self._traced:  # before the connection goes to anyone else
+            self._traced = False
+            conn.remove_query_logger(tracing.sql_logger)
         clean = exc_type is None and not conn.is_closed() and not conn.is_in_transaction()
         if clean and self._gate.hand_over(conn):
             return
