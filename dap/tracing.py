@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import random
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping
@@ -41,15 +42,65 @@ _api: Any = None  # the ``opentelemetry.trace`` module while on (imported once, 
 _KIND: dict[str, Any] = {}  # "server" → SpanKind.SERVER …
 
 
-def _start(provider: Any) -> None:
-    """Serve spans from ``provider`` (the process's, or a test's)."""
-    global _tracer, _provider, _api
+_ROOTS: Any = None  # the provider's id generator, which hands a root the trace id decided here
+_BOUND: int | None = None  # a ratio sampler's bound on a trace id's low 64 bits; None: no ratio
+_LOW64 = (1 << 64) - 1
+
+
+def _start(provider: Any, roots: Any = None, bound: int | None = None) -> None:
+    """Serve spans from ``provider`` (the process's, or a test's); ``roots`` and ``bound``: the
+    early sampling decision of :func:`_root` for a ratio sampler."""
+    global _tracer, _provider, _api, _ROOTS, _BOUND
     from opentelemetry import trace
 
     _api = trace
     _KIND.update({k.name.lower(): k for k in trace.SpanKind})
     _provider, _tracer = provider, provider.get_tracer("dap")
+    _ROOTS, _BOUND = roots, bound
     logs.trace_ids = current_ids
+
+
+def _ratio_sampling(env: Mapping[str, str]) -> tuple[Any, Any, int] | None:
+    """For ``OTEL_TRACES_SAMPLER`` ``traceidratio`` or ``parentbased_traceidratio``: the SDK's
+    sampler, an id generator that takes a trace id from :func:`_root`, and the ratio's bound."""
+    name = env.get("OTEL_TRACES_SAMPLER", "").strip().lower()
+    if name not in ("traceidratio", "parentbased_traceidratio"):
+        return None
+    from opentelemetry.sdk.trace import sampling
+    from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+
+    try:
+        rate = float(env.get("OTEL_TRACES_SAMPLER_ARG", "1.0"))
+    except ValueError:
+        rate = 1.0
+    rate = min(1.0, max(0.0, rate))
+    ratio = sampling.TraceIdRatioBased(rate)
+    sampler = sampling.ParentBased(ratio) if name.startswith("parentbased") else ratio
+
+    class Preset(RandomIdGenerator):
+        """Random ids, but a root's trace id drawn by :func:`_root` when it set one."""
+
+        def __init__(self) -> None:
+            self.next: int | None = None
+
+        def generate_trace_id(self) -> int:
+            found, self.next = self.next, None
+            return found if found is not None else super().generate_trace_id()
+
+    return sampler, Preset(), ratio.bound
+
+
+def _root(name: str, kind: str, attributes: Mapping[str, Any] | None) -> Any:
+    """A root span under a ratio sampler: the trace id drawn and judged here as the SDK's
+    ``TraceIdRatioBased`` judges it (its low 64 bits under the bound). Dropped, the span is a
+    ``NonRecordingSpan`` made current without the SDK (which spends about 10 µs deciding the same);
+    kept, the SDK makes it with that very trace id (``Preset``) and samples it alike."""
+    trace_id = random.getrandbits(128) or 1
+    if _BOUND is not None and (trace_id & _LOW64) >= _BOUND:
+        context = _api.SpanContext(trace_id, random.getrandbits(64) or 1, False, _api.TraceFlags(0))
+        return _api.use_span(_api.NonRecordingSpan(context), end_on_exit=False)
+    _ROOTS.next = trace_id
+    return _tracer.start_as_current_span(name, kind=_KIND[kind], attributes=_clean(attributes))
 
 
 def _quiet(parent: str | None) -> bool:
@@ -93,9 +144,11 @@ def configure(service: str, env: Mapping[str, str] = os.environ) -> bool:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     resource = Resource.create({SERVICE_NAME: env.get("OTEL_SERVICE_NAME") or service})
-    provider = TracerProvider(resource=resource)  # the sampler from OTEL_TRACES_SAMPLER(_ARG)
+    ratio = _ratio_sampling(env)  # None: the SDK reads OTEL_TRACES_SAMPLER(_ARG) itself
+    sampler, roots, bound = ratio if ratio is not None else (None, None, None)
+    provider = TracerProvider(resource=resource, sampler=sampler, id_generator=roots)
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=_endpoint(env))))
-    _start(provider)
+    _start(provider, roots, bound)
     return True
 
 
@@ -110,8 +163,8 @@ def _endpoint(env: Mapping[str, str]) -> str | None:
 
 def shutdown() -> None:
     """Flush what is buffered and stop exporting (process exit, tests)."""
-    global _tracer, _provider
-    provider, _provider, _tracer = _provider, None, None
+    global _tracer, _provider, _ROOTS, _BOUND
+    provider, _provider, _tracer, _ROOTS, _BOUND = _provider, None, None, None, None
     logs.trace_ids = None
     if provider is not None:
         provider.shutdown()
@@ -142,8 +195,15 @@ def span(
 ) -> contextlib.AbstractContextManager[Any]:
     """A span around a block, current inside it; ``parent``: a ``traceparent`` to continue (a
     request's header, an outbox row's column) instead of the current span. A no-op when off."""
-    if _tracer is None or _quiet(parent):
+    if _tracer is None:
         return _NOOP
+    if parent is None:
+        current = _api.get_current_span()
+        if current.get_span_context().is_valid:
+            if not current.is_recording():  # a dropped trace: nothing below its root either
+                return _NOOP
+        elif _ROOTS is not None:  # a new trace under a ratio sampler: decided here, cheaply
+            return _root(name, kind, attributes)  # type: ignore[no-any-return]
     return _tracer.start_as_current_span(  # type: ignore[no-any-return]
         name,
         context=_context_of(parent),
@@ -287,18 +347,28 @@ def sql_logger(record: Any) -> None:
 
 
 @contextlib.contextmanager
-def enabled_for_tests(exporter: Any, sampler: Any = None) -> Iterator[None]:
-    """Tracing on with ``exporter`` (an in-memory one) for a test; off again after it."""
-    global _tracer, _provider, _api
+def enabled_for_tests(
+    exporter: Any, sampler: Any = None, env: Mapping[str, str] | None = None
+) -> Iterator[None]:
+    """Tracing on with ``exporter`` (an in-memory one) for a test; off again after it. ``env``:
+    ``OTEL_TRACES_SAMPLER(_ARG)`` as :func:`configure` reads them (a ratio's early decision)."""
+    global _tracer, _provider, _api, _ROOTS, _BOUND
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-    provider = TracerProvider(sampler=sampler) if sampler is not None else TracerProvider()
+    ratio = _ratio_sampling(env) if env is not None else None
+    roots: Any = None
+    bound: int | None = None
+    if ratio is not None:
+        sampler, roots, bound = ratio
+        provider = TracerProvider(sampler=sampler, id_generator=roots)
+    else:
+        provider = TracerProvider(sampler=sampler) if sampler is not None else TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    saved = (_tracer, _provider, _api, logs.trace_ids)
-    _start(provider)
+    saved = (_tracer, _provider, _api, _ROOTS, _BOUND, logs.trace_ids)
+    _start(provider, roots, bound)
     try:
         yield
     finally:
         provider.shutdown()
-        _tracer, _provider, _api, logs.trace_ids = saved
+        _tracer, _provider, _api, _ROOTS, _BOUND, logs.trace_ids = saved

@@ -277,6 +277,28 @@ async def test_a_request_of_a_dropped_trace_exports_nothing(pg_dsn: str, catalog
     assert exporter.get_finished_spans() == ()
 
 
+@pytest.mark.parametrize("rate", ["0", "0.5", "1"])
+async def test_a_ratio_sampler_decides_roots_early_and_exactly_as_the_sdk(rate: str) -> None:
+    exporter = InMemorySpanExporter()
+    env = {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": rate}
+    kept: list[int] = []
+    with tracing.enabled_for_tests(exporter, env=env):
+        bound = round(float(rate) * 2**64)
+        for _ in range(400):
+            with tracing.span("root", kind="server") as root, tracing.span("child"):
+                found = tracing.traceparent()
+                assert found is not None
+                trace_id, flags = int(found.split("-")[1], 16), int(found[-2:], 16)
+                sampled = (trace_id & (2**64 - 1)) < bound  # TraceIdRatioBased's own rule
+                assert bool(flags & 1) == sampled == tracing.recording(root)
+                if sampled:
+                    kept.append(trace_id)
+    spans = exporter.get_finished_spans()
+    assert sorted({s.context.trace_id for s in spans}) == sorted(kept)
+    assert len(spans) == 2 * len(kept)  # root and child of every kept trace, nothing of the others
+    assert {"0": len(kept) == 0, "1": len(kept) == 400, "0.5": 120 < len(kept) < 280}[rate]
+
+
 async def test_statement_names_are_verb_and_table() -> None:
     assert tracing.statement_name("SELECT id FROM dap.outbox o WHERE x = $1") == "SELECT dap.outbox"
     assert tracing.statement_name("  insert into t_tr_parcel (a) values ($1)") == "INSERT t_tr_parcel"
