@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install dev test lint unit bench bench-quick crds e2e clean k8s ui ui-test chromium wrk java image kind-node grpcurl dex
+.PHONY: install dev test lint unit bench bench-quick crds e2e clean k8s ui ui-test chromium wrk java image kind-node grpcurl dex jaeger prometheus
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,16 +25,17 @@ ARGS ?=
 dev: $(STAMP) ui
 	$(BIN)/dap dev --spec $(SPEC) $(ARGS)
 
-# The Go builds (the test control plane, Dex, grpcurl, then the kind suite's images) run in the
-# background at low priority meanwhile (tools/background.sh). The tests that need one of those
-# binaries are marked `late` (tests/conftest.py): they run in a second pass, once `make k8s dex
-# grpcurl` has waited for the builds; `make e2e` waits for its images the same way.
+# The Go builds (the test control plane, Dex, grpcurl, Jaeger, Prometheus, then the kind suite's
+# images) run in the background at low priority meanwhile (tools/background.sh). The tests that
+# need one of those binaries are marked `late` (tests/conftest.py): they run in a second pass, once
+# `make k8s dex grpcurl jaeger prometheus` has waited for the builds; `make e2e` waits for its
+# images the same way.
 test: $(STAMP) ui chromium wrk java
 	@bash tools/background.sh
 	$(MAKE) lint
 	$(MAKE) ui-test
 	$(BIN)/python -m pytest -m "not late"
-	@$(MAKE) --no-print-directory k8s dex grpcurl
+	@$(MAKE) --no-print-directory k8s dex grpcurl jaeger prometheus
 	$(BIN)/python -m pytest -m late
 	$(MAKE) bench-quick
 	$(MAKE) e2e
@@ -87,6 +88,16 @@ dex:
 # that test skips saying why.
 grpcurl:
 	@bash tools/grpcurl/build.sh >/dev/null || [ $$? -eq 3 ]
+
+# Jaeger (the trace backend of tests/server/test_traces_jaeger.py) and Prometheus with promtool (the
+# scrape, dashboard and alert-rule tests, tests/server/test_prometheus.py), built by `go build` from
+# the Go module proxy into ~/.cache/dap/{jaeger,prometheus}/ when missing; without Go (exit 3) those
+# tests skip.
+jaeger:
+	@bash tools/jaeger/build.sh >/dev/null || [ $$? -eq 3 ]
+
+prometheus:
+	@bash tools/prometheus/build.sh >/dev/null || [ $$? -eq 3 ]
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -x -q

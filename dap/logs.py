@@ -1,40 +1,153 @@
-"""JSON-lines logging on stderr, shared by every dap process.
+"""JSON-lines logging on stderr, shared by every dap process, and the window the logs query reads.
 
-Each record is one JSON object: ``ts``, ``level``, ``logger``, ``msg`` and any context passed
-through ``extra={"ctx": {...}}`` (workspace, request_id, ...). Machines read these lines; people
-read them through ``jq``.
+Each record is one JSON object: ``ts``, ``level``, ``logger``, ``msg``, ``trace_id`` and ``span_id``
+while a trace span is active (``dap.tracing``), and any context passed through
+``extra={"ctx": {...}}`` (workspace, request_id, ...). Machines read these lines; people read them
+through ``jq`` or the admin listener's ``GET /logs`` (``dap.logquery``).
+
+The window is a bounded deque of the process's last lines (``DAP_LOGS_WINDOW``, default 20,000),
+kept as small :class:`Entry` objects rather than text: a query filters on their fields without
+parsing JSON back, and a line costs one object and no extra formatting when nobody asks.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
+from collections import deque
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR}
+DEFAULT_WINDOW = 20_000
+
+# Set by ``dap.tracing`` when tracing is on: the active span's (trace id, span id) in hex, or None.
+# None here (tracing off) costs a line nothing.
+trace_ids: Callable[[], tuple[str, str] | None] | None = None
+
+
+class Entry:
+    """One log line as the window keeps it."""
+
+    __slots__ = ("created", "ctx", "exc", "levelno", "logger", "msg", "span_id", "trace_id")
+
+    def __init__(self, record: logging.LogRecord, exc: str | None) -> None:
+        self.created = record.created
+        self.levelno = record.levelno
+        self.logger = record.name
+        self.msg = record.getMessage()
+        ctx = getattr(record, "ctx", None)
+        self.ctx: dict[str, Any] = ctx if isinstance(ctx, dict) else {}
+        self.exc = exc
+        ids = trace_ids() if trace_ids is not None else None
+        self.trace_id: str | None = ids[0] if ids is not None else None
+        self.span_id: str | None = ids[1] if ids is not None else None
+
+    def get(self, key: str) -> object:
+        """A field of the line by its JSON name (context keys included), ``None`` when absent."""
+        if key == "trace_id":
+            return self.trace_id
+        if key == "span_id":
+            return self.span_id
+        if key == "level":
+            return _level_name(self.levelno)
+        return self.ctx.get(key)
+
+    def as_json(self) -> dict[str, object]:
+        line: dict[str, object] = {
+            "ts": datetime.fromtimestamp(self.created, UTC).isoformat(timespec="milliseconds"),
+            "level": _level_name(self.levelno),
+            "logger": self.logger,
+            "msg": self.msg,
+        }
+        if self.trace_id is not None:
+            line["trace_id"], line["span_id"] = self.trace_id, self.span_id
+        line.update(self.ctx)
+        if self.exc:
+            line["exc"] = self.exc
+        return line
+
+
+def _level_name(levelno: int) -> str:
+    return logging.getLevelName(levelno).lower()
+
+
+class Window:
+    """The process's last ``size`` log lines, oldest first."""
+
+    def __init__(self, size: int = DEFAULT_WINDOW) -> None:
+        self.lines: deque[Entry] = deque(maxlen=size)
+
+    @property
+    def size(self) -> int:
+        return self.lines.maxlen or 0
+
+    def append(self, entry: Entry) -> None:
+        self.lines.append(entry)
+
+    def newest_first(self, since: float | None = None) -> Iterator[Entry]:
+        """The lines from the newest back to ``since`` (epoch seconds) or the oldest kept."""
+        for entry in reversed(self.lines):
+            if since is not None and entry.created < since:
+                return
+            yield entry
+
+    def query(
+        self, predicate: Callable[[Entry], bool] | None, *, since: float | None = None, limit: int = 100
+    ) -> tuple[list[Entry], bool]:
+        """The newest ``limit`` lines that match, oldest first, and whether more matched."""
+        found: list[Entry] = []
+        more = False
+        for entry in self.newest_first(since):
+            if predicate is None or predicate(entry):
+                if len(found) == limit:
+                    more = True
+                    break
+                found.append(entry)
+        found.reverse()
+        return found, more
+
+
+def _window_size() -> int:
+    raw = os.environ.get("DAP_LOGS_WINDOW", "")
+    return int(raw) if raw.isdigit() and int(raw) > 0 else DEFAULT_WINDOW
+
+
+WINDOW = Window(_window_size())
 
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        line: dict[str, object] = {
-            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        ctx = getattr(record, "ctx", None)
-        if isinstance(ctx, dict):
-            line.update(ctx)
-        if record.exc_info:
-            line["exc"] = self.formatException(record.exc_info)
-        return json.dumps(line, default=str)
+        exc = self.formatException(record.exc_info) if record.exc_info else None
+        return json.dumps(Entry(record, exc).as_json(), default=str)
+
+
+class JsonLines(logging.Handler):
+    """Writes each record to ``stream`` as a JSON line and keeps it in ``window``."""
+
+    def __init__(self, stream: Any, window: Window) -> None:
+        super().__init__()
+        self.stream = stream
+        self.window = window
+        self._exc = logging.Formatter()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            exc = self._exc.formatException(record.exc_info) if record.exc_info else None
+            entry = Entry(record, exc)
+            self.window.append(entry)
+            self.stream.write(json.dumps(entry.as_json(), default=str) + "\n")
+            self.stream.flush()
+        except Exception:
+            self.handleError(record)
 
 
 def configure(level: str = "info") -> None:
-    """Send every log record to stderr as JSON lines at ``level`` (debug, info, warn, error)."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter())
+    """Send every log record to stderr as JSON lines at ``level`` (debug, info, warn, error), and keep
+    the last of them in :data:`WINDOW` for the logs query."""
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    root.handlers[:] = [JsonLines(sys.stderr, WINDOW)]
     root.setLevel(LEVELS.get(level, logging.INFO))

@@ -5,9 +5,9 @@ starts per test session in a temporary directory. Each test module gets a fresh 
 modules never see each other's tables.
 
 Tests that need a binary ``make test`` builds in the background while the others run (the test
-control plane, Dex, grpcurl: tools/background.sh) are marked ``late``: make test runs them in a
-second pytest pass once those builds are done, since a wait inside a test would count against its
-timeout. Run alone, they build (or wait for) what they need themselves.
+control plane, Dex, grpcurl, Jaeger, Prometheus: tools/background.sh) are marked ``late``: make test
+runs them in a second pytest pass once those builds are done, since a wait inside a test would count
+against its timeout. Run alone, they build (or wait for) what they need themselves.
 """
 
 from __future__ import annotations
@@ -24,12 +24,15 @@ import pytest
 from dap import embedded
 
 ROOT = Path(__file__).resolve().parents[1]
-# the test modules (or directories) that run a binary built by tools/k8s, tools/dex or tools/grpcurl
+# the test modules (or directories) that run a binary built by tools/k8s, tools/dex, tools/grpcurl,
+# tools/jaeger or tools/prometheus
 LATE = (
     "tests/kube/",
     "tests/operator/test_crds_and_kustomize.py",
     "tests/server/test_grpcurl.py",
     "tests/server/test_oidc_dex.py",
+    "tests/server/test_prometheus.py",
+    "tests/server/test_traces_jaeger.py",
     "tests/ui/test_sign_in.py",
 )
 

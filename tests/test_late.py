@@ -1,4 +1,5 @@
-"""Every test that runs a binary built by tools/k8s, tools/dex or tools/grpcurl is marked ``late``.
+"""Every test that runs a binary built by tools/k8s, tools/dex, tools/grpcurl, tools/jaeger or
+tools/prometheus is marked ``late``.
 
 ``make test`` builds those in the background while the first pytest pass runs, and runs the
 ``late`` tests after waiting for them (tests/conftest.py). A test module that starts using one
@@ -12,7 +13,9 @@ import re
 from tests.conftest import LATE, ROOT
 
 # how a test reaches each of those binaries
-USES = re.compile(r"binaries\.ensure\(|dex\.running\(|\"grpcurl\" / \"build\.sh\"")
+USES = re.compile(
+    r"binaries\.ensure\(|dex\.running\(|\"grpcurl\" / \"build\.sh\"|jaeger_tool\.running\(|prometheus_tool\."
+)
 
 
 def test_every_module_that_needs_a_background_build_is_late() -> None:

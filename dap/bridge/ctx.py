@@ -23,6 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
+from dap import tracing
 from dap.bridge import datastores, entities, scopes, wire
 from dap.server import errors, state
 from dap.server.storage import db
@@ -156,6 +157,19 @@ async def _body(request: web.Request) -> Mapping[str, Any]:
 
 
 async def handle(request: web.Request) -> web.Response:
+    """One ``/ctx`` call; with tracing on, a span that continues the app's ``traceparent`` header
+    (the invoke's span, as the app process received it, or a span of its own within it)."""
+    if not tracing.enabled():
+        return await _handle(request)
+    name = f"ctx {request.match_info['primitive']}.{request.match_info['op']}"
+    with tracing.span(name, kind="server", parent=request.headers.get(tracing.TRACEPARENT)) as span:
+        response = await _handle(request)
+        tracing.annotate(span, **{"http.response.status_code": response.status})
+        tracing.failed(span, response.status)
+        return response
+
+
+async def _handle(request: web.Request) -> web.Response:
     try:
         primitive, name = request.match_info["primitive"], request.match_info["op"]
         op = OPS.get((primitive, name))

@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 import aiohttp
 
+from dap import tracing
 from dap.bridge import scopes, wire
 from dap.server import errors
 from dap.server.workflows import sidecars
@@ -87,10 +88,15 @@ class Client:
         if call.idempotency_key is not None:  # a saga's step: the app applies one key once
             headers["Idempotency-Key"] = call.idempotency_key
         url = self.endpoint.base + wire.invoke_path(call.entity, call.action)
+        attributes = {"dap.tenant": str(call.tenant), "enduser.id": call.principal, "dap.entity": call.entity}
         try:
-            async with asyncio.timeout(seconds):
-                async with self.session.post(url, json=body, headers=headers) as resp:
-                    status, raw = resp.status, await resp.read()
+            # the app process gets the invoke span's traceparent: its spans, and the /ctx calls it
+            # sends back with that header, join the request's trace
+            with tracing.span(f"invoke {call.entity}/{call.action}", kind="client", attributes=attributes):
+                tracing.inject(headers)
+                async with asyncio.timeout(seconds):
+                    async with self.session.post(url, json=body, headers=headers) as resp:
+                        status, raw = resp.status, await resp.read()
         except TimeoutError as exc:
             raise errors.GatewayTimeout(
                 f"the app process gave no answer to {call.entity}/{call.action} within {seconds:g} s "

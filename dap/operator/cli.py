@@ -21,7 +21,7 @@ from typing import cast
 import click
 import yaml
 
-from dap import listening, logs
+from dap import listening, logs, tracing
 from dap.config import names
 from dap.operator import bodies, claims, running
 from dap.operator.options import DEFAULT_RESOURCE_IMAGE, Options, default_resource_image
@@ -152,6 +152,7 @@ def operator(
 ) -> None:
     """Run the Kubernetes operator (Workspace, Datastore, ResourceClaim, ClusterClass)."""
     logs.configure(log_level)
+    tracing.configure("dap-operator")  # OTEL_* variables; off (and never imported) unless they ask
     if insecure_skip_signature_verify:
         click.echo("warning: --insecure-skip-signature-verify: claims are NOT verified", err=True)
     if dev_auto_grant_claims:

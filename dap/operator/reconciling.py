@@ -24,7 +24,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, cast
 
-from dap import kube
+from dap import kube, tracing
 from dap.operator import bodies, builders, caches, claims, conditions, diffing, errors, metrics, podhealth
 from dap.operator import reporting as reporting_
 
@@ -104,7 +104,8 @@ class Reconciler:
         started = time.perf_counter()
         try:
             async with lock:
-                yield
+                with tracing.span(f"reconcile {controller}", attributes={"dap.object": "/".join(key)}):
+                    yield
         except Exception:
             self.metrics.reconcile_errors_total.labels(controller).inc()
             raise

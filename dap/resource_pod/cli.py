@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 
 import click
 
-from dap import embedded, listening, logs
+from dap import embedded, listening, logs, tracing
 from dap.config import names
 from dap.resource_pod import errors, hosting, settings, verifying
 from dap.server import cli as server_cli
@@ -126,6 +126,7 @@ def pod(**raw: Any) -> None:
     """Run the generic resource pod: pull, verify and serve one workspace's artifact."""
     mine = {key: raw.pop(key) for key in POD_OPTIONS}
     logs.configure("debug" if raw.get("log_debug") else raw["log_level"])
+    tracing.configure("dap-pod")  # OTEL_* variables; off (and never imported) unless they ask
     handle = None
     try:
         if not raw.get("dsn") and mine["dev"]:

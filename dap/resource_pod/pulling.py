@@ -38,7 +38,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from dap import server
+from dap import server, tracing
 from dap.resource_pod import (
     converging,
     documents,
@@ -251,7 +251,9 @@ class Pod:
 
     async def cycle(self) -> None:
         self.cycles += 1
-        raw = await self._pull()
+        attributes = {"dap.workspace": self.config.workspace}
+        with tracing.span("pod snapshot pull", kind="client", attributes=attributes):
+            raw = await self._pull()
         if raw is None:
             return
         try:
@@ -282,7 +284,11 @@ class Pod:
             if self.status.phase is not converging.Phase.UP_TO_DATE:
                 self._set(converging.up_to_date(self.status, decision.deployment))
         elif isinstance(decision, converging.Converge):
-            await self._converge(decision.deployment, snapshot["version"])
+            with tracing.span(
+                "pod converge",
+                attributes={**attributes, "dap.artifact_id": decision.deployment["artifact_id"]},
+            ):
+                await self._converge(decision.deployment, snapshot["version"])
 
     async def _converge(self, deployment: documents.Deployment, snapshot_version: int) -> None:
         artifact_id = deployment["artifact_id"]

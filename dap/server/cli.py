@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
-from dap import config, listening, logs
+from dap import config, listening, logs, tracing
 from dap.server import booting, errors, loops, options
 from dap.server.catalog import Catalog
 from dap.server.storage import db, schema_sync
@@ -207,6 +207,19 @@ def _common(fn: F) -> F:
     show_default=True,
     help="how long a job stays claimed without a heartbeat",
 )
+@click.option(
+    "--metrics/--no-metrics",
+    default=True,
+    envvar="DAP_METRICS",
+    show_default=True,
+    help="serve /metrics on the admin listener (off: 404 OBSERVABILITY_METRICS_DISABLED)",
+)
+@click.option(
+    "--debug-surface",
+    is_flag=True,
+    envvar="DAP_DEBUG_SURFACE",
+    help="the admin listener's /debug/* (tasks, pool, profile), for the admin secret only",
+)
 def serve(**raw: Any) -> None:
     """Run the production server (REST, UI metadata, admin listener)."""
     logs.configure("debug" if raw.get("log_debug") else raw["log_level"])
@@ -222,6 +235,7 @@ def serve(**raw: Any) -> None:
         staged = stage_catalog(opts.spec)
     except errors.BootRefused as exc:
         _refuse(str(exc), exc.exit_code)
+    tracing.configure("dap")  # OTEL_* variables; off (and never imported) unless they ask for traces
     try:
         loops.run(_serve(opts, staged))
     except errors.BootRefused as exc:
@@ -230,6 +244,8 @@ def serve(**raw: Any) -> None:
         _refuse(str(exc))
     except OSError as exc:  # not a listener (those are ListenError): say what failed on which file
         _refuse(f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc))
+    finally:
+        tracing.shutdown()  # export what is buffered
 
 
 async def _serve(opts: options.ServeOptions, staged: StagedCatalog) -> None:

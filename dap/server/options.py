@@ -85,6 +85,8 @@ class ServeOptions:
     callback_allow: tuple[str, ...] = ()  # CIDRs a job callback may reach despite being internal
     callback_secret: str | None = None  # Standard Webhooks secret (whsec_...) signing callbacks
     job_lease: float = 30.0  # seconds a job worker holds a job between heartbeats
+    metrics: bool = True  # False: /metrics answers 404 OBSERVABILITY_METRICS_DISABLED
+    debug_surface: bool = False  # True: the admin listener's /debug/* (admin secret only)
 
 
 def parse_address(value: str) -> Address:
@@ -151,6 +153,8 @@ def check(
     callback_allow: tuple[str, ...] | list[str] = (),
     callback_secret: str | None = None,
     job_lease: str = DEFAULT_JOB_LEASE,
+    metrics: bool = True,
+    debug_surface: bool = False,
 ) -> ServeOptions:
     """Validate raw option values; raise ``BootRefused`` with a one-line reason on the first rule broken."""
     if mode != "production":
@@ -181,9 +185,9 @@ def check(
         raise errors.BootRefused("--tls-cert and --tls-key must be given together")
     if log_level not in LOG_LEVELS:
         raise errors.BootRefused(f"--log-level must be one of {', '.join(LOG_LEVELS)}")
-    metrics = parse_address(metrics_addr) if metrics_addr.strip() else None
+    admin_addr = parse_address(metrics_addr) if metrics_addr.strip() else None
     admin = (admin_secret or "").strip() or None
-    if metrics is not None and admin is not None and not metrics.loopback:
+    if admin_addr is not None and admin is not None and not admin_addr.loopback:
         raise errors.BootRefused(
             f"--metrics-addr {metrics_addr} is reachable from other hosts, and with --admin-secret it "
             "serves the workspace registry over plain HTTP: bind it to 127.0.0.1 (or drop --admin-secret "
@@ -255,7 +259,7 @@ def check(
         runtime=runtime,
         app_dir=Path(app_dir) if app_dir else None,
         app_entrypoint=app_entrypoint or None,
-        metrics_addr=metrics,
+        metrics_addr=admin_addr,
         grpc_addr=parse_address(grpc_addr) if grpc_addr.strip() else None,
         admin_secret=admin,
         log_level=log_level,
@@ -266,6 +270,8 @@ def check(
         callback_allow=allow,
         callback_secret=hook_secret,
         job_lease=lease,
+        metrics=metrics,
+        debug_surface=debug_surface,
     )
 
 

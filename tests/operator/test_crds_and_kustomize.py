@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -273,3 +274,16 @@ def test_the_base_operator_runs_pods_of_its_own_image_with_the_pod_secret() -> N
     assert "--pod-env-secret=dap-pod" in operator["args"]
     env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in operator["env"]}
     assert env["POD_NAME"] == "metadata.name" and env["POD_NAMESPACE"] == "metadata.namespace"
+
+
+def test_the_observability_kustomization_renders_its_config_maps() -> None:
+    """kustomize/observability: the scrape configuration and rules, and the Grafana dashboard
+    labelled for Grafana's sidecar (tests/server/test_prometheus.py loads the same files)."""
+    docs = {d["metadata"]["name"]: d for d in render("observability")}
+    assert set(docs) == {"dap-prometheus", "dap-grafana-dashboard"}
+    for doc in docs.values():
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    assert set(docs["dap-prometheus"]["data"]) == {"prometheus.yml", "dap-alerts.rules.yaml"}
+    dashboard = docs["dap-grafana-dashboard"]
+    assert dashboard["metadata"]["labels"] == {"grafana_dashboard": "1"}
+    assert json.loads(dashboard["data"]["dap-dashboard.json"])["uid"] == "dap-overview"

@@ -86,6 +86,33 @@ async def test_workspace_concurrency_bounds_reconciles(limit: int) -> None:
     assert m.reconcile_total.labels("workspace")._value.get() == 10
 
 
+async def test_each_reconcile_is_a_span_when_tracing_is_on() -> None:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from dap import tracing
+
+    m = metrics.Metrics()
+    reconciler = CountingReconciler(
+        client=None,  # type: ignore[arg-type]  # never reached: _workspace is replaced
+        caches=caches.Caches(),
+        metrics=m,
+        reporter=reporting.Reporter(control_url="", cluster="c", node="n", metrics=m),
+        resource_image="i",
+        control_cluster_url="",
+        trust=reconciling.Trust(),
+        workspace_concurrency=2,
+    )
+    exporter = InMemorySpanExporter()
+    with tracing.enabled_for_tests(exporter):
+        await asyncio.gather(*(reconciler.workspace(("ns", f"w{i}")) for i in range(3)))
+    spans = exporter.get_finished_spans()
+    assert sorted(s.attributes["dap.object"] for s in spans if s.name == "reconcile workspace") == [
+        "ns/w0",
+        "ns/w1",
+        "ns/w2",
+    ]
+
+
 @pytest.mark.parametrize(
     ("options", "scope"),
     [

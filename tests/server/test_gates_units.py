@@ -93,3 +93,14 @@ async def test_a_waiter_cancelled_after_it_was_handed_a_place_passes_it_on() -> 
 def test_a_gate_needs_a_place() -> None:
     with pytest.raises(ValueError, match="at least one place"):
         Gate(0)
+
+
+async def test_waits_are_counted_for_the_metrics_only_when_a_caller_queues() -> None:
+    gate: Gate[None] = Gate(1)
+    await gate.acquire()
+    assert (gate.waited, gate.waited_seconds) == (0, 0.0)  # a free place: no wait
+    second = asyncio.create_task(gate.acquire())
+    await asyncio.sleep(0.02)
+    gate.release()
+    await second
+    assert gate.waited == 1 and gate.waited_seconds >= 0.015

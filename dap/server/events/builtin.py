@@ -32,6 +32,7 @@ from typing import Any
 import asyncpg
 import orjson
 
+from dap import tracing
 from dap.server.catalog import Resource
 from dap.server.documents import auditing, reading
 from dap.server.events import outbox
@@ -127,7 +128,7 @@ class Joined:
 
 
 @functools.lru_cache(maxsize=1024)
-def _joined_sql(statement: str, n: int, notify: bool, check: str | None) -> str:
+def _joined_sql(statement: str, n: int, notify: bool, check: str | None, trace: int) -> str:
     """The text of :func:`joined`'s statement around ``statement`` (with ``n`` parameters of its
     own): built once per statement text, since a table's writes repeat a few column sets.
     ``check``: a condition on the written row ``w`` under which the payload is written; otherwise
@@ -142,9 +143,9 @@ def _joined_sql(statement: str, n: int, notify: bool, check: str | None) -> str:
     record = f"jsonb_set({record}, '{{record,updated_at}}', {_iso('w.updated_at')})"
     return (
         f"WITH w AS ({statement}), e AS (INSERT INTO dap.outbox (tenant_id, entity, record_id, action, "
-        "event, payload, actor_sub, actor_username, request_id, version) "
+        "event, payload, actor_sub, actor_username, request_id, version, traceparent) "
         f"SELECT ${n + 1}, ${n + 2}, w.id, ${n + 3}, ${n + 4}, {record}, ${n + 6}, ${n + 7}, ${n + 8}, "
-        f"w.version FROM w RETURNING public_id{wake}) "
+        f"w.version, ${trace}::text FROM w RETURNING public_id{wake}) "
         f"SELECT w.*, e.public_id AS {EVENT_COLUMN} FROM w, e"
     )
 
@@ -192,10 +193,12 @@ def joined(
         write.username,
         write.request_id,
     ]
+    trace = tracing.traceparent()  # the request's trace, for the delivery (last: after the check's)
     if check is None:
-        return Joined(_joined_sql(statement, len(args), notify, None), [*args, *extra], body)
-    text = _joined_sql(statement, len(args), notify, check.sql)
-    return Joined(text, [*args, *extra, *check.args], body)
+        text = _joined_sql(statement, len(args), notify, None, len(args) + len(extra) + 1)
+        return Joined(text, [*args, *extra, trace], body)
+    text = _joined_sql(statement, len(args), notify, check.sql, len(args) + len(extra) + len(check.args) + 1)
+    return Joined(text, [*args, *extra, *check.args, trace], body)
 
 
 @dataclass(frozen=True)
@@ -371,7 +374,7 @@ def rendering(resource: Resource) -> str | None:
 
 
 @functools.lru_cache(maxsize=1024)
-def _written_sql(statement: str, n: int, notify: bool, record: str, changed: bool) -> str:
+def _written_sql(statement: str, n: int, notify: bool, record: str, changed: bool, trace: int) -> str:
     """The text of :func:`written`'s statement around ``statement`` (``n`` parameters of its own)."""
     wake = f", pg_notify('{outbox.CHANNEL}', txid_current()::text)" if notify else ""
     body = f"jsonb_build_object('record', {record}"
@@ -380,9 +383,9 @@ def _written_sql(statement: str, n: int, notify: bool, record: str, changed: boo
     body += f", 'changed', ${n + 8}::text::jsonb)" if changed else ")"
     return (
         f"WITH w AS ({statement}), e AS (INSERT INTO dap.outbox (tenant_id, entity, record_id, action, "
-        "event, payload, actor_sub, actor_username, request_id, version) "
+        "event, payload, actor_sub, actor_username, request_id, version, traceparent) "
         f"SELECT ${n + 1}, ${n + 2}, w.id, ${n + 3}, ${n + 4}, {body}, ${n + 5}, ${n + 6}, ${n + 7}, "
-        f"w.version FROM w RETURNING public_id{wake}) "
+        f"w.version, ${trace}::text FROM w RETURNING public_id{wake}) "
         f"SELECT w.*, e.public_id AS {EVENT_COLUMN} FROM w, e"
     )
 
@@ -412,7 +415,8 @@ def written(
     ]
     if changed is not None:
         extra.append(orjson.dumps(sorted(changed)).decode())
-    text = _written_sql(statement, len(args), notify, record, changed is not None)
+    extra.append(tracing.traceparent())  # the request's trace, for the delivery
+    text = _written_sql(statement, len(args), notify, record, changed is not None, len(args) + len(extra))
     return text, [*args, *extra]
 
 

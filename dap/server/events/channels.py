@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import urllib.parse
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ import aiohttp
 import asyncpg
 import standardwebhooks
 
+from dap import tracing
 from dap.config.enums import EventChannel
 from dap.config.events import DeliveryTarget, NotificationDecl
 from dap.server.documents import auditing
@@ -71,6 +73,7 @@ class Event:
     created_at: datetime
     attempts: int
     consumers: list[str] | None
+    traceparent: str | None = None  # the writing span's W3C traceparent (``dap.tracing``)
 
     @classmethod
     def of(cls, row: asyncpg.Record, payload: Mapping[str, Any] | None = None) -> Event:
@@ -92,6 +95,7 @@ class Event:
             row["created_at"],
             row["attempts"],
             row["consumers"],
+            row.get("traceparent"),
         )
 
     def message(self) -> dict[str, Any]:
@@ -217,9 +221,17 @@ class Channels:
         if self.http is None:
             raise RuntimeError("no HTTP session for webhooks in this process")
         timeout = aiohttp.ClientTimeout(total=WEBHOOK_TIMEOUT)
-        async with self.http.request(decl.method, url, data=body, headers=headers, timeout=timeout) as resp:
-            if not 200 <= resp.status < 300:
-                raise RuntimeError(f"webhook {url} answered {resp.status}")
+        host = urllib.parse.urlsplit(url).netloc  # never the path or query: they may carry tokens
+        with tracing.span(
+            f"webhook {decl.method}", kind="client", attributes={"server.address": host}
+        ) as span:
+            tracing.inject(headers)  # the receiver may continue the trace (W3C traceparent)
+            async with self.http.request(
+                decl.method, url, data=body, headers=headers, timeout=timeout
+            ) as resp:
+                tracing.annotate(span, **{"http.response.status_code": resp.status})
+                if not 200 <= resp.status < 300:
+                    raise RuntimeError(f"webhook {url} answered {resp.status}")
 
     async def _notify(self, conn: db.Connection, event: Event, decl: NotificationDecl | None) -> None:
         if decl is None:

@@ -21,9 +21,9 @@ LIST = (
 )
 COPY = """
 INSERT INTO dap.outbox (public_id, tenant_id, entity, record_id, action, event, payload, actor_sub,
-    actor_username, request_id, version, consumers)
+    actor_username, request_id, version, consumers, traceparent)
 SELECT public_id, tenant_id, entity, record_id, action, event, payload, actor_sub, actor_username,
-    request_id, version, ARRAY[$2::text] FROM dap.outbox WHERE id = $1
+    request_id, version, ARRAY[$2::text], traceparent FROM dap.outbox WHERE id = $1
 RETURNING id
 """
 

@@ -35,6 +35,9 @@ One per server process; several processes share the work safely:
   vacuums ``dap.outbox`` itself, in the background on a connection of its own (``SKIP_LOCKED``:
   never behind another vacuum or autovacuum), and waits long enough after each that vacuuming
   takes at most ``vacuum_share`` of its time, however large the table of kept rows has grown.
+- **Trace**: each event's deliveries run in a span whose parent is the outbox row's
+  ``traceparent`` (the span that wrote it), and each delivery in a child of that, so a webhook sent
+  seconds later by another process belongs to the request's trace (``dap.tracing``).
 - **Stop**: no new batch is claimed, and the batch in flight, whose webhooks may already have been
   sent, is given ``stop_grace`` seconds to commit. Cancelling it at once rolled it back, and another
   process delivered it again (a receiver saw the same id twice whenever a pod was replaced); only a
@@ -46,12 +49,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import asyncpg
 
+from dap import tracing
 from dap.config.entities import EntitySpec
 from dap.config.enums import EventChannel
 from dap.server.events import channels, measures, outbox, plans
@@ -71,7 +76,7 @@ FEED_LOCK = 0x64617066  # 'dapf': serialises giving out feed positions (held to 
 CLAIM = """
 SELECT o.id, o.public_id, o.tenant_id, o.entity, o.record_id, o.action, o.event,
   o.payload::text AS payload, o.version, o.actor_sub, o.actor_username, o.request_id,
-  o.created_at, o.attempts, o.consumers
+  o.created_at, o.attempts, o.consumers, o.traceparent
 FROM dap.outbox o
 WHERE o.delivered_at IS NULL AND o.next_at <= now()
   AND ($2::uuid[] IS NULL OR o.tenant_id = ANY($2::uuid[]))
@@ -323,8 +328,21 @@ class Dispatcher:
             )
             outcomes: list[tuple[str, uuid.UUID, str]] = []
             for event, deliveries in planned:
-                if await self._one(conn, event, deliveries, settled, outcomes):
-                    done.append(event.id)
+                # a child of the span that wrote the event (its outbox row's traceparent)
+                with tracing.span(
+                    f"outbox {event.entity}.{event.event}",
+                    kind="consumer",
+                    parent=event.traceparent,
+                    attributes={
+                        "dap.tenant": str(event.tenant),
+                        "dap.event_id": str(event.public_id),
+                        "dap.request_id": event.request_id,
+                        "enduser.id": event.actor_sub,
+                        "dap.attempt": event.attempts + 1,
+                    },
+                ):
+                    if await self._one(conn, event, deliveries, settled, outcomes):
+                        done.append(event.id)
             if outcomes:  # in this transaction: with the effects they settle, or not at all
                 await conn.execute(SETTLE, *(list(column) for column in zip(*outcomes, strict=True)))
             more = len(rows) >= self.settings.batch or len(done) < len(rows)
@@ -357,11 +375,12 @@ class Dispatcher:
             if event.attempts == 0:
                 self.counters.emitted.labels(channel).inc()
             try:
-                if delivery.channel in _NO_WRITES and delivery.decl.handler is None:
-                    await self.channels.deliver(conn, event, delivery)
-                else:
-                    async with conn.transaction():  # a savepoint: a failed delivery leaves nothing
+                with tracing.span(f"deliver {delivery.consumer}", attributes={"dap.channel": channel}):
+                    if delivery.channel in _NO_WRITES and delivery.decl.handler is None:
                         await self.channels.deliver(conn, event, delivery)
+                    else:
+                        async with conn.transaction():  # a savepoint: a failed delivery leaves nothing
+                            await self.channels.deliver(conn, event, delivery)
                 outcomes.append((delivery.consumer, key, "delivered"))
                 settled.add((delivery.consumer, key))
             except asyncio.CancelledError:
@@ -392,6 +411,7 @@ class Dispatcher:
                     self.counters.retried.labels(channel).inc()
                 continue
             self.counters.delivered.labels(channel).inc()
+            self.counters.lag.labels(channel).observe(max(0.0, time.time() - event.created_at.timestamp()))
         if failed:
             self._retried = True
             wait = min(plans.backoff(d.retry, attempts) for d, _ in failed)

@@ -2,13 +2,17 @@
 
 A delivery counts ``emitted`` on its first try and then exactly one of ``delivered`` or ``dead``
 when it settles, so once the outbox is drained ``delivered + dead = emitted`` per channel;
-``retried`` counts failed tries that will be repeated. Counters live in the registry they are
-given (the server's), as ``dap.server.metrics`` does.
+``retried`` counts failed tries that will be repeated (with ``dead``: the delivery failures);
+``dap_events_delivery_lag_seconds`` is the time from the event's commit to its delivery.
+Counters live in the registry they are given (the server's), as ``dap.server.metrics`` does.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+# seconds from the event's commit to its delivery: a retry's backoff reaches minutes
+LAG_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
 
 
 class Counters:
@@ -22,3 +26,10 @@ class Counters:
         self.delivered = counter("delivered", "Event deliveries that succeeded")
         self.retried = counter("retried", "Event delivery tries that failed and will be repeated")
         self.dead = counter("dead", "Event deliveries given up and written to the dead letter")
+        self.lag = Histogram(
+            "dap_events_delivery_lag_seconds",
+            "Time from an event's commit to its successful delivery",
+            ["channel"],
+            registry=registry,
+            buckets=LAG_BUCKETS,
+        )

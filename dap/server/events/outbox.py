@@ -12,7 +12,8 @@ event's id for consumers and the ``webhook-id``), ``tenant_id``, ``entity`` (``m
 after the change, ``params``, ``from``/``to`` for a transition), ``version`` (the record's version
 after the change), ``actor_sub``, ``actor_username``, ``request_id``, ``created_at``,
 ``delivered_at`` (null until every delivery is settled), ``attempts`` (failed rounds),
-``next_at`` (not claimed before), ``last_error``, ``seq`` (the feed position, given at delivery in
+``next_at`` (not claimed before), ``last_error``, ``traceparent`` (W3C: the span that wrote it, whose trace
+its deliveries join; null with tracing off), ``seq`` (the feed position, given at delivery in
 commit order: see ``dispatcher``) and ``consumers`` (null: every delivery; a replay names one).
 
 Companions: ``dap.event_deliveries`` (one row per settled delivery, unique ``(consumer,
@@ -26,6 +27,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from dap import tracing
 from dap.server.storage import db
 
 CHANNEL = "dap_outbox"  # NOTIFY: new rows (payload: the emitting transaction's id)
@@ -55,6 +57,8 @@ ALTER TABLE dap.outbox ADD COLUMN IF NOT EXISTS next_at timestamptz NOT NULL DEF
 ALTER TABLE dap.outbox ADD COLUMN IF NOT EXISTS last_error text;
 ALTER TABLE dap.outbox ADD COLUMN IF NOT EXISTS seq bigint;
 ALTER TABLE dap.outbox ADD COLUMN IF NOT EXISTS consumers text[];
+-- the W3C traceparent of the span that wrote the event (NULL: tracing off): its deliveries join it
+ALTER TABLE dap.outbox ADD COLUMN IF NOT EXISTS traceparent text;
 CREATE INDEX IF NOT EXISTS outbox_record_undelivered ON dap.outbox (tenant_id, record_id, id)
     WHERE delivered_at IS NULL;
 CREATE UNIQUE INDEX IF NOT EXISTS outbox_seq ON dap.outbox (seq) WHERE seq IS NOT NULL;
@@ -108,10 +112,23 @@ CREATE INDEX IF NOT EXISTS notifications_user ON dap.notifications (tenant_id, u
 """
 _INSERT = (
     "WITH added AS (INSERT INTO dap.outbox (tenant_id, entity, record_id, action, event, payload, "
-    "actor_sub, actor_username, request_id, version) "
-    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING public_id) "
+    "actor_sub, actor_username, request_id, version, traceparent) "
+    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING public_id) "
     f"SELECT public_id, pg_notify('{CHANNEL}', txid_current()::text) FROM added"
 )
+
+
+BACKLOG = (
+    "SELECT count(*)::float8 AS pending, "
+    "coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldest "
+    "FROM dap.outbox WHERE delivered_at IS NULL"
+)
+
+
+async def backlog(conn: db.Connection) -> tuple[float, float]:
+    """(undelivered events, age in seconds of the oldest): the metrics' event backlog and lag."""
+    row = await conn.fetchrow(BACKLOG)
+    return (row["pending"], row["oldest"]) if row is not None else (0.0, 0.0)
 
 
 def _version(payload: Mapping[str, Any]) -> int | None:
@@ -147,6 +164,7 @@ async def emit(
         actor_username,
         request_id,
         version if version is not None else _version(payload),
+        tracing.traceparent(),
     )
     assert found is not None
     assert isinstance(found["public_id"], uuid.UUID)

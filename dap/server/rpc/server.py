@@ -31,9 +31,10 @@ from google.protobuf import (
 from google.rpc import error_details_pb2, status_pb2
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
+from dap import tracing
 from dap.server import errors, options, state
 from dap.server.catalog import Catalog
-from dap.server.rpc import descriptors, services, status
+from dap.server.rpc import descriptors, services, status, traced
 
 log = logging.getLogger(__name__)
 
@@ -123,12 +124,13 @@ class RpcServer(grpc.GenericRpcHandler):
         if self.server is not None:
             return
         server = grpc.aio.server(
+            interceptors=[traced.Tracing()] if tracing.enabled() else None,  # a span per call
             options=[
                 # a request as large as REST's --max-body-bytes at most (RESOURCE_EXHAUSTED past it)
                 ("grpc.max_receive_message_length", self.opts.max_body_bytes),
                 # grpcio's default SO_REUSEPORT lets a second server bind a taken port and share it
                 ("grpc.so_reuseport", 0),
-            ]
+            ],
         )
         server.add_generic_rpc_handlers([self])  # reflection too (``service``)
         addr = self.opts.grpc_addr

@@ -31,6 +31,7 @@ from typing import Any, TypeAlias
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from dap import tracing
 from dap.server import errors
 from dap.server.storage import gates
 
@@ -121,29 +122,36 @@ class connection:  # noqa: N801 -- used as a function: ``async with db.connectio
     every request enters one, and the generator's machinery costs more than the acquire itself.
     """
 
-    __slots__ = ("_conn", "_gate", "_pool")
+    __slots__ = ("_conn", "_gate", "_pool", "_traced")
 
     def __init__(self, pool: asyncpg.Pool[asyncpg.Record]) -> None:
         self._pool = pool
         self._gate = gate(pool)
         self._conn: PoolConnectionProxy[asyncpg.Record] | None = None
+        self._traced = False
 
     async def __aenter__(self) -> Connection:
         handed = await self._gate.acquire()
         if handed is not None:
             self._conn = handed
-            return handed
-        try:
-            self._conn = await self._pool.acquire()
-        except BaseException:
-            self._gate.release()
-            raise
+        else:
+            try:
+                self._conn = await self._pool.acquire()
+            except BaseException:
+                self._gate.release()
+                raise
+        if tracing.recording_now():  # a span per statement of a sampled trace (``dap.tracing``)
+            self._conn.add_query_logger(tracing.sql_logger)
+            self._traced = True
         return self._conn
 
     async def __aexit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
         conn, self._conn = self._conn, None
         if conn is None:
             return
+        if self._traced:  # before the connection goes to anyone else
+            self._traced = False
+            conn.remove_query_logger(tracing.sql_logger)
         clean = exc_type is None and not conn.is_closed() and not conn.is_in_transaction()
         if clean and self._gate.hand_over(conn):
             return
@@ -185,6 +193,12 @@ def gate(pool: asyncpg.Pool[asyncpg.Record]) -> gates.Gate[Pooled]:
         place: gates.Gate[Pooled] = gates.Gate(pool.get_max_size(), orphan)
         found = _gates[id(pool)] = (pool, place)
     return found[1]
+
+
+def waits(pool: asyncpg.Pool[asyncpg.Record]) -> tuple[int, int, float]:
+    """The pool's queue for the metrics: (callers waiting now, waits so far, seconds waited so far)."""
+    place = gate(pool)
+    return place.waiting, place.waited, place.waited_seconds
 
 
 @contextlib.asynccontextmanager

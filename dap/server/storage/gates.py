@@ -30,7 +30,7 @@ class Gate(Generic[T]):
     waits for it: its owner puts the item back and then calls ``release()`` for its place.
     """
 
-    __slots__ = ("_free", "_orphan", "_waiters")
+    __slots__ = ("_free", "_orphan", "_waiters", "waited", "waited_seconds")
 
     def __init__(self, places: int, orphan: Callable[[T], None] | None = None) -> None:
         if places < 1:
@@ -38,6 +38,8 @@ class Gate(Generic[T]):
         self._free = places
         self._orphan = orphan
         self._waiters: deque[asyncio.Future[T | None]] = deque()
+        self.waited = 0  # acquires that had to queue (the metrics' pool waits), and their time
+        self.waited_seconds = 0.0
 
     @property
     def waiting(self) -> int:
@@ -48,8 +50,10 @@ class Gate(Generic[T]):
         if self._free and not self._waiters:
             self._free -= 1
             return None
-        place: asyncio.Future[T | None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        place: asyncio.Future[T | None] = loop.create_future()
         self._waiters.append(place)
+        began = loop.time()
         try:
             return await place
         except asyncio.CancelledError:
@@ -58,6 +62,9 @@ class Gate(Generic[T]):
             elif place in self._waiters:  # a release may have dropped it already (it was done)
                 self._waiters.remove(place)
             raise
+        finally:
+            self.waited += 1
+            self.waited_seconds += loop.time() - began
 
     def release(self) -> None:
         """Give the place to the oldest caller still waiting, else free it."""

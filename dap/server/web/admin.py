@@ -1,5 +1,6 @@
 """The admin listener: ``/metrics``, ``/health`` and, with an admin secret, ``/workspaces`` and
-``/dead-letters`` (listing, ``POST /dead-letters/{id}/replay``).
+``/dead-letters`` (listing, ``POST /dead-letters/{id}/replay``) and ``/logs`` (``admin_logs``);
+``/debug/*`` (``admin_debug``) when ``--debug-surface`` enables it, for the admin secret only.
 
 It binds to loopback by default (``--metrics-addr``, empty = off) and is a separate aiohttp
 application so that nothing of the tenant-facing API is reachable here and vice versa. Without
@@ -24,10 +25,10 @@ from aiohttp.typedefs import Handler, Middleware
 
 from dap.server import errors, metrics, state
 from dap.server.access import accounts
-from dap.server.events import deadletter
+from dap.server.events import deadletter, outbox
 from dap.server.storage import db, workspaces
-from dap.server.web import requests
-from dap.server.workflows import granting
+from dap.server.web import admin_debug, admin_logs, requests
+from dap.server.workflows import granting, jobs
 
 log = logging.getLogger(__name__)
 HEALTH_TIMEOUT = 2.0
@@ -49,8 +50,34 @@ def _problem_middleware() -> Middleware:
 
 
 async def _metrics(request: web.Request) -> web.Response:
-    body = request.app[state.METRICS].exposition()
+    if not request.app[state.OPTIONS].metrics:
+        raise errors.NotFound(
+            "metrics are turned off on this server (--no-metrics / DAP_METRICS=false): "
+            "start it with --metrics to scrape /metrics",
+            code="OBSERVABILITY_METRICS_DISABLED",
+        )
+    meter = request.app[state.METRICS]
+    meter.backlog(await _backlog(request.app[state.POOL]))
+    body = meter.exposition()
     return web.Response(body=body, headers={"Content-Type": metrics.CONTENT_TYPE})
+
+
+async def _backlog(pool: asyncpg.Pool) -> dict[str, float]:
+    """The gauges read from Postgres at scrape time; none when Postgres is slow or away (the
+    scrape still answers the rest)."""
+    try:
+        async with asyncio.timeout(HEALTH_TIMEOUT), db.connection(pool) as conn:
+            pending, oldest = await outbox.backlog(conn)
+            queued, running = await jobs.depth(conn)
+    except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        log.warning("metrics: backlog gauges not read", extra={"ctx": {"error": exc.__class__.__name__}})
+        return {}
+    return {
+        "dap_events_pending": pending,
+        "dap_events_oldest_pending_seconds": oldest,
+        "dap_jobs_queued": float(queued),
+        "dap_jobs_running": float(running),
+    }
 
 
 async def _health(request: web.Request) -> web.Response:
@@ -179,6 +206,12 @@ async def _replay(request: web.Request) -> web.Response:
     return web.json_response(found, status=202)
 
 
+async def _logs(request: web.Request) -> web.Response:
+    """``GET /logs?filter=…&since=…&limit=…``: the process's recent log lines (``admin_logs``)."""
+    _check_bearer(request)
+    return await admin_logs.handler(request)
+
+
 def build(main: web.Application) -> web.Application:
     """The admin application, sharing the main application's pool, registry and metrics."""
     app = web.Application(middlewares=[_problem_middleware()])
@@ -188,6 +221,9 @@ def build(main: web.Application) -> web.Application:
     app[state.OPTIONS] = main[state.OPTIONS]
     app[state.SPEC] = main[state.SPEC]  # the same holder: a swap shows up here
     app[state.HEALTH_CHECKS] = main[state.HEALTH_CHECKS]  # the same list: appends show up here
+    if state.CACHE in main:
+        app[state.CACHE] = main[state.CACHE]
+    admin_debug.add_routes(app)  # 403 OBSERVABILITY_DEBUG_FORBIDDEN unless enabled, then admin only
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/health", _health)
     if main[state.OPTIONS].admin_secret:
@@ -197,4 +233,5 @@ def build(main: web.Application) -> web.Application:
         app.router.add_post("/workspaces/{slug}/setup-code", _new_setup_code)
         app.router.add_get("/dead-letters", _dead_letters)
         app.router.add_post("/dead-letters/{id}/replay", _replay)
+        app.router.add_get("/logs", _logs)
     return app

@@ -21,13 +21,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import asyncpg
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from dap import listening
+from dap import listening, tracing
 from dap.server import booting, errors, metrics, options, state
 from dap.server.access import auth
 from dap.server.catalog import Catalog
@@ -106,7 +107,8 @@ def _request_ids() -> Iterator[str]:
 
 
 def _front(app: web.Application, opts: options.ServeOptions, meter: metrics.Metrics) -> protocol.Front:
-    """What runs around every request of ``app``: request id, CORS, problem documents, metrics.
+    """What runs around every request of ``app``: request id, CORS, problem documents, metrics and,
+    with tracing on, the request's server span (continuing an incoming ``traceparent``).
 
     It is the server's handler in front of the application's own (``protocol.FRONT``), not an
     aiohttp middleware: aiohttp wraps an application's middlewares in one more of its own
@@ -118,7 +120,12 @@ def _front(app: web.Application, opts: options.ServeOptions, meter: metrics.Metr
     new_id = _request_ids().__next__
     router = app.router
 
-    async def front(handler: Handler, request: web.Request) -> web.StreamResponse:
+    async def traced(handler: Handler, request: web.Request) -> web.StreamResponse:
+        parent = request.headers.get(tracing.TRACEPARENT)  # an incoming trace is continued
+        with tracing.span(f"{request.method}", kind="server", parent=parent) as span:
+            return await answer(handler, request, span)
+
+    async def answer(handler: Handler, request: web.Request, span: Any = None) -> web.StreamResponse:
         started = time.perf_counter()
         given = request.headers.get("X-Request-Id", "")
         request_id = given if given and _REQUEST_ID.fullmatch(given) else new_id()
@@ -174,6 +181,19 @@ def _front(app: web.Application, opts: options.ServeOptions, meter: metrics.Metr
         meter.observe(
             workspace=workspace, route=route, method=request.method, status=response.status, seconds=seconds
         )
+        if tracing.recording(span):  # not for a trace the sampler dropped
+            tracing.rename(span, f"{request.method} {route}")
+            tracing.annotate(
+                span,
+                **{
+                    "http.request.method": request.method,
+                    "http.route": route,
+                    "http.response.status_code": response.status,
+                    "dap.workspace": workspace,
+                    "dap.request_id": request_id,
+                },
+            )
+            tracing.failed(span, response.status)
         if log.isEnabledFor(logging.DEBUG):  # never bodies or values: masked fields stay out of logs
             ctx = {
                 "request_id": request_id,
@@ -186,7 +206,8 @@ def _front(app: web.Application, opts: options.ServeOptions, meter: metrics.Metr
             log.debug("request", extra={"ctx": ctx})
         return response
 
-    return front
+    # chosen once: a process's tracing is configured before its application is built
+    return traced if tracing.enabled() else answer
 
 
 async def _start_find_cache(app: web.Application) -> None:
@@ -257,7 +278,9 @@ def build_app(
 ) -> web.Application:
     """The tenant-facing application (REST, UI metadata, setup, login, OpenAPI, UI bundle)."""
     meter = metrics.Metrics()
-    meter.watch_pool(lambda: (pool.get_size(), pool.get_idle_size(), pool.get_max_size()))
+    meter.watch_pool(
+        lambda: (pool.get_size(), pool.get_idle_size(), pool.get_max_size()), lambda: db.waits(pool)
+    )
     meter.registry.register(guarding.GuardCollector())  # lists no index serves (storage.guarding)
     meter.registry.register(building.ProgressCollector())  # online index builds (storage.building)
     app = web.Application(client_max_size=opts.max_body_bytes)

@@ -34,6 +34,7 @@ from urllib.parse import parse_qsl
 
 from aiohttp import web
 
+from dap import tracing
 from dap.config.enums import ProtocolType
 from dap.server import errors, fieldvalues, state
 from dap.server.access import auth, guards
@@ -157,9 +158,31 @@ async def answer(
     """Run one ``call`` frame and send its ``result`` or ``error`` frame, with the frame's ``id``
     as it was sent: any JSON value, as JSON-RPC's id, so a client correlates by its own value."""
     cid = frame.get("id")
+    if not tracing.enabled():
+        await _answer(request, ws, frame, principal, cid, None)
+        return
+    # a span per call, continuing the frame's "traceparent" when it has one (else a new trace)
+    parent = frame.get("traceparent") if isinstance(frame.get("traceparent"), str) else None
+    method = (
+        f"{frame.get('entity') or frame.get('service') or frame.get('job') or ''}/{frame.get('verb') or ''}"
+    )
+    attributes = {"rpc.system": "dap.ws", "rpc.method": method}
+    with tracing.span(f"ws call {method}", kind="server", parent=parent, attributes=attributes) as span:
+        await _answer(request, ws, frame, principal, cid, span)
+
+
+async def _answer(
+    request: web.Request,
+    ws: web.WebSocketResponse,
+    frame: dict[str, Any],
+    principal: auth.Principal,
+    cid: Any,
+    span: Any,
+) -> None:
     try:
         reply = await _run(request, frame, principal)
     except errors.ApiError as exc:
+        tracing.annotate(span, **{"dap.error_code": exc.code})
         problem = exc.problem()
         await ws.send_json(
             {

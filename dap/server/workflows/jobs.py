@@ -31,6 +31,7 @@ from typing import Any
 
 import asyncpg
 
+from dap import tracing
 from dap.server import fieldvalues
 from dap.server.storage import db
 
@@ -68,13 +69,15 @@ CREATE TABLE IF NOT EXISTS dap.jobs (
     callback_error text
 );
 ALTER TABLE dap.jobs ADD COLUMN IF NOT EXISTS lost integer NOT NULL DEFAULT 0;
+-- the W3C traceparent of the span that queued the job (NULL: tracing off): its run joins that trace
+ALTER TABLE dap.jobs ADD COLUMN IF NOT EXISTS traceparent text;
 CREATE INDEX IF NOT EXISTS jobs_open ON dap.jobs (created_at) WHERE state IN ('queued', 'running');
 CREATE INDEX IF NOT EXISTS jobs_callbacks ON dap.jobs (callback_due) WHERE callback_state = 'pending';
 """
 COLUMNS = (
     "id, tenant_id, target, kind, action, record_id, principal, body, expected, request_id, state, "
     "progress, result, error, runs, created_at, started_at, finished_at, callback_url, callback_sign, "
-    "callback_retry, callback_state, callback_attempts, callback_error"
+    "callback_retry, callback_state, callback_attempts, callback_error, traceparent"
 )
 _CLAIM = f"""
 UPDATE dap.jobs SET state = 'running', runs = runs + 1, worker = $1,
@@ -171,8 +174,8 @@ class New:
 async def enqueue(conn: db.Connection, new: New) -> Job:
     row = await conn.fetchrow(
         "INSERT INTO dap.jobs (id, tenant_id, target, kind, action, record_id, principal, body, expected, "
-        "request_id, callback_url, callback_sign, callback_retry) "
-        f"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING {COLUMNS}",
+        "request_id, callback_url, callback_sign, callback_retry, traceparent) "
+        f"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING {COLUMNS}",
         new.id,
         new.tenant,
         new.target,
@@ -186,6 +189,7 @@ async def enqueue(conn: db.Connection, new: New) -> Job:
         new.callback_url,
         new.callback_sign,
         new.callback_retry,
+        tracing.traceparent(),
     )
     assert row is not None
     return Job(row)
@@ -300,6 +304,15 @@ def body_of(job: Job) -> str:
 def decode(text: str) -> dict[str, Any]:
     found: dict[str, Any] = fieldvalues.exact_json(text) if text else {}
     return found
+
+
+async def depth(conn: db.Connection) -> tuple[int, int]:
+    """(queued, running) jobs of every tenant: the metrics' job queue depth (index ``jobs_open``)."""
+    rows = await conn.fetch(
+        "SELECT state, count(*) AS n FROM dap.jobs WHERE state IN ('queued', 'running') GROUP BY state"
+    )
+    found = {r["state"]: r["n"] for r in rows}
+    return found.get("queued", 0), found.get("running", 0)
 
 
 async def ensure_schema(conn: db.Connection) -> None:

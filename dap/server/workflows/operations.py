@@ -24,6 +24,7 @@ from typing import Any
 import asyncpg
 import orjson
 
+from dap import tracing
 from dap.config.enums import CallMode
 from dap.server import errors
 from dap.server.access import auth, guards
@@ -132,6 +133,7 @@ class Updated:
     event: uuid.UUID | None
 
 
+@tracing.operation("list")
 async def list_records(call: Call, pairs: list[tuple[str, str]]) -> Page:
     """One page of records matching the query ``pairs`` (filters, ``limit``, ``offset``, ``fields``,
     ``count``, ``order``), narrowed to the caller's row scope and field permissions."""
@@ -168,6 +170,7 @@ async def list_records(call: Call, pairs: list[tuple[str, str]]) -> Page:
     return Page(data, query.limit, query.offset, total)
 
 
+@tracing.operation("find")
 async def find(call: Call, record_id: str | uuid.UUID) -> Found:
     """One record by id (404 outside the caller's row scope, or for an id that is not one), through
     the read-through cache where the entity declares one and the caller's view is not narrowed."""
@@ -199,6 +202,7 @@ async def find(call: Call, record_id: str | uuid.UUID) -> Found:
     return Found(body, etag)
 
 
+@tracing.operation("create")
 async def create(
     call: Call,
     body: dict[str, Any],
@@ -255,6 +259,7 @@ def _created(call: Call, access: guards.Access, done: recording.Written) -> idem
     )
 
 
+@tracing.operation("update")
 async def update(
     call: Call, record_id: str | uuid.UUID, body: dict[str, Any], *, expected: int | None
 ) -> Updated:
@@ -281,6 +286,7 @@ async def update(
     return Updated(data, done.row["version"], done.event)
 
 
+@tracing.operation("delete")
 async def delete(call: Call, record_id: str | uuid.UUID, store: files.FileStore | None) -> uuid.UUID:
     """Delete one record (drafts only, for documents) and what its ``on_delete: cascade`` relations
     take with it, their stored files included; the built-in event's id."""
@@ -380,6 +386,7 @@ class Acted:
     event: uuid.UUID | None
 
 
+@tracing.operation("act")
 async def act(
     call: Call,
     access: guards.Access,

@@ -30,6 +30,7 @@ from typing import Any
 
 import asyncpg
 
+from dap import tracing
 from dap.config.actions import RetryDecl
 from dap.server import errors
 from dap.server.access import auth, guards
@@ -260,23 +261,32 @@ class Worker:
                 await jobs.report(side, job.id, self.name, progress)
 
         beat = asyncio.create_task(self._beat(job.id))
+        row = job.row
+        attributes = {"dap.tenant": str(row["tenant_id"]), "dap.job_id": str(job.id), "dap.run": row["runs"]}
         try:
-            async with db.connection(self.pool) as conn:
-                try:
-                    async with conn.transaction():
-                        result = await execute(conn, self.current(), job, report, self.invoker())
-                        if not await jobs.succeed(conn, job.id, self.name, result):
-                            raise LeaseLost
-                except LeaseLost:
-                    log.warning("job %s: lease lost to another worker; its run was rolled back", job.id)
-                except errors.ApiError as exc:
-                    await jobs.fail(conn, job.id, self.name, exc.problem())
-                except db.UNREACHABLE:
-                    raise  # the lease runs out and another claim runs it again
-                except Exception:
-                    log.exception("job %s failed", job.id)
-                    problem = errors.InternalError(f"internal error; quote job id {job.id}").problem()
-                    await jobs.fail(conn, job.id, self.name, problem)
+            # a child of the span that queued the job (its row's traceparent), in this process or another
+            with tracing.span(
+                f"job {row['kind']} {row['target']}.{row['action']}",
+                kind="consumer",
+                parent=row["traceparent"],
+                attributes=attributes,
+            ):
+                async with db.connection(self.pool) as conn:
+                    try:
+                        async with conn.transaction():
+                            result = await execute(conn, self.current(), job, report, self.invoker())
+                            if not await jobs.succeed(conn, job.id, self.name, result):
+                                raise LeaseLost
+                    except LeaseLost:
+                        log.warning("job %s: lease lost to another worker; its run was rolled back", job.id)
+                    except errors.ApiError as exc:
+                        await jobs.fail(conn, job.id, self.name, exc.problem())
+                    except db.UNREACHABLE:
+                        raise  # the lease runs out and another claim runs it again
+                    except Exception:
+                        log.exception("job %s failed", job.id)
+                        problem = errors.InternalError(f"internal error; quote job id {job.id}").problem()
+                        await jobs.fail(conn, job.id, self.name, problem)
         finally:
             beat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -294,7 +304,9 @@ class Worker:
         else:
             secret = self.secret or ""
             headers = callbacks.signed(secret, str(job.id), now, body) if row["callback_sign"] else {}
-            error = await callbacks.send(row["callback_url"], body, headers, self.allow)
+            with tracing.span("job callback", kind="client", parent=row["traceparent"]):
+                tracing.inject(headers)  # the receiver may continue the job's trace
+                error = await callbacks.send(row["callback_url"], body, headers, self.allow)
         retry_in = None if error is None else callbacks.backoff(retry, row["callback_attempts"] + 1)
         if error is not None:
             log.info("job %s: callback not delivered (%s)", job.id, error)

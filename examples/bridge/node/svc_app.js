@@ -11,6 +11,7 @@ function ctxCaller(ctxUrl, ids) {
     new Promise((resolve, reject) => {
       const headers = { "Content-Type": "application/json", "X-Svc-Invoke-Id": ids.invoke };
       if (joined) headers["X-Svc-Scope-Id"] = ids.scope;
+      if (ids.traceparent) headers.traceparent = ids.traceparent; // the /ctx call joins the request's trace
       const options = unix
         ? { socketPath: target.socketPath, path: `/ctx/${primitive}/${op}`, method: "POST", headers }
         : { host: target.hostname, port: target.port, path: `/ctx/${primitive}/${op}`, method: "POST", headers };
@@ -42,7 +43,11 @@ function serve(handlers, listen = process.env.SVC_APP_SOCKET || process.argv[2])
     let text = "";
     req.on("data", (c) => (text += c));
     req.on("end", async () => {
-      const ids = { scope: req.headers["x-svc-scope-id"], invoke: req.headers["x-svc-invoke-id"] };
+      const ids = {
+        scope: req.headers["x-svc-scope-id"],
+        invoke: req.headers["x-svc-invoke-id"],
+        traceparent: req.headers["traceparent"], // W3C trace context of the invoke, sent back on /ctx
+      };
       try {
         reply(200, (await handler(ctxCaller(req.headers["x-svc-ctx-url"], ids), JSON.parse(text))) || {});
       } catch (err) {

@@ -74,7 +74,10 @@ def app(handlers: dict[str, Handler]) -> web.Application:
         if handler is None:
             return web.json_response({"error": f"no handler for {request.path}"}, status=500)
         session, base = _session(request.headers["X-Svc-Ctx-Url"])
-        ids = {k: request.headers[k] for k in ("X-Svc-Scope-Id", "X-Svc-Invoke-Id") if k in request.headers}
+        # the invoke's W3C traceparent goes back on every /ctx call: they join the request's trace
+        # (an app with an OpenTelemetry SDK would start its own span from it and send that instead)
+        passed = ("X-Svc-Scope-Id", "X-Svc-Invoke-Id", "traceparent", "tracestate")
+        ids = {k: request.headers[k] for k in passed if k in request.headers}
         try:
             ctx = Ctx(session, base, ids, request.headers.get("Idempotency-Key"))
             answer = await handler(ctx, await request.json())

@@ -1,0 +1,189 @@
+"""Benchmark of tracing's cost: ``dap serve`` with tracing off, on with 1 % sampling and on with
+100 %, driven alike in interleaved rounds (bench/loadgen.py) on one database.
+
+    .venv/bin/python bench/traces.py [--rows 10000] [--seconds 8] [--rounds 3] [--quick]
+
+Three servers run the spec of bench/rest.py at once: one without ``OTEL_*`` variables (tracing
+off: nothing of OpenTelemetry is imported), one with ``OTEL_TRACES_SAMPLER=parentbased_traceidratio``
+and ``OTEL_TRACES_SAMPLER_ARG=0.01``, one with ``always_on``. Both traced servers export over
+OTLP/HTTP to a sink on loopback that answers every batch 200 (the exporter's work is measured,
+not a backend's). Two scenarios: find-by-id (a request, an operation and one SQL statement per
+find) and create (a request, an operation, the insert joined with its outbox event carrying the
+traceparent). Goals (issue 45): off = today's figure; 1 % costs at most 3 %; 100 % at most 15 %.
+Prints every figure and ratio; exits non-zero only when something fails to run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import jwt
+import loadgen
+import rest
+
+SINK = """
+import sys
+from aiohttp import web
+
+async def take(request):
+    await request.read()
+    return web.Response(status=200, content_type="application/x-protobuf", body=b"")
+
+app = web.Application(client_max_size=64 * 1024 * 1024)
+app.router.add_post("/v1/traces", take)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)
+"""
+MODES = {
+    "off": {},
+    "1%": {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.01"},
+    "100%": {"OTEL_TRACES_SAMPLER": "always_on"},
+}
+
+
+def micro(n: int) -> None:
+    """The spans of one REST write in-process, CPU time per request: a server span, the operation,
+    two SQL statements (through the asyncpg query logger's callback) and the traceparent taken for
+    the outbox row. 100 % ends spans into a no-op processor: export (protobuf, HTTP) runs in the
+    batch processor's thread in a server, and is in the end-to-end figures below."""
+    from collections import namedtuple
+
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+
+    from dap import tracing
+
+    class Drop(SpanExporter):
+        def export(self, spans: object) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    record = namedtuple("record", "query elapsed exception")(
+        "SELECT x FROM t_bench__item WHERE id = $1", 1e-4, None
+    )
+
+    def one() -> None:
+        with tracing.span("POST", kind="server") as root:
+            with tracing.span("create bench/item"):
+                tracing.sql_logger(record)
+                tracing.sql_logger(record)
+                tracing.traceparent()
+            tracing.annotate(root, **{"http.route": "/{ws}/api/{module}/{entity}"})
+
+    def timed(label: str) -> None:
+        began = time.process_time()
+        for _ in range(n):
+            one()
+        print(f"  {label:5} {(time.process_time() - began) / n * 1e6:7.2f} µs CPU per request", flush=True)
+
+    print(f"in-process spans of one write ({n} requests):")
+    timed("off")
+    with tracing.enabled_for_tests(Drop(), env=MODES["1%"]):  # as configure() sets it up
+        timed("1%")
+    with tracing.enabled_for_tests(Drop(), ALWAYS_ON):
+        timed("100%")
+
+
+async def main(args: argparse.Namespace) -> int:
+    micro(2_000 if args.quick else 20_000)
+    tmp = Path(tempfile.mkdtemp(prefix="dap-bench-tracing-"))
+    server_dsn, server = rest.start_postgres(tmp)
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        dsn = await rest.new_database(server_dsn)
+        spec = tmp / "spec"
+        spec.mkdir()
+        (spec / "bench.yaml").write_text(rest.SPEC)
+        sink_port = rest.port()
+        sink = subprocess.Popen([sys.executable, "-c", SINK, str(sink_port)])  # noqa: ASYNC220 -- once, before the load
+        procs.append(sink)
+        servers: dict[str, tuple[int, subprocess.Popen[bytes]]] = {}
+        for mode, env in MODES.items():
+            otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink_port}", **env} if env else {}
+            api_port = rest.port()
+            proc = rest.spawn_serve(
+                spec, dsn, api_port, extra_env={**otel, "OTEL_SERVICE_NAME": f"bench-{mode}"}
+            )
+            procs.append(proc)
+            servers[mode] = (api_port, proc)
+            await rest.wait_http(
+                f"http://127.0.0.1:{api_port}/default/_ui/_meta/apps"
+            )  # one migrates at a time
+        print(f"loading {args.rows} rows ...", flush=True)
+        _tenant, ids = await rest.load_rows(dsn, args.rows)
+        now = int(time.time())
+        token = jwt.encode(
+            {
+                "sub": "u",
+                "username": "alice",
+                "roles": ["admin"],
+                "iss": "svc",
+                "iat": now,
+                "exp": now + 3600,
+            },
+            rest.SECRET,
+            algorithm="HS256",
+        )
+        auth = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        item = "/default/api/bench/item"
+        body = json.dumps({"code": loadgen.UNIQUE, "title": "traced", "price": "1.50", "qty": 1})
+        scenarios: dict[str, tuple[list[str], list[str]]] = {
+            "find": ([f"{item}/{i}" for i in ids], []),
+            "create": ([item], [body]),
+        }
+        print(f"load generator: {loadgen.generator()}", flush=True)
+        results: dict[str, dict[str, loadgen.Figure]] = {}
+        for scenario, (paths, bodies) in scenarios.items():
+
+            def target(port_: int, proc: subprocess.Popen[bytes]) -> Callable[[], loadgen.Load]:
+                return lambda: loadgen.load(
+                    f"http://127.0.0.1:{port_}",
+                    paths,  # noqa: B023 -- read at once, within this scenario's loop turn
+                    seconds=args.seconds,
+                    headers=auth,
+                    connections=args.workers,
+                    warm=1.0,
+                    bodies=bodies,  # noqa: B023
+                    pids=[proc.pid],
+                )
+
+            print(f"running {scenario}: {args.rounds} rounds of {args.seconds}s per mode ...", flush=True)
+            targets = {mode: target(port_, proc) for mode, (port_, proc) in servers.items()}
+            results[scenario] = loadgen.interleave(targets, args.rounds)
+        print("\ntracing's cost (median of the rounds; spread min-max; cost against off)")
+        for scenario, figures in results.items():
+            off = figures["off"].rps
+            for mode, fig in figures.items():
+                low, high = fig.spread
+                cost = "" if mode == "off" else f"  cost {100 * (1 - fig.rps / off):5.1f} %"
+                print(
+                    f"  {scenario:6} {mode:5} {fig.rps:8.0f} req/s ({low:.0f}-{high:.0f})"
+                    f"  p50 {fig.p50_ms:6.2f} ms  p99 {fig.p99_ms:6.2f} ms"
+                    f"  server CPU {fig.cpu_us:6.0f} µs/req  errors {fig.errors}{cost}"
+                )
+        return 0
+    finally:
+        rest.clean_up(procs, server, tmp)
+
+
+def parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=10_000)
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=loadgen.CONNECTIONS)
+    parser.add_argument("--quick", action="store_true", help="small and short: proves the benchmark runs")
+    args = parser.parse_args()
+    if args.quick:
+        args.rows, args.seconds, args.rounds = 2_000, 2.0, 1
+    return args
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(parse())))

@@ -1,0 +1,374 @@
+"""Traces: OpenTelemetry spans exported over OTLP, off unless the ``OTEL_*`` variables ask for them.
+
+Every dap process calls :func:`configure` at start. Tracing turns on when an OTLP endpoint is
+named (``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) or
+``OTEL_TRACES_EXPORTER`` is ``otlp``, and ``OTEL_SDK_DISABLED`` is not ``true``. The SDK reads
+the rest of the standard variables itself: ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``,
+``OTEL_TRACES_SAMPLER`` / ``OTEL_TRACES_SAMPLER_ARG`` (``parentbased_traceidratio`` and ``0.01``:
+1 %), ``OTEL_EXPORTER_OTLP_HEADERS``, ``OTEL_BSP_*``. The exporter is OTLP over HTTP/protobuf
+(Jaeger, the OpenTelemetry Collector, Tempo and most vendors take it on port 4318).
+
+Off, nothing of OpenTelemetry is imported and every helper here is a constant-time no-op:
+:func:`span` hands back one shared empty context manager, :func:`traceparent` is ``None``. That
+is the "no cost when off" of ARCHITECTURE.md: callers never test whether tracing is on.
+
+Context crosses process boundaries as W3C Trace Context: the ``traceparent`` header on HTTP
+(requests in, the bridge's invoke and ``/ctx`` calls, webhooks out), and the ``traceparent``
+column of ``dap.outbox`` (and ``dap.jobs``), so a delivery seconds later, in another process, is a
+child of the request that wrote the event. Spans never carry parameters, bodies or record values:
+names, tenants, principals, ids.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import random
+import re
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping
+from typing import Any, TypeVar
+
+from dap import logs
+
+TRACEPARENT = "traceparent"
+_TRACEPARENT = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+_NOOP = contextlib.nullcontext(None)
+
+_tracer: Any = None  # an opentelemetry Tracer while on
+_provider: Any = None
+_api: Any = None  # the ``opentelemetry.trace`` module while on (imported once, by ``_start``)
+_KIND: dict[str, Any] = {}  # "server" → SpanKind.SERVER …
+
+
+_ROOTS: Any = None  # the provider's id generator, which hands a root the trace id decided here
+_BOUND: int | None = None  # a ratio sampler's bound on a trace id's low 64 bits; None: no ratio
+_LOW64 = (1 << 64) - 1
+
+
+def _start(provider: Any, roots: Any = None, bound: int | None = None) -> None:
+    """Serve spans from ``provider`` (the process's, or a test's); ``roots`` and ``bound``: the
+    early sampling decision of :func:`_root` for a ratio sampler."""
+    global _tracer, _provider, _api, _ROOTS, _BOUND
+    from opentelemetry import trace
+
+    _api = trace
+    _KIND.update({k.name.lower(): k for k in trace.SpanKind})
+    _provider, _tracer = provider, provider.get_tracer("dap")
+    _ROOTS, _BOUND = roots, bound
+    logs.trace_ids = current_ids
+
+
+def _ratio_sampling(env: Mapping[str, str]) -> tuple[Any, Any, int] | None:
+    """For ``OTEL_TRACES_SAMPLER`` ``traceidratio`` or ``parentbased_traceidratio``: the SDK's
+    sampler, an id generator that takes a trace id from :func:`_root`, and the ratio's bound."""
+    name = env.get("OTEL_TRACES_SAMPLER", "").strip().lower()
+    if name not in ("traceidratio", "parentbased_traceidratio"):
+        return None
+    from opentelemetry.sdk.trace import sampling
+    from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+
+    try:
+        rate = float(env.get("OTEL_TRACES_SAMPLER_ARG", "1.0"))
+    except ValueError:
+        rate = 1.0
+    rate = min(1.0, max(0.0, rate))
+    ratio = sampling.TraceIdRatioBased(rate)
+    sampler = sampling.ParentBased(ratio) if name.startswith("parentbased") else ratio
+
+    class Preset(RandomIdGenerator):
+        """Random ids, but a root's trace id drawn by :func:`_root` when it set one."""
+
+        def __init__(self) -> None:
+            self.next: int | None = None
+
+        def generate_trace_id(self) -> int:
+            found, self.next = self.next, None
+            return found if found is not None else super().generate_trace_id()
+
+    return sampler, Preset(), ratio.bound
+
+
+def _root(name: str, kind: str, attributes: Mapping[str, Any] | None) -> Any:
+    """A root span under a ratio sampler: the trace id drawn and judged here as the SDK's
+    ``TraceIdRatioBased`` judges it (its low 64 bits under the bound). Dropped, the span is a
+    ``NonRecordingSpan`` made current without the SDK (which spends about 10 µs deciding the same);
+    kept, the SDK makes it with that very trace id (``Preset``) and samples it alike."""
+    trace_id = random.getrandbits(128) or 1
+    if _BOUND is not None and (trace_id & _LOW64) >= _BOUND:
+        context = _api.SpanContext(trace_id, random.getrandbits(64) or 1, False, _api.TraceFlags(0))
+        return _api.use_span(_api.NonRecordingSpan(context), end_on_exit=False)
+    _ROOTS.next = trace_id
+    return _tracer.start_as_current_span(name, kind=_KIND[kind], attributes=_clean(attributes))
+
+
+def _quiet(parent: str | None) -> bool:
+    """Whether a span asked for here would record nothing: no ``parent`` given, and the current
+    span belongs to a trace the sampler dropped (its children are dropped too: ``parentbased``).
+    Then no span object is made at all, which is most of what a 1 % sampling costs otherwise."""
+    if parent is not None:
+        return False
+    current = _api.get_current_span()
+    return bool(current.get_span_context().is_valid and not current.is_recording())
+
+
+def wanted(env: Mapping[str, str] = os.environ) -> bool:
+    """Whether the ``OTEL_*`` variables ask for traces (see the module)."""
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    exporter = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    if exporter == "none":
+        return False
+    return (
+        exporter == "otlp"
+        or bool(env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip())
+        or bool(env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip())
+    )
+
+
+def enabled() -> bool:
+    return _tracer is not None
+
+
+def configure(service: str, env: Mapping[str, str] = os.environ) -> bool:
+    """Start exporting spans when the environment asks for them (``OTEL_SERVICE_NAME`` wins over
+    ``service``); whether tracing is on. Idempotent: a second call keeps the first provider."""
+    if _tracer is not None:
+        return True
+    if not wanted(env):
+        return False
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    resource = Resource.create({SERVICE_NAME: env.get("OTEL_SERVICE_NAME") or service})
+    ratio = _ratio_sampling(env)  # None: the SDK reads OTEL_TRACES_SAMPLER(_ARG) itself
+    sampler, roots, bound = ratio if ratio is not None else (None, None, None)
+    provider = TracerProvider(resource=resource, sampler=sampler, id_generator=roots)
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=_endpoint(env))))
+    _start(provider, roots, bound)
+    return True
+
+
+def _endpoint(env: Mapping[str, str]) -> str | None:
+    """The traces URL as the OTLP/HTTP exporter derives it, from ``env`` (not only os.environ)."""
+    traces = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+    if traces:
+        return traces
+    base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
+    return base.rstrip("/") + "/v1/traces" if base else None
+
+
+def shutdown() -> None:
+    """Flush what is buffered and stop exporting (process exit, tests)."""
+    global _tracer, _provider, _ROOTS, _BOUND
+    provider, _provider, _tracer, _ROOTS, _BOUND = _provider, None, None, None, None
+    logs.trace_ids = None
+    if provider is not None:
+        provider.shutdown()
+
+
+def flush(timeout_ms: int = 5000) -> None:
+    if _provider is not None:
+        _provider.force_flush(timeout_ms)
+
+
+def _context_of(parent: str | None) -> Any:
+    if parent is None or not _TRACEPARENT.fullmatch(parent):
+        return None
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    return TraceContextTextMapPropagator().extract({TRACEPARENT: parent})
+
+
+_KINDS = ("internal", "server", "client", "producer", "consumer")
+
+
+def span(
+    name: str,
+    *,
+    kind: str = "internal",
+    parent: str | None = None,
+    attributes: Mapping[str, Any] | None = None,
+) -> contextlib.AbstractContextManager[Any]:
+    """A span around a block, current inside it; ``parent``: a ``traceparent`` to continue (a
+    request's header, an outbox row's column) instead of the current span. A no-op when off."""
+    if _tracer is None:
+        return _NOOP
+    if parent is None:
+        current = _api.get_current_span()
+        if current.get_span_context().is_valid:
+            if not current.is_recording():  # a dropped trace: nothing below its root either
+                return _NOOP
+        elif _ROOTS is not None:  # a new trace under a ratio sampler: decided here, cheaply
+            return _root(name, kind, attributes)  # type: ignore[no-any-return]
+    return _tracer.start_as_current_span(  # type: ignore[no-any-return]
+        name,
+        context=_context_of(parent),
+        kind=_KIND[kind],
+        attributes=_clean(attributes),
+    )
+
+
+def _clean(attributes: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if not attributes:
+        return None
+    return {
+        k: v if isinstance(v, (str, bool, int, float)) else str(v)
+        for k, v in attributes.items()
+        if v is not None
+    }
+
+
+def recording_now() -> bool:
+    """Whether the current span records: SQL statements get spans only then (``storage.db``
+    attaches the query logger to a connection taken inside a sampled span, and only then)."""
+    return _tracer is not None and bool(_api.get_current_span().is_recording())
+
+
+def recording(span: Any) -> bool:
+    """Whether ``span`` (what :func:`span` yielded: ``None`` when off or dropped) records."""
+    return span is not None and bool(span.is_recording())
+
+
+def annotate(span: Any, **attributes: Any) -> None:
+    """Attributes on ``span`` (what :func:`span` yielded: ``None`` when off)."""
+    if recording(span):
+        cleaned = _clean(attributes)
+        if cleaned:
+            span.set_attributes(cleaned)
+
+
+def rename(span: Any, name: str) -> None:
+    if recording(span):
+        span.update_name(name)
+
+
+def failed(span: Any, status: int) -> None:
+    """Mark a server span as an error for a 5xx answer (a 4xx is the client's, per the semconv)."""
+    if status >= 500 and recording(span):
+        span.set_status(_api.Status(_api.StatusCode.ERROR))
+
+
+def traceparent() -> str | None:
+    """The current span's W3C ``traceparent``; ``None`` when off or outside any span."""
+    if _tracer is None:
+        return None
+    context = _api.get_current_span().get_span_context()
+    if not context.is_valid:
+        return None
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+
+
+def inject(headers: MutableMapping[str, str]) -> None:
+    """Add the current ``traceparent`` to outgoing ``headers`` (nothing when off)."""
+    found = traceparent()
+    if found is not None:
+        headers[TRACEPARENT] = found
+
+
+def current_ids() -> tuple[str, str] | None:
+    """(trace id, span id) in hex of the current span, for the log lines."""
+    if _api is None:
+        return None
+    context = _api.get_current_span().get_span_context()
+    if not context.is_valid:
+        return None
+    return f"{context.trace_id:032x}", f"{context.span_id:016x}"
+
+
+# -- operations -------------------------------------------------------------------------------
+
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+
+def operation(verb: str) -> Callable[[F], F]:
+    """A span per call of an entity verb (``operations.create`` …) whose first argument is the
+    protocol-neutral ``Call``: the tenant, workspace, entity and principal as attributes. Off, the
+    wrapper only tests one global and awaits the verb."""
+
+    def wrap(fn: F) -> F:
+        @functools.wraps(fn)
+        async def traced(call: Any, *args: Any, **kwargs: Any) -> Any:
+            if _tracer is None or _quiet(None):
+                return await fn(call, *args, **kwargs)
+            attributes = {
+                "dap.tenant": str(call.workspace.tenant_id),
+                "dap.workspace": call.workspace.slug,
+                "dap.entity": call.resource.key,
+                "enduser.id": call.principal.sub,
+                "dap.request_id": call.request_id,
+            }
+            with span(f"{verb} {call.resource.key}", attributes=attributes):
+                return await fn(call, *args, **kwargs)
+
+        return traced  # type: ignore[return-value]
+
+    return wrap
+
+
+# -- SQL statements ---------------------------------------------------------------------------
+
+_VERB = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|COPY|VACUUM|LISTEN|NOTIFY)\b", re.IGNORECASE)
+_FIRST = re.compile(r"\s*(\w+)")
+_TABLE = re.compile(r"\b(?:FROM|INTO|UPDATE|TABLE|JOIN)\s+([\w.\"]+)", re.IGNORECASE)
+
+
+def statement_name(query: str) -> str:
+    """A statement's span name: its verb and first table (``SELECT dap.outbox``), never its text's
+    values (they are ``$n`` parameters anyway) nor its parameters."""
+    verb = _VERB.search(query) or _FIRST.match(query)  # WITH … AS (INSERT …): the INSERT
+    table = _TABLE.search(query)
+    head = verb.group(1).upper() if verb else "SQL"
+    return f"{head} {table.group(1)}" if table else head
+
+
+def sql_logger(record: Any) -> None:
+    """An asyncpg query logger (``Connection.add_query_logger``): one finished span per statement,
+    back-dated by its ``elapsed``. asyncpg calls it with ``call_soon`` from the statement's own
+    task, so the span's parent is the span that ran the statement. Attached by ``storage.db`` to a
+    connection taken inside a sampled span, for as long as that caller holds it: a dropped trace
+    (most at 1 %) pays no logger on any statement."""
+    if _tracer is None or not _api.get_current_span().is_recording():  # no span of a dropped trace
+        return
+    end = time.time_ns()
+    started = end - int(record.elapsed * 1e9)
+    sql = _tracer.start_span(
+        statement_name(record.query),
+        kind=_KIND["client"],
+        start_time=started,
+        attributes={"db.system.name": "postgresql"},
+    )
+    if record.exception is not None:
+        sql.set_status(_api.Status(_api.StatusCode.ERROR, type(record.exception).__name__))
+    sql.end(end_time=end)
+
+
+@contextlib.contextmanager
+def enabled_for_tests(
+    exporter: Any, sampler: Any = None, env: Mapping[str, str] | None = None
+) -> Iterator[None]:
+    """Tracing on with ``exporter`` (an in-memory one) for a test; off again after it. ``env``:
+    ``OTEL_TRACES_SAMPLER(_ARG)`` as :func:`configure` reads them (a ratio's early decision)."""
+    global _tracer, _provider, _api, _ROOTS, _BOUND
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    ratio = _ratio_sampling(env) if env is not None else None
+    roots: Any = None
+    bound: int | None = None
+    if ratio is not None:
+        sampler, roots, bound = ratio
+        provider = TracerProvider(sampler=sampler, id_generator=roots)
+    else:
+        provider = TracerProvider(sampler=sampler) if sampler is not None else TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    saved = (_tracer, _provider, _api, _ROOTS, _BOUND, logs.trace_ids)
+    _start(provider, roots, bound)
+    try:
+        yield
+    finally:
+        provider.shutdown()
+        _tracer, _provider, _api, _ROOTS, _BOUND, logs.trace_ids = saved

@@ -1,0 +1,313 @@
+"""Traces (dap.tracing) on a real server and Postgres, exported to the SDK's in-memory exporter:
+the request's span continues an incoming ``traceparent``; operations and SQL statements are its
+children (statement names, never parameters); the event written in the request's transaction is
+delivered by ANOTHER server (this one delivers nothing) as a child of the request, and the
+webhook receiver gets a ``traceparent`` of that trace. Off, no span and no column value."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import asyncpg
+import pytest
+import pytest_asyncio
+from aiohttp import web
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from dap import tracing
+from dap.server import state
+from dap.server.catalog import Catalog
+
+from .conftest import load, running
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+SPEC = {
+    "tr/module.yaml": """
+apiVersion: dap.io/v1
+kind: Module
+metadata: {name: tr}
+spec: {title: Traced}
+""",
+    "tr/parcel.yaml": """
+apiVersion: dap.io/v1
+kind: Entity
+metadata: {name: parcel, module: tr}
+spec:
+  fields:
+    - {name: title, type: string, required: true}
+  actions:
+    - {name: ship, call: async}
+  state_machine:
+    states: [new, shipped]
+    initial: new
+    transitions:
+      - {name: ship, from: [new], to: shipped, action: ship}
+  events:
+    - name: created
+      deliver:
+        - channel: webhook
+          webhook: {url_from_config: trace_hook}
+  expose:
+    - type: rest
+""",
+}
+INCOMING = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def hooks() -> AsyncIterator[tuple[list[dict[str, str]], str]]:
+    seen: list[dict[str, str]] = []
+
+    async def handle(request: web.Request) -> web.Response:
+        seen.append(dict(request.headers))
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    yield seen, f"http://127.0.0.1:{runner.addresses[0][1]}/hook"
+    await runner.cleanup()
+
+
+@pytest.fixture(scope="module")
+def catalog() -> Catalog:
+    return load(SPEC)
+
+
+@pytest.fixture
+def exporter() -> Iterator[InMemorySpanExporter]:
+    found = InMemorySpanExporter()
+    with tracing.enabled_for_tests(found):
+        yield found
+
+
+def env(**values: str) -> dict[str, str | None]:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    return saved
+
+
+def restore(saved: dict[str, str | None]) -> None:
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+async def until(check: Any, seconds: float = 15.0) -> Any:
+    deadline = asyncio.get_running_loop().time() + seconds
+    while True:
+        found = check()
+        if found or asyncio.get_running_loop().time() > deadline:
+            return found
+        await asyncio.sleep(0.05)
+
+
+def by_name(spans: Any, prefix: str) -> list[Any]:
+    return [s for s in spans if s.name.startswith(prefix)]
+
+
+async def test_one_trace_from_the_request_through_the_outbox_to_the_webhook_in_another_server(
+    pg_dsn: str, catalog: Catalog, hooks: tuple[list[dict[str, str]], str], exporter: InMemorySpanExporter
+) -> None:
+    seen, url = hooks
+    saved = env(DAP_CONFIG_TRACE_HOOK=url, DAP_EVENTS_DISPATCH="0")
+    try:
+        async with running(pg_dsn, catalog) as front:  # writes, delivers nothing
+            restore({"DAP_EVENTS_DISPATCH": saved["DAP_EVENTS_DISPATCH"]})
+            headers = {**front.auth(), "traceparent": INCOMING}
+            async with front.http.post(
+                f"{front.api}/default/api/tr/parcel", json={"title": "secret-title-42"}, headers=headers
+            ) as resp:
+                assert resp.status == 201
+                record_id = (await resp.json())["data"]["id"]
+            conn = await asyncpg.connect(pg_dsn)
+            try:
+                stored = await conn.fetchval(
+                    "SELECT traceparent FROM dap.outbox WHERE record_id = $1 AND event = 'created'",
+                    uuid.UUID(record_id),
+                )
+            finally:
+                await conn.close()
+            await asyncio.sleep(0.3)
+            assert seen == []  # this server delivers nothing
+            async with running(pg_dsn, catalog) as _deliverer:  # another server: it delivers
+                assert await until(lambda: seen)
+                assert await until(lambda: by_name(exporter.get_finished_spans(), "webhook"))
+    finally:
+        restore(saved)
+    spans = exporter.get_finished_spans()
+    ids = {s.context.span_id: s for s in spans}
+    (request,) = by_name(spans, "POST /{ws}/api/")
+    trace = request.context.trace_id
+    # the incoming traceparent was honoured: same trace, its span is the request's parent
+    assert f"{trace:032x}" == INCOMING.split("-")[1]
+    assert request.parent is not None and f"{request.parent.span_id:016x}" == INCOMING.split("-")[2]
+    assert request.attributes["http.response.status_code"] == 201
+    assert request.attributes["dap.workspace"] == "default"
+    (operation,) = by_name(spans, "create tr/parcel")
+    assert operation.parent.span_id == request.context.span_id
+    assert operation.attributes["enduser.id"] and operation.attributes["dap.tenant"]
+    sql = [
+        s for s in spans if s.attributes.get("db.system.name") == "postgresql" and s.context.trace_id == trace
+    ]
+    assert sql, "no SQL statement spans under the request"
+    assert all(
+        "secret-title-42" not in s.name and not any("secret" in str(v) for v in s.attributes.values())
+        for s in sql
+    )
+    # the outbox row kept a traceparent of the request's trace
+    assert stored is not None and stored.split("-")[1] == f"{trace:032x}"
+    # delivery: outbox span → deliver span → webhook span, all in the request's trace
+    (outbox,) = by_name(spans, "outbox tr/parcel.created")
+    (deliver,) = by_name(spans, "deliver ")
+    (webhook,) = by_name(spans, "webhook POST")
+    assert {outbox.context.trace_id, deliver.context.trace_id, webhook.context.trace_id} == {trace}
+    assert deliver.parent.span_id == outbox.context.span_id
+    assert webhook.parent.span_id == deliver.context.span_id
+    chain, at = [], outbox
+    while at.parent is not None and at.parent.span_id in ids:  # up to the request
+        at = ids[at.parent.span_id]
+        chain.append(at.name)
+    assert request.name in chain
+    # the receiver got the webhook span's traceparent
+    (hook,) = seen
+    assert hook["traceparent"] == f"00-{trace:032x}-{webhook.context.span_id:016x}-01"
+
+
+async def test_log_lines_carry_the_trace_and_off_means_no_spans_nor_traceparent(
+    pg_dsn: str, catalog: Catalog, hooks: tuple[list[dict[str, str]], str]
+) -> None:
+    exporter = InMemorySpanExporter()
+    with tracing.enabled_for_tests(exporter), tracing.span("outer") as span:
+        from dap import logs
+
+        line = logs.Entry(__import__("logging").LogRecord("t", 20, __file__, 1, "m", None, None), None)
+        assert line.trace_id == f"{span.get_span_context().trace_id:032x}"
+        assert tracing.traceparent() is not None
+    assert not tracing.enabled() and tracing.traceparent() is None
+    assert tracing.span("anything") is tracing.span("else")  # one shared no-op
+    seen, url = hooks
+    seen.clear()
+    saved = env(DAP_CONFIG_TRACE_HOOK=url)
+    try:
+        async with running(pg_dsn, catalog) as srv:
+            async with srv.http.post(
+                f"{srv.api}/default/api/tr/parcel", json={"title": "untraced"}, headers=srv.auth()
+            ) as resp:
+                assert resp.status == 201
+            assert await until(lambda: seen)
+    finally:
+        restore(saved)
+    assert "traceparent" not in seen[0]
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        assert (
+            await conn.fetchval(
+                "SELECT count(*) FROM dap.outbox WHERE traceparent IS NULL "
+                "AND payload->'record'->>'title' = 'untraced'"
+            )
+            == 1
+        )
+    finally:
+        await conn.close()
+
+
+async def test_a_job_runs_in_the_trace_of_the_request_that_queued_it(
+    pg_dsn: str, catalog: Catalog, hooks: tuple[list[dict[str, str]], str], exporter: InMemorySpanExporter
+) -> None:
+    saved = env(DAP_CONFIG_TRACE_HOOK=hooks[1])
+    try:
+        async with running(pg_dsn, catalog) as srv:
+            url = f"{srv.api}/default/api/tr/parcel"
+            async with srv.http.post(url, json={"title": "to ship"}, headers=srv.auth()) as resp:
+                assert resp.status == 201
+                record = (await resp.json())["data"]
+            exporter.clear()
+            async with srv.http.post(f"{url}/{record['id']}/ship", json={}, headers=srv.auth()) as resp:
+                assert resp.status == 202, await resp.text()
+            assert await until(lambda: by_name(exporter.get_finished_spans(), "job "))
+    finally:
+        restore(saved)
+    spans = exporter.get_finished_spans()
+    (request,) = [s for s in spans if s.name.startswith("POST /{ws}/api/") and s.kind.name == "SERVER"]
+    (job,) = by_name(spans, "job ")
+    assert job.context.trace_id == request.context.trace_id
+    assert job.attributes["dap.job_id"] and job.attributes["dap.tenant"]
+    by_id = {s.context.span_id: s for s in spans}
+    at, chain = job, []
+    while at.parent is not None and at.parent.span_id in by_id:
+        at = by_id[at.parent.span_id]
+        chain.append(at.name)
+    assert request.name in chain
+
+
+async def test_a_dropped_trace_makes_no_spans_below_its_root_but_still_propagates() -> None:
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    exporter = InMemorySpanExporter()
+    with tracing.enabled_for_tests(exporter, ALWAYS_OFF), tracing.span("root") as root:
+        assert not tracing.recording(root)
+        assert tracing.span("child") is tracing.span("other")  # the shared no-op: nothing made
+        found = tracing.traceparent()
+        assert found is not None and int(found[-2:], 16) & 1 == 0  # not sampled: receivers drop it too
+    assert exporter.get_finished_spans() == ()
+
+
+async def test_a_request_of_a_dropped_trace_exports_nothing(pg_dsn: str, catalog: Catalog) -> None:
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    exporter = InMemorySpanExporter()
+    with tracing.enabled_for_tests(exporter, ALWAYS_OFF):
+        async with running(pg_dsn, catalog) as srv:
+            async with srv.http.get(f"{srv.api}/default/api/tr/parcel", headers=srv.auth()) as resp:
+                assert resp.status == 200
+            # no query logger was left on a pooled connection
+            pool = srv.server.app[state.POOL]
+            async with pool.acquire() as conn:
+                assert not conn._con._query_loggers
+    assert exporter.get_finished_spans() == ()
+
+
+@pytest.mark.parametrize("rate", ["0", "0.5", "1"])
+async def test_a_ratio_sampler_decides_roots_early_and_exactly_as_the_sdk(rate: str) -> None:
+    exporter = InMemorySpanExporter()
+    env = {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": rate}
+    kept: list[int] = []
+    with tracing.enabled_for_tests(exporter, env=env):
+        bound = round(float(rate) * 2**64)
+        for _ in range(400):
+            with tracing.span("root", kind="server") as root, tracing.span("child"):
+                found = tracing.traceparent()
+                assert found is not None
+                trace_id, flags = int(found.split("-")[1], 16), int(found[-2:], 16)
+                sampled = (trace_id & (2**64 - 1)) < bound  # TraceIdRatioBased's own rule
+                assert bool(flags & 1) == sampled == tracing.recording(root)
+                if sampled:
+                    kept.append(trace_id)
+    spans = exporter.get_finished_spans()
+    assert sorted({s.context.trace_id for s in spans}) == sorted(kept)
+    assert len(spans) == 2 * len(kept)  # root and child of every kept trace, nothing of the others
+    assert {"0": len(kept) == 0, "1": len(kept) == 400, "0.5": 120 < len(kept) < 280}[rate]
+
+
+async def test_statement_names_are_verb_and_table() -> None:
+    assert tracing.statement_name("SELECT id FROM dap.outbox o WHERE x = $1") == "SELECT dap.outbox"
+    assert tracing.statement_name("  insert into t_tr_parcel (a) values ($1)") == "INSERT t_tr_parcel"
+    assert tracing.statement_name("BEGIN") == "BEGIN"
+    joined = "WITH w AS (INSERT INTO t_x (a, b) VALUES ($1, $2) RETURNING *), e AS (INSERT INTO dap.outbox"
+    assert tracing.statement_name(joined) == "INSERT t_x"
+    assert tracing.wanted({}) is False
+    assert tracing.wanted({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}) is True
+    assert tracing.wanted({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x", "OTEL_SDK_DISABLED": "true"}) is False
+    assert (
+        tracing.wanted({"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://x"}) is False
+    )

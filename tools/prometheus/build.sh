@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Builds Prometheus v0.316 (3.x: `prometheus` and `promtool`) from the Go module proxy into a cache
+# outside the repository, and reuses it when it is there. The observability tests
+# (tests/server/test_prometheus.py) let it scrape dap's /metrics, run the dashboard's queries through
+# its HTTP API and check the alert rules with promtool. The cache key is a digest of go.sum.
+# Built without the `builtinassets` tag: the web UI's assets (an npm build) are not embedded, so
+# its pages are absent; the HTTP API, which is all the tests and the scrape need, is complete.
+#
+#   tools/prometheus/build.sh            build when missing; print the directory of both binaries last
+#   DAP_PROMETHEUS_BIN=DIR build.sh      use (or build into) DIR instead of the cache
+#
+# Exits 3 when no Go toolchain is installed, so that callers can tell "cannot build here" from
+# "the build failed". Two runs at once: the second waits for the first.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+cd "$here"
+source "$here/../lock.sh"
+digest=$(sha256sum go.sum | cut -c1-12)
+out=${DAP_PROMETHEUS_BIN:-${XDG_CACHE_HOME:-$HOME/.cache}/dap/prometheus/$digest}
+take_lock "$out.lock" tools/prometheus
+if [[ -x "$out/prometheus" && -x "$out/promtool" ]]; then
+    echo "tools/prometheus: reusing $out" >&2
+    echo "$out"
+    exit 0
+fi
+if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then
+    PATH=/usr/local/go/bin:$PATH
+fi
+if ! command -v go >/dev/null 2>&1; then
+    echo "tools/prometheus: no Go toolchain on PATH (nor /usr/local/go); cannot build Prometheus" >&2
+    exit 3
+fi
+mkdir -p "$(dirname "$out")"
+tmp=$(mktemp -d "$out.build.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+start=$SECONDS
+echo "tools/prometheus: building Prometheus (several minutes cold) ..." >&2
+CGO_ENABLED=0 GOTOOLCHAIN=local go build -trimpath -ldflags "-s -w" -o "$tmp/" \
+    github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
+rm -rf "$out"
+mv "$tmp" "$out"
+trap - EXIT
+echo "tools/prometheus: built in $((SECONDS - start)) s into $out" >&2
+echo "$out"
