@@ -30,6 +30,7 @@ STATEMENTS = re.compile(r"[\"']\s*(LISTEN|DECLARE)\s")  # LISTEN, a cursor (SQL 
 OWN_CONNECTION = {  # LISTEN on connections of their own, never the pool's
     "server/storage/caching.py",  # the find cache
     "server/storage/db.py",  # db.Listener: the events dispatcher's and feed's
+    "server/storage/building.py",  # the builder's lock: released, or its connection terminated
 }
 
 

@@ -94,23 +94,35 @@ async def build(pool: asyncpg.Pool, tables: Iterable[Table], *, every: float = P
     tables = tuple(tables)
     described = {i.name for t in tables for i in t.indexes}
     built: list[str] = []
-    async with pool.acquire() as conn:
+    # The builder's lock is a session lock (CREATE INDEX CONCURRENTLY runs outside a transaction,
+    # so no _xact_ lock can cover it): its connection goes back to the pool only once the lock is
+    # released; when the release cannot be sent (a killed backend, a cancel during it), the
+    # connection is terminated, and the lock ends with its session.
+    conn = await pool.acquire()
+    try:
         if not await conn.fetchval("SELECT pg_try_advisory_lock($1)", LOCK_KEY):
             log.info("index builds: another process is building; skipped")
             return built
+        for item in await pending(conn, tables):
+            if await _build_one(pool, conn, item, every):
+                built.append(item.index.name)
+        drops = await conn.fetch("SELECT index_name FROM dap.index_drops ORDER BY planned_at")
+        for row in drops:
+            name = row["index_name"]
+            if name not in described:  # described again since: it stays
+                await conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {quote(name)}")
+                log.info("index dropped", extra={"ctx": {"index": name}})
+            await conn.execute("DELETE FROM dap.index_drops WHERE index_name = $1", name)
+    finally:
+        unlocked = False
         try:
-            for item in await pending(conn, tables):
-                if await _build_one(pool, conn, item, every):
-                    built.append(item.index.name)
-            drops = await conn.fetch("SELECT index_name FROM dap.index_drops ORDER BY planned_at")
-            for row in drops:
-                name = row["index_name"]
-                if name not in described:  # described again since: it stays
-                    await conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {quote(name)}")
-                    log.info("index dropped", extra={"ctx": {"index": name}})
-                await conn.execute("DELETE FROM dap.index_drops WHERE index_name = $1", name)
+            unlocked = await conn.fetchval("SELECT pg_advisory_unlock($1)", LOCK_KEY) is not None
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+            log.warning("index builds: the builder's lock was not released; its connection is closed")
         finally:
-            await conn.execute("SELECT pg_advisory_unlock($1)", LOCK_KEY)
+            if not unlocked:
+                conn.terminate()
+            await pool.release(conn)
     return built
 
 
