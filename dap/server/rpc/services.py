@@ -31,7 +31,7 @@ from dap.server.access import auth, guards
 from dap.server.catalog import Resource, machines
 from dap.server.documents import idempotency, lifecycle
 from dap.server.events import builtin
-from dap.server.rpc import codec, descriptors, status
+from dap.server.rpc import codec, descriptors, jobs_schema, shapes, status
 from dap.server.storage.workspaces import Workspace
 from dap.server.workflows import acting, operations, sidecars, watching
 
@@ -270,7 +270,7 @@ def _queue(app: web.Application, declared: Action | None, md: Metadata) -> actin
 
 
 def _job(classes: Mapping[str, type[message.Message]], view: Mapping[str, Any]) -> message.Message:
-    return codec.encode(view, classes[descriptors.JOB.lstrip(".")]())
+    return codec.encode(view, classes[jobs_schema.JOB.lstrip(".")]())
 
 
 async def _caller(
@@ -415,7 +415,7 @@ def _classes(pool: DescriptorPool, name: str) -> dict[str, type[message.Message]
     classes: dict[str, type[message.Message]] = {
         n: message_factory.GetMessageClass(d) for n, d in service_desc.file.message_types_by_name.items()
     }
-    for full in ("google.protobuf.Empty", descriptors.JOB.lstrip(".")):
+    for full in ("google.protobuf.Empty", jobs_schema.JOB.lstrip(".")):
         with contextlib.suppress(KeyError):  # no job anywhere: no jobs file
             classes[full] = message_factory.GetMessageClass(pool.FindMessageTypeByName(full))
     return classes
@@ -434,12 +434,12 @@ def methods(
     for e in entities:
         entity = EntityService(app, e, _classes(pool, e.service))
         targets.append(
-            (e.service, entity, {descriptors.camel(a): a for a in descriptors.exposed_actions(e.resource)})
+            (e.service, entity, {shapes.camel(a): a for a in descriptors.exposed_actions(e.resource)})
         )
     for s in services:
         actions_of = ServiceActions(app, s, _classes(pool, s.service))
         targets.append(
-            (s.service, actions_of, {descriptors.camel(a): a for a in descriptors.service_actions(s.plan)})
+            (s.service, actions_of, {shapes.camel(a): a for a in descriptors.service_actions(s.plan)})
         )
     for name, service, actions_by_method in targets:
         service_desc = pool.FindServiceByName(name)
