@@ -41,6 +41,7 @@ from dap.config.fields import Field
 from dap.server.catalog import Catalog, Resource
 from dap.server.catalog.machines import ActionPlan, ServicePlan
 from dap.server.documents import lifecycle
+from dap.server.rpc import sagas_schema
 from dap.server.rpc.jobs_schema import GET_JOB, JOB, JOBS_FILE, jobs_file
 from dap.server.rpc.shapes import EMPTY, FD, FIELD_MASK, STRUCT, VALUE, add, camel
 from dap.server.rpc.shapes import proto_text as proto_text  # ``dap schema --proto``
@@ -351,7 +352,8 @@ def _service_of(s: ServiceEntry) -> descriptor_pb2.ServiceDescriptorProto:
 
 def files(catalog: Catalog) -> list[descriptor_pb2.FileDescriptorProto]:
     """One file per package holding exposed entities and services, in package order; first the
-    jobs file when an exposed action runs as a job."""
+    jobs file when an exposed action runs as a job, and before it the saga service's when the
+    catalog declares a saga action."""
     by_package: dict[str, list[Entity | ServiceEntry]] = {}
     for e in entities(catalog):
         by_package.setdefault(e.package, []).append(e)
@@ -377,4 +379,6 @@ def files(catalog: Catalog) -> list[descriptor_pb2.FileDescriptorProto]:
         out.append(f)
     if any(JOBS_FILE in f.dependency for f in out):
         out.insert(0, jobs_file())
+    if sagas_schema.declares_sagas(catalog):
+        out.insert(0, sagas_schema.sagas_file())
     return out
