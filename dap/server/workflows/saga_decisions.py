@@ -40,6 +40,15 @@ def permission_of(service: str, plan: compiled.ActionPlan) -> str:
     return service.replace("/", ".") + ".resolve"
 
 
+def resolve_permissions(catalog: Catalog) -> list[str]:
+    """The resolve permission of every saga action of ``catalog`` (on any protocol), sorted: whoever
+    holds one of them has an inbox (the UI shows its link). Pure."""
+    plans = [*catalog.services.values(), *catalog.grpc_services.values(), *catalog.ws_services.values()]
+    return sorted(
+        {permission_of(p.key, a) for p in plans for a in p.actions.values() if steps_of(a) is not None}
+    )
+
+
 OPERATIONS = ("retry", "skip", "resolve")
 
 
