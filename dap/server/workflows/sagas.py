@@ -309,7 +309,9 @@ class Drive:
             entry = (index, step.name, "do", attempts or 1, "done", {"result": outcome.result})
             await self._move(conn, entry, step=index + 1, attempts=0, in_flight=False, results=results)
             await store.progress(conn, self.id, 100.0 * (index + 1) / (len(steps) + 1))
-            if following is not None and following.kind in ("http", "sidecar"):
+            if following is None:
+                await self._end("completed", len(steps), conn)
+            elif following.kind in ("http", "sidecar"):
                 # its first attempt is recorded as sent in this commit (one per step boundary, not
                 # two); a restart before it leaves finds it in flight: unknown, as any sent one
                 ahead = (index + 1, following.name, "do", 1, "sent", None)
@@ -473,28 +475,25 @@ class Drive:
             )
         log.warning("saga %s parked: %s", self.id, why)
 
-    async def _end(self, state: str, count: int) -> None:
-        row = self.row
-        async with db.connection(self.engine.pool) as conn, conn.transaction():
-            await self._move(
-                conn,
-                (None, None, "saga", None, state, None),
-                state=state,
-                worker=None,
-                lease_until=None,
-                finished_at=dt.datetime.now(dt.UTC),
-            )
-            if state == "completed":
-                await store.finish_job(
-                    conn, self.id, "succeeded", {"result": row["results"], "saga": state}, None, 100.0
-                )
-            else:
-                failure = row["failure"] or {}
-                problem = {
-                    **failure,
-                    "saga": {"id": str(self.id), "state": state},
-                    "detail": f"a step failed and the {count} step(s) before it were compensated: "
-                    + str(failure.get("detail", "")),
-                }
-                await store.finish_job(conn, self.id, "failed", None, problem, 100.0)
-            await self._event(conn, f"saga.{state}", {"saga": str(self.id), "results": row["results"]})
+    async def _end(self, state: str, count: int, conn: db.Connection | None = None) -> None:
+        """The saga's end, its job's and its event in one transaction (``conn``'s when given: the
+        last step's ``done`` ends a completed saga in its own commit)."""
+        if conn is None:
+            async with db.connection(self.engine.pool) as conn, conn.transaction():
+                return await self._end(state, count, conn)
+        row, now = self.row, dt.datetime.now(dt.UTC)
+        entry = (None, None, "saga", None, state, None)
+        await self._move(conn, entry, state=state, worker=None, lease_until=None, finished_at=now)
+        if state == "completed":
+            result = {"result": row["results"], "saga": state}
+            await store.finish_job(conn, self.id, "succeeded", result, None, 100.0)
+        else:
+            failure = row["failure"] or {}
+            problem = {
+                **failure,
+                "saga": {"id": str(self.id), "state": state},
+                "detail": f"a step failed and the {count} step(s) before it were compensated: "
+                + str(failure.get("detail", "")),
+            }
+            await store.finish_job(conn, self.id, "failed", None, problem, 100.0)
+        await self._event(conn, f"saga.{state}", {"saga": str(self.id), "results": row["results"]})
