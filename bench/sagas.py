@@ -6,11 +6,16 @@
    transaction that queued it to the one that finished it, which includes the job worker's
    hand-over, the engine's claim and, per step, the ``sent`` commit, the call and the ``done``
    commit. Goal: <= 1.5x the hand-made calls. For scale, one committed INSERT of the same database.
-2. Sagas per second with 1,000 in flight: 1,000 requested at once over REST (202 each), the time
+2. What a user would do in dap without sagas: the three calls as three actions of a ``Service``
+   (``impl: {type: sidecar}``), called one after the other through dap's REST API, each invoking
+   the app process (the bridge's example app, ``examples/bridge/python/svc_app.py``, on a unix
+   socket); against a three-step saga whose steps are those app-process actions (client wall time
+   for the calls, the job's Postgres clock for the saga, as in 1).
+3. Sagas per second with 1,000 in flight: 1,000 requested at once over REST (202 each), the time
    until every one completed.
 
-The target is a child process (aiohttp on 127.0.0.1). Embedded Postgres in a temporary directory
-unless ``DAP_BENCH_DSN`` is set.
+The HTTP target and the app process are child processes. Embedded Postgres in a temporary
+directory unless ``DAP_BENCH_DSN`` is set.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from dap import config, embedded  # noqa: E402
+from dap.bridge import hosting  # noqa: E402
 from dap.server import catalog as catalogs  # noqa: E402
 from dap.server import options  # noqa: E402
 from dap.server.web import app as web_app  # noqa: E402
@@ -53,11 +59,32 @@ web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log
 """
 
 
+STEPS = ("reserve", "charge", "notify")
+# the app process: each step and its compensation an empty handler of service bench/flow
+APP = f"""
+import sys
+sys.path.insert(0, {str(ROOT / "examples" / "bridge" / "python")!r})
+import svc_app
+async def ok(ctx, request):
+    return {{"ok": True}}
+svc_app.serve({{f"bench/flow/{{a}}": ok for a in {[*STEPS, *(f"{s}_undo" for s in STEPS)]!r}}}, sys.argv[1])
+"""
+
+
 def spec_files(port: int) -> dict[str, str]:
     steps = "".join(
         f"\n          - {{name: {name}, http: {{url: 'http://127.0.0.1:{port}/{name}'}}, "
         f"compensation: {{http: {{url: 'http://127.0.0.1:{port}/{name}_undo'}}}}, timeout: 10s}}"
-        for name in ("reserve", "charge", "notify")
+        for name in STEPS
+    )
+    app_steps = "".join(
+        f"\n          - {{name: {name}, sidecar: bench/flow/{name}, "
+        f"compensation: {{sidecar: bench/flow/{name}_undo}}, timeout: 10s}}"
+        for name in STEPS
+    )
+    actions = "".join(
+        f"\n    - {{name: {name}, impl: {{type: sidecar}}}}"
+        for name in (*STEPS, *(f"{s}_undo" for s in STEPS))
     )
     return {
         "bench.yaml": "apiVersion: dap.io/v1\nkind: Module\nmetadata: {name: bench}\n"
@@ -65,6 +92,8 @@ def spec_files(port: int) -> dict[str, str]:
         "apiVersion: dap.io/v1\nkind: Service\nmetadata: {name: flow, module: bench}\nspec:\n"
         "  expose: [{type: rest}]\n  actions:\n    - name: run\n      call: async\n      track: true\n"
         f"      impl:\n        type: saga\n        steps:{steps}\n"
+        "    - name: run_app\n      call: async\n      track: true\n"
+        f"      impl:\n        type: saga\n        steps:{app_steps}{actions}\n"
     }
 
 
@@ -85,7 +114,14 @@ async def measure(dsn: str, n: int, flight: int) -> None:
         script = Path(tmp) / "target.py"
         script.write_text(TARGET)
         proc = subprocess.Popen([sys.executable, str(script), str(port)])  # noqa: ASYNC220
+        sock = Path(tmp) / "app.sock"
+        (Path(tmp) / "app.py").write_text(APP)
+        app_proc = subprocess.Popen([sys.executable, str(Path(tmp) / "app.py"), f"unix://{sock}"])  # noqa: ASYNC220
         try:
+            for _ in range(200):
+                if sock.exists():
+                    break
+                await asyncio.sleep(0.05)
             async with aiohttp.ClientSession() as http:
                 for _ in range(200):
                     try:
@@ -102,17 +138,20 @@ async def measure(dsn: str, n: int, flight: int) -> None:
                 jwt_secret=SECRET,
                 cors_origins=["http://localhost"],
                 pool_size=16,
+                sidecar_endpoint=f"unix://{sock}",
             )
             catalog = catalogs.Catalog.from_spec(config.load_files(spec_files(port)))
             server = await web_app.create_server(opts, catalog)
+            assert hosting.attach(server.app, opts, state_dir=Path(tmp) / "ds") is not None
             await server.start()
             try:
                 await run(server, port, n, flight)
             finally:
                 await server.stop()
         finally:
-            proc.terminate()
-            proc.wait(10)
+            for child in (proc, app_proc):
+                child.terminate()
+                child.wait(10)
 
 
 async def run(server: web_app.Server, port: int, n: int, flight: int) -> None:
@@ -130,7 +169,6 @@ async def run(server: web_app.Server, port: int, n: int, flight: int) -> None:
         algorithm="HS256",
     )
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-    url = f"{server.urls['api']}/default/api/bench/flow/run"
     pool = server.app[web_app.state.POOL]
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=200)) as http:
         # 1. the same three calls by hand
@@ -146,8 +184,20 @@ async def run(server: web_app.Server, port: int, n: int, flight: int) -> None:
             if i >= 20:
                 hand.append(time.perf_counter() - t)
 
-        async def start() -> uuid.UUID:
-            async with http.post(url, data="{}", headers=headers) as r:
+        # 2. the same three calls as app-process actions through dap's REST API, by hand
+        via_dap: list[float] = []
+        base = f"{server.urls['api']}/default/api/bench/flow"
+        for i in range(n + 20):
+            t = time.perf_counter()
+            for name in STEPS:
+                async with http.post(f"{base}/{name}", data="{}", headers=headers) as r:
+                    assert r.status == 200, await r.text()
+                    await r.read()
+            if i >= 20:
+                via_dap.append(time.perf_counter() - t)
+
+        async def start(action: str = "run") -> uuid.UUID:
+            async with http.post(f"{base}/{action}", data="{}", headers=headers) as r:
                 assert r.status == 202, await r.text()
                 return uuid.UUID((await r.json())["data"]["id"])
 
@@ -161,6 +211,39 @@ async def run(server: web_app.Server, port: int, n: int, flight: int) -> None:
                     return
                 await asyncio.sleep(0.02)  # the latency is read from Postgres: polling must not load the loop
 
+        last: dict[str, uuid.UUID] = {}
+
+        async def sequential(action: str) -> list[float]:
+            """The queued -> finished time of ``n`` sagas run one after the other (20 warm-ups)."""
+            ids = []
+            for _ in range(n + 20):
+                one = await start(action)
+                await finished([one])
+                ids.append(one)
+            last[action] = ids[-1]
+            async with pool.acquire() as conn:
+                rows = await conn.fetch(
+                    "SELECT extract(epoch FROM finished_at - created_at) AS s "
+                    "FROM dap.jobs WHERE id = ANY($1)",
+                    ids[20:],
+                )
+            return [float(r["s"]) for r in rows]
+
+        async def timeline(action: str) -> str:
+            """Where the time of the last saga of ``action`` went: ms after its job was queued."""
+            async with pool.acquire() as conn:
+                rows = await conn.fetch(
+                    "SELECT 'claimed' AS what, j.started_at AS at, 0 AS seq FROM dap.jobs j WHERE j.id = $1 "
+                    "UNION ALL SELECT 'saga row', s.created_at, 0 FROM dap.sagas s WHERE s.id = $1 "
+                    "UNION ALL SELECT concat_ws(' ', l.name, l.phase, l.outcome), l.at, l.seq "
+                    "FROM dap.saga_log l WHERE l.saga_id = $1 "
+                    "UNION ALL SELECT 'finished', j.finished_at, 1e9 FROM dap.jobs j WHERE j.id = $1 "
+                    "ORDER BY at, seq",
+                    last[action],
+                )
+                queued = await conn.fetchval("SELECT created_at FROM dap.jobs WHERE id = $1", last[action])
+            return ", ".join(f"{r['what']} {(r['at'] - queued).total_seconds() * 1000:.1f}" for r in rows)
+
         # for scale: one committed statement (WAL flushed) of the same database, sequentially
         commits: list[float] = []
         async with pool.acquire() as conn:
@@ -171,18 +254,9 @@ async def run(server: web_app.Server, port: int, n: int, flight: int) -> None:
                 if i >= 20:
                     commits.append(time.perf_counter() - t)
 
-        # 2. the saga, sequentially
-        ids = []
-        for _ in range(n + 20):
-            one = await start()
-            await finished([one])
-            ids.append(one)
-        async with pool.acquire() as conn:
-            rows = await conn.fetch(
-                "SELECT extract(epoch FROM finished_at - created_at) AS s FROM dap.jobs WHERE id = ANY($1)",
-                ids[20:],
-            )
-        saga = [float(r["s"]) for r in rows]
+        saga = await sequential("run")
+        app_saga = await sequential("run_app")
+        shown = {action: await timeline(action) for action in ("run", "run_app")}
 
         # 3. throughput with ``flight`` in flight
         t = time.perf_counter()
@@ -190,11 +264,19 @@ async def run(server: web_app.Server, port: int, n: int, flight: int) -> None:
         await finished(list(many))
         elapsed = time.perf_counter() - t
 
-    print(f"a three-step saga vs the same three HTTP calls by hand ({n} sequential runs)")
-    print(f"  hand-made 3 calls        p50 {pct(hand, 0.5):7.2f} ms  p99 {pct(hand, 0.99):7.2f} ms")
-    print(f"  saga (queued->finished)  p50 {pct(saga, 0.5):7.2f} ms  p99 {pct(saga, 0.99):7.2f} ms")
+    def line(label: str, xs: list[float]) -> str:
+        return f"  {label:<34} p50 {pct(xs, 0.5):7.2f} ms  p99 {pct(xs, 0.99):7.2f} ms"
+
+    print(f"a three-step saga vs the same three calls by hand ({n} sequential runs)")
+    print(line("HTTP: 3 raw calls by hand", hand))
+    print(line("HTTP: saga (queued->finished)", saga))
     print(f"  ratio p50 {pct(saga, 0.5) / pct(hand, 0.5):.2f}x (goal <= 1.5x)")
-    print(f"  for scale: one commit     p50 {pct(commits, 0.5):7.2f} ms  p99 {pct(commits, 0.99):7.2f} ms")
+    print(line("app: 3 dap action calls by hand", via_dap))
+    print(line("app: saga (queued->finished)", app_saga))
+    print(f"  ratio p50 {pct(app_saga, 0.5) / pct(via_dap, 0.5):.2f}x (goal <= 1.5x)")
+    print(line("for scale: one commit", commits))
+    for action, text in shown.items():
+        print(f"  one {action} saga, ms after queued: {text}")
     print(f"{flight} sagas in flight: all completed in {elapsed:.2f} s, {flight / elapsed:.0f} sagas/s")
 
 

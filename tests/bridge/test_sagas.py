@@ -233,6 +233,19 @@ async def test_a_parked_saga_is_in_the_inbox_the_event_stream_and_its_timeline(
     assert [e["event"] for e in events] == ["saga.outcome_unknown"]
 
 
+async def test_a_step_s_done_and_the_next_step_s_sent_commit_together(srv: Bridged) -> None:
+    """One commit per step boundary: the ``done`` of hold and the ``sent`` of charge (then of
+    charge and notify, then notify's and the saga's end) share a transaction, so their timeline
+    entries share its clock."""
+    end = await settled(srv, await start(srv, "book", {}))
+    assert end["state"] == "completed", end
+    at = {(t["name"], t["phase"], t["outcome"]): t["at"] for t in end["timeline"]}
+    assert at[("hold", "do", "done")] == at[("charge", "do", "sent")]
+    assert at[("charge", "do", "done")] == at[("notify", "do", "sent")]
+    assert at[("notify", "do", "done")] == at[(None, "saga", "completed")]  # the last ends the saga
+    assert at[("hold", "do", "sent")] != at[("hold", "do", "done")]  # the first is sent on its own
+
+
 async def decide(srv: Bridged, saga_id: str, op: str, body: Any = None, **auth: Any) -> tuple[int, Any]:
     headers = {**srv.auth(**auth), **JSON}
     url = f"{srv.api}/default/api/_sagas/{saga_id}/{op}"

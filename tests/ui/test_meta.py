@@ -8,6 +8,7 @@ from typing import Any
 
 from dap import config
 from dap.server.catalog import Catalog
+from tests.conftest import drop_database, new_database
 from tests.server.conftest import Running, running
 
 PROCUREMENT = Path(__file__).resolve().parents[2] / "examples" / "procurement"
@@ -75,3 +76,21 @@ async def test_ui_facts(pg_dsn: str) -> None:
         assert me["permissions"]["buying.purchase_order.backdate"] is False
         status, body = await _get(srv, "/default/_ui/_meta/me", srv.auth(username="bob", roles=["buyer"]))
         assert body["data"]["permissions"]["buying.supplier.read_bank"] is False
+
+
+SAGAS = Path(__file__).resolve().parents[2] / "examples" / "sagas" / "spec"
+
+
+async def test_me_says_who_may_resolve_sagas(pg_server_dsn: str) -> None:
+    """The shell links to ``#/sagas`` for whoever holds a saga action's resolve permission."""
+    catalog = Catalog.from_spec(config.load_spec(SAGAS))
+    name, dsn = await new_database(pg_server_dsn)  # the procurement's tables are in pg_dsn
+    try:
+        async with running(dsn, catalog) as srv:
+            for roles, resolves in ((["buying_manager"], True), (["clerk"], False)):
+                status, body = await _get(srv, "/default/_ui/_meta/me", srv.auth(roles=roles))
+                assert status == 200, body
+                assert body["data"]["resolves_sagas"] is resolves
+                assert body["data"]["permissions"]["buying.ordering.resolve"] is resolves
+    finally:
+        await drop_database(pg_server_dsn, name)

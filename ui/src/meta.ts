@@ -185,5 +185,11 @@ export type AppDetail = Omit<AppSummary, "pages"> & {
   /** What the app consumes of other apps' services, and how far each owner granted it. */
   grants?: GrantMeta[];
 };
-export type Me = { username: string; roles: string[]; permissions: Record<string, boolean> };
+export type Me = {
+  username: string;
+  roles: string[];
+  permissions: Record<string, boolean>;
+  /** Holds a saga action's resolve permission: the shell links to the saga inbox (``#/sagas``). */
+  resolves_sagas?: boolean;
+};
 export type Row = Record<string, unknown>;

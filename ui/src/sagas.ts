@@ -14,6 +14,12 @@ export type Saga = {
 
 export const PARKED = new Set(["outcome_unknown", "compensation_failed"]);
 
+/** The shell's link to the operators' inbox, for whoever may resolve a saga (the server still
+ * decides each decision); ``null`` for everyone else. */
+export function sagaInboxLink(me: { resolves_sagas?: boolean } | null): { href: string; label: string } | null {
+  return me?.resolves_sagas ? { href: "#/sagas", label: "Sagas" } : null;
+}
+
 const STATES: Record<string, string> = {
   running: "Running",
   compensating: "Compensating",

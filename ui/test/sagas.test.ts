@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { type Saga, type SagaEntry, decisionsFor, describeEntry, stepStates } from "../src/sagas";
+import { type Saga, type SagaEntry, decisionsFor, describeEntry, sagaInboxLink, stepStates } from "../src/sagas";
 import { parseRoute } from "../src/route";
 
 const steps = ["hold", "charge", "notify"].map((name) => ({
@@ -17,6 +17,13 @@ const parked: Saga = {
 };
 
 describe("sagas", () => {
+  it("links the inbox for whoever may resolve a saga, and for no one else", () => {
+    expect(sagaInboxLink({ resolves_sagas: true })).toEqual({ href: "#/sagas", label: "Sagas" });
+    expect(sagaInboxLink({ resolves_sagas: false })).toBeNull();
+    expect(sagaInboxLink({})).toBeNull(); // a server without sagas says nothing
+    expect(sagaInboxLink(null)).toBeNull();
+  });
+
   it("routes #/sagas and #/sagas/{id}", () => {
     expect(parseRoute("#/sagas")).toEqual({ kind: "sagas", id: null });
     expect(parseRoute("#/sagas/abc")).toEqual({ kind: "sagas", id: "abc" });

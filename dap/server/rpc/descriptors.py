@@ -31,7 +31,7 @@ field is told from a zero. :func:`proto_text` renders the files as ``.proto`` te
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from google.protobuf import descriptor_pb2
@@ -41,12 +41,10 @@ from dap.config.fields import Field
 from dap.server.catalog import Catalog, Resource
 from dap.server.catalog.machines import ActionPlan, ServicePlan
 from dap.server.documents import lifecycle
-
-FD = descriptor_pb2.FieldDescriptorProto
-STRUCT = "google/protobuf/struct.proto"
-EMPTY = "google/protobuf/empty.proto"
-FIELD_MASK = "google/protobuf/field_mask.proto"
-VALUE = ".google.protobuf.Value"
+from dap.server.rpc import sagas_schema
+from dap.server.rpc.jobs_schema import GET_JOB, JOB, JOBS_FILE, jobs_file
+from dap.server.rpc.shapes import EMPTY, FD, FIELD_MASK, STRUCT, VALUE, add, camel
+from dap.server.rpc.shapes import proto_text as proto_text  # ``dap schema --proto``
 
 # system fields of every record (present() answers them), numbered first
 SYSTEM: tuple[tuple[str, int, bool], ...] = (  # name, type, optional
@@ -106,10 +104,6 @@ def package_of(catalog: Catalog, module: str) -> str:
     return grpc.package if grpc is not None and grpc.package else f"dap.{module}.v1"
 
 
-def camel(name: str) -> str:
-    return "".join(part[:1].upper() + part[1:] for part in name.split("_"))
-
-
 def entities(catalog: Catalog) -> list[Entity]:
     """The entities exposed over gRPC with at least one verb, in key order (none of a module
     whose ``api.grpc.enabled`` is false)."""
@@ -122,12 +116,6 @@ def entities(catalog: Catalog) -> list[Entity]:
 
 
 VERBS = frozenset({"List", "Get", "Create", "Update", "Delete", "Watch", "GetJob"})
-# the job of a ``call: async`` action (REST's 202 body), in a package of its own so that no
-# entity or service name can clash with it; ``GetJob`` is REST's ``GET …/_jobs/{id}``
-JOBS_PACKAGE = "dap.jobs.v1"
-JOBS_FILE = "dap/jobs/v1.proto"
-JOB = f".{JOBS_PACKAGE}.Job"
-GET_JOB = f".{JOBS_PACKAGE}.GetJobRequest"
 
 
 @dataclass(frozen=True)
@@ -206,67 +194,11 @@ def async_actions(resource: Resource) -> list[str]:
     ]
 
 
-def jobs_file() -> descriptor_pb2.FileDescriptorProto:
-    """``dap/jobs/v1.proto``: the job of an async action, and the request of ``GetJob``."""
-    f = descriptor_pb2.FileDescriptorProto(
-        name=JOBS_FILE, package=JOBS_PACKAGE, syntax="proto3", dependency=[STRUCT]
-    )
-    job = f.message_type.add(name="Job")
-    for number, (name, kind) in enumerate(JOB_FIELDS, start=1):
-        if isinstance(kind, str):
-            _add(job, name, number, FD.TYPE_MESSAGE, kind)
-        else:
-            _add(job, name, number, kind, optional=name in JOB_OPTIONAL)
-    request = f.message_type.add(name="GetJobRequest")
-    _add(request, "id", 1, FD.TYPE_STRING)
-    return f
-
-
-# the fields of a job (``workflows.jobs.Job.view``, REST's ``{"data": job}``)
-JOB_FIELDS: tuple[tuple[str, int | str], ...] = (
-    ("id", FD.TYPE_STRING),
-    ("state", FD.TYPE_STRING),  # queued, running, succeeded, failed
-    ("progress", FD.TYPE_DOUBLE),
-    ("action", FD.TYPE_STRING),
-    ("target", FD.TYPE_STRING),
-    ("record_id", FD.TYPE_STRING),
-    ("created_at", FD.TYPE_STRING),
-    ("started_at", FD.TYPE_STRING),
-    ("finished_at", FD.TYPE_STRING),
-    ("runs", FD.TYPE_INT64),
-    ("result", VALUE),  # succeeded: what the synchronous call would have answered
-    ("error", VALUE),  # failed: the problem document
-    ("callback", VALUE),  # {state, attempts, error} when a callback was asked for
-)
-JOB_OPTIONAL = frozenset({"record_id", "started_at", "finished_at"})
-
-
 def field_kind(f: Field) -> tuple[int, str | None]:
     """The proto type of a field (and the message type name of a ``Value``)."""
     if f.multiple or (f.type not in _SCALARS and f.type not in _STRINGS):
         return FD.TYPE_MESSAGE, VALUE
     return _SCALARS.get(f.type, FD.TYPE_STRING), None
-
-
-def _add(
-    message: descriptor_pb2.DescriptorProto,
-    name: str,
-    number: int,
-    kind: int,
-    type_name: str | None = None,
-    *,
-    optional: bool = False,
-    repeated: bool = False,
-) -> None:
-    field = message.field.add(name=name, number=number, type=kind)
-    field.label = FD.LABEL_REPEATED if repeated else FD.LABEL_OPTIONAL
-    field.json_name = name  # the JSON names of the REST API, not camelCase
-    if type_name is not None:
-        field.type_name = type_name
-    if optional and kind != FD.TYPE_MESSAGE:  # proto3 ``optional``: a synthetic oneof per field
-        field.proto3_optional = True
-        field.oneof_index = len(message.oneof_decl)
-        message.oneof_decl.add(name=f"_{name}")
 
 
 def record_fields(resource: Resource) -> list[tuple[str, int, int, str | None]]:
@@ -290,68 +222,68 @@ def record_fields(resource: Resource) -> list[tuple[str, int, int, str | None]]:
 def _entity_messages(e: Entity) -> Iterable[descriptor_pb2.DescriptorProto]:
     record = descriptor_pb2.DescriptorProto(name=e.message)
     for number, (name, kind, optional) in enumerate(SYSTEM, start=1):
-        _add(record, name, number, kind, optional=optional)
+        add(record, name, number, kind, optional=optional)
     for name, number, kind, type_name in record_fields(e.resource):
-        _add(record, name, number, kind, type_name, optional=True)
+        add(record, name, number, kind, type_name, optional=True)
     yield record
     ref = f".{e.full(e.message)}"
     verbs = e.resource.actions
     if "find" in verbs:
         get = descriptor_pb2.DescriptorProto(name=f"Get{e.message}Request")
-        _add(get, "id", 1, FD.TYPE_STRING)
+        add(get, "id", 1, FD.TYPE_STRING)
         yield get
         watch = descriptor_pb2.DescriptorProto(name=f"Watch{e.message}Request")
-        _add(watch, "record", 1, FD.TYPE_STRING)  # one record's events ("" for all)
-        _add(watch, "mine", 2, FD.TYPE_BOOL)  # the caller's own records only
-        _add(watch, "after", 3, FD.TYPE_INT64, optional=True)  # resume past this seq
+        add(watch, "record", 1, FD.TYPE_STRING)  # one record's events ("" for all)
+        add(watch, "mine", 2, FD.TYPE_BOOL)  # the caller's own records only
+        add(watch, "after", 3, FD.TYPE_INT64, optional=True)  # resume past this seq
         yield watch
         event = descriptor_pb2.DescriptorProto(name=f"{e.message}Event")
         for number, name in enumerate(EVENT_FIELDS, start=1):
-            _add(event, name, number, FD.TYPE_INT64 if name in ("seq", "version") else FD.TYPE_STRING)
-        _add(event, "record", len(EVENT_FIELDS) + 1, FD.TYPE_MESSAGE, ref)
-        _add(event, "payload", len(EVENT_FIELDS) + 2, FD.TYPE_MESSAGE, VALUE)
+            add(event, name, number, FD.TYPE_INT64 if name in ("seq", "version") else FD.TYPE_STRING)
+        add(event, "record", len(EVENT_FIELDS) + 1, FD.TYPE_MESSAGE, ref)
+        add(event, "payload", len(EVENT_FIELDS) + 2, FD.TYPE_MESSAGE, VALUE)
         yield event
     if "list" in verbs:
         query = descriptor_pb2.DescriptorProto(name=f"List{e.message}Request")
-        _add(query, "query", 1, FD.TYPE_STRING)  # the REST query string: filters, limit, order, fields
+        add(query, "query", 1, FD.TYPE_STRING)  # the REST query string: filters, limit, order, fields
         yield query
         page = descriptor_pb2.DescriptorProto(name=f"List{e.message}Page")
-        _add(page, "data", 1, FD.TYPE_MESSAGE, ref, repeated=True)
-        _add(page, "limit", 2, FD.TYPE_INT64)
-        _add(page, "offset", 3, FD.TYPE_INT64)
-        _add(page, "total", 4, FD.TYPE_INT64, optional=True)
+        add(page, "data", 1, FD.TYPE_MESSAGE, ref, repeated=True)
+        add(page, "limit", 2, FD.TYPE_INT64)
+        add(page, "offset", 3, FD.TYPE_INT64)
+        add(page, "total", 4, FD.TYPE_INT64, optional=True)
         yield page
     if "create" in verbs:
         create = descriptor_pb2.DescriptorProto(name=f"Create{e.message}Request")
-        _add(create, "record", 1, FD.TYPE_MESSAGE, ref)
-        _add(create, "submit", 2, FD.TYPE_BOOL)
+        add(create, "record", 1, FD.TYPE_MESSAGE, ref)
+        add(create, "submit", 2, FD.TYPE_BOOL)
         yield create
     if "update" in verbs:
         update = descriptor_pb2.DescriptorProto(name=f"Update{e.message}Request")
-        _add(update, "id", 1, FD.TYPE_STRING)
-        _add(update, "record", 2, FD.TYPE_MESSAGE, ref)
-        _add(update, "update_mask", 3, FD.TYPE_MESSAGE, ".google.protobuf.FieldMask")
-        _add(update, "version", 4, FD.TYPE_INT64, optional=True)  # If-Match: the version read
+        add(update, "id", 1, FD.TYPE_STRING)
+        add(update, "record", 2, FD.TYPE_MESSAGE, ref)
+        add(update, "update_mask", 3, FD.TYPE_MESSAGE, ".google.protobuf.FieldMask")
+        add(update, "version", 4, FD.TYPE_INT64, optional=True)  # If-Match: the version read
         yield update
     if "delete" in verbs:
         delete = descriptor_pb2.DescriptorProto(name=f"Delete{e.message}Request")
-        _add(delete, "id", 1, FD.TYPE_STRING)
+        add(delete, "id", 1, FD.TYPE_STRING)
         yield delete
     acts = [a for a in exposed_actions(e.resource) if a not in async_actions(e.resource)]
     if acts:
         result = descriptor_pb2.DescriptorProto(name=f"{e.message}ActionResult")
-        _add(result, "data", 1, FD.TYPE_MESSAGE, ref)
-        _add(result, "result", 2, FD.TYPE_MESSAGE, VALUE)
-        _add(result, "transition_from", 3, FD.TYPE_STRING, optional=True)
-        _add(result, "transition_to", 4, FD.TYPE_STRING, optional=True)
-        _add(result, "event", 5, FD.TYPE_STRING, optional=True)
-        _add(result, "approval", 6, FD.TYPE_MESSAGE, VALUE)
+        add(result, "data", 1, FD.TYPE_MESSAGE, ref)
+        add(result, "result", 2, FD.TYPE_MESSAGE, VALUE)
+        add(result, "transition_from", 3, FD.TYPE_STRING, optional=True)
+        add(result, "transition_to", 4, FD.TYPE_STRING, optional=True)
+        add(result, "event", 5, FD.TYPE_STRING, optional=True)
+        add(result, "approval", 6, FD.TYPE_MESSAGE, VALUE)
         yield result
     for action in exposed_actions(e.resource):
         request = descriptor_pb2.DescriptorProto(name=f"{camel(action)}{e.message}Request")
-        _add(request, "id", 1, FD.TYPE_STRING)
-        _add(request, "version", 2, FD.TYPE_INT64, optional=True)  # If-Match
-        _add(request, "params", 3, FD.TYPE_MESSAGE, ".google.protobuf.Struct")
+        add(request, "id", 1, FD.TYPE_STRING)
+        add(request, "version", 2, FD.TYPE_INT64, optional=True)  # If-Match
+        add(request, "params", 3, FD.TYPE_MESSAGE, ".google.protobuf.Struct")
         yield request
 
 
@@ -394,12 +326,12 @@ def _service_messages(s: ServiceEntry) -> Iterable[descriptor_pb2.DescriptorProt
     names = service_actions(s.plan)
     if any(not is_async(s.plan.actions[a]) for a in names):
         result = descriptor_pb2.DescriptorProto(name=f"{s.message}ActionResult")
-        _add(result, "result", 1, FD.TYPE_MESSAGE, VALUE)
-        _add(result, "event", 2, FD.TYPE_STRING, optional=True)
+        add(result, "result", 1, FD.TYPE_MESSAGE, VALUE)
+        add(result, "event", 2, FD.TYPE_STRING, optional=True)
         yield result
     for action in names:
         request = descriptor_pb2.DescriptorProto(name=f"{camel(action)}{s.message}Request")
-        _add(request, "params", 1, FD.TYPE_MESSAGE, ".google.protobuf.Struct")
+        add(request, "params", 1, FD.TYPE_MESSAGE, ".google.protobuf.Struct")
         yield request
 
 
@@ -420,7 +352,8 @@ def _service_of(s: ServiceEntry) -> descriptor_pb2.ServiceDescriptorProto:
 
 def files(catalog: Catalog) -> list[descriptor_pb2.FileDescriptorProto]:
     """One file per package holding exposed entities and services, in package order; first the
-    jobs file when an exposed action runs as a job."""
+    jobs file when an exposed action runs as a job, and before it the saga service's when the
+    catalog declares a saga action."""
     by_package: dict[str, list[Entity | ServiceEntry]] = {}
     for e in entities(catalog):
         by_package.setdefault(e.package, []).append(e)
@@ -446,46 +379,6 @@ def files(catalog: Catalog) -> list[descriptor_pb2.FileDescriptorProto]:
         out.append(f)
     if any(JOBS_FILE in f.dependency for f in out):
         out.insert(0, jobs_file())
+    if sagas_schema.declares_sagas(catalog):
+        out.insert(0, sagas_schema.sagas_file())
     return out
-
-
-_TYPES = {
-    FD.TYPE_STRING: "string",
-    FD.TYPE_INT64: "int64",
-    FD.TYPE_DOUBLE: "double",
-    FD.TYPE_BOOL: "bool",
-}
-
-
-def _type_text(f: descriptor_pb2.FieldDescriptorProto) -> str:
-    return f.type_name.lstrip(".") if f.type == FD.TYPE_MESSAGE else _TYPES[f.type]
-
-
-def proto_text(protos: Sequence[descriptor_pb2.FileDescriptorProto]) -> str:
-    """The ``.proto`` text of ``protos`` (one section per file, each headed by its file name)."""
-    lines: list[str] = []
-    for f in protos:
-        lines += [f"// file: {f.name}", 'syntax = "proto3";', "", f"package {f.package};", ""]
-        lines += [f'import "{d}";' for d in f.dependency] + [""]
-        for m in f.message_type:
-            lines.append(f"message {m.name} {{")
-            for fd in m.field:
-                label = (
-                    "repeated "
-                    if fd.label == FD.LABEL_REPEATED
-                    else "optional "
-                    if fd.proto3_optional
-                    else ""
-                )
-                lines.append(f"  {label}{_type_text(fd)} {fd.name} = {fd.number};")
-            lines += ["}", ""]
-        for s in f.service:
-            lines.append(f"service {s.name} {{")
-            for method in s.method:
-                stream = "stream " if method.server_streaming else ""
-                lines.append(
-                    f"  rpc {method.name}({method.input_type.lstrip('.')}) returns "
-                    f"({stream}{method.output_type.lstrip('.')});"
-                )
-            lines += ["}", ""]
-    return "\n".join(lines)

@@ -34,7 +34,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 from dap import tracing
 from dap.server import errors, options, state
 from dap.server.catalog import Catalog
-from dap.server.rpc import descriptors, services, status, traced
+from dap.server.rpc import descriptors, sagas, sagas_schema, services, status, traced
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +68,14 @@ class Schema:
         pool = pool_of(descriptors.files(catalog))
         entities, actions = descriptors.entities(catalog), descriptors.services(catalog)
         names = tuple([e.service for e in entities] + [s.service for s in actions])
+        methods = services.methods(app, pool, entities, actions)
+        if sagas_schema.declares_sagas(catalog):  # the operators' saga service (``rpc.sagas``)
+            names += (sagas_schema.SERVICE,)
+            methods |= sagas.methods(app, pool)
         return cls(
             catalog,
             pool,
-            services.methods(app, pool, entities, actions),
+            methods,
             names,
             reflection.aio.ReflectionServicer([*names, reflection.SERVICE_NAME], pool=pool),
         )

@@ -31,7 +31,7 @@ from dap.server.access import auth, guards
 from dap.server.catalog import Resource, machines
 from dap.server.documents import idempotency, lifecycle
 from dap.server.events import builtin
-from dap.server.rpc import codec, descriptors, status
+from dap.server.rpc import codec, descriptors, jobs_schema, shapes, status
 from dap.server.storage.workspaces import Workspace
 from dap.server.workflows import acting, operations, sidecars, watching
 
@@ -47,7 +47,7 @@ Metadata = Mapping[str, str]
 Handler = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
 
 
-def _metadata(context: grpc.aio.ServicerContext[Any, Any]) -> dict[str, str]:
+def metadata_of(context: grpc.aio.ServicerContext[Any, Any]) -> dict[str, str]:
     return {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
 
 
@@ -66,7 +66,7 @@ class EntityService:
     async def _call(
         self, context: grpc.aio.ServicerContext[Any, Any], verb: str, *, action: bool = False
     ) -> operations.Call:
-        app, md = self.app, _metadata(context)
+        app, md = self.app, metadata_of(context)
         slug = md.get(WORKSPACE) or app[state.OPTIONS].workspace
         if not slug:
             raise errors.NotFound(
@@ -161,7 +161,7 @@ class EntityService:
 
     async def create(self, request: Any, context: Any) -> message.Message:
         call = await self._call(context, "create")
-        key = idempotency.key_of(_metadata(context), IDEMPOTENCY)
+        key = idempotency.key_of(metadata_of(context), IDEMPOTENCY)
         body = {k: v for k, v in codec.decode(request.record).items() if k not in OUTPUT_ONLY}
         query = {"submit": "true"} if request.submit else {}
         submit = lifecycle.create_submits(call.resource, query, body)
@@ -209,7 +209,7 @@ class EntityService:
             handler = acting.prepare(resource, plan, ProtocolType.GRPC, invoker)  # 404, 501, 422 first
             record_id = operations.parse_id(request.id)
             body = codec.decode_struct(request.params) if request.HasField("params") else {}
-            md = _metadata(context)
+            md = metadata_of(context)
             done = await acting.record_action(
                 call,
                 access,
@@ -242,7 +242,7 @@ class EntityService:
 
     async def get_job(self, request: Any, context: Any) -> message.Message:
         """REST's ``GET …/_jobs/{id}``: a job of this entity's actions, to the caller who started it."""
-        workspace, principal = await _caller(self.app, context, optional=True)
+        workspace, principal = await caller(self.app, context, optional=True)
         view = await acting.find_job(
             self.app[state.POOL], workspace.tenant_id, self.key, request.id, principal.sub
         )
@@ -270,15 +270,15 @@ def _queue(app: web.Application, declared: Action | None, md: Metadata) -> actin
 
 
 def _job(classes: Mapping[str, type[message.Message]], view: Mapping[str, Any]) -> message.Message:
-    return codec.encode(view, classes[descriptors.JOB.lstrip(".")]())
+    return codec.encode(view, classes[jobs_schema.JOB.lstrip(".")]())
 
 
-async def _caller(
+async def caller(
     app: web.Application, context: grpc.aio.ServicerContext[Any, Any], *, optional: bool
 ) -> tuple[Workspace, auth.Principal]:
     """The workspace the metadata names and its verified caller (anonymous without a token when
     ``optional``)."""
-    md = _metadata(context)
+    md = metadata_of(context)
     slug = md.get(WORKSPACE) or app[state.OPTIONS].workspace
     if not slug:
         raise errors.NotFound(
@@ -321,9 +321,9 @@ class ServiceActions:
             plan = acting.plan_of(service, name, ProtocolType.GRPC)
             declared = plan.declared
             assert declared is not None
-            workspace, principal = await _caller(self.app, context, optional=declared.public)
+            workspace, principal = await caller(self.app, context, optional=declared.public)
             catalog = self.app[state.SPEC].current
-            md = _metadata(context)
+            md = metadata_of(context)
             # the app the call is made through, metadata ``dap-app`` (``acting.on_behalf``)
             pool = self.app[state.POOL]
             await acting.admit(pool, workspace, catalog, principal, service, plan, md.get(APP_METADATA))
@@ -358,7 +358,7 @@ class ServiceActions:
 
     async def get_job(self, request: Any, context: Any) -> message.Message:
         self._service()
-        workspace, principal = await _caller(self.app, context, optional=True)
+        workspace, principal = await caller(self.app, context, optional=True)
         view = await acting.find_job(
             self.app[state.POOL], workspace.tenant_id, self.key, request.id, principal.sub
         )
@@ -379,7 +379,7 @@ def decoded(request_class: type[message.Message], raw: bytes) -> message.Message
         ) from None
 
 
-def _unary(fn: Handler, request_class: type[message.Message]) -> Handler:
+def unary(fn: Handler, request_class: type[message.Message]) -> Handler:
     async def handler(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         try:
             return await fn(decoded(request_class, raw), context)
@@ -415,7 +415,7 @@ def _classes(pool: DescriptorPool, name: str) -> dict[str, type[message.Message]
     classes: dict[str, type[message.Message]] = {
         n: message_factory.GetMessageClass(d) for n, d in service_desc.file.message_types_by_name.items()
     }
-    for full in ("google.protobuf.Empty", descriptors.JOB.lstrip(".")):
+    for full in ("google.protobuf.Empty", jobs_schema.JOB.lstrip(".")):
         with contextlib.suppress(KeyError):  # no job anywhere: no jobs file
             classes[full] = message_factory.GetMessageClass(pool.FindMessageTypeByName(full))
     return classes
@@ -434,12 +434,12 @@ def methods(
     for e in entities:
         entity = EntityService(app, e, _classes(pool, e.service))
         targets.append(
-            (e.service, entity, {descriptors.camel(a): a for a in descriptors.exposed_actions(e.resource)})
+            (e.service, entity, {shapes.camel(a): a for a in descriptors.exposed_actions(e.resource)})
         )
     for s in services:
         actions_of = ServiceActions(app, s, _classes(pool, s.service))
         targets.append(
-            (s.service, actions_of, {descriptors.camel(a): a for a in descriptors.service_actions(s.plan)})
+            (s.service, actions_of, {shapes.camel(a): a for a in descriptors.service_actions(s.plan)})
         )
     for name, service, actions_by_method in targets:
         service_desc = pool.FindServiceByName(name)
@@ -461,6 +461,6 @@ def methods(
                 )
             else:
                 out[path] = grpc.unary_unary_rpc_method_handler(
-                    _unary(fn, request_class), response_serializer=response_class.SerializeToString
+                    unary(fn, request_class), response_serializer=response_class.SerializeToString
                 )
     return out

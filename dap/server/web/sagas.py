@@ -16,31 +16,21 @@ from aiohttp import web
 
 from dap.server import errors, options, state
 from dap.server.access import guards
-from dap.server.storage import db
 from dap.server.web import requests
 from dap.server.workflows import filters, saga_decisions, sagas, sidecars
-from dap.server.workflows import saga_store as store
 
 ENGINE: web.AppKey[sagas.Engine] = web.AppKey("saga_engine", sagas.Engine)
-MAX_LIMIT = 500
+MAX_LIMIT = saga_decisions.MAX_LIMIT
 
 
 async def list_parked(request: web.Request) -> web.Response:
     workspace, principal, catalog = await requests.resolve(request)
     if guards.is_anonymous(principal):
         raise errors.Unauthorized("the saga inbox needs 'Authorization: Bearer <token>'")
-    wanted = request.query.get("state")
-    known = (*store.ACTIVE, *store.PARKED, *store.FINAL)
-    if wanted is not None and wanted not in known:
-        raise errors.ValidationFailed(
-            f"state {wanted!r} is no saga state; one of {', '.join(known)}",
-            errors=[errors.FieldProblem("state", "is not a saga state")],
-        )
     limit = filters.integer("limit", request.query.get("limit", "100"), low=1, high=MAX_LIMIT)
     offset = filters.integer("offset", request.query.get("offset", "0"), low=0, high=filters.MAX_OFFSET)
-    async with db.connection(request.app[state.POOL]) as conn:
-        rows = await store.parked(conn, workspace.tenant_id, wanted, limit, offset)
-    data = [saga_decisions.view(catalog, r) for r in rows if saga_decisions.may_read(catalog, principal, r)]
+    pool, wanted = request.app[state.POOL], request.query.get("state")
+    data = await saga_decisions.inbox(pool, catalog, workspace.tenant_id, principal, wanted, limit, offset)
     return requests.reply({"data": data, "limit": limit, "offset": offset})
 
 

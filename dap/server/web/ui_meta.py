@@ -33,7 +33,7 @@ from dap.server import errors, fieldvalues, state
 from dap.server.catalog import Catalog, Resource, machines
 from dap.server.storage import db, numbering, tables
 from dap.server.web import requests, ui_titles
-from dap.server.workflows import actions, granting, sidecars
+from dap.server.workflows import actions, granting, saga_decisions, sidecars
 
 UI_SURFACE = "ui"
 
@@ -416,12 +416,16 @@ async def me(request: web.Request) -> web.Response:
     """The caller and which of the spec's permissions it holds (needs a token): the UI shows a
     button only when the API would allow its action (the server still decides)."""
     _, principal, catalog = await requests.resolve(request)
+    held = {p: catalog.grants.allows(principal.roles, p) for p in _permissions(catalog)}
+    sagas = saga_decisions.resolve_permissions(catalog)
+    resolves = {p: catalog.grants.allows(principal.roles, p) for p in sagas}
     return web.json_response(
         {
             "data": {
                 "username": principal.username,
                 "roles": list(principal.roles),
-                "permissions": {p: catalog.grants.allows(principal.roles, p) for p in _permissions(catalog)},
+                "permissions": held | resolves,
+                "resolves_sagas": any(resolves.values()),  # the shell's link to the saga inbox
             }
         }
     )

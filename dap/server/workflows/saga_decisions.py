@@ -21,11 +21,13 @@ from dap.server.catalog import Catalog
 from dap.server.catalog import machines as compiled
 from dap.server.documents import auditing
 from dap.server.storage import db
+from dap.server.workflows import filters
 from dap.server.workflows import saga_store as store
 from dap.server.workflows.sagas import COMPENSATION_FAILED, OUTCOME_UNKNOWN, steps_of
 
 NOT_PARKED = "SVC.SAGA.NOT_PARKED"
 NOT_FOUND = "SVC.SAGA.NOT_FOUND"
+MAX_LIMIT = 500  # sagas in one page of the inbox
 
 
 def permission_of(service: str, plan: compiled.ActionPlan) -> str:
@@ -36,6 +38,15 @@ def permission_of(service: str, plan: compiled.ActionPlan) -> str:
     if impl is not None and impl.resolve_permission:
         return impl.resolve_permission
     return service.replace("/", ".") + ".resolve"
+
+
+def resolve_permissions(catalog: Catalog) -> list[str]:
+    """The resolve permission of every saga action of ``catalog`` (on any protocol), sorted: whoever
+    holds one of them has an inbox (the UI shows its link). Pure."""
+    plans = [*catalog.services.values(), *catalog.grpc_services.values(), *catalog.ws_services.values()]
+    return sorted(
+        {permission_of(p.key, a) for p in plans for a in p.actions.values() if steps_of(a) is not None}
+    )
 
 
 OPERATIONS = ("retry", "skip", "resolve")
@@ -278,3 +289,30 @@ async def settle(
                 raise errors.NotFound(f"no saga {saga_id} of {service}", code=NOT_FOUND)
         after = await decide(conn, catalog, tenant, principal, saga_id, op, body, request_id)
     return view(catalog, after)
+
+
+async def inbox(
+    pool: asyncpg.Pool,
+    catalog: Catalog,
+    tenant: uuid.UUID,
+    principal: auth.Principal,
+    wanted: str | None,
+    limit: int,
+    offset: int,
+) -> list[dict[str, Any]]:
+    """The operators' inbox, protocol-neutral (REST, gRPC): the sagas in ``wanted`` (default: the
+    parked ones) that the caller may read, a page of ``limit`` from ``offset``; 401 to an
+    anonymous caller, 422 for a state that is none or a page out of bounds."""
+    if not principal.sub:
+        raise errors.Unauthorized("the saga inbox needs 'Authorization: Bearer <token>'")
+    known = (*store.ACTIVE, *store.PARKED, *store.FINAL)
+    if wanted is not None and wanted not in known:
+        raise errors.ValidationFailed(
+            f"state {wanted!r} is no saga state; one of {', '.join(known)}",
+            errors=[errors.FieldProblem("state", "is not a saga state")],
+        )
+    limit = filters.integer("limit", str(limit), low=1, high=MAX_LIMIT)
+    offset = filters.integer("offset", str(offset), low=0, high=filters.MAX_OFFSET)
+    async with db.connection(pool) as conn:
+        rows = await store.parked(conn, tenant, wanted, limit, offset)
+    return [view(catalog, r) for r in rows if may_read(catalog, principal, r)]

@@ -6,9 +6,9 @@ A saga action is requested like any ``call: async, track: true`` action (every p
 process, beside the job worker) claims active sagas with a lease and drives each one:
 
 - forward, step by step: a call of an HTTP or app-process target is first recorded as sent
-  (``in_flight``, committed), then made with the step's idempotency key; a done step's result and
-  the move to the next step commit in one transaction -- with the step's own writes for native,
-  record and app-process targets (``saga_steps``);
+  (``in_flight``, committed), then made with the step's idempotency key; a done step's result, the
+  move to the next step and that step's ``sent`` commit together, with the step's own writes for
+  native, record and app-process targets (``saga_steps``);
 - an outcome that cannot be known (``saga_steps``: timeout, connection lost after sending, 502/504)
   is never guessed: the step's ``status`` check is asked when declared, else the step is sent
   again with the same key while its ``retries`` last, else the saga parks as
@@ -193,6 +193,7 @@ class Drive:
     def __init__(self, engine: Engine, row: asyncpg.Record, holder: str) -> None:
         self.engine, self.id, self.holder = engine, row["id"], holder
         self.row: dict[str, Any] = dict(row)
+        self.presented: int | None = None  # a step whose first attempt ``done`` recorded as sent
         p = row["principal"]
         self.principal = auth.Principal(
             sub=p.get("sub", ""),
@@ -262,7 +263,7 @@ class Drive:
         if call.http is not None:
             outcome = await saga_steps.run(self._env(catalog), call, None, step.name, phase, timeout)
             if outcome.kind == "done" and on_done is not None:  # no writes of its own to join:
-                async with db.connection(self.engine.pool) as conn:  # the move commits by itself
+                async with db.connection(self.engine.pool) as conn, conn.transaction():  # one commit
                     await on_done(conn, outcome)
             return outcome
         async with db.connection(self.engine.pool) as conn:
@@ -300,21 +301,26 @@ class Drive:
         row, index = self.row, self.row["step"]
         attempts, limit = row["attempts"], 1 + step.retries
         external = step.kind in ("http", "sidecar")
+        presented, self.presented = self.presented == index, None
+        following = steps[index + 1] if index + 1 < len(steps) else None
 
         async def done(conn: db.Connection, outcome: saga_steps.Outcome) -> None:
             results = {**row["results"], step.name: outcome.result}
             entry = (index, step.name, "do", attempts or 1, "done", {"result": outcome.result})
-            await self._move(
-                conn,
-                entry,
-                step=index + 1,
-                attempts=0,
-                in_flight=False,
-                results=results,
-            )
+            await self._move(conn, entry, step=index + 1, attempts=0, in_flight=False, results=results)
             await store.progress(conn, self.id, 100.0 * (index + 1) / (len(steps) + 1))
+            if following is None:
+                await self._end("completed", len(steps), conn)
+            elif following.kind in ("http", "sidecar"):
+                # its first attempt is recorded as sent in this commit (one per step boundary, not
+                # two); a restart before it leaves finds it in flight: unknown, as any sent one
+                ahead = (index + 1, following.name, "do", 1, "sent", None)
+                await self._move(conn, ahead, attempts=1, in_flight=True)
+                self.presented = index + 1
 
-        if row["in_flight"]:  # the last attempt was sent and its outcome never recorded
+        if presented:  # sent with the previous step's done: no backoff, no recovery, no second sent
+            attempt = attempts
+        elif row["in_flight"]:  # the last attempt was sent and its outcome never recorded
             verdict = await self._status(catalog, step, attempts)
             if verdict is not None and verdict.kind == "done":
                 async with db.connection(self.engine.pool) as conn, conn.transaction():
@@ -341,22 +347,20 @@ class Drive:
         elif attempts >= limit:  # every attempt was refused before it was sent, or not applied
             await self._fail(step, row["failure"] or {"detail": "not applied after its retries"})
             return
-        await asyncio.sleep(saga_steps.backoff(attempts))
-        attempt = attempts + 1
-        if external:
-            await self._sent(step, "do", attempt)
+        if not presented:
+            await asyncio.sleep(saga_steps.backoff(attempts))
+            attempt = attempts + 1
+            if external:
+                await self._sent(step, "do", attempt)
         outcome = await self._call(catalog, step, step, "do", done)
         if outcome.kind == "done":
             return
         if outcome.kind == "refused":
             await self._fail(step, outcome.problem, attempt)
-        elif outcome.kind == "unavailable":
+        else:  # not applied: sent again; unknown: stays in flight (the status check, or sent again)
+            flying, failure = outcome.kind != "unavailable", outcome.problem
             await self._note(
-                step, "do", attempt, outcome, attempts=attempt, in_flight=False, failure=outcome.problem
-            )
-        else:  # unknown: stays in flight; the next turn asks the status check or sends again
-            await self._note(
-                step, "do", attempt, outcome, attempts=attempt, in_flight=True, failure=outcome.problem
+                step, "do", attempt, outcome, attempts=attempt, in_flight=flying, failure=failure
             )
 
     async def _status(self, catalog: Catalog, step: SagaStep, attempt: int) -> saga_steps.Outcome | None:
@@ -471,28 +475,25 @@ class Drive:
             )
         log.warning("saga %s parked: %s", self.id, why)
 
-    async def _end(self, state: str, count: int) -> None:
-        row = self.row
-        async with db.connection(self.engine.pool) as conn, conn.transaction():
-            await self._move(
-                conn,
-                (None, None, "saga", None, state, None),
-                state=state,
-                worker=None,
-                lease_until=None,
-                finished_at=dt.datetime.now(dt.UTC),
-            )
-            if state == "completed":
-                await store.finish_job(
-                    conn, self.id, "succeeded", {"result": row["results"], "saga": state}, None, 100.0
-                )
-            else:
-                failure = row["failure"] or {}
-                problem = {
-                    **failure,
-                    "saga": {"id": str(self.id), "state": state},
-                    "detail": f"a step failed and the {count} step(s) before it were compensated: "
-                    + str(failure.get("detail", "")),
-                }
-                await store.finish_job(conn, self.id, "failed", None, problem, 100.0)
-            await self._event(conn, f"saga.{state}", {"saga": str(self.id), "results": row["results"]})
+    async def _end(self, state: str, count: int, conn: db.Connection | None = None) -> None:
+        """The saga's end, its job's and its event in one transaction (``conn``'s when given: the
+        last step's ``done`` ends a completed saga in its own commit)."""
+        if conn is None:
+            async with db.connection(self.engine.pool) as conn, conn.transaction():
+                return await self._end(state, count, conn)
+        row, now = self.row, dt.datetime.now(dt.UTC)
+        entry = (None, None, "saga", None, state, None)
+        await self._move(conn, entry, state=state, worker=None, lease_until=None, finished_at=now)
+        if state == "completed":
+            result = {"result": row["results"], "saga": state}
+            await store.finish_job(conn, self.id, "succeeded", result, None, 100.0)
+        else:
+            failure = row["failure"] or {}
+            problem = {
+                **failure,
+                "saga": {"id": str(self.id), "state": state},
+                "detail": f"a step failed and the {count} step(s) before it were compensated: "
+                + str(failure.get("detail", "")),
+            }
+            await store.finish_job(conn, self.id, "failed", None, problem, 100.0)
+        await self._event(conn, f"saga.{state}", {"saga": str(self.id), "results": row["results"]})

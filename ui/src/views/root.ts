@@ -70,7 +70,7 @@ function AppPage({ route }: { route: Extract<Route, { kind: "page" }> }) {
     else location.hash = "#/login";
   };
   const region = (name: string, ref: string) => html`<${RegionBlock} app=${app} me=${me} name=${name} refName=${ref} />`;
-  return html`<${Shell} apps=${apps} look=${look} app=${app} page=${page} crumb=${crumb} onSignOut=${signOut} region=${region}>
+  return html`<${Shell} apps=${apps} look=${look} app=${app} page=${page} crumb=${crumb} onSignOut=${signOut} region=${region} me=${me}>
     ${page
       ? html`<${PageView} key=${page.name + (route.id ?? "")} app=${app} page=${page} id=${route.id} query=${route.query} me=${me} setCrumb=${setCrumb} />`
       : html`<p class="error" role="alert">No page ${route.page} in ${app.title}.</p>`}

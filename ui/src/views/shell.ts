@@ -3,8 +3,9 @@ import type { ComponentChildren } from "preact";
 import { useState } from "preact/hooks";
 import { session, workspace } from "../api";
 import { html } from "../html";
-import type { AppDetail, AppSummary, PageMeta, WorkspaceLook } from "../meta";
+import type { AppDetail, AppSummary, Me, PageMeta, WorkspaceLook } from "../meta";
 import { pageHref } from "../route";
+import { sagaInboxLink } from "../sagas";
 import { NotificationsButton } from "./notifications";
 import { HeaderSearch } from "./search";
 import { Toasts } from "./toasts";
@@ -75,11 +76,13 @@ type Props = {
   onSignOut: () => void;
   /** A chrome region's component (``chrome.regions``: a component reference), rendered. */
   region: (name: string, ref: string) => ComponentChildren;
+  /** The caller (the nav links to the saga inbox for whoever may resolve a saga). */
+  me?: Me | null;
 };
 
 const REGION_OFF = new Set(["none", "auto"]);
 
-export function Shell({ apps, look, app, page, crumb, children, onSignOut, region }: Props) {
+export function Shell({ apps, look, app, page, crumb, children, onSignOut, region, me = null }: Props) {
   const chrome = app.chrome ?? {};
   const regions = chrome.regions ?? {};
   const named = (name: string) => (regions[name] && !REGION_OFF.has(regions[name]) ? region(name, regions[name]) : null);
@@ -91,6 +94,7 @@ export function Shell({ apps, look, app, page, crumb, children, onSignOut, regio
     setTheme(next);
   };
   const navPages = app.pages.filter((p) => !(p.route ?? "").includes(":"));
+  const inbox = sagaInboxLink(me);
   return html`<div class="shell">
     <a class="skip" href="#main" onClick=${(e: Event) => { e.preventDefault(); document.getElementById("main")?.focus(); }}>Skip to content</a>
     ${regions.topbar !== "none" && html`<header class="topbar">
@@ -100,6 +104,7 @@ export function Shell({ apps, look, app, page, crumb, children, onSignOut, regio
           <ul>
             ${navPages.map((p) => html`<li><a href=${pageHref(app.name, p.name)} aria-current=${page?.name === p.name ? "page" : undefined}>${p.title ?? p.name}</a></li>`)}
             ${apps.filter((a) => a.name !== app.name).map((a) => html`<li><a href=${`#/a/${a.name}/${(a.home ?? a.pages[0] ?? "").split("/").pop()}`}>${a.title}</a></li>`)}
+            ${inbox && html`<li><a href=${inbox.href}>${inbox.label}</a></li>`}
           </ul>
         </nav>`}
       <div class="tools">
