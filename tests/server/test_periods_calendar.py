@@ -1,7 +1,9 @@
 """A workspace's declared accounting calendar (``Workspace.spec.periods``, ``workflows.calendars``):
 the periods from ``from`` up to the current one exist after boot, a second boot adds only what is
 missing, a period created through the API is kept (the overlapping month skipped), a bad ``from``
-is refused with its file and path, and every created period has its audit row."""
+is refused with its file and path, and every created period has its audit row. And the seed rows
+that close a period (``entity: periods``, ``workflows.seeding_periods``) after the entries dated
+in it: once, with its reason; a bad row names its file, line and field."""
 
 from __future__ import annotations
 
@@ -15,8 +17,8 @@ from dap.config.errors import SpecError
 from dap.config.platform import PeriodCalendar
 from dap.server import state
 from dap.server.catalog import Catalog
-from dap.server.storage import db
-from dap.server.workflows import calendars
+from dap.server.storage import db, workspaces
+from dap.server.workflows import calendars, periods, seeding, seeds
 
 from .conftest import running, token
 
@@ -125,3 +127,58 @@ async def test_boot_creates_the_months_once_and_keeps_api_periods(pg_dsn: str) -
         async with r.http.get(url, headers=admin) as resp:
             names = [p["name"] for p in (await resp.json())["data"]]
         assert names[:3] == expected and names[3] == "by hand" and len(names) == 5
+
+
+SEED = """
+entity: books/entry
+records:
+  - {_key: early, posting_date: today-62}
+---
+entity: periods
+records:
+  - {close: today-62, reason: month end}
+"""
+
+
+@pytest.mark.asyncio
+async def test_a_seed_closes_the_period_after_its_entries_once(pg_dsn: str) -> None:
+    today = dt.datetime.now(dt.UTC).date()
+    catalog = Catalog.from_spec(config.load_files(workspace("{calendar: monthly, from: 2020-01-01}")))
+    rows = seeds.parse_files([("90-periods.yaml", SEED)])
+    async with running(pg_dsn, catalog) as r, db.connection(r.server.app[state.POOL]) as conn:
+        found = await workspaces.find(conn, "default")
+        assert found is not None
+        tenant = found.tenant_id
+        report = await seeding.load(conn, catalog, tenant, rows, today=today)
+        assert (report.created, report.actions) == (1, 1)  # the entry, then the close
+        day = today - dt.timedelta(days=62)
+        closed = await conn.fetchrow(
+            "SELECT id, name, state, reason, closed_by FROM dap.periods "
+            "WHERE tenant_id = $1 AND starts <= $2 AND ends >= $2",
+            tenant,
+            day,
+        )
+        assert (closed["state"], closed["reason"], closed["closed_by"]) == ("closed", "month end", "seed")
+        # someone reopens it; the next run does not close it again (and adds nothing)
+        actor = periods.Actor(seeding.SEEDER)
+        await periods.reopen(conn, tenant, actor, closed["id"], "a late invoice")
+        again = await seeding.load(conn, catalog, tenant, rows, today=today)
+        assert (again.created, again.actions, again.unchanged) == (0, 0, 2)
+        state_now = await conn.fetchval("SELECT state FROM dap.periods WHERE id = $1", closed["id"])
+        assert state_now == "open"
+        # a day no period holds, and a row without its reason: refused, naming file, line, field
+        bad = seeds.parse_files(
+            [
+                (
+                    "91-bad.yaml",
+                    "entity: periods\nrecords:\n  - {close: 2019-06-01, reason: x}\n  - {close: today}\n",
+                )
+            ]
+        )
+        with pytest.raises(seeding.SeedError) as caught:
+            await seeding.load(conn, catalog, tenant, bad, today=today)
+        said = [str(p) for p in caught.value.problems]
+        assert any(
+            "91-bad.yaml:3" in p and "close" in p and "no period holds 2019-06-01" in p for p in said
+        ), said
+        assert any("91-bad.yaml:4" in p and "reason" in p for p in said), said

@@ -89,13 +89,22 @@ async def ensure_tenant(
     return created
 
 
-async def ensure(conn: db.Connection, catalog: Catalog, today: dt.date | None = None) -> int:
-    """:func:`ensure_tenant` for every active workspace whose manifest declares a calendar (by its
-    slug, e.g. ``default``); how many periods were created."""
+async def ensure_workspace(
+    conn: db.Connection, catalog: Catalog, slug: str, tenant: uuid.UUID, today: dt.date | None = None
+) -> int:
+    """:func:`ensure_tenant` for the workspace ``slug`` when its manifest (the Workspace named
+    ``slug``) declares a calendar; how many periods were created."""
+    spec = catalog.workspaces.get(slug)
+    if spec is None or spec.periods is None:
+        return 0
     day = today or dt.datetime.now(dt.UTC).date()
+    return len(await ensure_tenant(conn, tenant, spec.periods, day))
+
+
+async def ensure(conn: db.Connection, catalog: Catalog, today: dt.date | None = None) -> int:
+    """:func:`ensure_workspace` for every active workspace (``dap serve``'s boot); the same runs when
+    a workspace is registered (``web.admin``) and when a pod deploys an artifact (``resource_pod``)."""
     count = 0
     for w in await workspaces.list_active(conn):
-        spec = catalog.workspaces.get(w.slug)
-        if spec is not None and spec.periods is not None:
-            count += len(await ensure_tenant(conn, w.tenant_id, spec.periods, day))
+        count += await ensure_workspace(conn, catalog, w.slug, w.tenant_id, today)
     return count

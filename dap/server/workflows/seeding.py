@@ -41,7 +41,7 @@ from dap.server.access import auth, guards
 from dap.server.catalog import Catalog, Resource
 from dap.server.documents import auditing, lifecycle, writing
 from dap.server.storage import db, tables
-from dap.server.workflows import recording, seeding_rows, seeding_steps, seeding_users, seeds
+from dap.server.workflows import recording, seeding_periods, seeding_rows, seeding_steps, seeding_users, seeds
 
 log = logging.getLogger(__name__)
 
@@ -291,6 +291,25 @@ async def _account(run: _Run, row: seeds.Row) -> None:
         run.report.updated += 1
 
 
+async def _close_period(run: _Run, row: seeds.Row) -> None:
+    """A row of ``entity: periods``: close the period holding a day (``seeding_periods``)."""
+    day, problems = seeding_periods.check(row, run.today)
+    if problems or day is None:
+        raise _RowError(problems)
+    found = await seeding_periods.find(run.conn, run.tenant, day)
+    if found is None:
+        why = f"no period holds {day}: declare the workspace's calendar (periods:) or create one (_periods)"
+        raise _RowError([row.problem("close", why)])
+    period_id, name, state = found
+    if (seeding_periods.ENTITY, name) in run.known or state == "closed":
+        run.report.unchanged += 1  # closed by an earlier run (perhaps reopened since), or already
+        return
+    principal, request_id = run.principal, run.request_id
+    await seeding_periods.close(run.conn, run.catalog, run.tenant, principal, request_id, row, period_id)
+    await _remember(run, seeding_periods.ENTITY, name, period_id, row)
+    run.report.actions += 1
+
+
 async def _remember(run: _Run, entity: str, key: str, record_id: uuid.UUID, row: seeds.Row) -> None:
     """The row that made (or last changed) ``record_id``, for the next run to compare with; written
     to ``dap.seed_records`` in one statement once every row is loaded."""
@@ -302,6 +321,9 @@ async def _remember(run: _Run, entity: str, key: str, record_id: uuid.UUID, row:
 async def _one(run: _Run, row: seeds.Row) -> None:
     if row.entity == seeding_users.ENTITY:
         await _account(run, row)
+        return
+    if row.entity == seeding_periods.ENTITY:
+        await _close_period(run, row)
         return
     resource = _resource(run, row)
     if row.cells:
