@@ -60,5 +60,5 @@ def test_readme_commands_run_as_written(tmp_path: Path) -> None:
     assert re.search(r'"number":"PO-\d{4}-\d{5}","buyer":"bob"', done.stdout), "the buyer sees their order"
     assert '"transition":{"from":"open","to":"pending_approval"}' in done.stdout, "the state moved"
     assert '"state":"pending_approval"' in done.stdout, "and the list filters by it"
-    assert "valid: 3 modules" in done.stdout
+    assert "valid: 4 modules" in done.stdout
     assert (tmp_path / "dap-manifest.schema.json").stat().st_size > 1000

@@ -6,7 +6,8 @@ Workspace custom resource of the operator, which follows Kubernetes' camelCase (
 
 from __future__ import annotations
 
-from typing import Any
+import datetime as dt
+from typing import Any, Literal
 
 import pydantic
 
@@ -72,6 +73,34 @@ class AuthSettings(Record):
     providers: dict[str, JsonObject] = pydantic.Field(default_factory=dict)
 
 
+CALENDAR_MONTHS = {"monthly": 1, "quarterly": 3, "yearly": 12}
+
+
+class PeriodCalendar(Record):
+    """A workspace's declared accounting calendar (issue 43): ``periods: {calendar: monthly, from:
+    2026-01-01}``. At boot the server creates the periods from ``from`` up to the current one
+    (idempotently; periods created through the API stay as they are). ``from`` must begin a period
+    of the calendar: the 1st of a month, of a quarter's first month, or 1 January."""
+
+    calendar: Literal["monthly", "quarterly", "yearly"]
+    from_: dt.date = pydantic.Field(alias="from")
+
+    @pydantic.model_validator(mode="after")
+    def _starts_a_period(self) -> PeriodCalendar:
+        months = CALENDAR_MONTHS[self.calendar]
+        if self.from_.day != 1 or (self.from_.month - 1) % months != 0:
+            first = {
+                1: "the 1st of a month",
+                3: "the 1st of January, April, July or October",
+                12: "1 January",
+            }
+            raise ValueError(
+                f"periods.from {self.from_.isoformat()} does not begin a {self.calendar} period: "
+                f"use {first[months]} (e.g. {self.from_.year}-01-01)"
+            )
+        return self
+
+
 class WorkspaceSpec(Record):
     title: str | None = None
     apps: tuple[str, ...] = ()
@@ -84,6 +113,7 @@ class WorkspaceSpec(Record):
     favicon: str | None = None
     currency: CurrencySettings | None = None
     auth: AuthSettings | None = None
+    periods: PeriodCalendar | None = None
 
 
 class EnvironmentPlane(Record):

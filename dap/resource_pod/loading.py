@@ -114,6 +114,26 @@ async def refused_steps(app: web.Application, catalog: server.Catalog) -> list[s
     return [*plan.blockers, *(step.description for step in plan.destructive)]
 
 
+async def ensure_calendar(app: web.Application, slug: str, catalog: server.Catalog) -> int:
+    """Create the accounting periods the deployed spec's calendar declares for ``slug`` up to the
+    current one (``workflows.calendars``, idempotent); a failure is logged, not fatal: periods can
+    still be created through the API, and the next deployment tries again."""
+    from dap.server.workflows import calendars  # the deployment's own step, loaded when it runs
+
+    try:
+        async with db.connection(_pool(app)) as conn:
+            found = await workspaces.find(conn, slug)
+            if found is None:
+                return 0
+            return await calendars.ensure_workspace(conn, catalog, slug, found.tenant_id)
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        log.error(
+            "cannot create the declared accounting periods",
+            extra={"ctx": {"workspace": slug, "error": f"{type(exc).__name__}: {exc}"}},
+        )
+        return 0
+
+
 async def request_grants(app: web.Application, slug: str, catalog: server.Catalog, by: str) -> int:
     """Ask the owners of what the deployed artifact's apps consume for their grants (pending
     grant requests in the workspace, ``workflows.granting``); how many were new or changed. A

@@ -362,6 +362,7 @@ class Pod:
             catalog,
             f"deployment of {artifact.app} version {artifact.version} ({artifact.artifact_id})",
         )
+        await loading.ensure_calendar(self.app, self.config.workspace, catalog)
         try:
             await asyncio.to_thread(self.state_dir.save, raw, deployment, snapshot_version)
             self.state_error = None

@@ -23,8 +23,14 @@ def spec() -> config.Spec:
 
 
 def test_example_loads_with_lookups(spec: config.Spec) -> None:
-    assert set(spec.modules) == {"buying", "stock", "supplier"}
-    assert set(spec.entities) == {"buying/supplier", "buying/purchase_order", "stock/item"}
+    assert set(spec.modules) == {"buying", "stock", "supplier", "ledger"}
+    assert set(spec.entities) == {
+        "buying/supplier",
+        "buying/purchase_order",
+        "stock/item",
+        "ledger/journal_entry",
+        "ledger/account_balance",
+    }
     order = spec.entity("buying", "purchase_order")
     assert order is not None
     assert order.spec.lifecycle
@@ -94,7 +100,7 @@ def test_cli_validate_exit_codes(tmp_path: Path) -> None:
     runner = CliRunner()
     ok = runner.invoke(main, ["validate", str(EXAMPLE)])
     assert ok.exit_code == 0, ok.output
-    assert ok.output.startswith("valid: 3 modules, 3 entities")
+    assert ok.output.startswith("valid: 4 modules, 5 entities")
 
     (tmp_path / "bad.yaml").write_text(
         "apiVersion: dap.io/v1\nkind: Module\nmetadata: {name: m}\n---\n"

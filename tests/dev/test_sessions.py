@@ -60,7 +60,7 @@ def test_first_session_serves_procurement_and_stops_quickly(data_dir: Path) -> N
         assert f"{session.base}/default/api/" in session.output
         assert "token --role buyer" in session.output, "the banner shows how to make a role's token"
         # the spec's seed/ was loaded once served: a populated desk, its people can sign in
-        assert re.search(r"seed: .*30 created, 0 updated, 0 unchanged", session.output), session.output
+        assert re.search(r"seed: .*34 created, 0 updated, 0 unchanged", session.output), session.output
         assert '"setup_code"' not in session.output, "a workspace with data has no first-admin setup"
         admin = {"username": "admin", "password": "procurement-demo"}
         status, body = session.call("POST", "/default/_ui/login", admin)

@@ -78,12 +78,14 @@ async def test_the_demo_seed_loads_every_state_through_the_api_rules(
     rows = demo_rows()
     async with pool.acquire() as conn:
         report = await seeding.load(conn, demo, await _tenant(conn), rows)
-        assert (report.created, report.updated, report.unchanged, report.notes) == (len(rows), 0, 0, [])
+        # every row is a record or an account but the one closing a period (an action)
+        assert (report.created, report.updated, report.unchanged, report.notes) == (len(rows) - 1, 0, 0, [])
         assert report.by_entity == {
             "users": 8,
             "stock/item": 8,
             "buying/supplier": 6,
             "buying/purchase_order": 8,
+            "ledger/journal_entry": 4,
         }
         orders = await _orders(conn)
         assert {(d, s) for _, d, s in orders} == {
@@ -116,10 +118,39 @@ async def test_the_demo_seed_loads_every_state_through_the_api_rules(
             "SELECT action, count(*) AS n FROM dap.audit_log WHERE request_id LIKE 'seed-%' GROUP BY action"
         )
         counted = {r["action"]: r["n"] for r in trail}
-        assert (counted["submit"], counted["cancel"], counted["approval.requested"]) == (6, 1, 4)
+        assert (counted["submit"], counted["cancel"], counted["approval.requested"]) == (9, 1, 4)
         assert counted["approval.approved-vote"] == 5 and counted["approval.rejected"] == 1
         events = await conn.fetchval("SELECT count(*) FROM dap.outbox WHERE event = 'created'")
-        assert events == len(rows) - 8  # every record; accounts are no records
+        assert events == len(rows) - 9  # every record; accounts and the period's close are no records
+        # the ledger: the month of today-62 closed after its entries, with their closing balances;
+        # the current month open; the balances are the submitted entries' (the draft's not)
+        closed = await conn.fetchrow(
+            "SELECT id, state, reason FROM dap.periods WHERE starts <= $1 AND ends >= $1",
+            TODAY - dt.timedelta(62),
+        )
+        assert (closed["state"], closed["reason"]) == ("closed", "Books closed for the month (demo seed)")
+        assert (
+            await conn.fetchval("SELECT state FROM dap.periods WHERE starts <= $1 AND ends >= $1", TODAY)
+            == "open"
+        )
+        closing = await conn.fetch(
+            "SELECT grp->>'account' AS account, sums->>'balance' AS balance FROM dap.period_balances "
+            "WHERE period_id = $1 ORDER BY 1",
+            closed["id"],
+        )
+        assert [(r["account"], r["balance"]) for r in closing] == [
+            ("1200 Bank", "50000.00"),
+            ("2000 Payables", "-12400.00"),
+            ("3000 Equity", "-50000.00"),
+            ("5000 Purchases", "12400.00"),
+        ]
+        balances = await conn.fetch("SELECT account, balance FROM ledger__account_balance ORDER BY account")
+        assert [(r["account"], str(r["balance"])) for r in balances] == [
+            ("1200 Bank", "37600.00"),
+            ("2000 Payables", "0.00"),
+            ("3000 Equity", "-50000.00"),
+            ("5000 Purchases", "12400.00"),
+        ]
         # the demo's people can sign in: hashed passwords, the spec's roles
         ada = await conn.fetchrow("SELECT password_hash, roles FROM dap.users WHERE username = 'ada'")
         assert ada["roles"] == ["purchase_committee"]
@@ -337,10 +368,10 @@ async def test_dap_seed_loads_once_and_refuses_a_bad_seed_naming_the_row(
     try:
         first = _dap_seed(str(SPEC), "--dsn", dsn, "--workspace", "default")
         assert first.returncode == 0, first.stderr
-        assert "30 created, 0 updated, 0 unchanged" in first.stdout
+        assert "34 created, 0 updated, 0 unchanged" in first.stdout
         second = _dap_seed(str(SPEC), "--dsn", dsn)
         assert second.returncode == 0, second.stderr
-        assert "0 created, 0 updated, 30 unchanged" in second.stdout
+        assert "0 created, 0 updated, 35 unchanged" in second.stdout
         bad = tmp_path / "seed"
         bad.mkdir()
         (bad / "10-items.yaml").write_text(

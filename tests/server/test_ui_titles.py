@@ -7,7 +7,7 @@ from pathlib import Path
 
 from dap import config
 from dap.server.catalog import Catalog
-from dap.server.web import ui_titles
+from dap.server.web import ui_meta, ui_titles
 
 ROOT = Path(__file__).parents[2]
 
@@ -54,3 +54,11 @@ spec:
     }
     c = Catalog.from_spec(config.load_files(files))
     assert ui_titles.title_field(c, "m/person") == "nickname"
+
+
+def test_the_period_field_tells_the_form_which_date_periods_judge() -> None:
+    """The UI metadata names the date ``access.periods`` judges (the form reads a record dated in a
+    closed period as read-only); an entity no period judges has none."""
+    c = catalog("examples/procurement")
+    assert ui_meta.entity_meta(c, "buying/purchase_order")["period_field"] == "order_date"
+    assert ui_meta.entity_meta(c, "buying/supplier")["period_field"] is None  # master data

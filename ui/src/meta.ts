@@ -99,6 +99,20 @@ export type EntityMeta = {
   title_field?: string | null;
   /** One-to-many relations into this entity: the related lists of a record's page. */
   related?: { entity: string; field: string; title: string }[];
+  /** The transaction date accounting periods judge (issue 43); null or absent: none. */
+  period_field?: string | null;
+};
+/** An accounting period as ``GET api/_periods`` answers it (docs/server.md "Periods"). */
+export type Period = {
+  id: string;
+  name: string;
+  starts: string;
+  ends: string;
+  state: "open" | "closing" | "closed";
+  final: boolean;
+  closed_at: string | null;
+  closed_by: string | null;
+  reason: string | null;
 };
 export type TableComp = {
   kind: "table";

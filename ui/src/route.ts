@@ -3,6 +3,7 @@
 //   #/forgot  #/reset?token=…  #/password (change it, signed in)  #/                      (the first app's home)
 //   #/a/{module}/{app}/{page}[/{id}]          (a page; {id} fills its route's :id)
 //   #/sagas[/{id}]                             (the parked sagas; one saga's timeline)
+//   #/periods                                  (the workspace's accounting periods)
 
 export type Route =
   | { kind: "setup" }
@@ -12,6 +13,7 @@ export type Route =
   | { kind: "reset"; token: string }
   | { kind: "password" }
   | { kind: "sagas"; id: string | null }
+  | { kind: "periods" }
   | { kind: "home" }
   | { kind: "page"; app: string; page: string; id: string | null; query: URLSearchParams };
 
@@ -26,6 +28,7 @@ export function parseRoute(hash: string): Route {
   if (parts[0] === "reset") return { kind: "reset", token: query.get("token") ?? "" };
   if (parts[0] === "password") return { kind: "password" };
   if (parts[0] === "sagas") return { kind: "sagas", id: parts[1] ?? null };
+  if (parts[0] === "periods") return { kind: "periods" };
   if (parts[0] === "a" && parts.length >= 4)
     return { kind: "page", app: `${parts[1]}/${parts[2]}`, page: parts[3], id: parts[4] ?? null, query };
   return { kind: "home" };

@@ -28,7 +28,7 @@ from dap.server.access import accounts
 from dap.server.events import deadletter, outbox
 from dap.server.storage import db, workspaces
 from dap.server.web import admin_debug, admin_logs, requests
-from dap.server.workflows import granting, jobs
+from dap.server.workflows import calendars, granting, jobs
 
 log = logging.getLogger(__name__)
 HEALTH_TIMEOUT = 2.0
@@ -136,6 +136,8 @@ async def _register(request: web.Request) -> web.Response:
         # the served apps ask each other's owners in the new workspace too (issue 47)
         asks = granting.asks(request.app[state.SPEC].current)
         await granting.request_all(conn, workspace.tenant_id, asks, f"registration of workspace {slug}")
+        # its declared accounting calendar: the periods up to the current month (issue 43)
+        await calendars.ensure_workspace(conn, request.app[state.SPEC].current, slug, workspace.tenant_id)
     request.app[state.REGISTRY].forget(slug)
     log.info("workspace registered", extra={"ctx": {"workspace": slug, "created": created}})
     answer: dict[str, Any] = {"slug": workspace.slug, "created": created, "name": workspace.name}

@@ -30,6 +30,7 @@ from dap.config.entities import ApprovalSpec, EntitySpec
 from dap.config.enums import Characteristic, NaturalKeyEntry
 from dap.config.fields import Field
 from dap.server import errors, fieldvalues, state
+from dap.server.access import periods as period_rule
 from dap.server.catalog import Catalog, Resource, machines
 from dap.server.storage import db, numbering, tables
 from dap.server.web import requests, ui_titles
@@ -181,6 +182,9 @@ def entity_meta(catalog: Catalog, key: str, *, bridged: bool = False) -> dict[st
         "runnable": _runnable(key, resource, bridged),
         "title_field": ui_titles.title_field(catalog, key),
         "related": ui_titles.related(catalog, key),
+        # the date a period judges (access.periods, the one rule): the form reads a record dated
+        # in a closed period (GET api/_periods) as read-only instead of offering refused writes
+        "period_field": period_rule.field_of(spec),
     }
 
 

@@ -28,6 +28,7 @@ package applies them to a request::
     recording  a record's create and update, the one pipeline REST and the seed loader share
     operations the entity verbs and record actions, protocol-neutral: REST and gRPC adapt them
     periods    accounting periods managed: create, start closing, close, reopen, with the audit trail
+    calendars  a workspace's declared calendar: its periods created up to today, idempotently
     acting     custom, async and service actions and their jobs, protocol-neutral: REST, gRPC, ws
     filters    a list's query string (filters, sort, limit, fields) as a ``ListQuery`` (pure)
     watching   an entity's delivered events as one caller may see them (websocket, gRPC Watch)
@@ -37,6 +38,7 @@ package applies them to a request::
     seeding_steps  a seed row's ``_actions`` and ``_votes``, through the operations of their routes
     seeding_rows   what a row is checked for before it writes: cells typed, verbs exposed, not stale (pure)
     seeding_users  seeded password accounts (``entity: users``), so a demo's people can sign in
+    seeding_periods  seeded closes of periods (``entity: periods``), after the rows dated in them
 
 Modules load on first import (none is imported here): the boot path needs ``approvals_schema``,
 ``granting`` and ``jobs`` (their tables) only. The events an action emits are written by
@@ -49,6 +51,7 @@ __all__ = [
     "approvals",
     "approvals_flow",
     "approvals_schema",
+    "calendars",
     "callbacks",
     "csvdialect",
     "escalations",
@@ -67,6 +70,7 @@ __all__ = [
     "saga_store",
     "sagas",
     "seeding",
+    "seeding_periods",
     "seeding_rows",
     "seeding_steps",
     "seeding_users",

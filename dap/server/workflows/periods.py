@@ -336,3 +336,15 @@ async def trail(conn: db.Connection, tenant: uuid.UUID, period_id: uuid.UUID) ->
         }
         for r in rows
     ]
+
+
+async def record(
+    conn: db.Connection,
+    tenant: uuid.UUID,
+    actor: Actor,
+    row: asyncpg.Record,
+    action: str,
+    changes: Mapping[str, list[Any]],
+) -> None:
+    """The audit row of a period's change by ``actor`` (the declared calendar's creations too)."""
+    await _trail(conn, tenant, actor, row, action, changes)

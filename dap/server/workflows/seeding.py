@@ -41,9 +41,10 @@ from dap.server.access import auth, guards
 from dap.server.catalog import Catalog, Resource
 from dap.server.documents import auditing, lifecycle, writing
 from dap.server.storage import db, tables
-from dap.server.workflows import recording, seeding_rows, seeding_steps, seeding_users, seeds
+from dap.server.workflows import recording, seeding_periods, seeding_rows, seeding_steps, seeding_users, seeds
 
 log = logging.getLogger(__name__)
+_RowError = seeds.RowError
 
 SEEDER = auth.Principal(sub="dap-seed", username="seed", roles=("admin",))
 MAX_PROBLEMS = 50  # a run stops collecting after this many: the first ones say what to fix
@@ -107,13 +108,6 @@ class Report:
 
 async def ensure_schema(conn: db.Connection) -> None:
     await db.ensure_platform(conn, __name__, DDL)
-
-
-class _RowError(Exception):
-    """One row's problems, raised inside its savepoint so that it rolls back."""
-
-    def __init__(self, problems: list[seeds.Problem]) -> None:
-        self.problems = problems
 
 
 @dataclass
@@ -302,6 +296,9 @@ async def _remember(run: _Run, entity: str, key: str, record_id: uuid.UUID, row:
 async def _one(run: _Run, row: seeds.Row) -> None:
     if row.entity == seeding_users.ENTITY:
         await _account(run, row)
+        return
+    if row.entity == seeding_periods.ENTITY:
+        await seeding_periods.seed(run, row, _remember)
         return
     resource = _resource(run, row)
     if row.cells:

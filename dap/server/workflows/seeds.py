@@ -46,6 +46,7 @@ from dap.server.workflows import csvdialect
 
 SUFFIXES = (".yaml", ".yml", ".csv")
 ACCOUNTS = "users"  # the entity name of password accounts (``seeding_users``)
+PERIODS = "periods"  # the entity name of period closes (``seeding_periods``)
 LOADER_KEYS = frozenset({"_key", "_submit", "_actions", "_votes"})
 _RELATIVE = re.compile(r"today\s*([+-])\s*(\d{1,5})")
 _PATH = re.compile(r"[^.\[\]]+|\[\d+\]")  # ``lines[1].qty`` → lines, [1], qty
@@ -126,6 +127,13 @@ class Row:
         }
         text = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(text.encode()).hexdigest()
+
+
+class RowError(Exception):
+    """One row's problems, raised inside its savepoint so that it rolls back."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
 
 
 class SeedFileError(Exception):
@@ -209,9 +217,11 @@ def parse_yaml(source: str, text: str) -> list[Row]:
         unknown = sorted(set(document) - {"entity", "records"})
         for key in unknown:
             problems.append(Problem(source, document.lines[key], key, "unknown key (entity, records)"))
-        if not isinstance(entity, str) or ("/" not in entity and entity != ACCOUNTS):
+        if not isinstance(entity, str) or ("/" not in entity and entity not in (ACCOUNTS, PERIODS)):
             line = document.lines.get("entity", document.line)
-            why = f"name the entity as module/entity (or {ACCOUNTS} for password accounts)"
+            why = (
+                f"name the entity as module/entity ({ACCOUNTS}: password accounts, {PERIODS}: period closes)"
+            )
             problems.append(Problem(source, line, "entity", why))
             continue
         if not isinstance(records, list):

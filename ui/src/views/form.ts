@@ -9,7 +9,8 @@ import {
   type Button, buttonsFor, canEdit, computeLive, contextOf, fieldState, formatValue, initialValue,
   interpolate, payloadOf, problemsByPath, visibleFields,
 } from "../logic";
-import type { AppDetail, Approval, EntityMeta, FieldMeta, FormComp, Me, Row } from "../meta";
+import type { AppDetail, Approval, EntityMeta, FieldMeta, FormComp, Me, Period, Row } from "../meta";
+import { closedPeriodOf, readOnlyReason } from "../periods";
 import { entityMeta } from "../store";
 import { recordTitle, stateLabel } from "../titles";
 import { ApprovalPanel, gatedActions, recordApprovals } from "./approvals";
@@ -51,12 +52,16 @@ export function FormBlock(props: Props) {
     const record = props.id ? (await get<Row>(`${meta.api}/${props.id}`)).data : null;
     // the record's approvals come with it: its gated buttons depend on them (409 while pending)
     const approvals = record && gatedActions(meta).size > 0 ? await recordApprovals(meta, String(record.id)) : NO_APPROVALS;
-    return { meta, record, approvals };
+    // a record dated in a closed period is read-only: the server refuses every write of it
+    const closed = record && meta.period_field ? closedPeriodOf(await listPeriods(), record[meta.period_field]) : null;
+    return { meta, record, approvals, closed };
   }, [props.form.entity, props.id]);
   if (loaded.error) return html`<p class="error" role="alert">${loaded.error.message}</p>`;
   if (!loaded.value) return html`<p aria-busy="true">Loading…</p>`;
-  return html`<${Editor} ...${props} meta=${loaded.value.meta} record=${loaded.value.record} approvals=${loaded.value.approvals} reload=${loaded.reload} />`;
+  return html`<${Editor} ...${props} meta=${loaded.value.meta} record=${loaded.value.record} approvals=${loaded.value.approvals} closed=${loaded.value.closed} reload=${loaded.reload} />`;
 }
+
+const listPeriods = () => get<Period[]>("api/_periods").then((a) => a.data);
 
 function formFields(form: FormComp, meta: EntityMeta, me: Me): { field: FieldMeta; label: string; help: string | null; readonly: boolean; hidden: boolean; default_from?: string }[] {
   const entries = form.fields.length ? form.fields : meta.fields.map((f) => ({ field: f.name }));
@@ -71,9 +76,9 @@ function formFields(form: FormComp, meta: EntityMeta, me: Me): { field: FieldMet
 
 const NO_APPROVALS = { list: [] as Approval[], mine: new Set<string>() };
 
-type EditorProps = Props & { meta: EntityMeta; record: Row | null; approvals: typeof NO_APPROVALS; reload: () => void };
+type EditorProps = Props & { meta: EntityMeta; record: Row | null; approvals: typeof NO_APPROVALS; closed: Period | null; reload: () => void };
 
-function Editor({ form, app, me, id, mode, setCrumb, onCreated, onDeleted, editHref, meta, record, approvals, reload }: EditorProps) {
+function Editor({ form, app, me, id, mode, setCrumb, onCreated, onDeleted, editHref, meta, record, approvals, closed, reload }: EditorProps) {
   const fields = formFields(form, meta, me);
   const creating = record === null;
   const [values, setValues] = useState<Row>(() => record ?? Object.fromEntries(fields.map((f) => [f.field.name, initialValue(f.field, f.default_from, { username: session.username ?? "" })])));
@@ -82,7 +87,7 @@ function Editor({ form, app, me, id, mode, setCrumb, onCreated, onDeleted, editH
   const [asking, setAsking] = useState<{ text: string; run: () => void } | null>(null);
   const [busy, setBusy] = useState(false);
   const [stale, setStale] = useState(false);
-  const editable = mode === "edit" && canEdit(meta, record, me);
+  const editable = mode === "edit" && !closed && canEdit(meta, record, me);
   const live = computeLive(meta.fields, values);
   const context = contextOf(meta.fields, live);
   const errors = problemsByPath(problem?.errors ?? []);
@@ -159,7 +164,7 @@ function Editor({ form, app, me, id, mode, setCrumb, onCreated, onDeleted, editH
     });
   };
   // while an approval of the record is pending, its gated transitions answer 409: not offered
-  const buttons = record ? buttonsFor(meta, record, me, form).filter((b) => !(pending && gated.has(b.action))) : [];
+  const buttons = record && !closed ? buttonsFor(meta, record, me, form).filter((b) => !(pending && gated.has(b.action))) : [];
   const formId = `form-${meta.name.replace("/", "-")}`;
   const unplaced = problem ? problem.errors.filter((e) => !fields.some((f) => e.path === f.field.name || e.path.startsWith(`${f.field.name}[`))) : [];
   return html`<div class="form-block">
@@ -170,6 +175,7 @@ function Editor({ form, app, me, id, mode, setCrumb, onCreated, onDeleted, editH
         ${meta.state_machine && html`<span class="badge">${stateLabel(record[meta.state_machine.field])}</span>`}
       </span>`}
     </div>
+    ${closed && html`<p class="closed-period" role="note">${readOnlyReason(closed)}</p>`}
     <div role="status" aria-live="polite" class="notice">${notice}
       ${stale && html` Someone else changed this record since you opened it. Reload to see their version (your unsaved changes here are dropped). <button type="button" onClick=${() => { setStale(false); setProblem(null); setNotice(null); reload(); }}>Reload</button>`}</div>
     ${problem && html`<div class="error" role="alert"><p>${problem.detail}</p>

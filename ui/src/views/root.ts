@@ -9,6 +9,7 @@ import { appDetail, forgetSession, listApps, whoAmI } from "../store";
 import { signOut as endProviderSession } from "../oidc";
 import { ChangePassword, Forgot, Login, Reset, Setup, SignedIn } from "./auth";
 import { PageView, RegionBlock } from "./page";
+import { Periods } from "./periods";
 import { Sagas } from "./sagas";
 import { Shell, applyLook } from "./shell";
 
@@ -45,6 +46,7 @@ export function Root() {
   if (route.kind === "setup") return html`<${Setup} title=${title} onDone=${home} />`;
   if (route.kind === "login" || !session.token) return html`<${Login} title=${title} onDone=${home} />`;
   if (route.kind === "sagas") return html`<${Sagas} id=${route.id} />`;
+  if (route.kind === "periods") return html`<${Periods} />`;
   if (route.kind === "home") {
     const first = apps.value.apps[0];
     if (!first) return html`<main id="main"><p>This workspace has no app.</p></main>`;

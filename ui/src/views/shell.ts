@@ -105,6 +105,7 @@ export function Shell({ apps, look, app, page, crumb, children, onSignOut, regio
             ${navPages.map((p) => html`<li><a href=${pageHref(app.name, p.name)} aria-current=${page?.name === p.name ? "page" : undefined}>${p.title ?? p.name}</a></li>`)}
             ${apps.filter((a) => a.name !== app.name).map((a) => html`<li><a href=${`#/a/${a.name}/${(a.home ?? a.pages[0] ?? "").split("/").pop()}`}>${a.title}</a></li>`)}
             ${inbox && html`<li><a href=${inbox.href}>${inbox.label}</a></li>`}
+            <li><a href="#/periods">Periods</a></li>
           </ul>
         </nav>`}
       <div class="tools">
