@@ -21,6 +21,11 @@ def captured() -> Iterator[None]:
     """The JSON-lines handler ``dap serve`` installs, writing to a buffer instead of stderr."""
     handler = logs.JsonLines(io.StringIO(), logs.WINDOW)
     root = logging.getLogger()
+    # the only handler feeding the window meanwhile: one an earlier test of this process installed
+    # (``logs.setup``) would add every line a second time
+    others = [h for h in root.handlers if isinstance(h, logs.JsonLines)]
+    for other in others:
+        root.removeHandler(other)
     root.addHandler(handler)
     level = root.level
     root.setLevel(logging.DEBUG)
@@ -28,6 +33,8 @@ def captured() -> Iterator[None]:
         yield
     finally:
         root.removeHandler(handler)
+        for other in others:
+            root.addHandler(other)
         root.setLevel(level)
 
 
