@@ -20,7 +20,7 @@ from dap.server.catalog import Catalog
 from dap.server.documents import archive, auditing, idempotency, summaries
 from dap.server.events import outbox
 from dap.server.storage import db, migrations, numbering, schema_sync, workspaces
-from dap.server.workflows import approvals_schema, calendars, granting, jobs, saga_store
+from dap.server.workflows import approvals_schema, granting, jobs, saga_store
 
 if TYPE_CHECKING:
     from dap.config.events import DeliveryTarget
@@ -99,7 +99,10 @@ async def prepare_database(
         await workspaces.seed_default(conn)
         # the catalog's apps ask each other's owners for what they consume (issue 47)
         await granting.request_workspaces(conn, catalog, "boot of the served spec")
-        # the workspaces' declared calendars: the periods up to the current one (issue 43)
+        # the workspaces' declared calendars: the periods up to the current one (issue 43); imported
+        # here, as its actor is a Principal (access.auth, jwt): reaching Postgres loads no web stack
+        from dap.server.workflows import calendars
+
         await calendars.ensure(conn, catalog)
     return plan
 
