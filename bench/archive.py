@@ -168,4 +168,8 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=5, help="interleaved turns per phase")
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--archived", type=int, default=1_000_000)
-    sys.exit(asyncio.run(main(parser.parse_args())))
+    parser.add_argument("--quick", action="store_true", help="small and short: that it runs (make test)")
+    args = parser.parse_args()
+    if args.quick:
+        args.seconds, args.rounds, args.workers, args.archived = 1.0, 1, 4, 20_000
+    sys.exit(asyncio.run(main(args)))

@@ -135,4 +135,8 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per case")
-    sys.exit(asyncio.run(main(parser.parse_args())))
+    parser.add_argument("--quick", action="store_true", help="small and short: that it runs (make test)")
+    args = parser.parse_args()
+    if args.quick:
+        args.seconds, args.rounds, args.workers = 1.0, 1, 4
+    sys.exit(asyncio.run(main(args)))
