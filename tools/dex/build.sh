@@ -11,30 +11,9 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here"
 source "$here/../lock.sh"
+source "$here/../gobuild.sh"
 digest=$(sha256sum go.sum | cut -c1-12)
 out=${DAP_DEX_BIN:-${XDG_CACHE_HOME:-$HOME/.cache}/dap/dex/$digest}
-take_lock "$out.lock" tools/dex
-if [[ -x "$out/dex" ]]; then
-    echo "tools/dex: reusing $out/dex" >&2
-    echo "$out/dex"
-    exit 0
-fi
-if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then
-    PATH=/usr/local/go/bin:$PATH
-fi
-if ! command -v go >/dev/null 2>&1; then
-    echo "tools/dex: no Go toolchain on PATH (nor /usr/local/go); cannot build Dex" >&2
-    exit 3
-fi
-mkdir -p "$(dirname "$out")"
-tmp=$(mktemp -d "$out.build.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-start=$SECONDS
-echo "tools/dex: building Dex (about two minutes cold) ..." >&2
 # No cgo: Dex's sqlite storage drops out; the tests use its memory storage.
-CGO_ENABLED=0 GOTOOLCHAIN=local go build -trimpath -ldflags "-s -w" -o "$tmp/" github.com/dexidp/dex/cmd/dex
-rm -rf "$out"
-mv "$tmp" "$out"
-trap - EXIT
-echo "tools/dex: built in $((SECONDS - start)) s into $out" >&2
+go_tool dex Dex "$out" dex github.com/dexidp/dex/cmd/dex
 echo "$out/dex"

@@ -13,29 +13,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here"
 source "$here/../lock.sh"
+source "$here/../gobuild.sh"
 digest=$(sha256sum go.sum | cut -c1-12)
 out=${DAP_JAEGER_BIN:-${XDG_CACHE_HOME:-$HOME/.cache}/dap/jaeger/$digest}
-take_lock "$out.lock" tools/jaeger
-if [[ -x "$out/jaeger" ]]; then
-    echo "tools/jaeger: reusing $out/jaeger" >&2
-    echo "$out/jaeger"
-    exit 0
-fi
-if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then
-    PATH=/usr/local/go/bin:$PATH
-fi
-if ! command -v go >/dev/null 2>&1; then
-    echo "tools/jaeger: no Go toolchain on PATH (nor /usr/local/go); cannot build Jaeger" >&2
-    exit 3
-fi
-mkdir -p "$(dirname "$out")"
-tmp=$(mktemp -d "$out.build.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-start=$SECONDS
-echo "tools/jaeger: building Jaeger (several minutes cold) ..." >&2
-CGO_ENABLED=0 GOTOOLCHAIN=local go build -trimpath -ldflags "-s -w" -o "$tmp/" github.com/jaegertracing/jaeger/cmd/jaeger
-rm -rf "$out"
-mv "$tmp" "$out"
-trap - EXIT
-echo "tools/jaeger: built in $((SECONDS - start)) s into $out" >&2
+go_tool jaeger Jaeger "$out" jaeger github.com/jaegertracing/jaeger/cmd/jaeger
 echo "$out/jaeger"

@@ -15,30 +15,9 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here"
 source "$here/../lock.sh"
+source "$here/../gobuild.sh"
 digest=$(sha256sum go.sum | cut -c1-12)
 out=${DAP_PROMETHEUS_BIN:-${XDG_CACHE_HOME:-$HOME/.cache}/dap/prometheus/$digest}
-take_lock "$out.lock" tools/prometheus
-if [[ -x "$out/prometheus" && -x "$out/promtool" ]]; then
-    echo "tools/prometheus: reusing $out" >&2
-    echo "$out"
-    exit 0
-fi
-if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then
-    PATH=/usr/local/go/bin:$PATH
-fi
-if ! command -v go >/dev/null 2>&1; then
-    echo "tools/prometheus: no Go toolchain on PATH (nor /usr/local/go); cannot build Prometheus" >&2
-    exit 3
-fi
-mkdir -p "$(dirname "$out")"
-tmp=$(mktemp -d "$out.build.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-start=$SECONDS
-echo "tools/prometheus: building Prometheus (several minutes cold) ..." >&2
-CGO_ENABLED=0 GOTOOLCHAIN=local go build -trimpath -ldflags "-s -w" -o "$tmp/" \
+go_tool prometheus Prometheus "$out" "prometheus promtool" \
     github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
-rm -rf "$out"
-mv "$tmp" "$out"
-trap - EXIT
-echo "tools/prometheus: built in $((SECONDS - start)) s into $out" >&2
 echo "$out"
