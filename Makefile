@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install dev test lint unit bench bench-quick crds e2e clean k8s ui ui-test chromium wrk java image kind-node grpcurl dex jaeger prometheus
+.PHONY: install dev test lint unit bench bench-quick crds e2e clean k8s ui ui-test chromium wrk java image kind-node grpcurl dex jaeger jaeger-image prometheus
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -98,6 +98,12 @@ jaeger:
 
 prometheus:
 	@bash tools/prometheus/build.sh >/dev/null || [ $$? -eq 3 ]
+
+# The kind suite's trace collector (dap-jaeger:dev): the Jaeger binary above on the dap image's
+# Debian base, no registry (tools/jaeger/image.sh). tools/kind/prepare.sh builds it for make e2e;
+# kustomize/overlays/kind-observability runs it in a cluster.
+jaeger-image:
+	bash tools/jaeger/image.sh
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -x -q

@@ -10,6 +10,7 @@
 #
 #   DAP_IMAGE=dap:dev         the tag to build
 #   DAP_IMAGE_BASE=IMAGE      another base (python:3.11-slim where a registry is reachable)
+#   build.sh --base-only      step 2 only (the base of other images built here: tools/jaeger/image.sh)
 #
 # Exits 3 when no Docker engine can run here.
 set -euo pipefail
@@ -38,6 +39,7 @@ if [[ $base == dap-base:bookworm ]] && ! docker image inspect "$base" >/dev/null
     trap - EXIT
     echo "tools/image: $base imported after $((SECONDS - start)) s" >&2
 fi
+[[ ${1:-} == --base-only ]] && exit 0
 
 # What the image is made of: the base and every file of the build context but the downloaded wheels
 # (pyproject.toml pins what they are). The same inputs reuse the image: make test prepares it in the
