@@ -37,14 +37,14 @@ ENV_FILE = ROOT / ".dap" / "e2e.env"
 
 
 def _prepared() -> dict[str, str]:
-    """The parts tools/kind/prepare.sh built (DAP_E2E_KIND, _KUBECTL, _NODE_IMAGE)."""
+    """The parts tools/kind/prepare.sh built (DAP_E2E_KIND, _KUBECTL, _NODE_IMAGE, _JAEGER_IMAGE)."""
     values: dict[str, str] = {}
     if ENV_FILE.is_file():
         for line in ENV_FILE.read_text().splitlines():
             key, sep, value = line.partition("=")
             if sep:
                 values[key.strip()] = value.strip()
-    for key in ("DAP_E2E_KIND", "DAP_E2E_KUBECTL", "DAP_E2E_NODE_IMAGE"):
+    for key in ("DAP_E2E_KIND", "DAP_E2E_KUBECTL", "DAP_E2E_NODE_IMAGE", "DAP_E2E_JAEGER_IMAGE"):
         if os.environ.get(key):
             values[key] = os.environ[key]
     return values
@@ -54,6 +54,8 @@ PARTS = _prepared()
 KIND = PARTS.get("DAP_E2E_KIND") or shutil.which("kind") or "kind"
 KUBECTL = PARTS.get("DAP_E2E_KUBECTL") or shutil.which("kubectl") or "kubectl"
 NODE_IMAGE = PARTS.get("DAP_E2E_NODE_IMAGE", "")
+# The in-cluster trace collector (tools/jaeger/image.sh; test_kind_traces.py), loaded when built.
+JAEGER_IMAGE = PARTS.get("DAP_E2E_JAEGER_IMAGE", "")
 
 
 def _missing() -> str | None:
@@ -205,6 +207,11 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
         record("kind_create_cluster_s", round(time.monotonic() - started, 1))
     _sh(KIND, "export", "kubeconfig", "--name", name, "--kubeconfig", str(kubeconfig))
     _sh(KIND, "load", "docker-image", IMAGE, "--name", name)
+    if (
+        JAEGER_IMAGE
+        and not subprocess.run(["docker", "image", "inspect", JAEGER_IMAGE], capture_output=True).returncode
+    ):
+        _sh(KIND, "load", "docker-image", JAEGER_IMAGE, "--name", name)
     node_ip = subprocess.run(
         [
             "docker",
