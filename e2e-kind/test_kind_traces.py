@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import JAEGER_IMAGE, JWT_SECRET, ROOT, Books, Kube, dap, port_forward, register
+from conftest import JAEGER_IMAGE, JWT_SECRET, ROOT, Books, Kube, dap, port_forward, record, register
 from traffic import http
 
 pytestmark = pytest.mark.e2e
@@ -196,10 +197,11 @@ def test_one_request_through_the_service_is_one_trace_to_the_webhook_receiver(
     kube = books.kube  # the suite's cluster, with its Postgres (namespace e2e) and control
     assert JAEGER_IMAGE, "no collector image: tools/kind/prepare.sh builds it (make e2e)"
     try:
+        # what an interrupted run on a kept cluster (DAP_E2E_KEEP=1) left goes first
+        kube.run("delete", "-k", str(COLLECTOR), "--ignore-not-found", "--timeout=180s")
+        kube.run("delete", "namespace", NS, "--ignore-not-found", "--timeout=180s")
         kube.run("apply", "-k", str(COLLECTOR))
         kube.run("-n", "observability", "rollout", "status", "deployment/otel-collector", "--timeout=120s")
-        # what an interrupted run left goes first
-        kube.run("delete", "namespace", NS, "--ignore-not-found", "--timeout=180s")
         kube.run("create", "namespace", NS)
         _apply_pod_secret(kube, tmp_path / "pod-env")
         kube.run("apply", "-f", "-", stdin=_manifests())
@@ -225,6 +227,7 @@ def test_one_request_through_the_service_is_one_trace_to_the_webhook_receiver(
 
         kube.wait_for(serving, within=240, what="the traced workspace serving through its Service")
 
+        posted = time.monotonic()
         record_id, request_id = _post(site, token)
 
         def delivered() -> dict[str, Any] | None:
@@ -236,12 +239,27 @@ def test_one_request_through_the_service_is_one_trace_to_the_webhook_receiver(
 
         delivery = kube.wait_for(delivered, within=60, what="the webhook at the in-cluster receiver")
         assert delivery["traceparent"], "the webhook came without a traceparent header"
+        received = time.monotonic()
         _, trace_id, webhook_span, _ = delivery["traceparent"].split("-")
 
         with port_forward(kube, "svc/otel-collector", 16686, "observability") as query:
-            trace = kube.wait_for(
-                lambda: _complete(query, trace_id), within=60, what="the whole trace in the collector"
-            )
+            try:
+                trace = kube.wait_for(
+                    lambda: _complete(query, trace_id), within=60, what="the whole trace in the collector"
+                )
+            except AssertionError as exc:  # say which spans did arrive
+                spans = (_trace(query, trace_id) or {}).get("spans", [])
+                raise AssertionError(
+                    f"{exc}; trace {trace_id} has {[s['operationName'] for s in spans]}"
+                ) from None
+        record(
+            "trace_in_kind",
+            {
+                "post_to_webhook_s": round(received - posted, 2),
+                "post_to_complete_trace_s": round(time.monotonic() - posted, 2),
+                "spans": len(trace["spans"]),
+            },
+        )
     finally:
         kube.run("delete", "namespace", NS, "--wait=false", check=False)
         kube.run("delete", "-k", str(COLLECTOR), "--wait=false", check=False)

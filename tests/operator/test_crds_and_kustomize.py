@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -287,3 +288,93 @@ def test_the_observability_kustomization_renders_its_config_maps() -> None:
     dashboard = docs["dap-grafana-dashboard"]
     assert dashboard["metadata"]["labels"] == {"grafana_dashboard": "1"}
     assert json.loads(dashboard["data"]["dap-dashboard.json"])["uid"] == "dap-overview"
+
+
+def test_the_collector_renders_valid_objects_on_the_released_image_or_the_kind_one() -> None:
+    """kustomize/observability/collector: Jaeger's all-in-one behind the Service otel-collector
+    (OTLP/HTTP :4318, the query API :16686), the image a registry has; the kind overlay swaps in
+    the image built here (tools/jaeger/image.sh), never pulled. e2e-kind/test_kind_traces.py runs it."""
+    docs = render("observability/collector")
+    kinds = {
+        (
+            d["kind"],
+            d["metadata"]["name"].rsplit("-", 1)[0] if d["kind"] == "ConfigMap" else d["metadata"]["name"],
+        )
+        for d in docs
+    }
+    assert kinds == {
+        ("Namespace", "observability"),
+        ("ConfigMap", "otel-collector-config"),
+        ("Deployment", "otel-collector"),
+        ("Service", "otel-collector"),
+    }
+    for doc in docs:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    (service,) = [d for d in docs if d["kind"] == "Service"]
+    assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == {
+        "otlp-grpc": 4317,
+        "otlp-http": 4318,
+        "query": 16686,
+    }
+    (config_map,) = [d for d in docs if d["kind"] == "ConfigMap"]
+    config = yaml.safe_load(config_map["data"]["config.yaml"])
+    assert config["receivers"]["otlp"]["protocols"]["http"]["endpoint"] == "0.0.0.0:4318"
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "jaegertracing/jaeger:2.13.0"
+    assert (
+        deployment["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"]
+        == config_map["metadata"]["name"]
+    )
+    (kind,) = [d for d in render("kind-observability") if d["kind"] == "Deployment"]
+    (container,) = kind["spec"]["template"]["spec"]["containers"]
+    assert (container["image"], container["imagePullPolicy"]) == ("dap-jaeger:dev", "Never")
+
+
+def test_the_collector_configuration_loads_in_the_jaeger_it_names(tmp_path: Path) -> None:
+    """The configuration as the collector's Jaeger reads it (``jaeger validate``: every component
+    known, every key valid), the binary tools/jaeger/build.sh builds; a bad key is refused."""
+    from tests import jaeger
+
+    exe = jaeger.binary()
+    config = ROOT / "kustomize" / "observability" / "collector" / "config.yaml"
+    done = subprocess.run(
+        [exe, "validate", "--config", f"file:{config}"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(config.read_text().replace("batch: {timeout", "batch: {bogus: 1, timeout"))
+    done = subprocess.run(
+        [exe, "validate", "--config", f"file:{bad}"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode != 0 and "bogus" in done.stderr
+
+
+def test_the_tracing_component_points_the_operator_control_and_pods_at_the_collector(tmp_path: Path) -> None:
+    """kustomize/observability/tracing, added to an install (the kind overlay) and to a namespace's
+    pod Secret: OTEL_EXPORTER_OTLP_ENDPOINT names the collector's Service in all three, and the
+    Secret keeps what it had."""
+    endpoint = "http://otel-collector.observability.svc:4318"
+    component = ROOT / "kustomize" / "observability" / "tracing"
+    (tmp_path / "secret.yaml").write_text(
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: dap-pod, namespace: team}\nstringData: {DAP_DSN: x}\n"
+    )
+    overlay = ROOT / "kustomize" / "overlays" / "kind"
+    (tmp_path / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources: [{os.path.relpath(overlay, tmp_path)}, secret.yaml]\n"
+        f"components: [{os.path.relpath(component, tmp_path)}]\n"
+    )
+    out = subprocess.run(
+        [kubectl(), "kustomize", str(tmp_path)], check=True, capture_output=True, text=True, timeout=60
+    )
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(out.stdout) if d}
+    assert docs[("Secret", "dap-pod")]["stringData"] == {
+        "DAP_DSN": "x",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+    }
+    for name in ("dap-operator", "dap-control"):
+        (container,) = docs[("Deployment", name)]["spec"]["template"]["spec"]["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == endpoint, name
+        kubernetes_validate.validate(docs[("Deployment", name)], K8S_VERSION, strict=True)
