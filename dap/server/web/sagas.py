@@ -74,6 +74,7 @@ def attach(app: web.Application, opts: options.ServeOptions) -> None:
         invoker=lambda: app.get(sidecars.INVOKER),
     )
     app[state.WORKER].saga_wake = engine.wake
+    app[state.WORKER].sagas = engine  # a saga's request creates it held here (``acting.enqueue``)
 
     async def start(app: web.Application) -> None:
         await app[ENGINE].start()

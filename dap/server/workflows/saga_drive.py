@@ -19,6 +19,7 @@ import aiohttp
 import asyncpg
 
 from dap.config import durations
+from dap.config.actions import Action
 from dap.config.sagas import SagaCall, SagaStep
 from dap.server.access import auth
 from dap.server.catalog import Catalog
@@ -35,7 +36,11 @@ COMPENSATION_FAILED = "SVC.SAGA.COMPENSATION_FAILED"
 
 def steps_of(plan: compiled.ActionPlan | None) -> tuple[SagaStep, ...] | None:
     """The steps of a saga action; ``None`` for any other action. Pure."""
-    declared = plan.declared if plan is not None else None
+    return declared_steps(plan.declared if plan is not None else None)
+
+
+def declared_steps(declared: Action | None) -> tuple[SagaStep, ...] | None:
+    """The steps of a declared saga action; ``None`` for any other action. Pure."""
     impl = declared.impl if declared is not None else None
     return impl.steps if impl is not None and impl.type == "saga" else None
 

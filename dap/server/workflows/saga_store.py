@@ -10,8 +10,9 @@ change, so the timeline and the state never disagree.
 
 A saga is claimed like a job (``FOR UPDATE SKIP LOCKED``, a lease extended while it runs); a
 process killed mid-step leaves a lease that runs out, and the next claim resumes it from the row.
-The saga's job row (``dap.jobs``) is handed to the engine when the job worker first claims it
-(:func:`adopt`: ``worker = 'saga'``, a lease that never runs out, so no job claim takes it) and
+The saga's job row (``dap.jobs``) is handed to the engine in the transaction that queues it
+(:func:`accept`, when the process runs an engine), else when the job worker first claims it
+(:func:`adopt`): ``worker = 'saga'``, a lease that never runs out, so no job claim takes it; it is
 finished by the engine in the transaction that finishes the saga (:func:`finish`).
 """
 
@@ -120,6 +121,59 @@ async def adopt(conn: db.Connection, job: asyncpg.Record, params: dict[str, Any]
             conn, job["id"], None, None, "saga", None, "accepted", None, job["principal"].get("username")
         )
     return True
+
+
+_ACCEPT = f"""
+WITH job AS (
+    UPDATE dap.jobs SET state = 'running', runs = runs + 1, worker = $8, lease_until = 'infinity',
+        started_at = coalesce(started_at, now())
+    WHERE id = $1 AND state = 'queued'
+), saga AS (
+    INSERT INTO dap.sagas (id, tenant_id, service, action, principal, params, request_id, worker,
+        lease_until, attempts, in_flight)
+    VALUES ($1, $2, $3, $4, $5::jsonb, $6::text::jsonb, $7, $9::text,
+        CASE WHEN $9::text IS NULL THEN NULL ELSE now() + make_interval(secs => $10) END,
+        CASE WHEN $11::text IS NULL THEN 0 ELSE 1 END, $11::text IS NOT NULL)
+    RETURNING {COLUMNS}
+), logged AS (
+    INSERT INTO dap.saga_log (saga_id, step, name, phase, attempt, outcome, actor)
+    SELECT id, NULL, NULL, 'saga', NULL, 'accepted', $12::text FROM saga
+    UNION ALL SELECT id, 0, $11::text, 'do', 1, 'sent', NULL FROM saga WHERE $11::text IS NOT NULL
+)
+SELECT * FROM saga
+"""
+
+
+async def accept(
+    conn: db.Connection,
+    job: asyncpg.Record,
+    params: dict[str, Any],
+    holder: str | None,
+    lease: float,
+    sent: str | None,
+) -> asyncpg.Record:
+    """In the transaction that queues the saga's job (the request's): the saga's row, its job
+    handed to the engine, held by ``holder`` for ``lease`` seconds (``None``: unheld, for the
+    next claim), and when ``sent`` names the first step, its first attempt recorded as sent — one
+    statement. A process that dies after the commit leaves a lease that runs out; the next claim
+    finds the step in flight: an unknown outcome, as after any ``sent``."""
+    row: asyncpg.Record | None = await conn.fetchrow(
+        _ACCEPT,
+        job["id"],
+        job["tenant_id"],
+        job["target"],
+        job["action"],
+        job["principal"],
+        _json(params),
+        job["request_id"],
+        OWNER,
+        holder,
+        lease,
+        sent,
+        job["principal"].get("username"),
+    )
+    assert row is not None
+    return row
 
 
 async def claim(conn: db.Connection, worker: str, lease: float) -> asyncpg.Record | None:

@@ -33,26 +33,38 @@ import contextlib
 import logging
 import os
 import socket
+import time
 import uuid
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import aiohttp
 import asyncpg
 
+from dap.config.sagas import SagaStep
 from dap.server.catalog import Catalog
 from dap.server.storage import db
 from dap.server.workflows import jobs, sidecars
 from dap.server.workflows import saga_store as store
-from dap.server.workflows.saga_drive import COMPENSATION_FAILED, OUTCOME_UNKNOWN, Drive, steps_of
+from dap.server.workflows.saga_drive import (
+    COMPENSATION_FAILED,
+    OUTCOME_UNKNOWN,
+    Drive,
+    declared_steps,
+    steps_of,
+)
 
 __all__ = [
     "COMPENSATION_FAILED",
     "OUTCOME_UNKNOWN",
     "POLL",
     "SLOTS",
+    "Accepted",
     "Drive",
     "Engine",
     "adopt",
+    "declared_steps",
     "is_saga",
     "steps_of",
 ]
@@ -60,6 +72,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 SLOTS = 16  # sagas one process drives at once (they mostly wait on their targets)
 POLL = 0.5  # seconds between loop 0's looks at the table when idle
+WAITING = 4  # sagas accepted per slot that may wait for a loop of this process, held
 
 
 def is_saga(catalog: Catalog, job: jobs.Job) -> bool:
@@ -72,6 +85,16 @@ def is_saga(catalog: Catalog, job: jobs.Job) -> bool:
 async def adopt(conn: db.Connection, job: jobs.Job, worker: str) -> bool:
     """Hand a claimed saga job to the engine (see ``saga_store.adopt``)."""
     return await store.adopt(conn, job.row, jobs.decode(job.row["body"]), worker)
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """A saga created in its request's transaction, held by ``holder`` (``None``: left to a claim)."""
+
+    row: asyncpg.Record
+    holder: str | None
+    presented: int | None  # the step whose first attempt was recorded as sent with it
+    at: float  # time.monotonic() of the acceptance
 
 
 class Engine:
@@ -94,6 +117,7 @@ class Engine:
         self._http: aiohttp.ClientSession | None = None
         self._wake = asyncio.Semaphore(0)  # one release wakes one loop (no herd of claims)
         self._tasks: list[asyncio.Task[None]] = []
+        self._accepted: deque[Accepted] = deque()  # held by this process, waiting for a loop
 
     @property
     def pool(self) -> asyncpg.Pool:
@@ -130,6 +154,29 @@ class Engine:
             await self._pool.close()
             self._pool = None
 
+    async def accept(self, conn: db.Connection, job: jobs.Job, steps: tuple[SagaStep, ...]) -> Accepted:
+        """Create the saga of ``job`` in the transaction that queues it (``conn``'s), held by a
+        claim of this engine so it runs here right after the commit (:meth:`take`) without the job
+        worker's claim and hand-over nor this engine's claim; its first step's first attempt is
+        recorded as sent in that commit when it is an HTTP or app-process call. More than
+        ``WAITING`` per slot already waiting here: created unheld, for the next claim."""
+        first = steps[0] if steps else None
+        sent = first.name if first is not None and first.kind in ("http", "sidecar") else None
+        holder = self._holder() if len(self._accepted) < WAITING * self.slots and self._tasks else None
+        params = jobs.decode(job.row["body"])
+        row = await store.accept(conn, job.row, params, holder, self.lease, sent)
+        return Accepted(row, holder, 0 if sent is not None else None, time.monotonic())
+
+    def take(self, accepted: Accepted) -> None:
+        """Run a saga :meth:`accept` created, once its transaction committed (its commit lost:
+        not called; a held saga's lease runs out and the next claim takes it)."""
+        if accepted.holder is not None:
+            self._accepted.append(accepted)
+        self.wake()
+
+    def _holder(self) -> str:
+        return f"{self.name}:{uuid.uuid4().hex[:8]}"  # one per claim, not per process
+
     def wake(self) -> None:
         if self._wake._value < self.slots:
             self._wake.release()
@@ -155,23 +202,42 @@ class Engine:
                         await self._wake.acquire()
 
     async def step(self) -> bool:
-        """Drive one claimable saga to its end or its parking; ``False`` when none was due."""
-        holder = f"{self.name}:{uuid.uuid4().hex[:8]}"  # one per claim, not per process
-        async with db.connection(self.pool) as conn:
-            row = await store.claim(conn, holder, self.lease)
-        if row is None:
-            return False
-        self.wake()  # another loop looks for the next one
-        beat = asyncio.create_task(self._beat(row["id"], holder))
+        """Drive one saga (accepted here, else claimable) to its end or its parking; ``False``
+        when none was due."""
+        drive = await self._accepted_drive() if self._accepted else None
+        claimed = drive is None
+        if drive is None:
+            holder = self._holder()
+            async with db.connection(self.pool) as conn:
+                row = await store.claim(conn, holder, self.lease)
+            if row is None:
+                return False
+            drive = Drive(self, row, holder)
+        if claimed or self._accepted:
+            self.wake()  # another loop looks for the next one
+        beat = asyncio.create_task(self._beat(drive.id, drive.holder))
         try:
-            await Drive(self, row, holder).run()
+            await drive.run()
         except store.Lost:
-            log.warning("saga %s: lease lost to another process; it goes on there", row["id"])
+            log.warning("saga %s: lease lost to another process; it goes on there", drive.id)
         finally:
             beat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beat
         return True
+
+    async def _accepted_drive(self) -> Drive | None:
+        """The drive of the oldest saga accepted here; one that waited longer than a third of its
+        lease is first confirmed held (its lease extended), else left to whoever holds it now."""
+        accepted = self._accepted.popleft()
+        assert accepted.holder is not None
+        if time.monotonic() - accepted.at > self.lease / 3:
+            async with db.connection(self.pool) as conn:
+                if not await store.heartbeat(conn, accepted.row["id"], accepted.holder, self.lease):
+                    return None
+        drive = Drive(self, accepted.row, accepted.holder)
+        drive.presented = accepted.presented
+        return drive
 
     async def _beat(self, saga_id: uuid.UUID, holder: str) -> None:
         while True:
