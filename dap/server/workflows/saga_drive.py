@@ -152,9 +152,15 @@ class Drive:
             except _Undone as undone:
                 return undone.outcome
 
-    async def _move(self, conn: db.Connection, entry: store.Entry | None, **changes: Any) -> None:
+    async def _move(
+        self,
+        conn: db.Connection,
+        entry: store.Entry | list[store.Entry] | None,
+        progress: float | None = None,
+        **changes: Any,
+    ) -> None:
         """Commit ``changes`` (in the caller's transaction) and keep them as this drive's row."""
-        await store.move(conn, self.id, self.holder, entry, **changes)
+        await store.move(conn, self.id, self.holder, entry, progress=progress, **changes)
         self.row.update(changes)
 
     async def _sent(self, step: SagaStep, phase: str, attempt: int) -> None:
@@ -181,17 +187,19 @@ class Drive:
 
         async def done(conn: db.Connection, outcome: saga_steps.Outcome) -> None:
             results = {**row["results"], step.name: outcome.result}
-            entry = (index, step.name, "do", attempts or 1, "done", {"result": outcome.result})
-            await self._move(conn, entry, step=index + 1, attempts=0, in_flight=False, results=results)
-            await store.progress(conn, self.id, 100.0 * (index + 1) / (len(steps) + 1))
-            if following is None:
-                await self._end("completed", len(steps), conn)
-            elif following.kind in ("http", "sidecar"):
+            entry: store.Entry = (index, step.name, "do", attempts or 1, "done", {"result": outcome.result})
+            moved: dict[str, Any] = {"step": index + 1, "attempts": 0, "in_flight": False, "results": results}
+            if following is None:  # the last one ends the saga in the same statement and commit
+                await self._end("completed", len(steps), conn, [entry], **moved)
+                return
+            entries: list[store.Entry] = [entry]
+            if following.kind in ("http", "sidecar"):
                 # its first attempt is recorded as sent in this commit (one per step boundary, not
                 # two); a restart before it leaves finds it in flight: unknown, as any sent one
-                ahead = (index + 1, following.name, "do", 1, "sent", None)
-                await self._move(conn, ahead, attempts=1, in_flight=True)
+                entries.append((index + 1, following.name, "do", 1, "sent", None))
+                moved.update(attempts=1, in_flight=True)
                 self.presented = index + 1
+            await self._move(conn, entries, 100.0 * (index + 1) / (len(steps) + 1), **moved)
 
         if presented:  # sent with the previous step's done: no backoff, no recovery, no second sent
             attempt = attempts
@@ -350,15 +358,25 @@ class Drive:
             )
         log.warning("saga %s parked: %s", self.id, why)
 
-    async def _end(self, state: str, count: int, conn: db.Connection | None = None) -> None:
+    async def _end(
+        self,
+        state: str,
+        count: int,
+        conn: db.Connection | None = None,
+        before: list[store.Entry] | None = None,
+        **changes: Any,
+    ) -> None:
         """The saga's end, its job's and its event in one transaction (``conn``'s when given: the
-        last step's ``done`` ends a completed saga in its own commit)."""
+        last step's ``done`` ends a completed saga in its own commit and statement, ``before`` its
+        timeline entry and ``changes`` its move)."""
         if conn is None:
             async with db.connection(self.engine.pool) as conn, conn.transaction():
-                return await self._end(state, count, conn)
-        row, now = self.row, dt.datetime.now(dt.UTC)
-        entry = (None, None, "saga", None, state, None)
-        await self._move(conn, entry, state=state, worker=None, lease_until=None, finished_at=now)
+                return await self._end(state, count, conn, before, **changes)
+        now = dt.datetime.now(dt.UTC)
+        entries = [*(before or []), (None, None, "saga", None, state, None)]
+        ended = {**changes, "state": state, "worker": None, "lease_until": None, "finished_at": now}
+        await self._move(conn, entries, **ended)
+        row = self.row
         if state == "completed":
             result = {"result": row["results"], "saga": state}
             await store.finish_job(conn, self.id, "succeeded", result, None, 100.0)

@@ -217,11 +217,18 @@ Entry = tuple[
 
 
 async def move(
-    conn: db.Connection, saga_id: uuid.UUID, holder: str | None, entry: Entry | None = None, **changes: Any
+    conn: db.Connection,
+    saga_id: uuid.UUID,
+    holder: str | None,
+    entry: Entry | list[Entry] | None = None,
+    *,
+    progress: float | None = None,
+    **changes: Any,
 ) -> None:
     """Set ``changes`` on the saga (while ``holder`` holds it; ``None``: a person's decision) and,
-    when given, append ``entry`` to its timeline in the same statement (one round trip, atomic).
-    Raises :class:`Lost` when the holder no longer holds it (its transaction must roll back)."""
+    when given, append ``entry`` (or several, in order) to its timeline and raise its job's
+    ``progress``, in the same statement (one round trip, atomic). Raises :class:`Lost` when the
+    holder no longer holds it (its transaction must roll back)."""
     sets: list[str] = []
     args: list[Any] = [saga_id, holder]
     for name, value in changes.items():
@@ -232,23 +239,29 @@ async def move(
         f"UPDATE dap.sagas SET {', '.join(sets)}, updated_at = now() "
         "WHERE id = $1 AND ($2::text IS NULL OR worker = $2) RETURNING id"
     )
-    if entry is None:
-        found = await conn.fetchval(update, *args)
-    else:
-        step, label, phase, attempt, outcome, detail = entry
+    entries = [] if entry is None else [entry] if isinstance(entry, tuple) else list(entry)
+    parts = [f"moved AS ({update})"]
+    selects = []
+    for step, label, phase, attempt, outcome, detail in entries:
         n = len(args)
-        found = await conn.fetchval(
-            f"WITH moved AS ({update}) INSERT INTO dap.saga_log (saga_id, step, name, phase, attempt, "
-            f"outcome, detail) SELECT id, ${n + 1}, ${n + 2}, ${n + 3}, ${n + 4}, ${n + 5}, "
-            f"${n + 6}::text::jsonb FROM moved RETURNING saga_id",
-            *args,
-            step,
-            label,
-            phase,
-            attempt,
-            outcome,
-            _json(detail) if detail is not None else None,
+        args += [step, label, phase, attempt, outcome, _json(detail) if detail is not None else None]
+        selects.append(
+            f"SELECT id, ${n + 1}::integer, ${n + 2}::text, ${n + 3}::text, ${n + 4}::integer, "
+            f"${n + 5}::text, ${n + 6}::text::jsonb FROM moved"
         )
+    if selects:
+        parts.append(
+            "logged AS (INSERT INTO dap.saga_log (saga_id, step, name, phase, attempt, outcome, detail) "
+            + " UNION ALL ".join(selects)
+            + ")"
+        )
+    if progress is not None:
+        args.append(progress)
+        parts.append(
+            f"job AS (UPDATE dap.jobs SET progress = greatest(progress, ${len(args)}) "
+            f"WHERE id = (SELECT id FROM moved) AND worker = '{OWNER}')"
+        )
+    found = await conn.fetchval(f"WITH {', '.join(parts)} SELECT id FROM moved", *args)
     if found is None:
         raise Lost(saga_id)
 
@@ -333,14 +346,5 @@ async def reopen_job(conn: db.Connection, saga_id: uuid.UUID) -> None:
         "UPDATE dap.jobs SET state = 'running', error = NULL, finished_at = NULL, callback_state = NULL "
         "WHERE id = $1 AND worker = $2",
         saga_id,
-        OWNER,
-    )
-
-
-async def progress(conn: db.Connection, saga_id: uuid.UUID, value: float) -> None:
-    await conn.execute(
-        "UPDATE dap.jobs SET progress = greatest(progress, $2) WHERE id = $1 AND worker = $3",
-        saga_id,
-        value,
         OWNER,
     )
