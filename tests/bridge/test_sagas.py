@@ -23,8 +23,9 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
+from dap.server import state as app_state
 from dap.server.storage import db
-from dap.server.workflows import jobs, saga_store
+from dap.server.workflows import jobs, saga_store, sagas
 from tests.bridge import saga_spec
 from tests.bridge.conftest import HERE, JSON, AppProcess, Bridged, bridged
 
@@ -309,6 +310,51 @@ async def test_a_saga_accepted_by_a_process_that_died_before_its_first_call_left
         ("hold", "do", "sent", 2),
     ]
     assert await effects(srv, str(new.id)) == {"applied": ALL, "undone": [], "max_per_key": 1}
+
+
+async def test_a_saga_accepted_where_no_loop_can_take_it_is_left_unheld_to_the_next_claim(
+    srv: Bridged, pg_dsn: str
+) -> None:
+    """An engine with no loop running (or with ``WAITING`` sagas per slot already waiting) creates
+    the saga unheld: any process's claim takes it at once, no lease has to run out."""
+    template = uuid.UUID(await start(srv, "book", {}))
+    await settled(srv, str(template))
+    idle = sagas.Engine(
+        pg_dsn, lambda: srv.server.app[app_state.SPEC].current, lease=600.0, slots=1
+    )  # never started
+    pool = await db.open_pool(pg_dsn, 1)
+    try:
+        async with db.connection(pool) as conn, conn.transaction():
+            model = await conn.fetchrow("SELECT * FROM dap.jobs WHERE id = $1", template)
+            new = jobs.New(
+                id=uuid.uuid4(),
+                tenant=model["tenant_id"],
+                target="store/trip",
+                kind="service",
+                action="book",
+                record_id=None,
+                principal=model["principal"],
+                body='{"faults": {}}',
+                expected=None,
+                request_id=None,
+            )
+            accepted = await idle.accept(conn, await jobs.enqueue(conn, new), steps_of(srv, "book"))
+            held = await conn.fetchrow("SELECT worker, lease_until FROM dap.sagas WHERE id = $1", new.id)
+        assert accepted.holder is None and tuple(held) == (None, None)
+        idle.take(accepted)  # nothing to run here: it only wakes
+        end = await settled(srv, str(new.id), seconds=20)  # the running engine claimed it
+    finally:
+        await pool.close()
+    assert end["state"] == "completed", end
+    assert await effects(srv, str(new.id)) == {"applied": ALL, "undone": [], "max_per_key": 1}
+
+
+def steps_of(srv: Bridged, action: str) -> tuple[Any, ...]:
+    service = srv.server.app[app_state.SPEC].current.any_service("store/trip")
+    assert service is not None
+    found = sagas.steps_of(service.actions.get(action))
+    assert found is not None
+    return found
 
 
 async def decide(srv: Bridged, saga_id: str, op: str, body: Any = None, **auth: Any) -> tuple[int, Any]:

@@ -70,8 +70,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-SLOTS = 16  # sagas one process drives at once (they mostly wait on their targets)
+SLOTS = 48  # sagas one process drives at once (they mostly wait on their targets)
 POLL = 0.5  # seconds between loop 0's looks at the table when idle
+POOL = 16  # connections of the engine at most (a drive holds one only while it writes or a step runs in it)
 WAITING = 4  # sagas accepted per slot that may wait for a loop of this process, held
 
 
@@ -132,7 +133,7 @@ class Engine:
     async def start(self) -> None:
         # a drive holds a connection only while it writes, or while a native, record or app-process
         # step runs in its transaction; HTTP steps wait holding none
-        self._pool = await db.open_pool(self.dsn, max(4, self.slots // 2 + 2))
+        self._pool = await db.open_pool(self.dsn, max(4, min(POOL, self.slots // 2 + 2)))
         self._http = aiohttp.ClientSession()
         self._tasks = [asyncio.create_task(self._loop(i), name=f"saga-{i}") for i in range(self.slots)]
 
