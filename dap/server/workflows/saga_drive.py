@@ -133,12 +133,13 @@ class Drive:
         on_done: Callable[[db.Connection, saga_steps.Outcome], Any] | None,
     ) -> saga_steps.Outcome:
         """Make one call; when done, ``on_done`` commits in the call's own transaction (an HTTP
-        call holds no connection while it waits; its ``done`` commits after it)."""
+        call holds no connection while it waits; its ``done`` commits after it, on a connection
+        outside a transaction: ``on_done`` is one statement, or opens one for several)."""
         timeout = durations.parse(step.timeout).total_seconds()
         if call.http is not None:
             outcome = await saga_steps.run(self._env(catalog), call, None, step.name, phase, timeout)
-            if outcome.kind == "done" and on_done is not None:  # no writes of its own to join:
-                async with db.connection(self.engine.pool) as conn, conn.transaction():  # one commit
+            if outcome.kind == "done" and on_done is not None:  # no writes of its own to join
+                async with db.connection(self.engine.pool) as conn:
                     await on_done(conn, outcome)
             return outcome
         async with db.connection(self.engine.pool) as conn:
@@ -190,7 +191,11 @@ class Drive:
             entry: store.Entry = (index, step.name, "do", attempts or 1, "done", {"result": outcome.result})
             moved: dict[str, Any] = {"step": index + 1, "attempts": 0, "in_flight": False, "results": results}
             if following is None:  # the last one ends the saga in the same statement and commit
-                await self._end("completed", len(steps), conn, [entry], **moved)
+                if conn.is_in_transaction():  # the step's own (native, record, app process)
+                    await self._end("completed", len(steps), conn, [entry], **moved)
+                else:
+                    async with conn.transaction():
+                        await self._end("completed", len(steps), conn, [entry], **moved)
                 return
             entries: list[store.Entry] = [entry]
             if following.kind in ("http", "sidecar"):
