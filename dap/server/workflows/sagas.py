@@ -1,9 +1,12 @@
 """The saga engine: runs ``impl: {type: saga}`` actions step by step, durably, never guessing.
 
 A saga action is requested like any ``call: async, track: true`` action (every protocol's
-``acting.enqueue``: 202 with a job). The job worker, claiming that job, hands it here
-(:func:`adopt`: the saga's row and the job handed over in one transaction). :class:`Engine` (one per
-process, beside the job worker) claims active sagas with a lease and drives each one:
+``acting.enqueue``: 202 with a job). The request's transaction creates the saga, held by this
+process's engine, with its job handed over and its first attempt recorded as sent
+(:meth:`Engine.accept`); the engine drives it right after the commit (:meth:`Engine.take`). In a
+process without an engine the job worker, claiming the job, hands it over instead (:func:`adopt`).
+:class:`Engine` (one per process, beside the job worker) also claims active sagas nobody holds
+(unheld, or their lease ran out) and drives each one:
 
 - forward, step by step: a call of an HTTP or app-process target is first recorded as sent
   (``in_flight``, committed), then made with the step's idempotency key; a done step's result, the
