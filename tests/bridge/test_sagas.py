@@ -23,6 +23,9 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
+from dap.server import state as app_state
+from dap.server.storage import db
+from dap.server.workflows import jobs, saga_store, sagas
 from tests.bridge import saga_spec
 from tests.bridge.conftest import HERE, JSON, AppProcess, Bridged, bridged
 
@@ -244,6 +247,114 @@ async def test_a_step_s_done_and_the_next_step_s_sent_commit_together(srv: Bridg
     assert at[("charge", "do", "done")] == at[("notify", "do", "sent")]
     assert at[("notify", "do", "done")] == at[(None, "saga", "completed")]  # the last ends the saga
     assert at[("hold", "do", "sent")] != at[("hold", "do", "done")]  # the first is sent on its own
+
+
+async def test_a_saga_s_request_creates_it_and_sends_its_first_step_in_one_commit(
+    srv: Bridged, pg_dsn: str
+) -> None:
+    """The request's transaction queues the job, hands it to the engine (no job-worker claim),
+    creates the saga and records hold's first attempt as sent: one commit, one clock."""
+    saga_id = await start(srv, "book", {})
+    end = await settled(srv, saga_id)
+    assert end["state"] == "completed", end
+    seen = [(t["name"], t["phase"], t["outcome"]) for t in end["timeline"]]
+    assert seen[:2] == [(None, "saga", "accepted"), ("hold", "do", "sent")]
+    assert end["timeline"][0]["at"] == end["timeline"][1]["at"]
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        job = await conn.fetchrow(
+            "SELECT created_at, started_at, runs FROM dap.jobs WHERE id = $1", uuid.UUID(saga_id)
+        )
+    finally:
+        await conn.close()
+    assert job["created_at"] == job["started_at"] and job["runs"] == 1
+    assert job["created_at"].isoformat() == end["timeline"][0]["at"]
+    assert (await effects(srv, saga_id))["max_per_key"] == 1
+
+
+async def test_a_saga_accepted_by_a_process_that_died_before_its_first_call_left_is_resumed(
+    srv: Bridged, pg_dsn: str
+) -> None:
+    """The state a request's commit leaves (saga created, held, hold recorded as sent) with no
+    process to drive it: once the lease runs out a claim finds hold in flight, an unknown outcome,
+    and sends it again with the same key; it completes with every step applied once."""
+    template = uuid.UUID(await start(srv, "book", {}))
+    await settled(srv, str(template))
+    pool = await db.open_pool(pg_dsn, 1)  # the platform's JSON codecs, as the server's
+    try:
+        async with db.connection(pool) as conn:
+            model = await conn.fetchrow("SELECT tenant_id, principal FROM dap.jobs WHERE id = $1", template)
+            new = jobs.New(
+                id=uuid.uuid4(),
+                tenant=model["tenant_id"],
+                target="store/trip",
+                kind="service",
+                action="book",
+                record_id=None,
+                principal=model["principal"],
+                body='{"faults": {}}',
+                expected=None,
+                request_id=None,
+            )
+            async with conn.transaction():  # what a request's commit leaves, its process then gone
+                job = await jobs.enqueue(conn, new)
+                await saga_store.accept(conn, job.row, {"faults": {}}, "gone:1:dead:claim", 0.2, "hold")
+    finally:
+        await pool.close()
+    end = await settled(srv, str(new.id))
+    assert end["state"] == "completed", end
+    seen = [(t["name"], t["phase"], t["outcome"], t["attempt"]) for t in end["timeline"]]
+    assert seen[:3] == [
+        (None, "saga", "accepted", None),
+        ("hold", "do", "sent", 1),
+        ("hold", "do", "sent", 2),
+    ]
+    assert await effects(srv, str(new.id)) == {"applied": ALL, "undone": [], "max_per_key": 1}
+
+
+async def test_a_saga_accepted_where_no_loop_can_take_it_is_left_unheld_to_the_next_claim(
+    srv: Bridged, pg_dsn: str
+) -> None:
+    """An engine with no loop running (or with ``WAITING`` sagas per slot already waiting) creates
+    the saga unheld: any process's claim takes it at once, no lease has to run out."""
+    template = uuid.UUID(await start(srv, "book", {}))
+    await settled(srv, str(template))
+    idle = sagas.Engine(
+        pg_dsn, lambda: srv.server.app[app_state.SPEC].current, lease=600.0, slots=1
+    )  # never started
+    pool = await db.open_pool(pg_dsn, 1)
+    try:
+        async with db.connection(pool) as conn, conn.transaction():
+            model = await conn.fetchrow("SELECT * FROM dap.jobs WHERE id = $1", template)
+            new = jobs.New(
+                id=uuid.uuid4(),
+                tenant=model["tenant_id"],
+                target="store/trip",
+                kind="service",
+                action="book",
+                record_id=None,
+                principal=model["principal"],
+                body='{"faults": {}}',
+                expected=None,
+                request_id=None,
+            )
+            accepted = await idle.accept(conn, await jobs.enqueue(conn, new), steps_of(srv, "book"))
+            held = await conn.fetchrow("SELECT worker, lease_until FROM dap.sagas WHERE id = $1", new.id)
+        assert accepted.holder is None and tuple(held) == (None, None)
+        idle.take(accepted)  # nothing to run here: it only wakes
+        end = await settled(srv, str(new.id), seconds=20)  # the running engine claimed it
+    finally:
+        await pool.close()
+    assert end["state"] == "completed", end
+    assert await effects(srv, str(new.id)) == {"applied": ALL, "undone": [], "max_per_key": 1}
+
+
+def steps_of(srv: Bridged, action: str) -> tuple[Any, ...]:
+    service = srv.server.app[app_state.SPEC].current.any_service("store/trip")
+    assert service is not None
+    found = sagas.steps_of(service.actions.get(action))
+    assert found is not None
+    return found
 
 
 async def decide(srv: Bridged, saga_id: str, op: str, body: Any = None, **auth: Any) -> tuple[int, Any]:

@@ -7,7 +7,7 @@ permission the caller holds: the operators' inbox of ``SVC.SAGA.OUTCOME_UNKNOWN`
 retry|skip|resolve`` sends a parked saga on (``workflows.saga_decisions.decide``: 403 without the
 permission, 409 ``SVC.SAGA.NOT_PARKED`` when it is not parked, 422 without a reason), audited.
 The engine itself (``workflows.sagas.Engine``) starts and stops with the app, beside the job
-worker, which hands it the sagas' jobs.
+worker; a saga's request hands it the saga (``acting.enqueue``, through the worker's ``sagas``).
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ def attach(app: web.Application, opts: options.ServeOptions) -> None:
         invoker=lambda: app.get(sidecars.INVOKER),
     )
     app[state.WORKER].saga_wake = engine.wake
+    app[state.WORKER].sagas = engine  # a saga's request creates it held here (``acting.enqueue``)
 
     async def start(app: web.Application) -> None:
         await app[ENGINE].start()

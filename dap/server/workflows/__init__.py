@@ -21,6 +21,7 @@ package applies them to a request::
     worker     the job worker loop of one process (runs jobs, delivers callbacks)
     callbacks  where a job's callback may go, its Standard Webhooks signature, its retries
     sagas      the saga engine: ``impl: {type: saga}`` actions run step by step, resumed after a crash
+    saga_drive one claimed saga driven to its end or its parking (forward, status, compensation)
     saga_steps one call of a step to its target (native, app process, HTTP, record) and its outcome
     saga_store ``dap.sagas`` and ``dap.saga_log``: a saga's durable progress and timeline
     saga_decisions  a person's retry / skip / resolve of a parked saga; a saga's view
@@ -66,6 +67,7 @@ __all__ = [
     "periods",
     "recording",
     "saga_decisions",
+    "saga_drive",
     "saga_steps",
     "saga_store",
     "sagas",

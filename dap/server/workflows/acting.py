@@ -44,7 +44,17 @@ from dap.server.documents import idempotency
 from dap.server.events import plans
 from dap.server.storage import db
 from dap.server.storage.workspaces import Workspace
-from dap.server.workflows import actions, callbacks, granting, jobs, operations, services, sidecars, worker
+from dap.server.workflows import (
+    actions,
+    callbacks,
+    granting,
+    jobs,
+    operations,
+    sagas,
+    services,
+    sidecars,
+    worker,
+)
 
 JOB_NOT_FOUND = "SVC.JOB.NOT_FOUND"
 _NAMES = {ProtocolType.REST: "REST", ProtocolType.GRPC: "gRPC", ProtocolType.WS: "ws"}
@@ -142,7 +152,8 @@ def job_path(slug: str, target: str, job_id: uuid.UUID) -> str:
 async def enqueue(pool: asyncpg.Pool, queue: Queue, order: JobOrder) -> idempotency.Answer:
     """Queue the action as a job: 202 ``{"data": job}`` with its ``Location`` (or the stored answer
     of a repeated key). The callback URL is checked first (422 ``SVC.JOB.CALLBACK_REFUSED``; 501
-    for a signed callback on a server with no secret)."""
+    for a signed callback on a server with no secret). A saga is created in the same transaction,
+    handed to this process's saga engine (``sagas.Engine.accept``), which runs it after the commit."""
     declared, decl = order.declared, order.declared.callback
     url = queue.callback_url if decl is not None else None
     if url is not None and decl is not None:
@@ -168,12 +179,16 @@ async def enqueue(pool: asyncpg.Pool, queue: Queue, order: JobOrder) -> idempote
         callback_sign=bool(decl is not None and decl.sign),
         callback_retry=decl.retry.model_dump() if decl is not None and decl.retry is not None else None,
     )
+    engine, accepted = queue.worker.sagas, None
+    steps = sagas.declared_steps(declared) if engine is not None and order.kind == "service" else None
     async with db.connection(pool) as conn, db.committed(conn):
         stored = (
             await idempotency.claim(conn, order.tenant, *order.keyed) if order.keyed is not None else None
         )
         if stored is None:
             job = await jobs.enqueue(conn, new)
+            if engine is not None and steps is not None:  # the engine takes it on after the commit
+                accepted = await engine.accept(conn, job, steps)
             stored = idempotency.Answer(
                 202,
                 operations.encode({"data": job.view()}).decode(),
@@ -181,7 +196,10 @@ async def enqueue(pool: asyncpg.Pool, queue: Queue, order: JobOrder) -> idempote
             )
             if order.keyed is not None:
                 await idempotency.store(conn, order.tenant, *order.keyed, stored)
-    queue.worker.wake()
+    if engine is not None and accepted is not None:
+        engine.take(accepted)
+    else:
+        queue.worker.wake()
     return stored
 
 

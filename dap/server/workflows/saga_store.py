@@ -10,8 +10,9 @@ change, so the timeline and the state never disagree.
 
 A saga is claimed like a job (``FOR UPDATE SKIP LOCKED``, a lease extended while it runs); a
 process killed mid-step leaves a lease that runs out, and the next claim resumes it from the row.
-The saga's job row (``dap.jobs``) is handed to the engine when the job worker first claims it
-(:func:`adopt`: ``worker = 'saga'``, a lease that never runs out, so no job claim takes it) and
+The saga's job row (``dap.jobs``) is handed to the engine in the transaction that queues it
+(:func:`accept`, when the process runs an engine), else when the job worker first claims it
+(:func:`adopt`): ``worker = 'saga'``, a lease that never runs out, so no job claim takes it; it is
 finished by the engine in the transaction that finishes the saga (:func:`finish`).
 """
 
@@ -122,6 +123,59 @@ async def adopt(conn: db.Connection, job: asyncpg.Record, params: dict[str, Any]
     return True
 
 
+_ACCEPT = f"""
+WITH job AS (
+    UPDATE dap.jobs SET state = 'running', runs = runs + 1, worker = $8, lease_until = 'infinity',
+        started_at = coalesce(started_at, now())
+    WHERE id = $1 AND state = 'queued'
+), saga AS (
+    INSERT INTO dap.sagas (id, tenant_id, service, action, principal, params, request_id, worker,
+        lease_until, attempts, in_flight)
+    VALUES ($1, $2, $3, $4, $5::jsonb, $6::text::jsonb, $7, $9::text,
+        CASE WHEN $9::text IS NULL THEN NULL ELSE now() + make_interval(secs => $10) END,
+        CASE WHEN $11::text IS NULL THEN 0 ELSE 1 END, $11::text IS NOT NULL)
+    RETURNING {COLUMNS}
+), logged AS (
+    INSERT INTO dap.saga_log (saga_id, step, name, phase, attempt, outcome, actor)
+    SELECT id, NULL, NULL, 'saga', NULL, 'accepted', $12::text FROM saga
+    UNION ALL SELECT id, 0, $11::text, 'do', 1, 'sent', NULL FROM saga WHERE $11::text IS NOT NULL
+)
+SELECT * FROM saga
+"""
+
+
+async def accept(
+    conn: db.Connection,
+    job: asyncpg.Record,
+    params: dict[str, Any],
+    holder: str | None,
+    lease: float,
+    sent: str | None,
+) -> asyncpg.Record:
+    """In the transaction that queues the saga's job (the request's): the saga's row, its job
+    handed to the engine, held by ``holder`` for ``lease`` seconds (``None``: unheld, for the
+    next claim), and when ``sent`` names the first step, its first attempt recorded as sent — one
+    statement. A process that dies after the commit leaves a lease that runs out; the next claim
+    finds the step in flight: an unknown outcome, as after any ``sent``."""
+    row: asyncpg.Record | None = await conn.fetchrow(
+        _ACCEPT,
+        job["id"],
+        job["tenant_id"],
+        job["target"],
+        job["action"],
+        job["principal"],
+        _json(params),
+        job["request_id"],
+        OWNER,
+        holder,
+        lease,
+        sent,
+        job["principal"].get("username"),
+    )
+    assert row is not None
+    return row
+
+
 async def claim(conn: db.Connection, worker: str, lease: float) -> asyncpg.Record | None:
     """An active saga nobody holds (new, or its holder's lease ran out), held by ``worker``."""
     row: asyncpg.Record | None = await conn.fetchrow(_CLAIM, worker, lease)
@@ -163,11 +217,18 @@ Entry = tuple[
 
 
 async def move(
-    conn: db.Connection, saga_id: uuid.UUID, holder: str | None, entry: Entry | None = None, **changes: Any
+    conn: db.Connection,
+    saga_id: uuid.UUID,
+    holder: str | None,
+    entry: Entry | list[Entry] | None = None,
+    *,
+    progress: float | None = None,
+    **changes: Any,
 ) -> None:
     """Set ``changes`` on the saga (while ``holder`` holds it; ``None``: a person's decision) and,
-    when given, append ``entry`` to its timeline in the same statement (one round trip, atomic).
-    Raises :class:`Lost` when the holder no longer holds it (its transaction must roll back)."""
+    when given, append ``entry`` (or several, in order) to its timeline and raise its job's
+    ``progress``, in the same statement (one round trip, atomic). Raises :class:`Lost` when the
+    holder no longer holds it (its transaction must roll back)."""
     sets: list[str] = []
     args: list[Any] = [saga_id, holder]
     for name, value in changes.items():
@@ -178,23 +239,29 @@ async def move(
         f"UPDATE dap.sagas SET {', '.join(sets)}, updated_at = now() "
         "WHERE id = $1 AND ($2::text IS NULL OR worker = $2) RETURNING id"
     )
-    if entry is None:
-        found = await conn.fetchval(update, *args)
-    else:
-        step, label, phase, attempt, outcome, detail = entry
+    entries = [] if entry is None else [entry] if isinstance(entry, tuple) else list(entry)
+    parts = [f"moved AS ({update})"]
+    selects = []
+    for step, label, phase, attempt, outcome, detail in entries:
         n = len(args)
-        found = await conn.fetchval(
-            f"WITH moved AS ({update}) INSERT INTO dap.saga_log (saga_id, step, name, phase, attempt, "
-            f"outcome, detail) SELECT id, ${n + 1}, ${n + 2}, ${n + 3}, ${n + 4}, ${n + 5}, "
-            f"${n + 6}::text::jsonb FROM moved RETURNING saga_id",
-            *args,
-            step,
-            label,
-            phase,
-            attempt,
-            outcome,
-            _json(detail) if detail is not None else None,
+        args += [step, label, phase, attempt, outcome, _json(detail) if detail is not None else None]
+        selects.append(
+            f"SELECT id, ${n + 1}::integer, ${n + 2}::text, ${n + 3}::text, ${n + 4}::integer, "
+            f"${n + 5}::text, ${n + 6}::text::jsonb FROM moved"
         )
+    if selects:
+        parts.append(
+            "logged AS (INSERT INTO dap.saga_log (saga_id, step, name, phase, attempt, outcome, detail) "
+            + " UNION ALL ".join(selects)
+            + ")"
+        )
+    if progress is not None:
+        args.append(progress)
+        parts.append(
+            f"job AS (UPDATE dap.jobs SET progress = greatest(progress, ${len(args)}) "
+            f"WHERE id = (SELECT id FROM moved) AND worker = '{OWNER}')"
+        )
+    found = await conn.fetchval(f"WITH {', '.join(parts)} SELECT id FROM moved", *args)
     if found is None:
         raise Lost(saga_id)
 
@@ -279,14 +346,5 @@ async def reopen_job(conn: db.Connection, saga_id: uuid.UUID) -> None:
         "UPDATE dap.jobs SET state = 'running', error = NULL, finished_at = NULL, callback_state = NULL "
         "WHERE id = $1 AND worker = $2",
         saga_id,
-        OWNER,
-    )
-
-
-async def progress(conn: db.Connection, saga_id: uuid.UUID, value: float) -> None:
-    await conn.execute(
-        "UPDATE dap.jobs SET progress = greatest(progress, $2) WHERE id = $1 AND worker = $3",
-        saga_id,
-        value,
         OWNER,
     )

@@ -172,6 +172,7 @@ class Worker:
         self._swept = 0.0
         self._tasks: list[asyncio.Task[None]] = []
         self.saga_wake: Callable[[], None] = lambda: None  # the saga engine, told of a saga handed to it
+        self.sagas: sagas.Engine | None = None  # the process's saga engine: a saga's request hands it over
 
     @property
     def pool(self) -> asyncpg.Pool:
