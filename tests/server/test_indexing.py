@@ -153,6 +153,38 @@ def test_row_scope_leads_and_all_rows_callers_get_the_sort_index() -> None:
     assert not derivation.warnings
 
 
+def test_without_a_partial_predicate_the_row_scope_trails_and_one_index_serves_both_views() -> None:
+    ship = {**SHIP, "assignments": [{"dimension": "team", "field": "owner_team", "principal_field": "team"}]}
+    found, derivation = _derive([("sea/t", _table(sort="berth"))], ship)
+    derived = {k: d for k, d in found.items() if d.origin == "derived"}
+    # read in berth order, the scope checked in the index; the all-rows view reads its prefix
+    assert list(derived) == [(("tenant_id", "berth", "id", "owner_team"), (), None)]
+    assert set(derived[(("tenant_id", "berth", "id", "owner_team"), (), None)].serves) == {
+        "table sea/t",
+        "table sea/t (all rows)",
+    }
+    assert not derivation.warnings
+
+
+def test_a_filter_on_a_few_declared_values_trails_the_sort_instead_of_an_index_of_its_own() -> None:
+    ship = {
+        **SHIP,
+        "fields": [
+            *SHIP["fields"],
+            {"name": "active", "type": "boolean"},
+            {"name": "kind", "type": "enum", "options": [{"value": "tug"}, {"value": "ferry"}]},
+        ],
+    }
+    filters = [{"field": f, "type": "select"} for f in ("active", "kind", "captain")]
+    found, _ = _derive([("sea/t", _table(filters=filters, sort="berth"))], ship)
+    derived = {cols for (cols, _, _), d in found.items() if d.origin == "derived"}
+    assert derived == {
+        ("tenant_id", "berth", "id", "active", "kind"),
+        # captain is an open set of values: a rare one would walk the tenant's index, so its own
+        ("tenant_id", "captain", "berth", "id", "active", "kind"),
+    }
+
+
 def test_declared_index_stays_unless_a_longer_one_serves_it_and_json_and_text_are_reported() -> None:
     found, derivation = _derive(
         [
@@ -176,7 +208,7 @@ def test_schema_indexes_and_validate_warnings() -> None:
     runner = CliRunner()
     shown = runner.invoke(main, ["schema", "--indexes", str(EXAMPLE)])
     assert shown.exit_code == 0, shown.output
-    assert "buying__purchase_order__buyer__docstatus__order_date__id__idx" in shown.output
+    assert "buying__purchase_order__order_date__id__buyer__docstatus__idx" in shown.output
     assert "serves table buying/purchase_orders" in shown.output
     checked = runner.invoke(main, ["validate", str(EXAMPLE)])
     assert checked.exit_code == 0, checked.output
@@ -224,8 +256,9 @@ def _cases(catalog: Catalog) -> list[tuple[str, Any, Any, set[str]]]:
     for shape in shapes:
         table = mains[shape.entity]
         serving = {d.index.name for d in catalog.indexes.of(table.name) if shape.source in d.serves}
+        scope = {c.name for name in shape.scope if (c := table.column_for(name)) is not None}
         for label, query in bench.list_queries(shape, table):
-            out.append((label, table, query, serving))
+            out.append((label, table, query, serving, scope))
     return out
 
 
@@ -237,7 +270,7 @@ async def test_every_declared_list_runs_on_its_index_at_a_big_tenant(
     cases = _cases(catalog)
     assert len(cases) >= 10
     async with pool.acquire() as conn:
-        for label, table, query, serving in cases:
+        for label, table, query, serving, scope in cases:
             assert serving, f"{label}: no derived index serves it"
             nodes = await _plan(conn, *bench.statement(table, query, BIG))
             used = {n.get("Index Name") for n in nodes} - {None}
@@ -249,6 +282,9 @@ async def test_every_declared_list_runs_on_its_index_at_a_big_tenant(
                 columns = {d.index.name: d.index.columns for d in catalog.indexes.of(table.name)}
                 assert any(column_name in columns[name] for name in used & serving), (label, used)
             assert "Seq Scan" not in kinds and "Bitmap Heap Scan" not in kinds, (label, kinds)
+            indexes = [d.index for d in catalog.indexes.of(table.name) if d.index.name in used]
+            columns = {c for index in indexes for c in index.columns}
+            assert scope <= columns, f"{label}: the row scope {scope} is checked on the rows, not in an index"
             if "[gte]" not in label or label.endswith("order_date[gte]="):  # a range on the sort column
                 assert "Sort" not in kinds, (
                     f"{label}: sorted {ROWS} rows instead of reading the index in order"
@@ -259,7 +295,8 @@ async def test_every_declared_list_runs_on_its_index_at_a_big_tenant(
 async def test_a_list_that_loses_its_index_is_sorted(filled: tuple[asyncpg.Pool, Catalog]) -> None:
     # the check above can fail: without its index, the kanban's list reads and sorts the rows
     pool, catalog = filled
-    label, table, query, serving = next(c for c in _cases(catalog) if c[0] == "kanban buying/orders_by_state")
+    kanban = "kanban buying/orders_by_state"
+    label, table, query, serving, _ = next(c for c in _cases(catalog) if c[0] == kanban)
     async with pool.acquire() as conn:
         tx = conn.transaction()
         await tx.start()

@@ -11,21 +11,32 @@ then ``id`` (the REST list's tie-breaker, so a page is read in index order and t
 ``LIMIT``). The rules, in order:
 
 1. every list is scoped to one tenant: ``tenant_id`` leads;
-2. equality columns that every query of the list carries (row-scope assignments and session
-   filters, constant fixed filters, the table's ``fixed_filters``, a kanban's ``group_by``) follow;
+2. equality columns that every query of the list carries (constant fixed filters, the table's
+   ``fixed_filters``, a kanban's ``group_by``) follow;
 3. a ``null``/``notnull`` constant fixed filter becomes the index's predicate (``WHERE col IS
    NULL``): a partial index. Other constants stay columns, as the server binds them as parameters
    and a generic plan cannot prove a parameter implies a partial predicate;
 4. the sort follows (a table's ``sort``, else the REST default ``-created_at``), then ``id``;
    directions are kept relative to the first sort key (a B-tree is read backwards too);
-5. each optional equality filter (``select``/``date`` filters) adds one index with its column
-   between the equalities and the sort; a range filter (``date_range``, ``gte``…) on the sort
-   column is served by the sort; on another column it adds ``(tenant_id, equalities…, column)``;
-6. substring filters (``text`` filters are ``ilike '%…%'``), ``neq``/``nin`` and JSON columns are
+5. the row scope's equalities (assignments, session filters) come after ``id``: the list is read in
+   sort order and the scope is checked in the index entries (no row is fetched to test it), so one
+   index serves the scoped list and the all-rows view of a caller holding the entity's all-rows
+   permission (its keys are a prefix). When a partial predicate parts the two views, the scope
+   leads after ``tenant_id`` instead and the all-rows view gets its own index;
+6. an optional equality filter on a column of a few declared values (``docstatus``, a boolean, an
+   enum or a field with ``options``) also trails ``id``, checked in the index as the list is read;
+   on any other column (an open set, where a rare value would walk the tenant's index) it adds one
+   index with its column between the equalities and the sort. A range filter (``date_range``,
+   ``gte``…) on the sort column is served by the sort; on another column it adds ``(tenant_id,
+   equalities…, column)``;
+7. substring filters (``text`` filters are ``ilike '%…%'``), ``neq``/``nin`` and JSON columns are
    served by no B-tree: they are reported, and the list walks its sort index filtering as it goes;
-7. an index whose keys are a prefix of another's with the same predicate is served by that one
+8. an index whose keys are a prefix of another's with the same predicate is served by that one
    and dropped (an ``index: true`` one too: the longer index serves its lookups); a unique index
    is never dropped, and serves a list sorted by its column (a unique key has no ties to break).
+
+Rules 5 and 6 trade a few index entries read per page for fewer indexes to maintain on every write
+(docs/performance.md, issue 48: 10 indexes on the example's orders became 6).
 
 :func:`derive` answers the indexes per table with the lists each serves (``dap schema --indexes``)
 and what no index serves (``dap validate``'s warnings); :func:`apply` puts them on the tables the
@@ -64,6 +75,7 @@ class Shape:
     sort: tuple[tuple[str, bool], ...] = DEFAULT_SORT  # (field, descending)
     nulls: tuple[tuple[str, bool], ...] = ()  # (field, is null) constants: the partial predicate
     residual: tuple[tuple[str, str], ...] = ()  # (field, why no B-tree serves it)
+    scope: tuple[str, ...] = ()  # those of ``equal`` that are the row scope's (not the list's own)
 
 
 @dataclass(frozen=True)
@@ -169,6 +181,7 @@ def _shape(
         sort=sort,
         nulls=tuple(nulls),
         residual=tuple(residual),
+        scope=tuple(scope_equal),
     )
 
 
@@ -257,6 +270,17 @@ def _column(table: Table, spec: EntitySpec, name: str) -> tuple[str | None, str 
     return col.name, None
 
 
+def _few(table: Table, spec: EntitySpec, column: str) -> bool:
+    """Whether ``column`` holds one of a few declared values (``docstatus``, a boolean, an enum or
+    a field with ``options``): a filter on it keeps a share of the rows large enough that reading
+    the list's sort index and checking the column in the index finds a page in a few pages' reads."""
+    if column == "docstatus":
+        return True
+    col = table.column(column)
+    f = spec.field(col.field) if col is not None and col.field else None
+    return f is not None and (f.type in (FieldType.BOOLEAN, FieldType.ENUM) or bool(f.options))
+
+
 def _oriented(sort: tuple[Key, ...]) -> tuple[Key, ...]:
     """Sort keys with the first ascending (the index is read backwards for the opposite order)."""
     if sort and sort[0][1]:
@@ -281,7 +305,8 @@ def _wants(shape: Shape, table: Table, spec: EntitySpec) -> tuple[list[_Want], l
         warnings.append(
             f"{shape.source}: filter {name!r} is served by no index ({reason}); the list walks its sort index"
         )
-    equal = columns(shape.equal, "equality")
+    scope = columns(shape.scope, "row scope")
+    equal = [c for c in columns(shape.equal, "equality") if c not in scope or shape.nulls]
     predicate = []
     for name, is_null in shape.nulls:
         col, why = _column(table, spec, name)
@@ -302,10 +327,16 @@ def _wants(shape: Shape, table: Table, spec: EntitySpec) -> tuple[list[_Want], l
         sort_keys.append(("id", sort_keys[-1][1]))
     sort = _oriented(tuple(sort_keys))
     lead: tuple[Key, ...] = (("tenant_id", False), *((c, False) for c in equal))
-    wants = [_Want(table, lead + sort, where, shape.source)]
-    for col in columns(shape.optional, "filter"):
-        if col not in equal:
-            wants.append(_Want(table, (*lead, (col, False), *sort), where, shape.source))
+    # rule 5: the row scope trails the sort (checked in the index while it is read in order), so
+    # the all-rows view's index is a prefix of this one; unless a partial predicate parts them
+    trail = [c for c in scope if c not in equal and c not in (k for k, _ in sort)]
+    optional = [c for c in columns(shape.optional, "filter") if c not in equal]
+    few = [c for c in optional if _few(table, spec, c) and c not in trail and c not in (k for k, _ in sort)]
+    tail: tuple[Key, ...] = tuple((c, False) for c in (*trail, *few))
+    wants = [_Want(table, lead + sort + tail, where, shape.source)]
+    for col in optional:
+        if col not in few:  # rule 6: an open-ended equality filter gets its own index
+            wants.append(_Want(table, (*lead, (col, False), *sort, *tail), where, shape.source))
     first_sort = sort[0][0] if sort else None
     for col in columns(shape.ranges, "range filter"):
         if col != first_sort:
