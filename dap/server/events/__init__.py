@@ -15,6 +15,8 @@ imports workflows. Its face is the modules in ``__all__``::
     deadletter   dead deliveries: listing and replay
     measures     the counters per channel: emitted, delivered, retried, dead
     notifications in-app notifications per user, and the pluggable email/sms sender
+    slots        events as logical WAL messages (``DAP_EVENTS_SOURCE=wal``): the replication slot
+    wal          ... reading the slot: the messages delivered by the dispatcher's delivery code
     brokers      where pubsub publishes: DAP_NATS_URL, else the spec's nats Datastore, else NOTIFY
 
 Modules load on first import (none is imported here): the boot path needs ``outbox`` only.
@@ -31,4 +33,6 @@ __all__ = [
     "notifications",
     "outbox",
     "plans",
+    "slots",
+    "wal",
 ]

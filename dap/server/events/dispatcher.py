@@ -48,18 +48,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
+import types
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 
 from dap import tracing
 from dap.config.entities import EntitySpec
 from dap.config.enums import EventChannel
-from dap.server.events import channels, measures, outbox, plans
+from dap.server.events import channels, measures, outbox, plans, slots, wal
 from dap.server.storage import db
 
 log = logging.getLogger(__name__)
@@ -123,6 +126,9 @@ DUE = (
 # the dead index entries are what the claim walks: clean the indexes even when few heap pages have
 # dead rows (AUTO skips them under 2% of the table's pages, the usual case with an hour of rows kept)
 decode_payload = db.decode_json  # the jsonb codec's decoder, for payloads the claim read as text
+_LAZY: Mapping[str, Any] = types.MappingProxyType(
+    {}
+)  # a claimed payload until it is decoded (only where delivered)
 VACUUM = "VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON) dap.outbox"
 PRUNE = (
     "DELETE FROM dap.outbox WHERE id IN (SELECT id FROM dap.outbox WHERE delivered_at IS NOT NULL "
@@ -181,6 +187,14 @@ class Dispatcher:
         self._vacuum_next = 0.0  # loop time before which no vacuum begins
         self._vacuuming: asyncio.Task[None] | None = None
         self.vacuums = 0  # vacuums of the outbox this dispatcher ran to the end
+        # events as WAL messages (``wal``): the slot read (None: the outbox only), the end of the
+        # last transaction the round read, events handed to the outbox (retries) this round, and
+        # whether the outbox is claimed at the next round (its retries, replays, other writers)
+        self.slot: str | None = None
+        self.slot_last: str | None = None
+        self.handed = 0
+        self._claim_outbox = True
+        self.feed_lock, self.feed_channel = FEED_LOCK, outbox.FEED
 
     def start(self) -> None:
         if self._task is None:
@@ -227,10 +241,25 @@ class Dispatcher:
     async def _unlisten(self) -> None:
         await self._listener.close()
 
+    async def _ensure_slot(self) -> None:
+        """With ``DAP_EVENTS_SOURCE=wal``: this database's slot (made when missing), read from now."""
+        if self.slot is not None or not outbox.selected():
+            return
+        async with db.connection(self.pool) as conn:
+            name = slots.slot_name(await conn.fetchval("SELECT current_database()"), self.settings.tenants)
+            await slots.ensure(conn, name)
+        self.slot = name
+
     async def _run(self) -> None:
         rounds = 0
         while not self._stopping:
             await self._listen()
+            try:
+                await self._ensure_slot()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("events dispatcher cannot read its slot")
             self._wake.clear()
             wait = self.settings.poll
             try:
@@ -257,9 +286,11 @@ class Dispatcher:
                 log.exception("events dispatcher round failed")
             if self._stopping:
                 return
-            with contextlib.suppress(TimeoutError):
+            try:
                 async with asyncio.timeout(wait):  # not wait_for: 3.11 loses a stop there
                     await self._wake.wait()
+            except TimeoutError:
+                self._claim_outbox = True  # a poll: retries that fell due, rows nobody announced
 
     def _vacuum_if_due(self) -> None:
         now = asyncio.get_running_loop().time()
@@ -304,55 +335,104 @@ class Dispatcher:
         return sorted(tenants) if tenants is not None else None
 
     async def drain_once(self) -> int:
-        """Claim and settle one batch in one transaction; how many rows were claimed. Whether to
-        claim again at once is left in ``_more``: the batch was full, some of it waits for a retry,
-        or other rows are due (a record's next event, held back while this batch held its older one)."""
+        """Claim and settle one batch in one transaction; how many rows (or, from the slot, events)
+        were read. Whether to read again at once is left in ``_more``: the batch was full, some of
+        it waits for a retry, or other rows are due (a record's next event, held back while this
+        batch held its older one). With events as WAL messages (``wal``), the slot is read first;
+        the outbox (retries, replays, other writers' rows) when due (``_claim_outbox``)."""
         self._more = False
+        read = 0
+        if self.slot is not None:
+            self.slot_last = None
+            async with db.connection(self.pool) as conn:
+                async with db.committed(conn):
+                    read, more = await wal.drain(self, conn, self.slot, self.settings.batch)
+                if self.slot_last is not None:
+                    await wal.advance(conn, self.slot, self.slot_last)
+            self._marked += read
+            # the outbox too: when polled (retries due), when this round handed it events, and
+            # when woken with nothing in the slot (a replay's or another writer's row)
+            if read and not self._claim_outbox and not self.handed:
+                self._more = more
+                return read
+            self.handed, self._claim_outbox = 0, False
+            claimed = await self._drain_outbox()
+            self._more = self._more or more
+            return read + claimed
+        return await self._drain_outbox()
+
+    async def _drain_outbox(self) -> int:
         async with db.connection(self.pool) as conn, db.committed(conn):
             rows = await conn.fetch(CLAIM, self.settings.batch, self._tenants())
-            entities = self.entities()
-            planned = []
-            # an event nothing consumes (most created/updated events) is settled as it is claimed:
-            # it only needs its feed position, given with the others' below
-            done: list[int] = []
-            for row in rows:
-                spec = entities.get(row["entity"])
-                deliveries = plans.deliveries(spec, row["entity"], row["event"], row["consumers"])
-                if not deliveries:
-                    done.append(row["id"])
-                    continue
-                planned.append((channels.Event.of(row, decode_payload(row["payload"])), deliveries))
-            keys = list({channels.settle_id(d, e) for e, ds in planned for d in ds})
-            settled = (
-                {(r["consumer"], r["event_id"]) for r in await conn.fetch(SETTLED, keys)} if keys else set()
-            )
-            outcomes: list[tuple[str, uuid.UUID, str]] = []
-            for event, deliveries in planned:
-                # a child of the span that wrote the event (its outbox row's traceparent)
-                with tracing.span(
-                    f"outbox {event.entity}.{event.event}",
-                    kind="consumer",
-                    parent=event.traceparent,
-                    attributes={
-                        "dap.tenant": str(event.tenant),
-                        "dap.event_id": str(event.public_id),
-                        "dap.request_id": event.request_id,
-                        "enduser.id": event.actor_sub,
-                        "dap.attempt": event.attempts + 1,
-                    },
-                ):
-                    if await self._one(conn, event, deliveries, settled, outcomes):
-                        done.append(event.id)
-            if outcomes:  # in this transaction: with the effects they settle, or not at all
-                await conn.execute(SETTLE, *(list(column) for column in zip(*outcomes, strict=True)))
+            events = [channels.Event.of(row, _LAZY) for row in rows]
+            payloads = {row["id"]: row["payload"] for row in rows}
+            outcome = await self.deliver(conn, events, set(), payloads)
+            done = [event.id for event in events if event.id not in outcome]
+            for event_id, (error, wait) in outcome.items():
+                await conn.execute(RETRY, event_id, error, wait)
             more = len(rows) >= self.settings.batch or len(done) < len(rows)
             if done:
                 await conn.execute("SELECT pg_advisory_xact_lock($1)", FEED_LOCK)
                 found = await conn.fetchrow(DONE, done, outbox.FEED, self._tenants())
                 more = more or bool(found is not None and found["more"])
         self._marked += len(done)
-        self._more = more
+        self._more = self._more or more
         return len(rows)
+
+    async def deliver(
+        self,
+        conn: db.Connection,
+        events: list[channels.Event],
+        held: set[tuple[uuid.UUID, uuid.UUID | None]],
+        payloads: dict[int, str] | None = None,
+    ) -> dict[int, tuple[str | None, float]]:
+        """Every pending delivery of ``events`` (in order) in the caller's transaction, their
+        settlements written; the ones not settled: ``(error, seconds to the retry)``, or ``(None,
+        0)`` for one held behind an earlier unsettled event of its record (``held``: such records,
+        grown by each failure). The one delivery code of both sources: the outbox's claim and the
+        slot's messages. ``payloads``: the claim's payloads as text, decoded only where needed."""
+        entities = self.entities()
+        planned = []
+        outcome: dict[int, tuple[str | None, float]] = {}
+        for event in events:
+            if (event.tenant, event.record_id) in held:
+                outcome[event.id] = (None, 0.0)
+                continue
+            spec = entities.get(event.entity)
+            deliveries = plans.deliveries(spec, event.entity, event.event, event.consumers)
+            if not deliveries:  # most created/updated events: settled as read, only a feed position
+                continue
+            if payloads is not None:
+                event = dataclasses.replace(event, payload=decode_payload(payloads[event.id]))
+            planned.append((event, deliveries))
+        keys = list({channels.settle_id(d, e) for e, ds in planned for d in ds})
+        settled = {(r["consumer"], r["event_id"]) for r in await conn.fetch(SETTLED, keys)} if keys else set()
+        outcomes: list[tuple[str, uuid.UUID, str]] = []
+        for event, deliveries in planned:
+            if (event.tenant, event.record_id) in held:
+                outcome[event.id] = (None, 0.0)
+                continue
+            # a child of the span that wrote the event (its traceparent)
+            with tracing.span(
+                f"outbox {event.entity}.{event.event}",
+                kind="consumer",
+                parent=event.traceparent,
+                attributes={
+                    "dap.tenant": str(event.tenant),
+                    "dap.event_id": str(event.public_id),
+                    "dap.request_id": event.request_id,
+                    "enduser.id": event.actor_sub,
+                    "dap.attempt": event.attempts + 1,
+                },
+            ):
+                failed = await self._one(conn, event, deliveries, settled, outcomes)
+            if failed is not None:
+                outcome[event.id] = failed
+                if event.record_id is not None:
+                    held.add((event.tenant, event.record_id))
+        if outcomes:  # in this transaction: with the effects they settle, or not at all
+            await conn.execute(SETTLE, *(list(column) for column in zip(*outcomes, strict=True)))
+        return outcome
 
     async def _one(
         self,
@@ -361,10 +441,10 @@ class Dispatcher:
         deliveries: tuple[plans.Delivery, ...],
         settled: set[tuple[str, uuid.UUID]],
         outcomes: list[tuple[str, uuid.UUID, str]],
-    ) -> bool:
+    ) -> tuple[str, float] | None:
         """Every pending delivery of ``event`` (``settled``: (consumer, settle id) already done;
-        each one settled now joins ``outcomes`` and ``settled``); whether the event is settled
-        (else it waits for a retry)."""
+        each one settled now joins ``outcomes`` and ``settled``); ``None`` when the event is
+        settled, else the error and the seconds until its retry."""
         failed: list[tuple[plans.Delivery, str]] = []
         attempts = event.attempts + 1
         for delivery in deliveries:
@@ -414,10 +494,8 @@ class Dispatcher:
             self.counters.lag.labels(channel).observe(max(0.0, time.time() - event.created_at.timestamp()))
         if failed:
             self._retried = True
-            wait = min(plans.backoff(d.retry, attempts) for d, _ in failed)
-            await conn.execute(RETRY, event.id, failed[0][1], wait)
-            return False
-        return True
+            return failed[0][1], min(plans.backoff(d.retry, attempts) for d, _ in failed)
+        return None
 
     async def _dead_target(
         self, conn: db.Connection, event: channels.Event, delivery: plans.Delivery
