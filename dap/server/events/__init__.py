@@ -10,6 +10,7 @@ imports workflows. Its face is the modules in ``__all__``::
     builtin      the built-in events of the standard actions (created, updated, deleted, ...)
     plans        which deliveries an event has, from its ``EventDecl`` (pure)
     channels     one delivery on one channel: audit_log, webhook, notification, pubsub, ...
+    claims       the outbox path's statements (the claim, settlements, retries, feed positions)
     dispatcher   claims undelivered rows (``FOR UPDATE SKIP LOCKED``), delivers, retries, dead-letters
     feed         the delivered events in commit order, fanned out to websocket subscribers
     deadletter   dead deliveries: listing and replay
@@ -26,6 +27,7 @@ __all__ = [
     "brokers",
     "builtin",
     "channels",
+    "claims",
     "deadletter",
     "dispatcher",
     "feed",

@@ -152,7 +152,7 @@ def message_sql(
         f"pg_logical_emit_message(true, '{PREFIX}', jsonb_build_object('id', {id_}, 'tenant', {tenant}, "
         f"'entity', {entity}, 'record', {record}, 'action', {action}, 'event', {event}, "
         f"'payload', {payload}, 'version', {version}, 'sub', {sub}, 'user', {user}, "
-        f"'request', {request}, 'trace', {trace}, 'at', now())::text)"
+        f"'request', {request}, 'trace', {trace}, 'at', extract(epoch FROM now()))::text)"
     )
 
 

@@ -30,9 +30,12 @@ BEGIN
 END $$;
 """
 
-LAG = (
-    "SELECT coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::float8 "
-    "FROM pg_replication_slots WHERE slot_name = $1"
+# the WAL the events' slots of this database keep (the most of any), and how many Postgres gave up
+# (``max_slot_wal_keep_size`` exceeded: wal_status 'lost'; their unread events are gone)
+RETAINED = (
+    "SELECT coalesce(max(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)), 0)::float8 AS retained, "
+    "count(*) FILTER (WHERE wal_status = 'lost')::float8 AS lost FROM pg_replication_slots "
+    "WHERE database = current_database() AND slot_name LIKE 'dap\\_events\\_%'"
 )
 
 
@@ -75,7 +78,8 @@ class NotLogicalError(RuntimeError):
         )
 
 
-async def lag(conn: db.Connection, slot: str) -> float:
-    """Bytes of WAL the slot keeps (0: no slot): the metric of a dispatcher that fell behind."""
-    found = await conn.fetchval(LAG, slot)
-    return float(found or 0.0)
+async def retained(conn: db.Connection) -> tuple[float, float]:
+    """(bytes of WAL the events' slots keep at most, slots lost): the metrics of a dispatcher that
+    fell behind (0, 0 without slots: the outbox)."""
+    row = await conn.fetchrow(RETAINED)
+    return (row["retained"], row["lost"]) if row is not None else (0.0, 0.0)

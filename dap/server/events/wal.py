@@ -22,10 +22,12 @@ of transactions committed after the cursor are delivered by the dispatcher's own
   undelivered, so a record's order holds;
 - the cursor moves to the last commit read.
 
-After the commit the slot itself is advanced to the cursor (``pg_replication_slot_advance``). A
+The slot itself is advanced to the cursor (``pg_replication_slot_advance``) at the start of the
+process's next round, under the lock (never inside the round that may still roll back). A
 process killed before that leaves the slot behind the cursor: the next round skips what the
-cursor covers. Killed before the commit, nothing is recorded and the batch is read again (at
-least once, the same ids; settled deliveries are never repeated: ``dap.event_deliveries``).
+cursor covers and advances the slot past it. Killed before the commit, nothing is recorded and
+the batch is read again (at least once, the same ids; settled deliveries are never repeated:
+``dap.event_deliveries``).
 
 A payload rewritten after its write (``rewrite``: a row that came out otherwise than predicted)
 is a second message naming the first's id in the same transaction; the reader keeps the last.
@@ -38,15 +40,12 @@ import struct
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 
 from dap.server.events import channels, outbox, slots
 from dap.server.storage import db
-
-if TYPE_CHECKING:
-    from dap.server.events.dispatcher import Dispatcher
 
 PREFIX = outbox.PREFIX
 PUBLICATION = slots.PUBLICATION
@@ -55,7 +54,12 @@ PEEK = (
     "SELECT lsn::text AS lsn, data FROM pg_logical_slot_peek_binary_changes($1, NULL, $2, "
     f"'proto_version', '1', 'publication_names', '{PUBLICATION}', 'messages', 'true')"
 )
-CURSOR = "SELECT lsn::text FROM dap.event_slots WHERE slot = $1 FOR UPDATE"
+# the cursor, and the WAL flushed so far: a peek that finds nothing has seen every transaction that
+# committed below it (the peek reads to the flush), so the slot may move there (see ``drain``)
+CURSOR = (
+    "SELECT lsn::text AS cursor, pg_current_wal_flush_lsn()::text AS flushed "
+    "FROM dap.event_slots WHERE slot = $1 FOR UPDATE"
+)
 MOVE = "UPDATE dap.event_slots SET lsn = $2::text::pg_lsn WHERE slot = $1"
 ADVANCE = (
     "SELECT pg_replication_slot_advance(slot_name, $2::text::pg_lsn) FROM pg_replication_slots "
@@ -85,6 +89,26 @@ i AS (INSERT INTO dap.outbox (id, public_id, tenant_id, entity, record_id, actio
 SELECT pg_notify($19, max(seq)::text) FROM i WHERE seq IS NOT NULL
 """
 # --- reading ---------------------------------------------------------------------------------
+
+
+class Reader(Protocol):
+    """What :func:`drain` needs of the dispatcher (``dispatcher.Dispatcher``)."""
+
+    slot_last: str | None  # the end of what its last round committed (None: nothing)
+    handed: int  # events handed to the outbox (retries, held back) since it last claimed it
+    feed_lock: int
+    feed_channel: str
+
+    @property
+    def tenants(self) -> frozenset[uuid.UUID] | None: ...
+
+    async def deliver(
+        self,
+        conn: db.Connection,
+        events: list[channels.Event],
+        held: set[tuple[uuid.UUID, uuid.UUID | None]],
+        payloads: dict[int, str] | None = None,
+    ) -> dict[int, tuple[str | None, float]]: ...
 
 
 @dataclass(frozen=True)
@@ -160,24 +184,36 @@ def event_of(body: Mapping[str, Any], id_: int) -> channels.Event:
         body.get("sub"),
         body.get("user"),
         body.get("request"),
-        dt.datetime.fromisoformat(body["at"]),
+        dt.datetime.fromtimestamp(body["at"], dt.UTC),  # the write's now(), in epoch seconds
         0,
         None,
         body.get("trace"),
     )
 
 
-async def drain(dispatcher: Dispatcher, conn: db.Connection, slot: str, batch: int) -> tuple[int, bool]:
+async def drain(
+    dispatcher: Reader, conn: db.Connection, slot: str, batch: int
+) -> tuple[int, bool, str | None]:
     """One round of the slot in the caller's transaction (see the module); (events read, whether
-    more may wait). The caller advances the slot (:func:`advance`) after its commit."""
-    after = await conn.fetchval(CURSOR, slot)
-    if after is None:
+    more may wait, the end of the last transaction read). Once the caller committed, that end is
+    its ``slot_last``: the next round advances the slot to it first, under the cursor's lock
+    (slot functions of two processes at once fail: "replication slot ... is active")."""
+    found = await conn.fetchrow(CURSOR, slot)
+    if found is None:
         raise RuntimeError(f"no cursor row for the events slot {slot}: it was not ensured at boot")
+    after = found["cursor"]
+    if dispatcher.slot_last is not None:  # what this process's last round committed: released
+        await conn.execute(ADVANCE, slot, dispatcher.slot_last)
+        dispatcher.slot_last = None
+    floor = lsn_value(after)
     read = parse(await conn.fetch(PEEK, slot, batch), after)
-    # the slot behind the cursor (a process killed between a commit and its advance) gives back
-    # what the cursor covers: advance it past that, or a gap wider than a batch would stall it
-    dispatcher.slot_last = read.last or (after if read.rows else None)
-    tenants = dispatcher.settings.tenants
+    if read.last is None and (read.rows or lsn_value(found["flushed"]) > floor):
+        # nothing new: the slot behind the cursor (a process killed between its commit and its
+        # advance) gave back only what the cursor covers, or only transactions without events
+        # came since; past them now (both committed: safe inside this transaction), or a gap
+        # wider than a batch would stall the slot, and every peek would decode them again
+        await conn.execute(ADVANCE, slot, after if read.rows else found["flushed"])
+    tenants = dispatcher.tenants
     bodies = [b for b in read.events if tenants is None or uuid.UUID(b["tenant"]) in tenants]
     if bodies:
         ids = [r[0] for r in await conn.fetch(IDS, len(bodies))]
@@ -217,9 +253,4 @@ async def drain(dispatcher: Dispatcher, conn: db.Connection, slot: str, batch: i
         dispatcher.handed += sum(1 for e in events if e.id in outcome)
     if read.last is not None:
         await conn.execute(MOVE, slot, read.last)
-    return len(bodies), read.rows >= batch
-
-
-async def advance(conn: db.Connection, slot: str, lsn: str) -> None:
-    """Let the slot release the WAL up to ``lsn`` (the cursor just committed)."""
-    await conn.execute(ADVANCE, slot, lsn)
+    return len(bodies), read.rows >= batch, read.last
