@@ -1,6 +1,7 @@
 """Events as outbox rows against events as logical WAL messages (issue 46), interleaved in one run:
 
     .venv/bin/python bench/walevents.py [--seconds 5] [--rounds 3] [--conns 8] [--burst 20000]
+                                        [--notify] [--quick]
 
 Three ways to write a row of ``bench_item``, each a single autocommitted statement sent by
 ``--conns`` connections as fast as they answer, for ``--seconds`` per round:
@@ -62,6 +63,9 @@ RECORD = (
     "'version', to_jsonb(w.version))"
 )
 VARIANTS = ("floor", "outbox", "wal")
+# whether each write NOTIFYs the dispatcher (``--notify``); else the dispatcher polls every 10 ms,
+# as dap serve's writes wake their own process's dispatcher without a NOTIFY (one commit at a time)
+NOTIFY = "--notify" in sys.argv
 
 
 def statement(variant: str, action: str) -> tuple[str, int]:
@@ -72,7 +76,7 @@ def statement(variant: str, action: str) -> tuple[str, int]:
     if variant == "floor":
         return base, n
     # builtin.written's text (what dap serve sends), without its Write: the parameters follow
-    text = builtin._written_sql(base, n, True, RECORD, False, n + 8, variant == "wal")
+    text = builtin._written_sql(base, n, NOTIFY, RECORD, False, n + 8, variant == "wal")
     return text, n
 
 
@@ -115,7 +119,10 @@ async def delivered(conn: asyncpg.Connection, began: Any) -> int:
 
 def dispatcher(dsn: str, variant: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "DAP_EVENTS_SOURCE": variant, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'bench'}"}
-    proc = subprocess.Popen([sys.executable, __file__, "--dispatch", dsn], env=env, stdout=subprocess.PIPE)
+    flags = ["--notify"] if NOTIFY else []
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--dispatch", dsn, *flags], env=env, stdout=subprocess.PIPE
+    )
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == b"ready"
     return proc
@@ -127,7 +134,12 @@ async def dispatch(dsn: str) -> None:
 
     pool = await db.open_pool(dsn, 4)
     work = dispatcher.Dispatcher(
-        pool, dsn, dict, channels.Channels(), measures.Counters(), dispatcher.Settings(poll=0.2)
+        pool,
+        dsn,
+        dict,
+        channels.Channels(),
+        measures.Counters(),
+        dispatcher.Settings(poll=0.2 if NOTIFY else 0.01),
     )
     work.start()
     print("ready", flush=True)
@@ -136,7 +148,7 @@ async def dispatch(dsn: str) -> None:
 
 async def drained(conn: asyncpg.Connection, began: Any, expected: int, limit: float = 120) -> None:
     end = time.monotonic() + limit
-    while await delivered(conn, began) < expected and time.monotonic() < end:
+    while await delivered(conn, began) < expected and time.monotonic() < end:  # noqa: ASYNC110 (Postgres)
         await asyncio.sleep(0.02)
 
 
@@ -146,6 +158,7 @@ async def round_of(
     proc = dispatcher(dsn, variant) if variant != "floor" else None
     conn = await asyncpg.connect(dsn)
     clients = [await asyncpg.connect(dsn) for _ in range(conns)]  # their backends live through the round
+    writers = {await c.fetchval("SELECT pg_backend_pid()") for c in clients}
     try:
         if proc:
             await asyncio.sleep(1.5)  # its first rounds: the wal reader decodes the WAL of the rounds before
@@ -155,9 +168,10 @@ async def round_of(
         if proc:
             await drained(conn, began, writes)
         after = loadgen.children_cpu(pg)
-        cpu = sum(after.get(p, 0.0) - before.get(p, 0.0) for p in after if p in before)
-        cpu += sum(v for p, v in after.items() if p not in before)
-        out = {"rps": writes / seconds, "cpu_us": cpu / writes * 1e6}
+        spent = {p: v - before.get(p, 0.0) for p, v in after.items()}
+        cpu = sum(spent.values())
+        mine = sum(spent.get(p, 0.0) for p in writers)  # the writes' own backends
+        out = {"rps": writes / seconds, "cpu_us": cpu / writes * 1e6, "write_us": mine / writes * 1e6}
         if proc:
             lat = await conn.fetchrow(
                 "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY d) AS p50, "
@@ -241,7 +255,8 @@ async def main(opts: argparse.Namespace) -> None:
             for variant in ("outbox", "wal") if r % 2 == 0 else ("wal", "outbox"):
                 drains.setdefault(variant, []).append(await burst(dsn, variant, opts.burst))
         print(
-            f"\n{opts.conns} connections, {opts.seconds:g} s rounds, {opts.rounds} rounds (medians; loaded machine)"
+            f"\n{opts.conns} connections, {opts.seconds:g} s rounds, {opts.rounds} rounds, "
+            f"NOTIFY {'each write' if NOTIFY else 'none (10 ms poll)'} (medians; loaded machine)"
         )
         for action in ("create", "update"):
             floor = results[("floor", action)]
@@ -250,22 +265,28 @@ async def main(opts: argparse.Namespace) -> None:
                 runs = results[(variant, action)]
                 rps = statistics.median(x["rps"] for x in runs)
                 cpu = statistics.median(x["cpu_us"] for x in runs)
+                own = statistics.median(x["write_us"] for x in runs)
                 ratios = [x["rps"] / f["rps"] for x, f in zip(runs, floor, strict=True)]
                 line = (
                     f"{action:6} {variant:6} {rps:8.0f} writes/s  {statistics.median(ratios):.2f}x floor "
-                    f"({min(ratios):.2f}-{max(ratios):.2f})  Postgres {cpu:6.0f} us/write"
+                    f"({min(ratios):.2f}-{max(ratios):.2f})  Postgres {cpu:4.0f} us/write "
+                    f"(its statement {own:4.0f})"
                 )
                 if variant != "floor":
                     event = (cpu - row_cpu) / row_cpu * 100
+                    row_own = statistics.median(x["write_us"] for x in floor)
+                    inside = (own - row_own) / row_own * 100
                     line += (
-                        f"  event {cpu - row_cpu:5.0f} us = {event:3.0f}% of the row's"
+                        f"  event {cpu - row_cpu:4.0f} us = {event:3.0f}% of the row's"
+                        f" (in the statement {own - row_own:4.0f} us = {inside:3.0f}%)"
                         f"  emit->delivered p50 {statistics.median(x['p50_ms'] for x in runs):.1f} ms"
                         f" p99 {statistics.median(x['p99_ms'] for x in runs):.1f} ms"
                     )
                 print(line)
         for variant, rates in drains.items():
             print(
-                f"drain {variant:6} {statistics.median(rates):8.0f} events/s ({min(rates):.0f}-{max(rates):.0f})"
+                f"drain {variant:6} {statistics.median(rates):8.0f} events/s "
+                f"({min(rates):.0f}-{max(rates):.0f})"
             )
     finally:
         embedded.stop(server, tmp / "pg")
@@ -278,6 +299,7 @@ if __name__ == "__main__":
     parser.add_argument("--conns", type=int, default=8)
     parser.add_argument("--burst", type=int, default=20000)
     parser.add_argument("--quick", action="store_true", help="1 s rounds, 1 round, 2,000 events")
+    parser.add_argument("--notify", action="store_true", help="each write NOTIFYs (else a 10 ms poll)")
     parser.add_argument("--dispatch", help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.dispatch:

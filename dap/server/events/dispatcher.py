@@ -143,6 +143,7 @@ class Dispatcher:
         self.handed = 0
         self._claim_outbox = True
         self.feed_lock, self.feed_channel = FEED_LOCK, outbox.FEED
+        self.snapshots = True
 
     def start(self) -> None:
         if self._task is None:

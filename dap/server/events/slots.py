@@ -15,6 +15,7 @@ from collections.abc import Iterable
 
 import asyncpg
 
+from dap.server import errors
 from dap.server.storage import db
 
 PUBLICATION = "dap_events"  # pgoutput needs one; it publishes no table (messages only)
@@ -67,8 +68,9 @@ async def ensure(conn: db.Connection, slot: str) -> None:
     await conn.execute("INSERT INTO dap.event_slots (slot) VALUES ($1) ON CONFLICT DO NOTHING", slot)
 
 
-class NotLogicalError(RuntimeError):
-    """Postgres runs without ``wal_level=logical``: it cannot carry events as WAL messages."""
+class NotLogicalError(errors.BootRefused):
+    """Postgres runs without ``wal_level=logical``: it cannot carry events as WAL messages (``dap
+    serve`` refuses to boot with this one line)."""
 
     def __init__(self, level: str | None) -> None:
         super().__init__(

@@ -42,6 +42,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import asyncpg
 import orjson
 
 from dap.server.events import channels, outbox, slots
@@ -56,10 +57,17 @@ PEEK = (
 )
 # the cursor, and the WAL flushed so far: a peek that finds nothing has seen every transaction that
 # committed below it (the peek reads to the flush), so the slot may move there (see ``drain``)
+# ``redo``: the WAL each peek decodes again before what it returns. A peek starts at the slot's
+# ``restart_lsn``, which moves only past a running-transactions record (the bgwriter writes one
+# every 15 s): between two, every peek decoded all the WAL since the last one again, and the
+# decoding cost grew with the write rate times 15 s (docs/performance.md, issue 46).
 CURSOR = (
-    "SELECT lsn::text AS cursor, pg_current_wal_flush_lsn()::text AS flushed "
-    "FROM dap.event_slots WHERE slot = $1 FOR UPDATE"
+    "SELECT s.lsn::text AS cursor, pg_current_wal_flush_lsn()::text AS flushed, "
+    "(SELECT pg_wal_lsn_diff(confirmed_flush_lsn, restart_lsn) FROM pg_replication_slots "
+    "WHERE slot_name = $1)::float8 AS redo FROM dap.event_slots s WHERE s.slot = $1 FOR UPDATE OF s"
 )
+REDO = 1 << 20  # bytes decoded again per peek beyond which a running-transactions record is logged
+SNAPSHOT = "SELECT pg_log_standby_snapshot()"
 MOVE = "UPDATE dap.event_slots SET lsn = $2::text::pg_lsn WHERE slot = $1"
 ADVANCE = (
     "SELECT pg_replication_slot_advance(slot_name, $2::text::pg_lsn) FROM pg_replication_slots "
@@ -98,6 +106,7 @@ class Reader(Protocol):
     handed: int  # events handed to the outbox (retries, held back) since it last claimed it
     feed_lock: int
     feed_channel: str
+    snapshots: bool  # may log running-transactions records (``pg_log_standby_snapshot``: superuser)
 
     @property
     def tenants(self) -> frozenset[uuid.UUID] | None: ...
@@ -206,7 +215,13 @@ async def drain(
         await conn.execute(ADVANCE, slot, dispatcher.slot_last)
         dispatcher.slot_last = None
     floor = lsn_value(after)
-    read = parse(await conn.fetch(PEEK, slot, batch), after)
+    read = parse(await conn.fetch(PEEK, slot, 4 * batch), after)  # B, M, C: 3 rows an event alone
+    if (found["redo"] or 0) > REDO and dispatcher.snapshots:
+        try:  # the slot's restart_lsn may move past it at the next advance
+            async with conn.transaction():
+                await conn.execute(SNAPSHOT)
+        except asyncpg.InsufficientPrivilegeError:
+            dispatcher.snapshots = False  # not a superuser (a managed service): the bgwriter's, 15 s
     if read.last is None and (read.rows or lsn_value(found["flushed"]) > floor):
         # nothing new: the slot behind the cursor (a process killed between its commit and its
         # advance) gave back only what the cursor covers, or only transactions without events
@@ -253,4 +268,4 @@ async def drain(
         dispatcher.handed += sum(1 for e in events if e.id in outcome)
     if read.last is not None:
         await conn.execute(MOVE, slot, read.last)
-    return len(bodies), read.rows >= batch, read.last
+    return len(bodies), read.rows >= 4 * batch, read.last
