@@ -3,7 +3,10 @@ data directory from its first start, and one made before (``replica``) from its 
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+
+import pytest
 
 from dap import embedded
 
@@ -40,3 +43,51 @@ def test_a_data_directory_made_without_logical_gets_it_on_its_next_start(tmp_pat
     finally:
         embedded.stop(server, data)
     assert not (data / "postmaster.pid").exists()
+
+
+def test_serving_events_as_wal_messages_refuses_a_postgres_without_logical(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``DAP_EVENTS_SOURCE=wal`` against ``wal_level=replica``: the boot is refused, saying what
+    to set; the outbox (the default) boots on the same server."""
+    import pgserver
+    from pgserver import postgres_server
+
+    from dap import config
+    from dap.server import booting, errors
+    from dap.server.catalog import Catalog
+    from dap.server.storage import db
+
+    data = tmp_path / "pg"
+    data.mkdir()
+    server = pgserver.get_server(data, cleanup_mode="stop")  # not embedded.start: it would fix it
+    try:
+        server.psql("ALTER SYSTEM SET wal_level = 'replica';\n")
+        postgres_server.pg_ctl(["-w", "-m", "fast", "restart"], pgdata=data, user=server.system_user)
+        assert _show(server, "wal_level") == "replica"
+        catalog = Catalog.from_spec(config.load_files(FILES))
+
+        async def boot() -> None:
+            pool = await db.open_pool(server.get_uri(), 2)
+            try:
+                await booting.prepare_database(pool, catalog)
+            finally:
+                await pool.close()
+
+        monkeypatch.setenv("DAP_EVENTS_SOURCE", "wal")
+        with pytest.raises(errors.BootRefused, match="wal_level=logical") as refused:
+            asyncio.run(boot())
+        assert "wal_level=replica" in str(refused.value)
+        monkeypatch.setenv("DAP_EVENTS_SOURCE", "outbox")
+        asyncio.run(boot())
+    finally:
+        embedded.stop(server, data)
+
+
+FILES = {
+    "kx/module.yaml": "apiVersion: dap.io/v1\nkind: Module\nmetadata: {name: kx}\nspec: {title: K}\n",
+    "kx/item.yaml": (
+        "apiVersion: dap.io/v1\nkind: Entity\nmetadata: {name: item, module: kx}\n"
+        "spec:\n  fields:\n    - {name: title, type: string}\n"
+    ),
+}
