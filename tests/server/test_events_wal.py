@@ -200,17 +200,41 @@ async def test_every_event_is_delivered_once_in_its_records_order(pool: asyncpg.
 
 
 async def test_a_batch_committed_but_not_advanced_is_not_read_again(pool: asyncpg.Pool, pg_dsn: str) -> None:
-    """A dispatcher killed between its commit and the slot's advance: the cursor skips the batch."""
+    """A dispatcher killed between its commit and the slot's advance: the cursor skips the batch,
+    even one wider than the next reader's (which once stalled the slot), and the slot moves on."""
     tenant = uuid.uuid4()
     work = await dispatcher_of(pool, pg_dsn, tenant, Effects())
     assert work.slot is not None
-    ids = await emit(pool, tenant, [uuid.uuid4() for _ in range(20)])
+    ids = await emit(pool, tenant, [uuid.uuid4() for _ in range(200)])
     async with pool.acquire() as conn:
         async with conn.transaction():
-            read, _, _ = await wal.drain(work, conn, work.slot, 100)
-        assert read == 20  # committed; the slot not advanced
+            read, _, _ = await wal.drain(work, conn, work.slot, 1000)
+        assert read == 200  # committed; the slot not advanced, 200 events behind (batch: 50)
+    later = await emit(pool, tenant, [uuid.uuid4() for _ in range(5)], start=200)
+    await drain(work)
+    done = await effects(pool, [*ids, *later])
+    assert len(done) == len({r["event_id"] for r in done}) == 205
+    async with pool.acquire() as conn:
+        cursor = await conn.fetchval("SELECT lsn::text FROM dap.event_slots WHERE slot = $1", work.slot)
+        flushed = await conn.fetchval(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", work.slot
+        )
+    assert wal.lsn_value(flushed) >= wal.lsn_value(cursor)
+
+
+async def test_a_slot_with_only_transactions_without_events_moves_on(pool: asyncpg.Pool, pg_dsn: str) -> None:
+    tenant = uuid.uuid4()
+    work = await dispatcher_of(pool, pg_dsn, tenant, Effects())
+    async with pool.acquire() as conn:
+        for _ in range(20):
+            await conn.execute("INSERT INTO kill_effects (event_id, outbox_id) VALUES (gen_random_uuid(), 0)")
+        before = await conn.fetchval("SELECT pg_current_wal_flush_lsn()::text")
     assert await work.drain_once() == 0
-    assert len(await effects(pool, ids)) == 20
+    async with pool.acquire() as conn:
+        flushed = await conn.fetchval(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", work.slot
+        )
+    assert wal.lsn_value(flushed) >= wal.lsn_value(before)  # it neither keeps nor decodes them again
 
 
 async def test_a_batch_rolled_back_is_read_again_with_the_same_ids(pool: asyncpg.Pool, pg_dsn: str) -> None:
