@@ -9,6 +9,11 @@ Postgres never runs as root: started by root, pgserver runs it as the system use
 (made on first use) and opens the data directory's parents to others (``o+rx``) so that user can
 reach it. Where that is not enough (an ACL, a share that maps users), a failed start names the
 directory that user cannot enter and what to do, and no Postgres is left running behind it.
+
+Events may travel as logical WAL messages (``DAP_EVENTS_SOURCE=wal``, issue 46), which needs
+``wal_level=logical``; the embedded server always runs with it (:data:`SETTINGS`). A data
+directory made before (``wal_level=replica``) gets the settings by ``ALTER SYSTEM`` on its next
+start and is restarted once to apply them.
 """
 
 from __future__ import annotations
@@ -23,6 +28,15 @@ from typing import Any
 
 DEFAULT_DATA_DIR = Path(".dap") / "pg"
 SYSTEM_USER = "pgserver"  # whom pgserver runs Postgres as when started by root
+# what the embedded server runs with: logical decoding of the events' WAL messages, and a bound on
+# the WAL a slot that fell behind may keep (beyond it the slot is invalidated, never the disk full)
+SETTINGS = {
+    "wal_level": "logical",
+    "max_replication_slots": "64",
+    "max_wal_senders": "10",
+    "max_slot_wal_keep_size": "1GB",
+}
+RESTART = frozenset({"wal_level", "max_replication_slots", "max_wal_senders"})  # need a restart
 
 
 class EmbeddedPostgresError(RuntimeError):
@@ -82,7 +96,50 @@ def start(data_dir: Path = DEFAULT_DATA_DIR, database: str = "postgres") -> tupl
     except Exception as exc:  # pgserver raises bare exceptions from initdb/pg_ctl
         _stop_leftover(data_dir)
         raise EmbeddedPostgresError(_failed(data_dir, exc)) from exc
+    try:
+        _configure(server, data_dir)
+    except Exception as exc:
+        raise EmbeddedPostgresError(
+            f"embedded Postgres in {data_dir} could not be configured: {exc}"
+        ) from exc
     return server.get_uri(database), server
+
+
+def changes(current: dict[str, str]) -> dict[str, str]:
+    """The settings of :data:`SETTINGS` that ``current`` (name: value, as ``SHOW`` gives them)
+    lacks. Pure."""
+    return {k: v for k, v in SETTINGS.items() if current.get(k) != v}
+
+
+def _shown(server: Any) -> dict[str, str]:
+    names = ", ".join(f"'{k}'" for k in SETTINGS)
+    out = server.psql(
+        f"\\pset format unaligned\n\\pset tuples_only on\n"
+        f"SELECT name || '=' || setting || coalesce(unit, '') FROM pg_settings WHERE name IN ({names});\n"
+    )
+    found: dict[str, str] = {}
+    for line in out.splitlines():
+        name, sep, value = line.partition("=")
+        if sep:
+            found[name] = {"1024MB": "1GB", "-1MB": "-1"}.get(value, value)
+    return found
+
+
+def _configure(server: Any, data_dir: Path) -> None:
+    """Give the running server :data:`SETTINGS` (``ALTER SYSTEM``), restarting it once when one
+    that needs a restart changed (a data directory made before they were set)."""
+    wanted = changes(_shown(server))
+    if not wanted:
+        return
+    server.psql(
+        "".join(f"ALTER SYSTEM SET {k} = '{v}';\n" for k, v in wanted.items()) + "SELECT pg_reload_conf();\n"
+    )
+    if RESTART & wanted.keys():
+        from pgserver import postgres_server
+
+        postgres_server.pg_ctl(
+            ["-w", "-m", "fast", "restart"], pgdata=data_dir.resolve(), user=server.system_user
+        )
 
 
 def system_user() -> str | None:

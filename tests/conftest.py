@@ -70,7 +70,10 @@ async def create_database(server_dsn: str, name: str) -> None:
 
 async def drop_database(server_dsn: str, name: str) -> None:
     conn = await asyncpg.connect(server_dsn)
-    try:
+    try:  # its events' replication slots first (DAP_EVENTS_SOURCE=wal): they keep a database
+        await conn.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1", name
+        )
         await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         await conn.close()

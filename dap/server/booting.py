@@ -18,7 +18,7 @@ from dap.server import errors, options
 from dap.server.access import accounts, periods, resets, signins, throttling
 from dap.server.catalog import Catalog
 from dap.server.documents import archive, auditing, idempotency, summaries
-from dap.server.events import outbox
+from dap.server.events import outbox, slots
 from dap.server.storage import db, migrations, numbering, schema_sync, workspaces
 from dap.server.workflows import approvals_schema, granting, jobs, saga_store
 
@@ -89,6 +89,8 @@ async def prepare_database(
         await idempotency.ensure_schema(conn)
         await numbering.ensure_schema(conn)
         await outbox.ensure_schema(conn)
+        if outbox.selected():  # events as WAL messages: the slot exists before any write emits one
+            await slots.ensure(conn, slots.slot_name(await conn.fetchval("SELECT current_database()")))
         await approvals_schema.ensure_schema(conn)
         await granting.ensure_schema(conn)
         await jobs.ensure_schema(conn)

@@ -72,6 +72,8 @@ class _BacklogCollector(Collector):
 BACKLOG = {
     "dap_events_pending": "Outbox events not yet delivered (every tenant)",
     "dap_events_oldest_pending_seconds": "Age of the oldest undelivered outbox event: the event lag",
+    "dap_events_slot_retained_bytes": "WAL kept by the events' replication slot (DAP_EVENTS_SOURCE=wal)",
+    "dap_events_slots_lost": "Events' replication slots Postgres invalidated (max_slot_wal_keep_size)",
     "dap_jobs_queued": "Jobs waiting for a worker (the job queue depth)",
     "dap_jobs_running": "Jobs a worker runs now",
 }

@@ -33,18 +33,20 @@ spec:
 }
 EFFECTS = """
 CREATE TABLE IF NOT EXISTS kill_effects (
-    n bigserial PRIMARY KEY, event_id uuid NOT NULL, record_id uuid, outbox_id bigint NOT NULL, pid int
+    n bigserial PRIMARY KEY, event_id uuid NOT NULL, record_id uuid, outbox_id bigint NOT NULL, pid int,
+    i int
 )
 """
 
 
 async def effect(conn: db.Connection, event: channels.Event, _target: DeliveryTarget) -> None:
     await conn.execute(
-        "INSERT INTO kill_effects (event_id, record_id, outbox_id, pid) "
-        "VALUES ($1, $2, $3, pg_backend_pid())",
+        "INSERT INTO kill_effects (event_id, record_id, outbox_id, pid, i) "
+        "VALUES ($1, $2, $3, pg_backend_pid(), $4)",
         event.public_id,
         event.record_id,
         event.id,
+        event.payload.get("i"),
     )
 
 

@@ -10,11 +10,14 @@ imports workflows. Its face is the modules in ``__all__``::
     builtin      the built-in events of the standard actions (created, updated, deleted, ...)
     plans        which deliveries an event has, from its ``EventDecl`` (pure)
     channels     one delivery on one channel: audit_log, webhook, notification, pubsub, ...
+    claims       the outbox path's statements (the claim, settlements, retries, feed positions)
     dispatcher   claims undelivered rows (``FOR UPDATE SKIP LOCKED``), delivers, retries, dead-letters
     feed         the delivered events in commit order, fanned out to websocket subscribers
     deadletter   dead deliveries: listing and replay
     measures     the counters per channel: emitted, delivered, retried, dead
     notifications in-app notifications per user, and the pluggable email/sms sender
+    slots        events as logical WAL messages (``DAP_EVENTS_SOURCE=wal``): the replication slot
+    wal          ... reading the slot: the messages delivered by the dispatcher's delivery code
     brokers      where pubsub publishes: DAP_NATS_URL, else the spec's nats Datastore, else NOTIFY
 
 Modules load on first import (none is imported here): the boot path needs ``outbox`` only.
@@ -24,6 +27,7 @@ __all__ = [
     "brokers",
     "builtin",
     "channels",
+    "claims",
     "deadletter",
     "dispatcher",
     "feed",
@@ -31,4 +35,6 @@ __all__ = [
     "notifications",
     "outbox",
     "plans",
+    "slots",
+    "wal",
 ]

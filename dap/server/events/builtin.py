@@ -128,7 +128,9 @@ class Joined:
 
 
 @functools.lru_cache(maxsize=1024)
-def _joined_sql(statement: str, n: int, notify: bool, check: str | None, trace: int) -> str:
+def _joined_sql(
+    statement: str, n: int, notify: bool, check: str | None, trace: int, wal: bool = False
+) -> str:
     """The text of :func:`joined`'s statement around ``statement`` (with ``n`` parameters of its
     own): built once per statement text, since a table's writes repeat a few column sets.
     ``check``: a condition on the written row ``w`` under which the payload is written; otherwise
@@ -141,12 +143,49 @@ def _joined_sql(statement: str, n: int, notify: bool, check: str | None, trace: 
     record = f"jsonb_set({record}, '{{record,version}}', to_jsonb(w.version))"
     record = f"jsonb_set({record}, '{{record,created_at}}', {_iso('w.created_at')})"
     record = f"jsonb_set({record}, '{{record,updated_at}}', {_iso('w.updated_at')})"
+    if wal:
+        return _messaged(
+            statement,
+            n,
+            notify,
+            record,
+            [f"${n + k}" + ("::text" if k > 1 else "") for k in (1, 2, 3, 4, 6, 7, 8)],
+            trace,
+        )
     return (
         f"WITH w AS ({statement}), e AS (INSERT INTO dap.outbox (tenant_id, entity, record_id, action, "
         "event, payload, actor_sub, actor_username, request_id, version, traceparent) "
         f"SELECT ${n + 1}, ${n + 2}, w.id, ${n + 3}, ${n + 4}, {record}, ${n + 6}, ${n + 7}, ${n + 8}, "
         f"w.version, ${trace}::text FROM w RETURNING public_id{wake}) "
         f"SELECT w.*, e.public_id AS {EVENT_COLUMN} FROM w, e"
+    )
+
+
+def _messaged(statement: str, n: int, notify: bool, payload: str, texts: list[str], trace: int) -> str:
+    """The statement of :func:`joined` or :func:`written` with ``DAP_EVENTS_SOURCE=wal``: the event
+    as a logical message (``outbox.message_sql``), its public id made by the statement; a null
+    ``payload`` (a failed check) raises what the outbox's ``NOT NULL`` would (:func:`refused`).
+    ``texts``: the parameters of tenant, entity, action, event, actor sub, username, request id."""
+    tenant, entity, action, event, sub, user, request = texts
+    wake = f", pg_notify('{outbox.CHANNEL}', txid_current()::text)" if notify else ""
+    emitted = outbox.message_sql(
+        id_=f"w.{EVENT_COLUMN}",
+        tenant=f"{tenant}::uuid",
+        entity=entity,
+        record="w.id",
+        action=action,
+        event=event,
+        payload=f"coalesce({payload}, dap.event_refused())",
+        version="w.version",
+        sub=sub,
+        user=user,
+        request=request,
+        trace=f"${trace}::text",
+    )
+    return (
+        f"WITH w AS ({statement}), "
+        f"e AS MATERIALIZED (SELECT w.*, gen_random_uuid() AS {EVENT_COLUMN} FROM w) "
+        f"SELECT w.* FROM e AS w, LATERAL (SELECT {emitted}{wake}) m"
     )
 
 
@@ -195,9 +234,10 @@ def joined(
     ]
     trace = tracing.traceparent()  # the request's trace, for the delivery (last: after the check's)
     if check is None:
-        text = _joined_sql(statement, len(args), notify, None, len(args) + len(extra) + 1)
+        text = _joined_sql(statement, len(args), notify, None, len(args) + len(extra) + 1, outbox.selected())
         return Joined(text, [*args, *extra, trace], body)
-    text = _joined_sql(statement, len(args), notify, check.sql, len(args) + len(extra) + len(check.args) + 1)
+    at = len(args) + len(extra) + len(check.args) + 1
+    text = _joined_sql(statement, len(args), notify, check.sql, at, outbox.selected())
     return Joined(text, [*args, *extra, *check.args, trace], body)
 
 
@@ -295,7 +335,7 @@ async def settle_joined(
             "event payload rewritten: the row differs from its prediction",
             extra={"ctx": {"event": str(settled.event)}},
         )
-        await conn.execute("UPDATE dap.outbox SET payload = $1 WHERE public_id = $2", actual, settled.event)
+        await conn.execute(outbox.rewrite_sql(), actual, settled.event)
     return settled
 
 
@@ -374,13 +414,24 @@ def rendering(resource: Resource) -> str | None:
 
 
 @functools.lru_cache(maxsize=1024)
-def _written_sql(statement: str, n: int, notify: bool, record: str, changed: bool, trace: int) -> str:
+def _written_sql(
+    statement: str, n: int, notify: bool, record: str, changed: bool, trace: int, wal: bool = False
+) -> str:
     """The text of :func:`written`'s statement around ``statement`` (``n`` parameters of its own)."""
     wake = f", pg_notify('{outbox.CHANNEL}', txid_current()::text)" if notify else ""
     body = f"jsonb_build_object('record', {record}"
     # the changed names as JSON text written by orjson: a jsonb parameter goes through the codec's
     # ``json.dumps`` (160 bytecodes of every update), a text[] through asyncpg's ABC checks (40)
     body += f", 'changed', ${n + 8}::text::jsonb)" if changed else ")"
+    if wal:
+        return _messaged(
+            statement,
+            n,
+            notify,
+            body,
+            [f"${n + k}" + ("::text" if k > 1 else "") for k in (1, 2, 3, 4, 5, 6, 7)],
+            trace,
+        )
     return (
         f"WITH w AS ({statement}), e AS (INSERT INTO dap.outbox (tenant_id, entity, record_id, action, "
         "event, payload, actor_sub, actor_username, request_id, version, traceparent) "
@@ -416,7 +467,9 @@ def written(
     if changed is not None:
         extra.append(orjson.dumps(sorted(changed)).decode())
     extra.append(tracing.traceparent())  # the request's trace, for the delivery
-    text = _written_sql(statement, len(args), notify, record, changed is not None, len(args) + len(extra))
+    text = _written_sql(
+        statement, len(args), notify, record, changed is not None, len(args) + len(extra), outbox.selected()
+    )
     return text, [*args, *extra]
 
 

@@ -48,87 +48,41 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
+import types
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 
 from dap import tracing
 from dap.config.entities import EntitySpec
 from dap.config.enums import EventChannel
-from dap.server.events import channels, measures, outbox, plans
+from dap.server.events import channels, measures, outbox, plans, slots, wal
+from dap.server.events.claims import (  # the tests read them here too
+    CLAIM,
+    DEAD,
+    DONE,
+    DUE,
+    PRUNE,
+    RETRY,
+    SETTLE,
+    SETTLED,
+    VACUUM,
+)
 from dap.server.storage import db
 
 log = logging.getLogger(__name__)
 FEED_LOCK = 0x64617066  # 'dapf': serialises giving out feed positions (held to the commit)
 
-# $2: the tenants this process delivers for (NULL: all). Processes serving different workspaces
-# may share one database (resource pods of one namespace): one must never settle another's
-# events with its own catalog, which lacks their declarations (it would mark them delivered).
-#
-# The payload comes as text, decoded only for an event that has deliveries: most built-in events
-# (created, updated) of most entities have none, and decoding every claimed payload was the
-# largest part of the dispatcher's Python per event (docs/performance.md, "The dispatcher's cost
-# per write").
-CLAIM = """
-SELECT o.id, o.public_id, o.tenant_id, o.entity, o.record_id, o.action, o.event,
-  o.payload::text AS payload, o.version, o.actor_sub, o.actor_username, o.request_id,
-  o.created_at, o.attempts, o.consumers, o.traceparent
-FROM dap.outbox o
-WHERE o.delivered_at IS NULL AND o.next_at <= now()
-  AND ($2::uuid[] IS NULL OR o.tenant_id = ANY($2::uuid[]))
-  AND NOT EXISTS (
-    SELECT 1 FROM dap.outbox p
-    WHERE p.delivered_at IS NULL AND p.tenant_id = o.tenant_id AND p.record_id = o.record_id AND p.id < o.id
-  )
-ORDER BY o.id
-LIMIT $1
-FOR UPDATE OF o SKIP LOCKED
-"""
-SETTLED = "SELECT event_id, consumer FROM dap.event_deliveries WHERE event_id = ANY($1::uuid[])"
-SETTLE = (
-    "INSERT INTO dap.event_deliveries (consumer, event_id, outcome) "
-    "SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[]) ON CONFLICT DO NOTHING"
-)
 # channels that write nothing to Postgres need no savepoint around them
 _NO_WRITES = frozenset({EventChannel.WEBHOOK, EventChannel.WEBSOCKET})
-DEAD = (
-    "INSERT INTO dap.dead_letter (outbox_id, event_id, tenant_id, entity, event, consumer, channel, "
-    "attempts, last_error, settled_as) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
-)
-RETRY = (
-    "UPDATE dap.outbox SET attempts = attempts + 1, last_error = $2, "
-    "next_at = now() + make_interval(secs => $3) WHERE id = $1"
-)
-# settled rows get their feed positions, and the feed's NOTIFY the highest: one statement; it
-# also says whether other rows are due (``more``), so that a batch that left none is not followed
-# by an empty claim (three round trips: BEGIN, the claim, COMMIT) before the dispatcher waits;
-# ``clock_timestamp()``, not ``now()``: a row committed since this transaction began is due
-DONE = (
-    "WITH d AS (UPDATE dap.outbox SET delivered_at = now(), seq = nextval('dap.outbox_feed_seq') "
-    "WHERE id = ANY($1::bigint[]) RETURNING seq) SELECT pg_notify($2, max(seq)::text), "
-    "EXISTS (SELECT 1 FROM dap.outbox o WHERE o.delivered_at IS NULL AND o.next_at <= clock_timestamp() "
-    "AND o.id <> ALL($1::bigint[]) AND ($3::uuid[] IS NULL OR o.tenant_id = ANY($3::uuid[]))) AS more "
-    "FROM d"
-)
-# seconds to the next retry, NULL when no row waits for one (``greatest`` would make that 0, and
-# an idle dispatcher would poll at its 50 ms floor instead of every ``poll``); past ones are <= 0
-DUE = (
-    "SELECT extract(epoch FROM min(next_at) - now())::float8 FROM dap.outbox "
-    "WHERE delivered_at IS NULL AND attempts > 0 AND ($1::uuid[] IS NULL OR tenant_id = ANY($1::uuid[]))"
-)
-# the dead index entries are what the claim walks: clean the indexes even when few heap pages have
-# dead rows (AUTO skips them under 2% of the table's pages, the usual case with an hour of rows kept)
 decode_payload = db.decode_json  # the jsonb codec's decoder, for payloads the claim read as text
-VACUUM = "VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON) dap.outbox"
-PRUNE = (
-    "DELETE FROM dap.outbox WHERE id IN (SELECT id FROM dap.outbox WHERE delivered_at IS NOT NULL "
-    "AND delivered_at < now() - make_interval(secs => $1) AND NOT EXISTS (SELECT 1 FROM dap.dead_letter d "
-    "WHERE d.outbox_id = dap.outbox.id AND d.replayed_at IS NULL) ORDER BY id LIMIT 5000)"
-)
+_LAZY: Mapping[str, Any] = types.MappingProxyType({})  # a claimed payload until it is decoded
 
 
 @dataclass
@@ -181,6 +135,15 @@ class Dispatcher:
         self._vacuum_next = 0.0  # loop time before which no vacuum begins
         self._vacuuming: asyncio.Task[None] | None = None
         self.vacuums = 0  # vacuums of the outbox this dispatcher ran to the end
+        # events as WAL messages (``wal``): the slot read (None: the outbox only), the end of the
+        # last transaction the round read, events handed to the outbox (retries) this round, and
+        # whether the outbox is claimed at the next round (its retries, replays, other writers)
+        self.slot: str | None = None
+        self.slot_last: str | None = None
+        self.handed = 0
+        self._claim_outbox = True
+        self.feed_lock, self.feed_channel = FEED_LOCK, outbox.FEED
+        self.snapshots = True
 
     def start(self) -> None:
         if self._task is None:
@@ -227,10 +190,25 @@ class Dispatcher:
     async def _unlisten(self) -> None:
         await self._listener.close()
 
+    async def _ensure_slot(self) -> None:
+        """With ``DAP_EVENTS_SOURCE=wal``: this database's slot (made when missing), read from now."""
+        if self.slot is not None or not outbox.selected():
+            return
+        async with db.connection(self.pool) as conn:
+            name = slots.slot_name(await conn.fetchval("SELECT current_database()"), self.settings.tenants)
+            await slots.ensure(conn, name)
+        self.slot = name
+
     async def _run(self) -> None:
         rounds = 0
         while not self._stopping:
             await self._listen()
+            try:
+                await self._ensure_slot()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("events dispatcher cannot read its slot")
             self._wake.clear()
             wait = self.settings.poll
             try:
@@ -257,9 +235,11 @@ class Dispatcher:
                 log.exception("events dispatcher round failed")
             if self._stopping:
                 return
-            with contextlib.suppress(TimeoutError):
+            try:
                 async with asyncio.timeout(wait):  # not wait_for: 3.11 loses a stop there
                     await self._wake.wait()
+            except TimeoutError:
+                self._claim_outbox = True  # a poll: retries that fell due, rows nobody announced
 
     def _vacuum_if_due(self) -> None:
         now = asyncio.get_running_loop().time()
@@ -299,60 +279,110 @@ class Dispatcher:
             or now - self._due_checked >= self.settings.poll
         )
 
+    @property
+    def tenants(self) -> frozenset[uuid.UUID] | None:
+        return self.settings.tenants
+
     def _tenants(self) -> list[uuid.UUID] | None:
         tenants = self.settings.tenants
         return sorted(tenants) if tenants is not None else None
 
     async def drain_once(self) -> int:
-        """Claim and settle one batch in one transaction; how many rows were claimed. Whether to
-        claim again at once is left in ``_more``: the batch was full, some of it waits for a retry,
-        or other rows are due (a record's next event, held back while this batch held its older one)."""
+        """Claim and settle one batch in one transaction; how many rows (or, from the slot, events)
+        were read. Whether to read again at once is left in ``_more``: the batch was full, some of
+        it waits for a retry, or other rows are due (a record's next event, held back while this
+        batch held its older one). With events as WAL messages (``wal``), the slot is read first;
+        the outbox (retries, replays, other writers' rows) when due (``_claim_outbox``)."""
         self._more = False
+        read = 0
+        if self.slot is not None:
+            async with db.connection(self.pool) as conn, db.committed(conn):
+                read, more, last = await wal.drain(self, conn, self.slot, self.settings.batch)
+            self.slot_last = last  # committed: the next round advances the slot to it
+            self._marked += read
+            # the outbox too: when polled (retries due), when this round handed it events, and
+            # when woken with nothing in the slot (a replay's or another writer's row)
+            if read and not self._claim_outbox and not self.handed:
+                self._more = more
+                return read
+            self.handed, self._claim_outbox = 0, False
+            claimed = await self._drain_outbox()
+            self._more = self._more or more
+            return read + claimed
+        return await self._drain_outbox()
+
+    async def _drain_outbox(self) -> int:
         async with db.connection(self.pool) as conn, db.committed(conn):
             rows = await conn.fetch(CLAIM, self.settings.batch, self._tenants())
-            entities = self.entities()
-            planned = []
-            # an event nothing consumes (most created/updated events) is settled as it is claimed:
-            # it only needs its feed position, given with the others' below
-            done: list[int] = []
-            for row in rows:
-                spec = entities.get(row["entity"])
-                deliveries = plans.deliveries(spec, row["entity"], row["event"], row["consumers"])
-                if not deliveries:
-                    done.append(row["id"])
-                    continue
-                planned.append((channels.Event.of(row, decode_payload(row["payload"])), deliveries))
-            keys = list({channels.settle_id(d, e) for e, ds in planned for d in ds})
-            settled = (
-                {(r["consumer"], r["event_id"]) for r in await conn.fetch(SETTLED, keys)} if keys else set()
-            )
-            outcomes: list[tuple[str, uuid.UUID, str]] = []
-            for event, deliveries in planned:
-                # a child of the span that wrote the event (its outbox row's traceparent)
-                with tracing.span(
-                    f"outbox {event.entity}.{event.event}",
-                    kind="consumer",
-                    parent=event.traceparent,
-                    attributes={
-                        "dap.tenant": str(event.tenant),
-                        "dap.event_id": str(event.public_id),
-                        "dap.request_id": event.request_id,
-                        "enduser.id": event.actor_sub,
-                        "dap.attempt": event.attempts + 1,
-                    },
-                ):
-                    if await self._one(conn, event, deliveries, settled, outcomes):
-                        done.append(event.id)
-            if outcomes:  # in this transaction: with the effects they settle, or not at all
-                await conn.execute(SETTLE, *(list(column) for column in zip(*outcomes, strict=True)))
+            events = [channels.Event.of(row, _LAZY) for row in rows]
+            payloads = {row["id"]: row["payload"] for row in rows}
+            outcome = await self.deliver(conn, events, set(), payloads)
+            done = [event.id for event in events if event.id not in outcome]
+            for event_id, (error, wait) in outcome.items():
+                await conn.execute(RETRY, event_id, error, wait)
             more = len(rows) >= self.settings.batch or len(done) < len(rows)
             if done:
                 await conn.execute("SELECT pg_advisory_xact_lock($1)", FEED_LOCK)
                 found = await conn.fetchrow(DONE, done, outbox.FEED, self._tenants())
                 more = more or bool(found is not None and found["more"])
         self._marked += len(done)
-        self._more = more
+        self._more = self._more or more
         return len(rows)
+
+    async def deliver(
+        self,
+        conn: db.Connection,
+        events: list[channels.Event],
+        held: set[tuple[uuid.UUID, uuid.UUID | None]],
+        payloads: dict[int, str] | None = None,
+    ) -> dict[int, tuple[str | None, float]]:
+        """Every pending delivery of ``events`` (in order) in the caller's transaction, their
+        settlements written; the ones not settled: ``(error, seconds to the retry)``, or ``(None,
+        0)`` for one held behind an earlier unsettled event of its record (``held``: such records,
+        grown by each failure). The one delivery code of both sources: the outbox's claim and the
+        slot's messages. ``payloads``: the claim's payloads as text, decoded only where needed."""
+        entities = self.entities()
+        planned = []
+        outcome: dict[int, tuple[str | None, float]] = {}
+        for event in events:
+            if (event.tenant, event.record_id) in held:
+                outcome[event.id] = (None, 0.0)
+                continue
+            spec = entities.get(event.entity)
+            deliveries = plans.deliveries(spec, event.entity, event.event, event.consumers)
+            if not deliveries:  # most created/updated events: settled as read, only a feed position
+                continue
+            if payloads is not None:
+                event = dataclasses.replace(event, payload=decode_payload(payloads[event.id]))
+            planned.append((event, deliveries))
+        keys = list({channels.settle_id(d, e) for e, ds in planned for d in ds})
+        settled = {(r["consumer"], r["event_id"]) for r in await conn.fetch(SETTLED, keys)} if keys else set()
+        outcomes: list[tuple[str, uuid.UUID, str]] = []
+        for event, deliveries in planned:
+            if (event.tenant, event.record_id) in held:
+                outcome[event.id] = (None, 0.0)
+                continue
+            # a child of the span that wrote the event (its traceparent)
+            with tracing.span(
+                f"outbox {event.entity}.{event.event}",
+                kind="consumer",
+                parent=event.traceparent,
+                attributes={
+                    "dap.tenant": str(event.tenant),
+                    "dap.event_id": str(event.public_id),
+                    "dap.request_id": event.request_id,
+                    "enduser.id": event.actor_sub,
+                    "dap.attempt": event.attempts + 1,
+                },
+            ):
+                failed = await self._one(conn, event, deliveries, settled, outcomes)
+            if failed is not None:
+                outcome[event.id] = failed
+                if event.record_id is not None:
+                    held.add((event.tenant, event.record_id))
+        if outcomes:  # in this transaction: with the effects they settle, or not at all
+            await conn.execute(SETTLE, *(list(column) for column in zip(*outcomes, strict=True)))
+        return outcome
 
     async def _one(
         self,
@@ -361,10 +391,10 @@ class Dispatcher:
         deliveries: tuple[plans.Delivery, ...],
         settled: set[tuple[str, uuid.UUID]],
         outcomes: list[tuple[str, uuid.UUID, str]],
-    ) -> bool:
+    ) -> tuple[str, float] | None:
         """Every pending delivery of ``event`` (``settled``: (consumer, settle id) already done;
-        each one settled now joins ``outcomes`` and ``settled``); whether the event is settled
-        (else it waits for a retry)."""
+        each one settled now joins ``outcomes`` and ``settled``); ``None`` when the event is
+        settled, else the error and the seconds until its retry."""
         failed: list[tuple[plans.Delivery, str]] = []
         attempts = event.attempts + 1
         for delivery in deliveries:
@@ -414,10 +444,8 @@ class Dispatcher:
             self.counters.lag.labels(channel).observe(max(0.0, time.time() - event.created_at.timestamp()))
         if failed:
             self._retried = True
-            wait = min(plans.backoff(d.retry, attempts) for d, _ in failed)
-            await conn.execute(RETRY, event.id, failed[0][1], wait)
-            return False
-        return True
+            return failed[0][1], min(plans.backoff(d.retry, attempts) for d, _ in failed)
+        return None
 
     async def _dead_target(
         self, conn: db.Connection, event: channels.Event, delivery: plans.Delivery

@@ -23,6 +23,7 @@ commits together with its row), ``dap.dead_letter`` and ``dap.notifications``.
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -30,6 +31,8 @@ from typing import Any
 from dap import tracing
 from dap.server.storage import db
 
+PREFIX = "dap.events"  # the logical messages' prefix (``DAP_EVENTS_SOURCE=wal``: ``wal``)
+SOURCE_ENV = "DAP_EVENTS_SOURCE"  # "outbox" (default) or "wal"
 CHANNEL = "dap_outbox"  # NOTIFY: new rows (payload: the emitting transaction's id)
 FEED = "dap_feed"  # NOTIFY: rows delivered (payload: the highest seq of the transaction)
 
@@ -118,6 +121,74 @@ _INSERT = (
 )
 
 
+def selected() -> bool:
+    """Whether events travel as WAL messages (``DAP_EVENTS_SOURCE=wal``) rather than outbox rows."""
+    source = os.environ.get(SOURCE_ENV, "outbox").strip().lower()
+    if source not in ("outbox", "wal"):
+        raise ValueError(f"{SOURCE_ENV} must be 'outbox' or 'wal', not {source!r}")
+    return source == "wal"
+
+
+# --- events as logical WAL messages (``DAP_EVENTS_SOURCE=wal``) ----------------------------------------
+
+
+def message_sql(
+    *,
+    id_: str,
+    tenant: str,
+    entity: str,
+    record: str,
+    action: str,
+    event: str,
+    payload: str,
+    version: str,
+    sub: str,
+    user: str,
+    request: str,
+    trace: str,
+) -> str:
+    """SQL: ``pg_logical_emit_message`` of one event, from SQL expressions for its fields. Pure."""
+    return (
+        f"pg_logical_emit_message(true, '{PREFIX}', jsonb_build_object('id', {id_}, 'tenant', {tenant}, "
+        f"'entity', {entity}, 'record', {record}, 'action', {action}, 'event', {event}, "
+        f"'payload', {payload}, 'version', {version}, 'sub', {sub}, 'user', {user}, "
+        f"'request', {request}, 'trace', {trace}, 'at', extract(epoch FROM now()))::text)"
+    )
+
+
+REWRITE = (
+    f"SELECT pg_logical_emit_message(true, '{PREFIX}', "
+    "jsonb_build_object('fix', $2::uuid, 'payload', $1::jsonb)::text)"
+)
+
+
+def rewrite_sql() -> str:
+    """SQL ($1 payload, $2 public id): a just-emitted event's payload replaced, in its transaction."""
+    return REWRITE if selected() else "UPDATE dap.outbox SET payload = $1 WHERE public_id = $2"
+
+
+# one event as a message, in its own statement (``emit``): its public id made by the statement
+_EMIT = (
+    "WITH e AS MATERIALIZED (SELECT gen_random_uuid() AS public_id) "
+    "SELECT e.public_id FROM e, LATERAL (SELECT "
+    + message_sql(
+        id_="e.public_id",
+        tenant="$1::uuid",
+        entity="$2::text",
+        record="$3::uuid",
+        action="$4::text",
+        event="$5::text",
+        payload="$6::jsonb",
+        sub="$7::text",
+        user="$8::text",
+        request="$9::text",
+        version="$10::bigint",
+        trace="$11::text",
+    )
+    + f", pg_notify('{CHANNEL}', txid_current()::text)) m"
+)
+
+
 BACKLOG = (
     "SELECT count(*)::float8 AS pending, "
     "coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldest "
@@ -151,9 +222,10 @@ async def emit(
     request_id: str | None,
     version: int | None = None,
 ) -> uuid.UUID:
-    """Insert one event in the caller's transaction (and queue its NOTIFY); its public id."""
+    """Insert one event in the caller's transaction (and queue its NOTIFY); its public id. With
+    ``DAP_EVENTS_SOURCE=wal``, a logical message instead of the row."""
     found = await conn.fetchrow(
-        _INSERT,
+        _EMIT if selected() else _INSERT,
         tenant,
         entity,
         record_id,

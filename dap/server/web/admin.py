@@ -25,7 +25,7 @@ from aiohttp.typedefs import Handler, Middleware
 
 from dap.server import errors, metrics, state
 from dap.server.access import accounts
-from dap.server.events import deadletter, outbox
+from dap.server.events import deadletter, outbox, slots
 from dap.server.storage import db, workspaces
 from dap.server.web import admin_debug, admin_logs, requests
 from dap.server.workflows import calendars, granting, jobs
@@ -68,6 +68,7 @@ async def _backlog(pool: asyncpg.Pool) -> dict[str, float]:
     try:
         async with asyncio.timeout(HEALTH_TIMEOUT), db.connection(pool) as conn:
             pending, oldest = await outbox.backlog(conn)
+            kept, lost = await slots.retained(conn)
             queued, running = await jobs.depth(conn)
     except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         log.warning("metrics: backlog gauges not read", extra={"ctx": {"error": exc.__class__.__name__}})
@@ -75,6 +76,8 @@ async def _backlog(pool: asyncpg.Pool) -> dict[str, float]:
     return {
         "dap_events_pending": pending,
         "dap_events_oldest_pending_seconds": oldest,
+        "dap_events_slot_retained_bytes": kept,
+        "dap_events_slots_lost": lost,
         "dap_jobs_queued": float(queued),
         "dap_jobs_running": float(running),
     }

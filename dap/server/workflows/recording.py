@@ -27,7 +27,7 @@ from dap.server import errors
 from dap.server.access import auth, guards, periods
 from dap.server.catalog import Catalog, Resource
 from dap.server.documents import auditing, filling, lifecycle, reading, writing
-from dap.server.events import builtin
+from dap.server.events import builtin, outbox
 from dap.server.storage import caching, db, deferred, sql
 
 Children = dict[str, list[dict[str, Any]]] | None
@@ -205,7 +205,7 @@ async def _create_alone(
             "event payload rewritten after a lone create: the check in SQL let a difference through",
             extra={"ctx": {"event": str(settled.event)}},
         )
-        await conn.alone("UPDATE dap.outbox SET payload = $1 WHERE public_id = $2", actual, settled.event)
+        await conn.alone(outbox.rewrite_sql(), actual, settled.event)
     return Written(row, None, settled.event, settled.record)
 
 
@@ -404,7 +404,7 @@ async def _update_optimistic(
             "event payload rewritten after a lone update: the check in SQL let a difference through",
             extra={"ctx": {"event": str(settled.event)}},
         )
-        rewrite = "UPDATE dap.outbox SET payload = $1 WHERE public_id = $2"
+        rewrite = outbox.rewrite_sql()
         if conn.begun:
             await conn.execute(rewrite, actual, settled.event)
         else:
