@@ -163,7 +163,7 @@ def configure(service: str, env: Mapping[str, str] = os.environ) -> bool:
 # the batch processor's settings where the OTEL_BSP_* variables give none: (variable, dap's value)
 _BATCHING = {
     "max_queue_size": ("OTEL_BSP_MAX_QUEUE_SIZE", 16384),
-    "max_export_batch_size": ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 4096),
+    "max_export_batch_size": ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 2048),
     "schedule_delay_millis": ("OTEL_BSP_SCHEDULE_DELAY", 5000),
 }
 

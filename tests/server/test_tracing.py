@@ -322,7 +322,7 @@ async def test_statement_names_are_verb_and_table() -> None:
 async def test_batches_are_larger_than_the_sdks_unless_the_variables_say() -> None:
     assert tracing.batching({}) == {
         "max_queue_size": 16384,
-        "max_export_batch_size": 4096,
+        "max_export_batch_size": 2048,
         "schedule_delay_millis": 5000,
     }
     given = tracing.batching({"OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "100", "OTEL_BSP_SCHEDULE_DELAY": " "})
