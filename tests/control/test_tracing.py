@@ -170,3 +170,19 @@ async def test_a_cluster_control_serves_pulls_and_syncs_in_traces(
     served = [s for s in _named(exporter, "GET /v1/snapshot") if s.attributes.get("dap.workspace") == "acme"]
     assert served and served[-1].attributes["http.response.status_code"] == 200
     assert served[-1].attributes["dap.snapshot_version"] >= 1
+
+
+async def test_a_cluster_controls_placements_pull_is_a_span_the_region_continues(
+    exporter: InMemorySpanExporter, start_control: Start, http: aiohttp.ClientSession
+) -> None:
+    from dap.control.kube import member
+
+    region = await start_control(mode="region")
+    options = member.Options(region_url=region.url, cluster="c1")
+    puller = member.Member(options, client=None, session=http)  # type: ignore[arg-type] # the pull needs no API server
+    pull_span = tracing.span("cluster placements pull", kind="client")
+    with pull_span as pull, pytest.raises(member.PullError, match="404"):  # no Cluster: no API server here
+        await puller.pull()
+    (served,) = _named(exporter, "GET /v1/placements")
+    assert served.parent is not None and served.parent.span_id == pull.get_span_context().span_id
+    assert served.attributes["http.response.status_code"] == 404
