@@ -113,7 +113,10 @@ class Window:
         """Keep ``entry``; with a disk part, write ``line`` (its JSON text) there as well."""
         self.lines.append(entry)
         if self.disk is not None and line is not None:
-            self.disk.write(line)
+            try:
+                self.disk.write(line)
+            except OSError:  # a full or gone disk loses the disk's copy, never the line itself
+                return
             self.written += 1
 
     def newest_first(self, since: float | None = None) -> Iterator[Entry]:
@@ -211,7 +214,10 @@ def configure(level: str = "info") -> None:
     the last of them in :data:`WINDOW` for the logs query (on disk as well with ``DAP_LOGS_FILE``,
     unless a command's ``--logs-file`` already said where)."""
     if WINDOW.disk is None and os.environ.get("DAP_LOGS_FILE"):
-        keep_on_disk(os.environ["DAP_LOGS_FILE"])
+        try:
+            keep_on_disk(os.environ["DAP_LOGS_FILE"])
+        except (OSError, ValueError) as exc:  # a command without --logs-file: say so, keep memory only
+            sys.stderr.write(f"dap: DAP_LOGS_FILE / DAP_LOGS_FILE_SIZE ignored: {exc}\n")
     root = logging.getLogger()
     root.handlers[:] = [JsonLines(sys.stderr, WINDOW)]
     root.setLevel(LEVELS.get(level, logging.INFO))

@@ -99,3 +99,20 @@ def test_a_frozen_window_skips_lines_written_after_it(tmp_path: Path) -> None:
         _keep(window, f"line {n}", 1000.0 + n)
     assert [e.msg for e in frozen.newest_first()] == [f"line {n}" for n in range(7, -1, -1)]
     assert [e.msg for e in window.newest_first()] == [f"line {n}" for n in range(11, -1, -1)]
+
+
+def test_a_disk_that_fails_loses_only_the_disks_copy(tmp_path: Path) -> None:
+    class Full(logfiles.Files):
+        full = False
+
+        def write(self, line: str) -> None:
+            if self.full:
+                raise OSError(28, "No space left on device")
+            super().write(line)
+
+    disk = Full(tmp_path / "f.jsonl")
+    window = logs.Window(5, disk)
+    _keep(window, "before", 1000.0)
+    disk.full = True
+    _keep(window, "kept in memory", 1001.0)
+    assert [e.msg for e in window.lines] == ["before", "kept in memory"] and window.written == 1
