@@ -147,9 +147,32 @@ def configure(service: str, env: Mapping[str, str] = os.environ) -> bool:
     ratio = _ratio_sampling(env)  # None: the SDK reads OTEL_TRACES_SAMPLER(_ARG) itself
     sampler, roots, bound = ratio if ratio is not None else (None, None, None)
     provider = TracerProvider(resource=resource, sampler=sampler, id_generator=roots)
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=_endpoint(env))))
+    exporter = OTLPSpanExporter(endpoint=_endpoint(env))
+    sizes = batching(env)  # a size left out (None): the SDK reads its OTEL_BSP_* variable
+    processor = BatchSpanProcessor(
+        exporter,
+        max_queue_size=sizes.get("max_queue_size"),
+        max_export_batch_size=sizes.get("max_export_batch_size"),
+        schedule_delay_millis=sizes.get("schedule_delay_millis"),
+    )
+    provider.add_span_processor(processor)
     _start(provider, roots, bound)
     return True
+
+
+# the batch processor's settings where the OTEL_BSP_* variables give none: (variable, dap's value)
+_BATCHING = {
+    "max_queue_size": ("OTEL_BSP_MAX_QUEUE_SIZE", 16384),
+    "max_export_batch_size": ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 2048),
+    "schedule_delay_millis": ("OTEL_BSP_SCHEDULE_DELAY", 5000),
+}
+
+
+def batching(env: Mapping[str, str]) -> dict[str, int]:
+    """Larger batches and queue than the SDK's defaults (512 of 2048, which a server sampling 100 %
+    of 1,000 requests per second fills in a second and then drops spans from): fewer exports, each
+    of which is an HTTP request and the resource encoded again. A variable that is set wins."""
+    return {arg: value for arg, (variable, value) in _BATCHING.items() if not env.get(variable, "").strip()}
 
 
 def _endpoint(env: Mapping[str, str]) -> str | None:
@@ -223,7 +246,7 @@ def _clean(attributes: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 
 def recording_now() -> bool:
-    """Whether the current span records: SQL statements get spans only then (``storage.db``
+    """Whether the current span records: SQL statements get events only then (``storage.db``
     attaches the query logger to a connection taken inside a sampled span, and only then)."""
     return _tracer is not None and bool(_api.get_current_span().is_recording())
 
@@ -316,9 +339,11 @@ _FIRST = re.compile(r"\s*(\w+)")
 _TABLE = re.compile(r"\b(?:FROM|INTO|UPDATE|TABLE|JOIN)\s+([\w.\"]+)", re.IGNORECASE)
 
 
+@functools.lru_cache(maxsize=1024)
 def statement_name(query: str) -> str:
-    """A statement's span name: its verb and first table (``SELECT dap.outbox``), never its text's
-    values (they are ``$n`` parameters anyway) nor its parameters."""
+    """A statement's event name: its verb and first table (``SELECT dap.outbox``), never its text's
+    values (they are ``$n`` parameters anyway) nor its parameters. Cached: dap's statements are a
+    few hundred constant texts (prepared), so each is read once."""
     verb = _VERB.search(query) or _FIRST.match(query)  # WITH … AS (INSERT …): the INSERT
     table = _TABLE.search(query)
     head = verb.group(1).upper() if verb else "SQL"
@@ -326,24 +351,27 @@ def statement_name(query: str) -> str:
 
 
 def sql_logger(record: Any) -> None:
-    """An asyncpg query logger (``Connection.add_query_logger``): one finished span per statement,
-    back-dated by its ``elapsed``. asyncpg calls it with ``call_soon`` from the statement's own
-    task, so the span's parent is the span that ran the statement. Attached by ``storage.db`` to a
-    connection taken inside a sampled span, for as long as that caller holds it: a dropped trace
-    (most at 1 %) pays no logger on any statement."""
-    if _tracer is None or not _api.get_current_span().is_recording():  # no span of a dropped trace
+    """An asyncpg query logger (``Connection.add_query_logger``): one event per statement on the
+    span that ran it, named by :func:`statement_name`, stamped when the statement started, with
+    its duration (``db.duration_ms``) and, when it failed, ``error.type``. asyncpg calls it with
+    ``call_soon`` from the statement's own task, so the current span is the one that ran it.
+
+    An event, not a span of its own: a span costs its creation, its processor and above all its
+    OTLP encoding (about 25 µs each in the batch processor's thread, which shares the GIL with the
+    event loop); an event a small fraction of that (docs/performance.md). Attached by ``storage.db``
+    to a connection taken inside a sampled span, for as long as that caller holds it: a dropped
+    trace (most at 1 %) pays no logger on any statement."""
+    if _tracer is None:
         return
-    end = time.time_ns()
-    started = end - int(record.elapsed * 1e9)
-    sql = _tracer.start_span(
-        statement_name(record.query),
-        kind=_KIND["client"],
-        start_time=started,
-        attributes={"db.system.name": "postgresql"},
-    )
+    current = _api.get_current_span()
+    if not current.is_recording():  # no event on a dropped trace
+        return
+    elapsed = record.elapsed
+    attributes: dict[str, Any] = {"db.duration_ms": round(elapsed * 1000.0, 3)}
     if record.exception is not None:
-        sql.set_status(_api.Status(_api.StatusCode.ERROR, type(record.exception).__name__))
-    sql.end(end_time=end)
+        attributes["error.type"] = type(record.exception).__name__
+    started = time.time_ns() - int(elapsed * 1e9)
+    current.add_event(statement_name(record.query), attributes, started)
 
 
 @contextlib.contextmanager

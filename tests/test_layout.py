@@ -145,7 +145,7 @@ POD_JOBS: dict[str, tuple[str, ...]] = {
     "verify": ("verifying", "logproof", "logkeeping"),
     "load": ("loading", "persisting"),
     "swap": ("converging",),
-    "report": ("reporting", "evidence"),
+    "report": ("reporting", "evidence", "pullmetrics"),
     "run the pod": ("hosting", "settings", "cli", "documents", "errors"),
 }
 POD_ENTRIES = (POD, f"{POD}.cli")  # the face, and ``dap pod``
@@ -303,6 +303,7 @@ CONTROL_FACES = {
         "reports",
         "settings",
         "syncing",
+        "traced",
     ],
     "artifacts": ["packing", "registration", "validation"],
     "kube": ["bindings", "leases", "member", "placing", "region"],

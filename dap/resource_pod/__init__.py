@@ -15,8 +15,9 @@ rollback, freeze), ``converging`` (phases and decisions), ``backoff``, ``evidenc
 bounded buffer), ``settings``; thin I/O shells: ``fetching`` (aiohttp client of the control
 plane), ``persisting`` (state directory), ``loading`` (catalog, safe schema steps, swap,
 self-check), ``reporting`` (evidence sender, health and metering measures), ``pulling`` (the
-pull loop), ``hosting`` (boot, ``/health``, shutdown), ``cli`` (``dap pod``); ``logkeeping`` and
-``logproof`` keep and check the transparency log's proofs. Only the pod's job lives here: dev mode
+pull loop), ``pullmetrics`` (its pull and convergence state on ``/metrics``), ``hosting``
+(boot, ``/health``, shutdown), ``cli`` (``dap pod``); ``logkeeping`` and ``logproof`` keep
+and check the transparency log's proofs. Only the pod's job lives here: dev mode
 (``dap dev``, ``dap token``) is ``dap.dev``, above this package, which never imports it.
 
 Errors (``errors``), one tree::

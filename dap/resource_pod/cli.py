@@ -125,6 +125,7 @@ POD_OPTIONS = (
 def pod(**raw: Any) -> None:
     """Run the generic resource pod: pull, verify and serve one workspace's artifact."""
     mine = {key: raw.pop(key) for key in POD_OPTIONS}
+    server_cli.keep_logs(raw)
     logs.configure("debug" if raw.get("log_debug") else raw["log_level"])
     tracing.configure("dap-pod")  # OTEL_* variables; off (and never imported) unless they ask
     handle = None

@@ -258,3 +258,18 @@ def changed(old: Status, new: Status) -> bool:
         or reported(old) != reported(new)
         or (old.failure.count if old.failure else 0) != (new.failure.count if new.failure else 0)
     )
+
+
+def until_retry(status: Status, now: float) -> float:
+    """Seconds from monotonic ``now`` until a failed artifact may be fetched again, ``inf`` when
+    none waits.
+
+    The pull loop wakes then rather than at the next interval, so a retry happens when its backoff
+    ends. A retry time already past waits for the ordinary cadence (no busy loop while, say, the
+    control plane is down or the snapshot no longer names the failed artifact).
+    """
+    failure = status.failure
+    if failure is None or status.phase not in (Phase.FAILED, Phase.ROLLED_BACK):
+        return float("inf")
+    left = failure.retry_at - now
+    return left if left > 0 else float("inf")

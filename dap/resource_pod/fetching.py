@@ -24,6 +24,7 @@ from typing import Any
 
 import aiohttp
 
+from dap import tracing
 from dap.resource_pod import documents, errors, verifying
 from dap.resource_pod.documents import KeyId
 
@@ -59,6 +60,8 @@ class Client:
         extra_time: float = 0.0,
     ) -> tuple[int, bytes, str | None]:
         url = self.base_url + path
+        headers = dict(headers or {})
+        tracing.inject(headers)  # the control's span of this call joins the pull's trace
         try:
             async with self._session.request(
                 method,

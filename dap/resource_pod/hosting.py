@@ -46,7 +46,17 @@ from aiohttp import web
 
 from dap import server
 from dap.bridge import hosting as bridging
-from dap.resource_pod import converging, errors, loading, persisting, pulling, reporting, settings, timing
+from dap.resource_pod import (
+    converging,
+    errors,
+    loading,
+    persisting,
+    pulling,
+    pullmetrics,
+    reporting,
+    settings,
+    timing,
+)
 from dap.server import cli as server_cli
 from dap.server import options
 from dap.server.storage import files
@@ -192,6 +202,9 @@ async def start(
         srv.app[web_app.FILES] = files.FileStore(config.state_dir / "files")
         attach(srv.app, opts, config)
         srv.app[POD] = pod
+        srv.app[server.state.METRICS].registry.register(
+            pullmetrics.Collector(config.workspace, pod.stats, lambda: pod.status)
+        )
         srv.app[STOPPING] = asyncio.Event()
         srv.app.router.add_get("/health", health)
         srv.app.router.add_get(READY_PATH, ready)

@@ -49,6 +49,7 @@ from dap.resource_pod import (
     logkeeping,
     logproof,
     persisting,
+    pullmetrics,
     reporting,
     settings,
     timing,
@@ -95,6 +96,7 @@ class Pod:
         self._snapshot: dict[str, Any] | None = None  # last verified raw snapshot
         self.transparency = logkeeping.LogKeeper(self.client, self.state_dir, self.trusted)
         self._reported: set[tuple[str, str]] = set()  # violations already sent
+        self.stats = pullmetrics.PullStats()  # the pull results and refusals /metrics shows
         self._wake = asyncio.Event()
         self._last_requests = 0.0
         self._period_start = datetime.now(UTC)
@@ -128,6 +130,7 @@ class Pod:
         snapshot_version: int | None = None,
     ) -> None:
         """Log and send a violation; with a ``key``, only the first time that key is seen."""
+        self.stats.violation(error.kind)
         if key is not None:
             if (error.kind, key) in self._reported:
                 return
@@ -225,18 +228,22 @@ class Pod:
                 wait=min(self.config.long_poll_wait, self._until_retry()),
             )
         except errors.ControlError as exc:
+            self.stats.pulled("invalid" if isinstance(exc, errors.ProtocolError) else "unreachable")
             self._control_failed(exc)
             return self._snapshot
         if self.control_error is not None:
             log.info("control plane reachable", extra={"ctx": {"url": self.config.control_url}})
         self.control_error = None
         if answer.body is None:
+            self.stats.pulled("unchanged")
             return self._snapshot
         try:
             raw = documents.json_object(answer.body, "snapshot")
         except errors.ProtocolError as exc:
+            self.stats.pulled("invalid")
             self._control_failed(exc)
             return self._snapshot
+        self.stats.pulled("changed")
         self._etag = answer.etag
         return raw
 
@@ -418,20 +425,8 @@ class Pod:
             await timing.wait_event(self._wake, delay)
 
     def _until_retry(self) -> float:
-        """Seconds until a failed artifact may be fetched again, ``inf`` when none waits.
-
-        The loop wakes then rather than at the next interval, so a retry happens when its backoff
-        ends. A retry time already past waits for the ordinary cadence (no busy loop while, say,
-        the control plane is down or the snapshot no longer names the failed artifact).
-        """
-        failure = self.status.failure
-        if failure is None or self.status.phase not in (
-            converging.Phase.FAILED,
-            converging.Phase.ROLLED_BACK,
-        ):
-            return float("inf")
-        left = failure.retry_at - time.monotonic()
-        return left if left > 0 else float("inf")
+        """Seconds until a failed artifact may be fetched again (``converging.until_retry``)."""
+        return converging.until_retry(self.status, time.monotonic())
 
     async def health(self) -> tuple[evidence.HealthStatus, dict[str, str]]:
         """``(healthy|degraded|unhealthy, checks)``: Postgres, control, convergence, state dir."""

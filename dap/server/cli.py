@@ -54,6 +54,18 @@ def _refuse(message: str, code: int = 1) -> NoReturn:
     sys.exit(code)
 
 
+def keep_logs(raw: dict[str, Any]) -> None:
+    """Take ``--logs-file`` and ``--logs-file-size`` out of ``raw`` (``dap serve``'s and ``dap pod``'s
+    parameters) and keep the logs window on disk as they say; a bad value refuses the start."""
+    path, size = raw.pop("logs_file", None), raw.pop("logs_file_size", None)
+    try:
+        logs.keep_on_disk(path, size)
+    except ValueError as exc:
+        _refuse(f"--logs-file-size: {exc}", 2)
+    except OSError as exc:
+        _refuse(f"--logs-file {path}: {exc.strerror or exc}", 2)
+
+
 def load_catalog(spec_dir: Path) -> Catalog:
     """The catalog of a manifest directory; invalid manifests refuse the boot in one line."""
     staged = stage_catalog(spec_dir)
@@ -220,8 +232,22 @@ def _common(fn: F) -> F:
     envvar="DAP_DEBUG_SURFACE",
     help="the admin listener's /debug/* (tasks, pool, profile), for the admin secret only",
 )
+@click.option(
+    "--logs-file",
+    envvar="DAP_LOGS_FILE",
+    type=click.Path(dir_okay=False),
+    help="also keep the logs window on disk, in rotating JSON-lines files here (/logs reads them)",
+)
+@click.option(
+    "--logs-file-size",
+    default="64MiB",
+    envvar="DAP_LOGS_FILE_SIZE",
+    show_default=True,
+    help="bound of the --logs-file files together (bytes, or with k, M, G)",
+)
 def serve(**raw: Any) -> None:
     """Run the production server (REST, UI metadata, admin listener)."""
+    keep_logs(raw)
     logs.configure("debug" if raw.get("log_debug") else raw["log_level"])
     if raw.get("log_debug"):
         log.warning("debug records enabled by --log-debug", extra={"ctx": {"audit": "log_debug_enabled"}})

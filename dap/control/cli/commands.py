@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 import click
 
-from dap import embedded, listening, logs
+from dap import embedded, listening, logs, tracing
 from dap.config import canonical
 from dap.control import errors
 from dap.control.artifacts import packing, registration
@@ -103,6 +103,7 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
 def serve(**opts: Any) -> None:
     """Run the control binary in region, cluster or standalone mode."""
     logs.configure(opts["log_level"])
+    tracing.configure("dap-control")  # OTEL_* variables; off (and never imported) unless they ask
     mode = opts["mode"]
     if mode == "cluster" and not opts["region_url"]:
         raise click.UsageError("cluster mode needs --region-url")
@@ -287,7 +288,12 @@ def register(
     size = sum(len(c) for c in files.values())
     as_app = f"app {app!r}" if app_name else f"app {app!r} unless the workspaces are bound to another"
     click.echo(f"registering {len(files)} files ({size / MIB:.2f} MiB) as {as_app}", err=True)
-    status, answer = asyncio.run(_upload(control_url.rstrip("/") + "/v1/artifacts", body, timeout))
+    tracing.configure("dap-register")  # OTEL_* variables: the registration's trace starts here
+    try:
+        upload = _upload(control_url.rstrip("/") + "/v1/artifacts", body, timeout, app)
+        status, answer = asyncio.run(upload)
+    finally:
+        tracing.flush()  # a short-lived process: its span leaves before it exits
     if status == 200:
         kept = answer.get("app_kept_for") or []
         if kept and answer.get("app") != app:
@@ -329,11 +335,23 @@ async def _chunks(body: bytes, chunk: int = 256 * 1024) -> AsyncIterator[bytes]:
             click.echo(f"  uploaded {sent / MIB:.1f}/{len(body) / MIB:.1f} MiB ({10 * tenth}%)", err=True)
 
 
-async def _upload(url: str, body: bytes, seconds: float) -> tuple[int, dict[str, Any]]:
+async def _upload(url: str, body: bytes, seconds: float, app: str) -> tuple[int, dict[str, Any]]:
+    with tracing.span("dap register", kind="client", attributes={"dap.app": app}) as span:
+        status, answer = await _post(url, body, seconds)
+        tracing.annotate(
+            span, **{"http.response.status_code": status, "dap.artifact_id": answer.get("artifact_id")}
+        )
+        tracing.failed(span, status)
+        return status, answer
+
+
+async def _post(url: str, body: bytes, seconds: float) -> tuple[int, dict[str, Any]]:
+    headers = {"Content-Type": "application/json"}
+    tracing.inject(headers)  # the control's registration span continues this trace
     try:
         async with (
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=seconds)) as session,
-            session.post(url, data=_chunks(body), headers={"Content-Type": "application/json"}) as response,
+            session.post(url, data=_chunks(body), headers=headers) as response,
         ):
             text = await response.text()
             try:

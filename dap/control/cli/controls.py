@@ -16,7 +16,7 @@ from typing import Any
 import click
 import kopf
 
-from dap import kube, listening, logs
+from dap import kube, listening, logs, tracing
 from dap.control.kube import member, region
 from dap.control.serving import fleets
 
@@ -63,6 +63,7 @@ def _in_cluster_options(command: Callable[..., None]) -> Callable[..., None]:
 def region_control(**opts: Any) -> None:
     """Route management Workspaces over Cluster resources (rule 5); write their status."""
     logs.configure(opts.pop("log_level"))
+    tracing.configure("dap-region-control")  # OTEL_* variables; off (and never imported) unless they ask
     options = region.Options(dsn=opts.pop("db"), **opts)
     asyncio.run(_until_signal(region.run(options)))
 
@@ -78,6 +79,7 @@ def region_control(**opts: Any) -> None:
 def cluster_control(**opts: Any) -> None:
     """Pull this cluster's placements from the region and keep them as Workspaces."""
     logs.configure(opts.pop("log_level"))
+    tracing.configure("dap-cluster-control")  # OTEL_* variables: its placements pulls are traced
     options = member.Options(**opts)
     asyncio.run(_until_signal(member.run(options)))
 

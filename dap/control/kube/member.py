@@ -27,7 +27,7 @@ from typing import Any
 
 import aiohttp
 
-from dap import kube
+from dap import kube, tracing
 from dap.control.kube import leases, placing
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,9 @@ class Member:
 
     async def step(self) -> None:
         try:
-            await self.pull()
+            attributes = {"dap.cluster": self.options.cluster}
+            with tracing.span("cluster placements pull", kind="client", attributes=attributes):
+                await self.pull()
         except PullError as exc:
             self.state["pull_error"] = str(exc)
             log.warning("placements unavailable, keeping the last ones: %s", exc)
@@ -101,8 +103,12 @@ class Member:
 
     async def _request(self, method: str, path: str, **kwargs: Any) -> tuple[int, bytes, str | None]:
         timeout = aiohttp.ClientTimeout(total=self.options.timeout)
+        headers = dict(kwargs.pop("headers", None) or {})
+        tracing.inject(headers)  # the region's span of this call joins the pull's trace
         try:
-            async with self.session.request(method, self.region + path, timeout=timeout, **kwargs) as answer:
+            async with self.session.request(
+                method, self.region + path, timeout=timeout, headers=headers, **kwargs
+            ) as answer:
                 return answer.status, await answer.read(), answer.headers.get("ETag")
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise PullError(f"region {self.region} unreachable: {exc!r}") from exc

@@ -7,6 +7,7 @@ line sits above it. Its modules are its face::
 
     settings     the settings of one control process
     http         typed app keys, problem documents, JSON helpers shared by the handlers
+    traced       a server span per request when tracing is on (registrations, snapshot pulls)
     handlers     artifacts, keys, snapshots, poll and health
     reports      evidence in and out, operator reports, cluster announcements
     proofs       ``GET /v1/log/...``: signed heads, entries and proofs of the transparency log
@@ -16,4 +17,15 @@ line sits above it. Its modules are its face::
     fleets       ``dap control dev-fleet``: one region and several clusters on one machine
 """
 
-__all__ = ["app", "fleets", "handlers", "http", "placements", "proofs", "reports", "settings", "syncing"]
+__all__ = [
+    "app",
+    "fleets",
+    "handlers",
+    "http",
+    "placements",
+    "proofs",
+    "reports",
+    "settings",
+    "syncing",
+    "traced",
+]

@@ -38,7 +38,7 @@ from dap import listening
 from dap.control import errors
 from dap.control.clusters import caches, live
 from dap.control.ids import KeyId
-from dap.control.serving import handlers, http, proofs, reports, settings, syncing
+from dap.control.serving import handlers, http, proofs, reports, settings, syncing, traced
 from dap.control.serving import placements as placements_api
 from dap.control.storage import schema, store
 from dap.control.supply import contents, freezing, transparency
@@ -59,7 +59,10 @@ def build_app(
 ) -> web.Application:
     if config.mode != "cluster" and signer is None:
         raise errors.SigningKeyError(f"{config.mode} mode signs artifacts and needs a signing key")
-    app = web.Application(middlewares=[http.problems, http.parameters], client_max_size=config.max_body_bytes)
+    app = web.Application(
+        middlewares=[*traced.middlewares(), http.problems, http.parameters],
+        client_max_size=config.max_body_bytes,
+    )
     app[http.POOL] = pool
     app[http.SETTINGS] = config
     initial = snapshots.State(

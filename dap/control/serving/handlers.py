@@ -32,7 +32,7 @@ from dap.control import errors
 from dap.control.artifacts import registration
 from dap.control.evidence import storing
 from dap.control.ids import AppName
-from dap.control.serving import http
+from dap.control.serving import http, traced
 from dap.control.storage import store
 from dap.control.trust import envelopes, signing, snapshots
 
@@ -175,7 +175,16 @@ async def post_artifact(request: web.Request) -> web.Response:
         standalone=settings.mode == "standalone",
     )
     await http.reload_state(request.app)
-    return http.json_response(result.as_json())
+    answer = result.as_json()
+    traced.note(
+        request,
+        **{
+            "dap.app": answer.get("app"),
+            "dap.artifact_id": answer.get("artifact_id"),
+            "dap.version": answer.get("version"),
+        },
+    )
+    return http.json_response(answer)
 
 
 async def get_artifact(request: web.Request) -> web.Response:
@@ -214,12 +223,15 @@ async def get_snapshot(request: web.Request) -> web.Response:
     if request.app[http.SETTINGS].mode == "cluster":
         return await _cluster_snapshot(request)
     state = live.current()
+    workspace, cluster = request.query.get("workspace"), request.query.get("cluster")
+    traced.note(request, **{"dap.workspace": workspace, "dap.cluster": cluster})
     if snapshots.etag_matches(request.headers.get("If-None-Match"), state.etag):
         wait = _wait_seconds(request)
         if not (wait and await live.wait(wait)):
             return web.Response(status=304, headers={"ETag": live.current().etag})
         state = live.current()
-    body = live.signed_body(state, request.query.get("workspace"), request.query.get("cluster"))
+    traced.note(request, **{"dap.snapshot_version": state.version})
+    body = live.signed_body(state, workspace, cluster)
     return web.Response(
         body=body, content_type="application/json", headers={"ETag": state.etag, "Cache-Control": "no-cache"}
     )
@@ -236,6 +248,9 @@ async def _cluster_snapshot(request: web.Request) -> web.Response:
         if not (wait and await live.wait(wait)) or live.region is None:
             return web.Response(status=304, headers={"ETag": region.etag})
         region = live.region
+    traced.note(
+        request, **{"dap.workspace": request.query.get("workspace"), "dap.snapshot_version": region.version}
+    )
     return web.Response(
         body=region.body,
         content_type="application/json",

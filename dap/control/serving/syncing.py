@@ -35,6 +35,7 @@ from typing import Any
 
 import aiohttp
 
+from dap import tracing
 from dap.config import tlog
 from dap.control import errors
 from dap.control.clusters import caches, live, registry
@@ -104,9 +105,11 @@ class Agent:
 
     async def _request(self, method: str, path: str, **kwargs: Any) -> tuple[int, bytes, str | None]:
         timeout = aiohttp.ClientTimeout(total=self.config.upstream_timeout)
+        headers = dict(kwargs.pop("headers", None) or {})
+        tracing.inject(headers)  # the region's span of this call joins the sync's trace
         try:
             async with self.session.request(
-                method, self.region + path, timeout=timeout, **kwargs
+                method, self.region + path, timeout=timeout, headers=headers, **kwargs
             ) as response:
                 return response.status, await response.read(), response.headers.get("ETag")
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -138,6 +141,11 @@ class Agent:
 
     async def sync_once(self) -> bool:
         """One sync; return True when a new snapshot was taken into service."""
+        attributes = {"dap.cluster": self.config.cluster_id}
+        with tracing.span("cluster snapshot sync", kind="client", attributes=attributes):
+            return await self._sync()
+
+    async def _sync(self) -> bool:
         try:
             await self._announce()
         except errors.UpstreamError as exc:

@@ -140,7 +140,7 @@ class connection:  # noqa: N801 -- used as a function: ``async with db.connectio
             except BaseException:
                 self._gate.release()
                 raise
-        if tracing.recording_now():  # a span per statement of a sampled trace (``dap.tracing``)
+        if tracing.recording_now():  # an event per statement of a sampled trace (``dap.tracing``)
             self._conn.add_query_logger(tracing.sql_logger)
             self._traced = True
         return self._conn

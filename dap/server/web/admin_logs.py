@@ -1,7 +1,8 @@
 """``GET /logs`` on the admin listener: the process's recent log lines, filtered.
 
-Reads :data:`dap.logs.WINDOW` (the last lines of this process, bounded) through the filter language
-of :mod:`dap.logquery`. Log lines name workspaces, request ids and error texts, so the route is
+Reads :data:`dap.logs.WINDOW` (the last lines of this process, bounded, and with ``--logs-file``
+the rotating files on disk, read in a thread) through the filter language of :mod:`dap.logquery`.
+Log lines name workspaces, request ids and error texts, so the route is
 mounted with the other admin-secret routes only. Query parameters:
 
 - ``filter``: e.g. ``level>=warn workspace=acme``; one that does not parse is 400
@@ -13,6 +14,7 @@ mounted with the other admin-secret routes only. Query parameters:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
@@ -68,7 +70,11 @@ def answer(window: logs.Window, query: dict[str, str], now: float) -> dict[str, 
 
 
 async def handler(request: web.Request) -> web.Response:
-    body = answer(logs.WINDOW, dict(request.query), time.time())
+    query, now = dict(request.query), time.time()
+    if logs.WINDOW.disk is None:  # memory only: milliseconds, answered on the loop
+        body = answer(logs.WINDOW, query, now)
+    else:  # the disk's lines are parsed as they are read (seconds for a whole 64 MiB): off the loop
+        body = await asyncio.to_thread(answer, logs.WINDOW.frozen(), query, now)
     return web.json_response(body, dumps=_dumps)
 
 
