@@ -181,6 +181,6 @@ async def check(http: aiohttp.ClientSession, base: str, tmp_path: Path) -> None:
             raise AssertionError(f"dashboard queries without series: {missing}\n{log}")
         await asyncio.sleep(1)
     (group,) = (await api(http, base, "rules"))["groups"]
-    assert group["name"] == "dap" and len(group["rules"]) == 8
+    assert group["name"] == "dap" and len(group["rules"]) == 10
     assert all(r["health"] == "ok" for r in group["rules"]), group["rules"]
     assert {r["name"] for r in group["rules"]} >= {"DapEventLag", "DapDeadLetters", "DapPoolSaturated"}
