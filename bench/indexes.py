@@ -600,6 +600,22 @@ async def main(args: argparse.Namespace) -> int:
             ):
                 print(line, flush=True)
             say("creates done")
+        if args.served_seconds:
+            import indexes_served
+
+            for line in await indexes_served.served(
+                server_dsn,
+                EXAMPLE,
+                catalog,
+                plain,
+                fill_statement,
+                args.prefill,
+                args.served_seconds,
+                args.served_workers,
+                args.served_rounds,
+            ):
+                print(line, flush=True)
+            say("creates over REST done")
         if args.build_rows != 0:
             for line in await build_stall(pool, catalog, args.build_rows or 0, args.writers):
                 print(line, flush=True)
@@ -633,6 +649,13 @@ if __name__ == "__main__":
         "--creates", type=int, default=300, help="dap creates of an order per database and round (0: skip)"
     )
     parser.add_argument(
+        "--served-seconds", type=float, default=10.0, help="seconds per round of creates over REST (0: skip)"
+    )
+    parser.add_argument("--served-workers", type=int, default=4, help="concurrent REST clients")
+    parser.add_argument(
+        "--served-rounds", type=int, default=8, help="interleaved rounds of creates over REST"
+    )
+    parser.add_argument(
         "--build-rows",
         type=int,
         default=None,
@@ -645,4 +668,5 @@ if __name__ == "__main__":
         args.big, args.rows, args.small, args.medium, args.medium_rows = 3, 2_000, 3, 2, 200
         args.rounds, args.n, args.prefill, args.inserts, args.writers = 2, 3, 2_000, 100, 2
         args.write_rounds, args.creates = 2, 20
+        args.served_seconds, args.served_rounds, args.served_workers = 1.0, 2, 2
     sys.exit(asyncio.run(main(args)))
