@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/indexes.py [--big 50] [--rows 20000] [--small 50] [--small-rows 10]
                                       [--medium 8] [--medium-rows 1000] [--build-rows N]
+                                      [--inserts N] [--creates N] [--served-seconds S]
                                       [--data DIR] [--quick]
     # the issue's scale, 10,005,000 orders (about 35 min on 2 loaded cores):
     nice .venv/bin/python bench/indexes.py --big 500 --small 500 --data /tmp
@@ -18,16 +19,22 @@ ANALYZE. Then:
    ``storage.indexing.declared_lists``, as the statement ``storage.sql`` builds for it), timed on a
    big tenant and on a small and a medium one in alternation, several rounds: the ratio of each;
 2. **writes**: insert throughput into the table with the derived indexes, and into the same table
-   with only what was there before them (primary key, unique, relation and ``index: true`` ones);
+   with only what was there before them (primary key, unique, relation and ``index: true`` ones):
+   a bare single-row ``INSERT`` with ``synchronous_commit = off``, the indexes' own cost
+   (``--inserts``); then an order's create as dap makes it (``operations.create``, the server's
+   default durability) into two databases, one with each set (``--creates``); then creates/s over
+   REST through a real ``dap serve`` whose derived indexes are dropped and rebuilt between rounds
+   (``bench/indexes_served.py``, ``--served-seconds``); each in A B B A rounds, with the spread;
 3. **online build**: one derived index built on the filled orders table (or, with
    ``--build-rows``, on a table of its own of that many rows) while writers insert and update
    continuously, with ``CREATE INDEX CONCURRENTLY`` (``storage.building``) and, for comparison,
    with a plain ``CREATE INDEX``: the longest write stall during each;
 4. the big tenant's lists again without the derived indexes.
 
-The statements are sent straight to Postgres (asyncpg), not through HTTP: the figures are those of
-the queries the indexes serve, not of the web stack. Prints every figure; exits non-zero only when
-something fails to run. ``--quick`` shrinks every size to prove the benchmark runs.
+The reads' statements are sent straight to Postgres (asyncpg), not through HTTP: the figures are
+those of the queries the indexes serve, not of the web stack (only the REST creates go through
+it). Prints every figure; exits non-zero only when something fails to run. ``--quick`` shrinks
+every size to prove the benchmark runs.
 """
 
 from __future__ import annotations
