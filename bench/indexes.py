@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/indexes.py [--big 50] [--rows 20000] [--small 50] [--small-rows 10]
                                       [--medium 8] [--medium-rows 1000] [--build-rows N]
+                                      [--inserts N] [--creates N] [--served-seconds S]
                                       [--data DIR] [--quick]
     # the issue's scale, 10,005,000 orders (about 35 min on 2 loaded cores):
     nice .venv/bin/python bench/indexes.py --big 500 --small 500 --data /tmp
@@ -18,22 +19,29 @@ ANALYZE. Then:
    ``storage.indexing.declared_lists``, as the statement ``storage.sql`` builds for it), timed on a
    big tenant and on a small and a medium one in alternation, several rounds: the ratio of each;
 2. **writes**: insert throughput into the table with the derived indexes, and into the same table
-   with only what was there before them (primary key, unique, relation and ``index: true`` ones);
+   with only what was there before them (primary key, unique, relation and ``index: true`` ones):
+   a bare single-row ``INSERT`` with ``synchronous_commit = off``, the indexes' own cost
+   (``--inserts``); then an order's create as dap makes it (``operations.create``, the server's
+   default durability) into two databases, one with each set (``--creates``); then creates/s over
+   REST through a real ``dap serve`` whose derived indexes are dropped and rebuilt between rounds
+   (``bench/indexes_served.py``, ``--served-seconds``); each in A B B A rounds, with the spread;
 3. **online build**: one derived index built on the filled orders table (or, with
    ``--build-rows``, on a table of its own of that many rows) while writers insert and update
    continuously, with ``CREATE INDEX CONCURRENTLY`` (``storage.building``) and, for comparison,
    with a plain ``CREATE INDEX``: the longest write stall during each;
 4. the big tenant's lists again without the derived indexes.
 
-The statements are sent straight to Postgres (asyncpg), not through HTTP: the figures are those of
-the queries the indexes serve, not of the web stack. Prints every figure; exits non-zero only when
-something fails to run. ``--quick`` shrinks every size to prove the benchmark runs.
+The reads' statements are sent straight to Postgres (asyncpg), not through HTTP: the figures are
+those of the queries the indexes serve, not of the web stack (only the REST creates go through
+it). Prints every figure; exits non-zero only when something fails to run. ``--quick`` shrinks
+every size to prove the benchmark runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import json
 import os
 import shutil
@@ -366,6 +374,86 @@ async def writes(
     ]
 
 
+async def creates(
+    server_dsn: str, name: str, catalog: Any, plain: tuple[Index, ...], prefill: int, n: int, rounds: int
+) -> list[str]:
+    """An order's create as dap makes it (``operations.create``, the pipeline a REST ``POST`` runs
+    after decoding: validation, the relation check, the order's number, the period check folded
+    into the ``INSERT``, the row, its event in the outbox), committed at the server's default
+    durability, into a database whose orders table has the derived indexes and one whose orders
+    table has only the indexes from before them; one caller, ``rounds`` rounds of ``n`` creates
+    each, A B B A."""
+    from dap import embedded
+    from dap.server import booting
+    from dap.server.access import auth
+    from dap.server.storage import caching, db
+    from dap.server.storage.workspaces import Workspace
+    from dap.server.workflows import operations
+
+    resource = catalog.resource("buying", "purchase_order")
+    supplier = next(t for t in catalog.tables if t.entity == "buying/supplier" and t.kind == "entity")
+    tenant = uuid.uuid4()
+    workspace = Workspace("bench", "bench", tenant, datetime.datetime.now(datetime.UTC))
+    principal = auth.Principal(sub="bench", username="bench", roles=("admin",), workspace="bench")
+    calls: dict[str, operations.Call] = {}
+    counts: dict[str, int] = {}
+    pools: list[asyncpg.Pool] = []
+    bodies: dict[str, dict[str, Any]] = {}
+    try:
+        for label in ("derived", "before"):
+            database = f"{name}_{label}"
+            admin = await asyncpg.connect(server_dsn)
+            await admin.execute(f'CREATE DATABASE "{database}"')
+            await admin.close()
+            pool = await db.open_pool(embedded.dsn_for_database(server_dsn, database), 4)
+            pools.append(pool)
+            await booting.prepare_database(pool, catalog)
+            async with pool.acquire() as conn:
+                if label == "before":  # the orders' derived indexes dropped, those of before back
+                    for d in catalog.indexes.indexes:
+                        if d.origin == "derived" and d.table == resource.table.name:
+                            await conn.execute(f"DROP INDEX {quote(d.index.name)}")
+                    for i in plain:
+                        await conn.execute(i.ddl(resource.table.name))
+                await conn.execute(fill_statement(supplier), tenant, 1, 1)
+                found = await conn.fetchrow(f"SELECT id, region FROM {quote(supplier.name)} LIMIT 1")
+                bodies[label] = {  # the create scope: the order's region is its supplier's
+                    "supplier": str(found["id"]),
+                    "order_date": "2026-11-28",
+                    "region": found["region"],
+                    "buyer": "bench",
+                }
+                await conn.execute(fill_statement(resource.table), tenant, 1, prefill)
+                await conn.execute(f"ANALYZE {quote(resource.table.name)}")
+                counts[label] = await conn.fetchval(
+                    "SELECT count(*) FROM pg_indexes WHERE tablename = $1", resource.table.name
+                )
+                setting = await conn.fetchval("SHOW synchronous_commit")
+            calls[label] = operations.Call(pool, caching.FindCache(), workspace, principal, catalog, resource)
+        rates: dict[str, list[float]] = {"derived": [], "before": []}
+        for r in range(rounds):
+            for label in ("derived", "before")[:: -1 if r % 2 else 1]:  # A B B A
+                started = time.perf_counter()
+                for _ in range(n):
+                    await operations.create(calls[label], dict(bodies[label]), submit=False)
+                rates[label].append(n / (time.perf_counter() - started))
+    finally:
+        for pool in pools:
+            await pool.close()
+    ratio = statistics.median(rates["derived"]) / statistics.median(rates["before"])
+    per_round = sorted(d / b for d, b in zip(rates["derived"], rates["before"], strict=True))
+    return [
+        f"creates (dap's create of an order, operations.create; one caller; synchronous_commit = {setting};"
+        f" {prefill} orders in the table, {rounds} rounds of {n}):",
+        *(
+            f"  creates/s, {counts[label]} indexes ({label}): {statistics.median(rates[label]):8.0f}"
+            for label in ("derived", "before")
+        ),
+        f"  ratio: {ratio:.2f}x (goal >= 0.9x); per round: median {statistics.median(per_round):.2f}x,"
+        f" from {per_round[0]:.2f}x to {per_round[-1]:.2f}x",
+    ]
+
+
 def dataclass_replace(obj: Any, **changes: Any) -> Any:
     import dataclasses
 
@@ -513,6 +601,28 @@ async def main(args: argparse.Namespace) -> int:
             for line in await writes(pool, catalog, plain, args.prefill, args.inserts, args.write_rounds):
                 print(line, flush=True)
             say("writes done")
+        if args.creates:
+            for line in await creates(
+                server_dsn, name, catalog, plain, args.prefill, args.creates, args.write_rounds
+            ):
+                print(line, flush=True)
+            say("creates done")
+        if args.served_seconds:
+            import indexes_served
+
+            for line in await indexes_served.served(
+                server_dsn,
+                EXAMPLE,
+                catalog,
+                plain,
+                fill_statement,
+                args.prefill,
+                args.served_seconds,
+                args.served_workers,
+                args.served_rounds,
+            ):
+                print(line, flush=True)
+            say("creates over REST done")
         if args.build_rows != 0:
             for line in await build_stall(pool, catalog, args.build_rows or 0, args.writers):
                 print(line, flush=True)
@@ -543,6 +653,16 @@ if __name__ == "__main__":
     parser.add_argument("--prefill", type=int, default=200_000, help="rows in the tables the inserts go to")
     parser.add_argument("--inserts", type=int, default=1_000, help="inserts per table and round (0: skip)")
     parser.add_argument(
+        "--creates", type=int, default=300, help="dap creates of an order per database and round (0: skip)"
+    )
+    parser.add_argument(
+        "--served-seconds", type=float, default=10.0, help="seconds per round of creates over REST (0: skip)"
+    )
+    parser.add_argument("--served-workers", type=int, default=4, help="concurrent REST clients")
+    parser.add_argument(
+        "--served-rounds", type=int, default=8, help="interleaved rounds of creates over REST"
+    )
+    parser.add_argument(
         "--build-rows",
         type=int,
         default=None,
@@ -554,5 +674,6 @@ if __name__ == "__main__":
     if args.quick:
         args.big, args.rows, args.small, args.medium, args.medium_rows = 3, 2_000, 3, 2, 200
         args.rounds, args.n, args.prefill, args.inserts, args.writers = 2, 3, 2_000, 100, 2
-        args.write_rounds = 2
+        args.write_rounds, args.creates = 2, 20
+        args.served_seconds, args.served_rounds, args.served_workers = 1.0, 2, 2
     sys.exit(asyncio.run(main(args)))
