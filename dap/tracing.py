@@ -272,6 +272,8 @@ def span(
     request's header, an outbox row's column) instead of the current span. A no-op when off."""
     if _tracer is None:
         return _NOOP
+    if parent is not None and not _TRACEPARENT.fullmatch(parent):
+        parent = None  # not W3C: as if none was given (the current trace, or a new one)
     dropped = _DROPPED.get()
     if parent is None:
         if dropped is not None:  # a dropped trace: nothing below its root either
@@ -282,7 +284,7 @@ def span(
                 return _NOOP
         elif _ROOTS is not None:  # a new trace under a ratio sampler: decided here, cheaply
             return _root(name, kind, attributes)  # type: ignore[no-any-return]
-    elif _PARENT_BASED and _TRACEPARENT.fullmatch(parent) and not int(parent[53:55], 16) & 1:
+    elif _PARENT_BASED and not int(parent[53:55], 16) & 1:
         # an unsampled parent under parentbased_traceidratio: dropped here too, without the SDK
         return _Unsampled(int(parent[3:35], 16), random.getrandbits(64) or 1)
     inner = _tracer.start_as_current_span(

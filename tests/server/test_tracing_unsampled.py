@@ -196,3 +196,13 @@ async def test_a_sampled_parent_inside_a_dropped_block_records_and_the_block_sta
         assert tracing.traceparent() is None
     (span,) = exporter.get_finished_spans()
     assert span.name == "delivery" and f"{span.parent.span_id:016x}" == SAMPLED.split("-")[2]  # type: ignore[union-attr]
+
+
+async def test_a_parent_that_is_not_w3c_is_as_none_given() -> None:
+    exporter = InMemorySpanExporter()
+    with tracing.enabled_for_tests(exporter, env=sampling("0")):
+        with tracing.span("root", kind="server"):
+            assert tracing.span("delivery", parent="not-a-traceparent") is tracing.span("other")
+        with tracing.span("root", kind="server", parent="00-zz") as root:
+            assert root is None and (tracing.traceparent() or "").endswith("-00")  # a new, dropped root
+    assert exporter.get_finished_spans() == ()
