@@ -1,5 +1,5 @@
 """Benchmark of tracing's cost: ``dap serve`` with tracing off, on with 1 % sampling and on with
-100 %, driven alike in interleaved rounds (bench/loadgen.py) on one database.
+100 %, driven alike in interleaved rounds (bench/loadgen.py), each on a database of its own.
 
     .venv/bin/python bench/traces.py [--rows 10000] [--seconds 8] [--rounds 3] [--quick]
 
@@ -53,7 +53,8 @@ def micro(n: int) -> None:
     two SQL statements (through the asyncpg query logger's callback: events on the operation) and
     the traceparent taken for the outbox row; then the OTLP encoding of what was recorded, in
     batches as the batch processor sends them (its thread shares the GIL with the event loop, so
-    it is the server's CPU too). The HTTP export itself is in the end-to-end figures below."""
+    it is the server's CPU too). The HTTP export itself is in the end-to-end figures below.
+    ``0%``: the same sampler at a ratio of 0, every request dropped (the 99 of 100 at 1 %)."""
     from collections import namedtuple
 
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -109,6 +110,9 @@ def micro(n: int) -> None:
     print(f"in-process spans of one write ({n} requests):")
     timed("off")
     kept = Keep()
+    with tracing.enabled_for_tests(kept, env={**MODES["1%"], "OTEL_TRACES_SAMPLER_ARG": "0"}):
+        timed("0%", kept)  # every root dropped: what each of the 99 unsampled requests costs
+    kept = Keep()
     with tracing.enabled_for_tests(kept, env=MODES["1%"]):  # as configure() sets it up
         timed("1%", kept)
     kept = Keep()
@@ -122,7 +126,6 @@ async def main(args: argparse.Namespace) -> int:
     server_dsn, server = rest.start_postgres(tmp)
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        dsn = await rest.new_database(server_dsn)
         spec = tmp / "spec"
         spec.mkdir()
         (spec / "bench.yaml").write_text(rest.SPEC)
@@ -130,7 +133,12 @@ async def main(args: argparse.Namespace) -> int:
         sink = subprocess.Popen([sys.executable, "-c", SINK, str(sink_port)])  # noqa: ASYNC220 -- once, before the load
         procs.append(sink)
         servers: dict[str, tuple[int, subprocess.Popen[bytes]]] = {}
+        ids: dict[str, list[str]] = {}
+        shared = await rest.new_database(server_dsn) if args.shared_database else None
         for mode, env in MODES.items():
+            # a database per mode by default: each server's dispatcher then claims only its own
+            # outbox rows (sharing one, any server may deliver another's events, and be charged)
+            dsn = shared or await rest.new_database(server_dsn)
             otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink_port}", **env} if env else {}
             api_port = rest.port()
             proc = rest.spawn_serve(
@@ -141,8 +149,11 @@ async def main(args: argparse.Namespace) -> int:
             await rest.wait_http(
                 f"http://127.0.0.1:{api_port}/default/_ui/_meta/apps"
             )  # one migrates at a time
-        print(f"loading {args.rows} rows ...", flush=True)
-        _tenant, ids = await rest.load_rows(dsn, args.rows)
+            if shared is None or not ids:
+                print(f"loading {args.rows} rows ({mode}) ...", flush=True)
+                ids[mode] = (await rest.load_rows(dsn, args.rows))[1]
+            else:
+                ids[mode] = next(iter(ids.values()))
         now = int(time.time())
         token = jwt.encode(
             {
@@ -159,18 +170,20 @@ async def main(args: argparse.Namespace) -> int:
         auth = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
         item = "/default/api/bench/item"
         body = json.dumps({"code": loadgen.UNIQUE, "title": "traced", "price": "1.50", "qty": 1})
-        scenarios: dict[str, tuple[list[str], list[str]]] = {
-            "find": ([f"{item}/{i}" for i in ids], []),
-            "create": ([item], [body]),
+        scenarios: dict[str, tuple[dict[str, list[str]], list[str]]] = {  # paths by mode, bodies
+            "find": ({mode: [f"{item}/{i}" for i in found] for mode, found in ids.items()}, []),
+            "create": ({mode: [item] for mode in ids}, [body]),
         }
         print(f"load generator: {loadgen.generator()}", flush=True)
         results: dict[str, dict[str, loadgen.Figure]] = {}
-        for scenario, (paths, bodies) in scenarios.items():
+        for scenario, (by_mode, bodies) in scenarios.items():
 
-            def target(port_: int, proc: subprocess.Popen[bytes]) -> Callable[[], loadgen.Load]:
+            def target(
+                port_: int, proc: subprocess.Popen[bytes], paths: list[str]
+            ) -> Callable[[], loadgen.Load]:
                 return lambda: loadgen.load(
                     f"http://127.0.0.1:{port_}",
-                    paths,  # noqa: B023 -- read at once, within this scenario's loop turn
+                    paths,
                     seconds=args.seconds,
                     headers=auth,
                     connections=args.workers,
@@ -180,7 +193,7 @@ async def main(args: argparse.Namespace) -> int:
                 )
 
             print(f"running {scenario}: {args.rounds} rounds of {args.seconds}s per mode ...", flush=True)
-            targets = {mode: target(port_, proc) for mode, (port_, proc) in servers.items()}
+            targets = {mode: target(port_, proc, by_mode[mode]) for mode, (port_, proc) in servers.items()}
             results[scenario] = loadgen.interleave(targets, args.rounds)
         print("\ntracing's cost (median of the rounds; spread min-max; cost against off)")
         for scenario, figures in results.items():
@@ -204,6 +217,9 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workers", type=int, default=loadgen.CONNECTIONS)
+    parser.add_argument(
+        "--shared-database", action="store_true", help="the three servers on one database (as before)"
+    )
     parser.add_argument("--quick", action="store_true", help="small and short: proves the benchmark runs")
     args = parser.parse_args()
     if args.quick:

@@ -17,11 +17,18 @@ Context crosses process boundaries as W3C Trace Context: the ``traceparent`` hea
 column of ``dap.outbox`` (and ``dap.jobs``), so a delivery seconds later, in another process, is a
 child of the request that wrote the event. Spans never carry parameters, bodies or record values:
 names, tenants, principals, ids.
+
+Sampling is decided once, at a trace's root (or from an incoming ``traceparent``'s sampled flag
+under ``parentbased_traceidratio``). A dropped trace, 99 requests of 100 at 1 %, makes no object
+of the SDK anywhere below: one :class:`_Unsampled` (two ints) is current, every helper tests it
+first, and :func:`traceparent` still gives its W3C string with the flag ``00`` (stored in the
+outbox, sent to webhooks and the bridge) so whoever continues the trace drops it too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import os
 import random
@@ -44,19 +51,58 @@ _KIND: dict[str, Any] = {}  # "server" → SpanKind.SERVER …
 
 _ROOTS: Any = None  # the provider's id generator, which hands a root the trace id decided here
 _BOUND: int | None = None  # a ratio sampler's bound on a trace id's low 64 bits; None: no ratio
+_PARENT_BASED = False  # whether the ratio sampler follows a parent's sampled flag (parentbased_…)
 _LOW64 = (1 << 64) - 1
 
 
-def _start(provider: Any, roots: Any = None, bound: int | None = None) -> None:
-    """Serve spans from ``provider`` (the process's, or a test's); ``roots`` and ``bound``: the
-    early sampling decision of :func:`_root` for a ratio sampler."""
-    global _tracer, _provider, _api, _ROOTS, _BOUND
+class _Unsampled:
+    """A trace the sampler dropped, current for a block: its trace id and this process's span id,
+    nothing of the SDK. It is what a 1 % sampling's other 99 requests carry: every helper below
+    tests :data:`_DROPPED` first and does nothing (no span, no event, no query logger), but
+    :func:`traceparent` still hands out the W3C string with the sampled flag ``00``, so the outbox
+    row, the webhook, the bridge's app and a delivery in another process drop the trace alike."""
+
+    __slots__ = ("_token", "span_id", "trace_id")
+
+    def __init__(self, trace_id: int, span_id: int) -> None:
+        self.trace_id, self.span_id = trace_id, span_id
+
+    def __enter__(self) -> None:
+        self._token = _DROPPED.set(self)
+
+    def __exit__(self, *_: object) -> None:
+        _DROPPED.reset(self._token)
+
+    def traceparent(self) -> str:
+        return f"00-{self.trace_id:032x}-{self.span_id:016x}-00"
+
+
+_DROPPED: contextvars.ContextVar[_Unsampled | None] = contextvars.ContextVar("dap_dropped", default=None)
+
+
+@contextlib.contextmanager
+def _sampled_inside(inner: Any) -> Iterator[Any]:
+    """``inner`` (an SDK span's context manager) entered with no dropped trace current: a sampled
+    ``parent`` continued inside a dropped block (rare: another trace's delivery)."""
+    token = _DROPPED.set(None)
+    try:
+        with inner as found:
+            yield found
+    finally:
+        _DROPPED.reset(token)
+
+
+def _start(provider: Any, roots: Any = None, bound: int | None = None, parent_based: bool = False) -> None:
+    """Serve spans from ``provider`` (the process's, or a test's); ``roots``, ``bound`` and
+    ``parent_based``: the early sampling decisions of :func:`_root` and :func:`span` for a ratio
+    sampler."""
+    global _tracer, _provider, _api, _ROOTS, _BOUND, _PARENT_BASED
     from opentelemetry import trace
 
     _api = trace
     _KIND.update({k.name.lower(): k for k in trace.SpanKind})
     _provider, _tracer = provider, provider.get_tracer("dap")
-    _ROOTS, _BOUND = roots, bound
+    _ROOTS, _BOUND, _PARENT_BASED = roots, bound, parent_based
     logs.trace_ids = current_ids
 
 
@@ -97,8 +143,7 @@ def _root(name: str, kind: str, attributes: Mapping[str, Any] | None) -> Any:
     kept, the SDK makes it with that very trace id (``Preset``) and samples it alike."""
     trace_id = random.getrandbits(128) or 1
     if _BOUND is not None and (trace_id & _LOW64) >= _BOUND:
-        context = _api.SpanContext(trace_id, random.getrandbits(64) or 1, False, _api.TraceFlags(0))
-        return _api.use_span(_api.NonRecordingSpan(context), end_on_exit=False)
+        return _Unsampled(trace_id, random.getrandbits(64) or 1)  # not even a NonRecordingSpan
     _ROOTS.next = trace_id
     return _tracer.start_as_current_span(name, kind=_KIND[kind], attributes=_clean(attributes))
 
@@ -109,6 +154,8 @@ def _quiet(parent: str | None) -> bool:
     Then no span object is made at all, which is most of what a 1 % sampling costs otherwise."""
     if parent is not None:
         return False
+    if _DROPPED.get() is not None:
+        return True
     current = _api.get_current_span()
     return bool(current.get_span_context().is_valid and not current.is_recording())
 
@@ -156,8 +203,12 @@ def configure(service: str, env: Mapping[str, str] = os.environ) -> bool:
         schedule_delay_millis=sizes.get("schedule_delay_millis"),
     )
     provider.add_span_processor(processor)
-    _start(provider, roots, bound)
+    _start(provider, roots, bound, _parent_based(env))
     return True
+
+
+def _parent_based(env: Mapping[str, str]) -> bool:
+    return env.get("OTEL_TRACES_SAMPLER", "").strip().lower() == "parentbased_traceidratio"
 
 
 # the batch processor's settings where the OTEL_BSP_* variables give none: (variable, dap's value)
@@ -186,8 +237,9 @@ def _endpoint(env: Mapping[str, str]) -> str | None:
 
 def shutdown() -> None:
     """Flush what is buffered and stop exporting (process exit, tests)."""
-    global _tracer, _provider, _ROOTS, _BOUND
+    global _tracer, _provider, _ROOTS, _BOUND, _PARENT_BASED
     provider, _provider, _tracer, _ROOTS, _BOUND = _provider, None, None, None, None
+    _PARENT_BASED = False
     logs.trace_ids = None
     if provider is not None:
         provider.shutdown()
@@ -220,19 +272,28 @@ def span(
     request's header, an outbox row's column) instead of the current span. A no-op when off."""
     if _tracer is None:
         return _NOOP
+    if parent is not None and not _TRACEPARENT.fullmatch(parent):
+        parent = None  # not W3C: as if none was given (the current trace, or a new one)
+    dropped = _DROPPED.get()
     if parent is None:
+        if dropped is not None:  # a dropped trace: nothing below its root either
+            return _NOOP
         current = _api.get_current_span()
         if current.get_span_context().is_valid:
-            if not current.is_recording():  # a dropped trace: nothing below its root either
+            if not current.is_recording():  # dropped by a sampler of the SDK's (not a ratio)
                 return _NOOP
         elif _ROOTS is not None:  # a new trace under a ratio sampler: decided here, cheaply
             return _root(name, kind, attributes)  # type: ignore[no-any-return]
-    return _tracer.start_as_current_span(  # type: ignore[no-any-return]
+    elif _PARENT_BASED and not int(parent[53:55], 16) & 1:
+        # an unsampled parent under parentbased_traceidratio: dropped here too, without the SDK
+        return _Unsampled(int(parent[3:35], 16), random.getrandbits(64) or 1)
+    inner = _tracer.start_as_current_span(
         name,
         context=_context_of(parent),
         kind=_KIND[kind],
         attributes=_clean(attributes),
     )
+    return inner if dropped is None else _sampled_inside(inner)
 
 
 def _clean(attributes: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -248,7 +309,7 @@ def _clean(attributes: Mapping[str, Any] | None) -> dict[str, Any] | None:
 def recording_now() -> bool:
     """Whether the current span records: SQL statements get events only then (``storage.db``
     attaches the query logger to a connection taken inside a sampled span, and only then)."""
-    return _tracer is not None and bool(_api.get_current_span().is_recording())
+    return _tracer is not None and _DROPPED.get() is None and bool(_api.get_current_span().is_recording())
 
 
 def recording(span: Any) -> bool:
@@ -279,6 +340,9 @@ def traceparent() -> str | None:
     """The current span's W3C ``traceparent``; ``None`` when off or outside any span."""
     if _tracer is None:
         return None
+    dropped = _DROPPED.get()
+    if dropped is not None:  # the sampled flag 00: whoever continues it drops it too
+        return dropped.traceparent()
     context = _api.get_current_span().get_span_context()
     if not context.is_valid:
         return None
@@ -296,6 +360,9 @@ def current_ids() -> tuple[str, str] | None:
     """(trace id, span id) in hex of the current span, for the log lines."""
     if _api is None:
         return None
+    dropped = _DROPPED.get()
+    if dropped is not None:
+        return f"{dropped.trace_id:032x}", f"{dropped.span_id:016x}"
     context = _api.get_current_span().get_span_context()
     if not context.is_valid:
         return None
@@ -361,7 +428,7 @@ def sql_logger(record: Any) -> None:
     event loop); an event a small fraction of that (docs/performance.md). Attached by ``storage.db``
     to a connection taken inside a sampled span, for as long as that caller holds it: a dropped
     trace (most at 1 %) pays no logger on any statement."""
-    if _tracer is None:
+    if _tracer is None or _DROPPED.get() is not None:
         return
     current = _api.get_current_span()
     if not current.is_recording():  # no event on a dropped trace
@@ -376,11 +443,15 @@ def sql_logger(record: Any) -> None:
 
 @contextlib.contextmanager
 def enabled_for_tests(
-    exporter: Any, sampler: Any = None, env: Mapping[str, str] | None = None
+    exporter: Any,
+    sampler: Any = None,
+    env: Mapping[str, str] | None = None,
+    watch: Callable[[Any], Any] | None = None,
 ) -> Iterator[None]:
     """Tracing on with ``exporter`` (an in-memory one) for a test; off again after it. ``env``:
-    ``OTEL_TRACES_SAMPLER(_ARG)`` as :func:`configure` reads them (a ratio's early decision)."""
-    global _tracer, _provider, _api, _ROOTS, _BOUND
+    ``OTEL_TRACES_SAMPLER(_ARG)`` as :func:`configure` reads them (a ratio's early decision);
+    ``watch``: wraps the SDK's sampler, which the SDK asks about every span it makes."""
+    global _tracer, _provider, _api, _ROOTS, _BOUND, _PARENT_BASED
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
@@ -389,14 +460,22 @@ def enabled_for_tests(
     bound: int | None = None
     if ratio is not None:
         sampler, roots, bound = ratio
+        sampler = watch(sampler) if watch is not None else sampler
         provider = TracerProvider(sampler=sampler, id_generator=roots)
     else:
+        sampler = watch(sampler or _default_sampler()) if watch is not None else sampler
         provider = TracerProvider(sampler=sampler) if sampler is not None else TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    saved = (_tracer, _provider, _api, _ROOTS, _BOUND, logs.trace_ids)
-    _start(provider, roots, bound)
+    saved = (_tracer, _provider, _api, _ROOTS, _BOUND, _PARENT_BASED, logs.trace_ids)
+    _start(provider, roots, bound, ratio is not None and env is not None and _parent_based(env))
     try:
         yield
     finally:
         provider.shutdown()
-        _tracer, _provider, _api, _ROOTS, _BOUND, logs.trace_ids = saved
+        _tracer, _provider, _api, _ROOTS, _BOUND, _PARENT_BASED, logs.trace_ids = saved
+
+
+def _default_sampler() -> Any:
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
+
+    return ParentBased(ALWAYS_ON)
