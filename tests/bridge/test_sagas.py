@@ -464,3 +464,50 @@ async def test_over_ws_a_saga_is_started_read_and_resolved_by_the_same_operation
         assert (await effects(srv, saga_id))["applied"] == []
     finally:
         await ws.close()
+
+
+async def test_a_saga_and_its_job_end_in_one_statement_only_while_its_holder_holds_it(
+    srv: Bridged, pg_dsn: str
+) -> None:
+    """``saga_store.move(..., finish=)`` ends the saga and its job in the same statement: a move by
+    a holder that lost the saga (``Lost``) leaves both as they were; its holder's ends both."""
+    template = uuid.UUID(await start(srv, "book", {}))
+    await settled(srv, str(template))
+    pool = await db.open_pool(pg_dsn, 1)
+    try:
+        async with db.connection(pool) as conn:
+            model = await conn.fetchrow("SELECT tenant_id, principal FROM dap.jobs WHERE id = $1", template)
+            new = jobs.New(
+                id=uuid.uuid4(),
+                tenant=model["tenant_id"],
+                target="store/trip",
+                kind="service",
+                action="book",
+                record_id=None,
+                principal=model["principal"],
+                body='{"faults": {}}',
+                expected=None,
+                request_id=None,
+            )
+            holder = "held:1:here:claim"  # a long lease: no running engine claims it meanwhile
+            async with conn.transaction():
+                await saga_store.accept(conn, (await jobs.enqueue(conn, new)).row, {}, holder, 600.0, None)
+            finish = saga_store.Finish("succeeded", {"result": {}, "saga": "completed"}, None, 100.0)
+            entry = (None, None, "saga", None, "completed", None)
+            with pytest.raises(saga_store.Lost):
+                async with conn.transaction():
+                    await saga_store.move(
+                        conn, new.id, "other:1:x:claim", entry, finish=finish, state="completed"
+                    )
+            job = await conn.fetchrow("SELECT state, finished_at FROM dap.jobs WHERE id = $1", new.id)
+            assert tuple(job) == ("running", None)
+            async with conn.transaction():
+                await saga_store.move(
+                    conn, new.id, holder, entry, finish=finish, state="completed", worker=None
+                )
+            job = await conn.fetchrow("SELECT state, result, progress FROM dap.jobs WHERE id = $1", new.id)
+            saga = await conn.fetchval("SELECT state FROM dap.sagas WHERE id = $1", new.id)
+    finally:
+        await pool.close()
+    assert (job["state"], job["progress"], saga) == ("succeeded", 100.0, "completed")
+    assert job["result"] == {"result": {}, "saga": "completed"}

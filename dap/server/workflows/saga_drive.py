@@ -158,10 +158,11 @@ class Drive:
         conn: db.Connection,
         entry: store.Entry | list[store.Entry] | None,
         progress: float | None = None,
+        finish: store.Finish | None = None,
         **changes: Any,
     ) -> None:
         """Commit ``changes`` (in the caller's transaction) and keep them as this drive's row."""
-        await store.move(conn, self.id, self.holder, entry, progress=progress, **changes)
+        await store.move(conn, self.id, self.holder, entry, progress=progress, finish=finish, **changes)
         self.row.update(changes)
 
     async def _sent(self, step: SagaStep, phase: str, attempt: int) -> None:
@@ -380,11 +381,10 @@ class Drive:
         now = dt.datetime.now(dt.UTC)
         entries = [*(before or []), (None, None, "saga", None, state, None)]
         ended = {**changes, "state": state, "worker": None, "lease_until": None, "finished_at": now}
-        await self._move(conn, entries, **ended)
-        row = self.row
+        row = {**self.row, **changes}
         if state == "completed":
             result = {"result": row["results"], "saga": state}
-            await store.finish_job(conn, self.id, "succeeded", result, None, 100.0)
+            finish = store.Finish("succeeded", result, None, 100.0)
         else:
             failure = row["failure"] or {}
             problem = {
@@ -393,5 +393,6 @@ class Drive:
                 "detail": f"a step failed and the {count} step(s) before it were compensated: "
                 + str(failure.get("detail", "")),
             }
-            await store.finish_job(conn, self.id, "failed", None, problem, 100.0)
-        await self._event(conn, f"saga.{state}", {"saga": str(self.id), "results": row["results"]})
+            finish = store.Finish("failed", None, problem, 100.0)
+        await self._move(conn, entries, finish=finish, **ended)  # the saga's end and its job's
+        await self._event(conn, f"saga.{state}", {"saga": str(self.id), "results": self.row["results"]})

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -223,12 +224,14 @@ async def move(
     entry: Entry | list[Entry] | None = None,
     *,
     progress: float | None = None,
+    finish: Finish | None = None,
     **changes: Any,
 ) -> None:
     """Set ``changes`` on the saga (while ``holder`` holds it; ``None``: a person's decision) and,
     when given, append ``entry`` (or several, in order) to its timeline and raise its job's
-    ``progress``, in the same statement (one round trip, atomic). Raises :class:`Lost` when the
-    holder no longer holds it (its transaction must roll back)."""
+    ``progress``, or end its job (``finish``, as :func:`finish_job`), in the same statement (one
+    round trip, atomic). Raises :class:`Lost` when the holder no longer holds it (its transaction
+    must roll back)."""
     sets: list[str] = []
     args: list[Any] = [saga_id, holder]
     for name, value in changes.items():
@@ -261,6 +264,13 @@ async def move(
             f"job AS (UPDATE dap.jobs SET progress = greatest(progress, ${len(args)}) "
             f"WHERE id = (SELECT id FROM moved) AND worker = '{OWNER}')"
         )
+    assert progress is None or finish is None, "one update of the job per statement"
+    if finish is not None:  # the saga's end and its job's in one round trip (the last step's)
+        args += [finish.state, _json(finish.result) if finish.result is not None else None]
+        args += [_json(finish.error) if finish.error is not None else None, finish.progress]
+        n, moved = len(args), "(SELECT id FROM moved)"
+        finished = _FINISH.format(state=n - 3, result=n - 2, error=n - 1, progress=n, id=moved)
+        parts.append(f"finished AS ({finished})")
     found = await conn.fetchval(f"WITH {', '.join(parts)} SELECT id FROM moved", *args)
     if found is None:
         raise Lost(saga_id)
@@ -322,21 +332,36 @@ async def parked(
     )
 
 
+@dataclass(frozen=True)
+class Finish:
+    """A job's end as :func:`finish_job` writes it, for :func:`move` to write in its statement."""
+
+    state: str  # succeeded / failed
+    result: Any
+    error: Any
+    progress: float
+
+
+# the job's end: finished_at is its transaction's start (now()), as for every job
+_FINISH = (
+    "UPDATE dap.jobs SET state = ${state}, result = ${result}::text::jsonb, error = ${error}::text::jsonb, "
+    "finished_at = now(), progress = greatest(progress, ${progress}), "
+    "callback_state = CASE WHEN callback_url IS NULL THEN NULL ELSE 'pending' END, callback_due = now() "
+    "WHERE id = {id} AND worker = '" + OWNER + "'"
+)
+
+
 async def finish_job(
     conn: db.Connection, saga_id: uuid.UUID, state: str, result: Any, error: Any, progress: float
 ) -> None:
     """The saga's job row shows the saga's end (or its parking): ``succeeded`` / ``failed``."""
     await conn.execute(
-        "UPDATE dap.jobs SET state = $2, result = $3::text::jsonb, error = $4::text::jsonb, "
-        "finished_at = now(), progress = greatest(progress, $5), "
-        "callback_state = CASE WHEN callback_url IS NULL THEN NULL ELSE 'pending' END, callback_due = now() "
-        "WHERE id = $1 AND worker = $6",
+        _FINISH.format(state=2, result=3, error=4, progress=5, id="$1"),
         saga_id,
         state,
         _json(result) if result is not None else None,
         _json(error) if error is not None else None,
         progress,
-        OWNER,
     )
 
 

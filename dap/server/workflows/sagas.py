@@ -188,19 +188,27 @@ class Engine:
     async def _loop(self, index: int) -> None:
         """Loop 0 looks at the table every ``poll`` seconds when idle (sagas of other processes,
         leases run out); the others sleep until woken (a saga handed over here, or a loop that
-        just claimed one: there may be more), so an idle process costs one query per ``poll``."""
+        just claimed one: there may be more), so an idle process costs one query per ``poll``.
+        A loop that just drove a saga accepted here claims only when woken: a saga created unheld
+        wakes one (:meth:`take`), and the wake is counted while every loop is busy, so the claim
+        that used to follow every saga (a query per saga, on the next request's heels) is gone."""
+        claim = True
         while True:
             try:
-                worked = await self.step()
+                worked = await self._step(claim)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 log.warning("saga step failed: %s: %s", exc.__class__.__name__, exc)
-                worked = False
+                worked = None
                 await asyncio.sleep(1.0)
-            if not worked and index > 0:
+            claim = worked != "accepted"
+            if worked is not None:
+                continue
+            claim = True
+            if index > 0:
                 await self._wake.acquire()
-            elif not worked:
+            else:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.poll):
                         await self._wake.acquire()
@@ -208,14 +216,21 @@ class Engine:
     async def step(self) -> bool:
         """Drive one saga (accepted here, else claimable) to its end or its parking; ``False``
         when none was due."""
+        return await self._step(True) is not None
+
+    async def _step(self, claim: bool) -> str | None:
+        """:meth:`step`, claiming only if ``claim``: ``"accepted"`` or ``"claimed"``, the saga
+        it drove; ``None`` when none was due."""
         drive = await self._accepted_drive() if self._accepted else None
         claimed = drive is None
         if drive is None:
+            if not claim:
+                return None
             holder = self._holder()
             async with db.connection(self.pool) as conn:
                 row = await store.claim(conn, holder, self.lease)
             if row is None:
-                return False
+                return None
             drive = Drive(self, row, holder)
         if claimed or self._accepted:
             self.wake()  # another loop looks for the next one
@@ -228,7 +243,7 @@ class Engine:
             beat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beat
-        return True
+        return "claimed" if claimed else "accepted"
 
     async def _accepted_drive(self) -> Drive | None:
         """The drive of the oldest saga accepted here; one that waited longer than a third of its
