@@ -4,6 +4,9 @@ data directory from its first start, and one made before (``replica``) from its 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -78,6 +81,30 @@ def test_serving_events_as_wal_messages_refuses_a_postgres_without_logical(
         with pytest.raises(errors.BootRefused, match="wal_level=logical") as refused:
             asyncio.run(boot())
         assert "wal_level=replica" in str(refused.value)
+        # the same through the command users run: one line saying what to set, no traceback
+        spec = tmp_path / "spec"
+        spec.mkdir()
+        for name, text in FILES.items():
+            (spec / name.replace("/", "-")).write_text(text)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DAP_")}
+        env.update(
+            {
+                "DAP_DSN": server.get_uri(),
+                "DAP_JWT_SECRET": "s" * 32,
+                "DAP_CORS_ORIGIN": "http://localhost",
+                "DAP_EVENTS_SOURCE": "wal",
+            }
+        )
+        dap = str(Path(sys.executable).parent / "dap")
+        done = subprocess.run(
+            [dap, "serve", "--spec", str(spec), "--addr", "127.0.0.1:0", "--metrics-addr", ""],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 1, done.stderr
+        assert "Traceback" not in done.stderr and "wal_level=logical" in done.stderr
         monkeypatch.setenv("DAP_EVENTS_SOURCE", "outbox")
         asyncio.run(boot())
     finally:
