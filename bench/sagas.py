@@ -15,6 +15,14 @@
 3. Sagas per second with 1,000 in flight: 1,000 requested at once over REST (202 each), the time
    until every one completed.
 
+End to end is timed two ways. Back to back, the client learns of a saga's end by a ``NOTIFY``
+from a bench-only trigger on ``dap.jobs``. Interleaved (``rounds``: the three dap calls, a pause,
+one app-process saga, a pause), nothing watches the server while a saga runs: its end is its
+final transaction's commit timestamp (``track_commit_timestamp``, read after the run) against the
+client's wall clock at send, the same clock on one machine. The interleaved sagas also give
+where the time goes: send -> the request's statement, -> the 202 read, -> the end stamped by the
+engine after the last call, -> its commit. Both runs print the load average and one commit.
+
 The HTTP target and the app process are child processes. Embedded Postgres in a temporary
 directory unless ``DAP_BENCH_DSN`` is set.
 """
@@ -84,6 +92,16 @@ async def ok(ctx, request):
     return {{"ok": True}}
 svc_app.serve({{f"bench/flow/{{a}}": ok for a in {[*STEPS, *(f"{s}_undo" for s in STEPS)]!r}}}, sys.argv[1])
 """
+
+
+GAP = 0.01  # seconds between the interleaved rounds' parts
+PHASES = (
+    "send -> request's statement began",
+    "statement -> ended (after last call)",
+    "ended -> committed",
+    "the 202 read (after send)",
+    "end to end (send -> commit)",
+)
 
 
 def spec_files(port: int) -> dict[str, str]:
@@ -217,12 +235,15 @@ async def run(server: web_app.Server, port: int, n: int, flight: int, pool_dsn: 
                 return uuid.UUID((await r.json())["data"]["id"])
 
         last: dict[str, uuid.UUID] = {}
+        last_ids: dict[str, list[uuid.UUID]] = {}
         walls: dict[str, list[float]] = {}
         arrived: dict[uuid.UUID, float] = {}
+        arrived_wall: dict[uuid.UUID, float] = {}  # the same, on the wall clock Postgres shares
         signal = asyncio.Event()
 
         def on_done(_c: object, _pid: int, _channel: str, payload: str) -> None:
             arrived[uuid.UUID(payload)] = time.perf_counter()
+            arrived_wall[uuid.UUID(payload)] = time.time()
             signal.set()
 
         async def committed(one: uuid.UUID) -> float:
@@ -252,6 +273,7 @@ async def run(server: web_app.Server, port: int, n: int, flight: int, pool_dsn: 
                     wall.append(done_at - t)
             walls[action] = wall
             last[action] = ids[-1]
+            last_ids[action] = ids[20:]
             async with pool.acquire() as conn:
                 rows = await conn.fetch(
                     "SELECT extract(epoch FROM j.finished_at - j.created_at) AS s, "
@@ -260,6 +282,61 @@ async def run(server: web_app.Server, port: int, n: int, flight: int, pool_dsn: 
                     ids[20:],
                 )
             return [float(r["s"]) for r in rows], [float(r["e"]) for r in rows]
+
+        async def ended(ids: list[uuid.UUID]) -> bool:
+            async with pool.acquire() as conn:
+                done = await conn.fetchval(
+                    "SELECT count(*) FROM dap.jobs WHERE id = ANY($1) AND finished_at IS NOT NULL", ids
+                )
+            return bool(done == len(ids))
+
+        async def committed_at(ids: list[uuid.UUID]) -> dict[uuid.UUID, asyncpg.Record]:
+            """Per saga (epoch seconds): its request's statement began, the engine stamped its end,
+            its final transaction committed (``None`` without ``track_commit_timestamp``)."""
+            async with pool.acquire() as conn:
+                on = await conn.fetchval("SHOW track_commit_timestamp") == "on"
+                commit = "extract(epoch FROM pg_xact_commit_timestamp(j.xmin))" if on else "NULL::numeric"
+                rows = await conn.fetch(
+                    f"SELECT j.id, extract(epoch FROM s.created_at)::float8 AS accepted, "
+                    f"extract(epoch FROM s.finished_at)::float8 AS ended, {commit}::float8 AS committed "
+                    "FROM dap.jobs j JOIN dap.sagas s USING (id) WHERE j.id = ANY($1)",
+                    ids,
+                )
+            return {r["id"]: r for r in rows}
+
+        async def rounds(action: str) -> tuple[list[float], dict[str, list[float]]]:
+            """``n`` rounds (20 warm-ups) of the three dap calls by hand, a pause, one saga, a pause
+            (until it ended: one query after its end); the calls' times and the saga's phases."""
+            hand, sent = [], {}
+            for i in range(n + 20):
+                t = time.perf_counter()
+                for name in STEPS:
+                    async with http.post(f"{base}/{name}", data="{}", headers=headers) as r:
+                        assert r.status == 200, await r.text()
+                        await r.read()
+                if i >= 20:
+                    hand.append(time.perf_counter() - t)
+                await asyncio.sleep(GAP)
+                at = time.time()
+                one = await start(action)
+                if i >= 20:
+                    sent[one] = (at, time.time())
+                for _ in range(3000):  # the pause, then until it ended
+                    await asyncio.sleep(GAP)
+                    if await ended([one]):
+                        break
+            found = await committed_at(list(sent))
+            phases: dict[str, list[float]] = {k: [] for k in PHASES}
+            for one, (at, got) in sent.items():
+                r = found[one]
+                if r["committed"] is None:
+                    return hand, {}
+                marks = (at, r["accepted"], got, r["ended"], r["committed"])
+                for name, (a, b) in zip(PHASES[:3], ((0, 1), (1, 3), (3, 4)), strict=True):
+                    phases[name].append(marks[b] - marks[a])
+                phases["the 202 read (after send)"].append(got - at)
+                phases["end to end (send -> commit)"].append(r["committed"] - at)
+            return hand, phases
 
         async def timeline(action: str) -> str:
             """Where the time of the last saga of ``action`` went: ms after its job was queued."""
@@ -287,12 +364,16 @@ async def run(server: web_app.Server, port: int, n: int, flight: int, pool_dsn: 
                 if i >= 20:
                     commits.append(time.perf_counter() - t)
 
+        # interleaved, nothing watching the server: the dap calls by hand and the app-process saga
+        round_hand, round_phases = await rounds("run_app")
+
         listener = await asyncpg.connect(pool_dsn)
         await listener.execute(NOTIFY_DDL)
         await listener.add_listener("bench_saga_done", on_done)
         try:
             saga, saga_end = await sequential("run")
             app_saga, app_end = await sequential("run_app")
+            notified = await committed_at(last_ids["run_app"])
             shown = {action: await timeline(action) for action in ("run", "run_app")}
 
             # 3. throughput with ``flight`` in flight
@@ -313,7 +394,8 @@ async def run(server: web_app.Server, port: int, n: int, flight: int, pool_dsn: 
     def line(label: str, xs: list[float]) -> str:
         return f"  {label:<34} p50 {pct(xs, 0.5):7.2f} ms  p99 {pct(xs, 0.99):7.2f} ms"
 
-    print(f"a three-step saga vs the same three calls by hand ({n} sequential runs)")
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"a three-step saga vs the same three calls by hand ({n} sequential runs; load average {load})")
     print(line("HTTP: 3 raw calls by hand", hand))
     print(line("HTTP: saga (queued->finished)", saga))
     print(line("HTTP: saga (queued->ended)", saga_end))
@@ -333,12 +415,33 @@ async def run(server: web_app.Server, port: int, n: int, flight: int, pool_dsn: 
         f"end to end {pct(walls['run_app'], 0.5) / pct(via_dap, 0.5):.2f}x (goal <= 1.5x)"
     )
     print(line("for scale: one commit", commits))
+    if round_phases:
+        print(f"interleaved rounds, nothing watching the server ({n}): app-process saga, p50 of each phase")
+        print(line("app: 3 dap action calls by hand", round_hand))
+        for name, xs in round_phases.items():
+            print(line(f"app saga: {name}", xs))
+        e2e = pct(round_phases["end to end (send -> commit)"], 0.5)
+        print(f"  ratio end to end (commit timestamp) {e2e / pct(round_hand, 0.5):.2f}x (goal <= 1.5x)")
+        lag = [arrived_wall[i] - float(r["committed"]) for i, r in notified.items() if i in arrived_wall]
+        print(line("back to back: commit -> NOTIFY read", lag))
+    else:
+        print("  (no commit timestamps: track_commit_timestamp is off; the interleaved clock is skipped)")
     for action, text in shown.items():
         print(f"  one {action} saga, ms after queued: {text}")
     print(
         f"{flight} sagas in flight: all accepted (202) in {intake:.2f} s, all completed in {elapsed:.2f} s, "
         f"{flight / elapsed:.0f} sagas/s"
     )
+
+
+def commit_timestamps(pg: object, data: Path) -> None:
+    """The interleaved clock reads each saga's final commit time: ``track_commit_timestamp`` on
+    (a restart of the benchmark's own embedded server)."""
+    from pgserver import postgres_server
+
+    pg.psql("ALTER SYSTEM SET track_commit_timestamp = 'on';")  # type: ignore[attr-defined]
+    user = pg.system_user  # type: ignore[attr-defined]
+    postgres_server.pg_ctl(["-w", "-m", "fast", "restart"], pgdata=data.resolve(), user=user)
 
 
 def main() -> None:
@@ -357,6 +460,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="dap-bench-pg-") as tmp:
         dsn, pg = embedded.start(Path(tmp) / "data")
         try:
+            commit_timestamps(pg, Path(tmp) / "data")
             asyncio.run(measure(dsn, n, flight))
         finally:
             embedded.stop(pg, Path(tmp) / "data")

@@ -187,6 +187,8 @@ async def _handle(request: web.Request) -> web.Response:
             async with scope.lock:
                 if not scope.live():
                     raise errors.Forbidden("scope refused: its invoke ended meanwhile", code=scopes.REFUSED)
+                if scope.begin is not None:  # the invoke's transaction, begun at its first use
+                    await scope.begin()
                 if primitive == "entity" and name != "get":
                     async with scope.conn.transaction():  # a savepoint: a refused write keeps the scope
                         result = await op(c, scope, scope.conn, body)

@@ -78,6 +78,7 @@ class Client:
             entity=call.entity,
             action=call.action,
             timeout=seconds,
+            begin=call.begin,
         )
         body = {
             "resource_id": str(call.record_id) if call.record_id else None,

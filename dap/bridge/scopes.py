@@ -18,6 +18,7 @@ import asyncio
 import secrets
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from dap.server import errors
@@ -38,6 +39,8 @@ class Scope:
     entity: str  # module/name of the invoked action
     action: str
     deadline: float  # time.monotonic()
+    # begins ``conn``'s transaction at the first joined call (see ``sidecars.Invocation.begin``)
+    begin: Callable[[], Awaitable[None]] | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     open: bool = True
 
@@ -77,6 +80,7 @@ class Scopes:
         entity: str,
         action: str,
         timeout: float,
+        begin: Callable[[], Awaitable[None]] | None = None,
     ) -> Scope:
         scope = Scope(
             id=secrets.token_urlsafe(32),
@@ -88,6 +92,7 @@ class Scopes:
             entity=entity,
             action=action,
             deadline=time.monotonic() + timeout,
+            begin=begin,
         )
         self._by_scope[scope.id] = scope
         self._by_invoke[scope.invoke_id] = scope

@@ -11,7 +11,9 @@ from tests.bridge.conftest import SPEC
 
 def write(directory: Path, port: int, *, timeout: str = "1s", retries: int = 1) -> Path:
     """The spec under ``directory``; ``book`` is hold (app process) → charge (HTTP) → notify
-    (HTTP, compensation none); ``checked`` is the same with status checks."""
+    (HTTP, compensation none); ``checked`` is the same with status checks; ``tallied`` is one
+    app-process step that writes through ``/ctx`` (``store/desk/tally``: the item's stock), then
+    fails when its params say so, then notify."""
     spec = directory / "spec"
     shutil.copytree(SPEC, spec)
     url = f"http://127.0.0.1:{port}/saga"
@@ -56,6 +58,20 @@ spec:
       impl:
         type: saga
         steps:{steps(True)}
+    - name: tallied
+      call: async
+      track: true
+      params:
+        fields:
+          - {{name: item, type: uuid, required: true}}
+          - {{name: amount, type: integer, required: true}}
+          - {{name: fail, type: string}}
+          - {{name: faults, type: json}}
+      impl:
+        type: saga
+        steps:
+          - {{name: tally, sidecar: store/desk/tally, compensation: none, timeout: 5s, retries: 0}}
+          - {{name: notify, http: {{url: '{url}/do/notify'}}, compensation: none, {common}}}
 """
     )
     return spec

@@ -24,10 +24,12 @@ import pytest
 import pytest_asyncio
 
 from dap.server import state as app_state
+from dap.server.events import outbox
 from dap.server.storage import db
 from dap.server.workflows import jobs, saga_store, sagas
 from tests.bridge import saga_spec
 from tests.bridge.conftest import HERE, JSON, AppProcess, Bridged, bridged
+from tests.bridge.test_invoke import item, stock
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -249,12 +251,39 @@ async def test_a_step_s_done_and_the_next_step_s_sent_commit_together(srv: Bridg
     assert at[("hold", "do", "sent")] != at[("hold", "do", "done")]  # the first is sent on its own
 
 
+@pytest.mark.parametrize(
+    ("fail", "state", "added"),
+    [
+        pytest.param(None, "completed", 3, id="its writes commit with its done"),
+        pytest.param("error", "compensated", 0, id="its writes roll back when it fails"),
+    ],
+)
+async def test_an_app_process_step_s_ctx_writes_join_its_transaction_begun_at_their_first_use(
+    srv: Bridged, fail: str | None, state: str, added: int
+) -> None:
+    """An app-process step's transaction begins only when the app's first ``/ctx`` statement
+    joins it (a step that writes nothing commits its ``done`` alone): ``tally`` increments the
+    item's stock through ``/ctx``, then fails or not; its write commits with the step or not at
+    all, exactly once."""
+    it = await item(srv, stock=4)
+    body = {"item": it["id"], "amount": 3, "faults": {}, **({"fail": fail} if fail else {})}
+    status, answer = await srv.call("POST", "trip/tallied", body)
+    assert status == 202, answer
+    end = await settled(srv, str(answer["data"]["id"]))
+    assert end["state"] == state, end
+    assert await stock(srv, it) == 4 + added
+
+
 async def test_a_saga_s_request_creates_it_and_sends_its_first_step_in_one_commit(
     srv: Bridged, pg_dsn: str
 ) -> None:
-    """The request's transaction queues the job, hands it to the engine (no job-worker claim),
-    creates the saga and records hold's first attempt as sent: one commit, one clock."""
-    saga_id = await start(srv, "book", {})
+    """The request's statement queues the job already handed to the engine (no job-worker
+    claim), creates the saga and records hold's first attempt as sent: one commit, one clock;
+    the 202 shows the job as committed (running, its first run)."""
+    status, answer = await srv.call("POST", "trip/book", {"faults": {}})
+    assert status == 202, answer
+    assert (answer["data"]["state"], answer["data"]["runs"]) == ("running", 1)
+    saga_id = str(answer["data"]["id"])
     end = await settled(srv, saga_id)
     assert end["state"] == "completed", end
     seen = [(t["name"], t["phase"], t["outcome"]) for t in end["timeline"]]
@@ -296,9 +325,8 @@ async def test_a_saga_accepted_by_a_process_that_died_before_its_first_call_left
                 expected=None,
                 request_id=None,
             )
-            async with conn.transaction():  # what a request's commit leaves, its process then gone
-                job = await jobs.enqueue(conn, new)
-                await saga_store.accept(conn, job.row, {"faults": {}}, "gone:1:dead:claim", 0.2, "hold")
+            # what a request's commit leaves, its process then gone
+            await saga_store.accept(conn, new, "gone:1:dead:claim", 0.2, "hold")
     finally:
         await pool.close()
     end = await settled(srv, str(new.id))
@@ -338,7 +366,7 @@ async def test_a_saga_accepted_where_no_loop_can_take_it_is_left_unheld_to_the_n
                 expected=None,
                 request_id=None,
             )
-            accepted = await idle.accept(conn, await jobs.enqueue(conn, new), steps_of(srv, "book"))
+            _job, accepted = await idle.accept(conn, new, steps_of(srv, "book"))
             held = await conn.fetchrow("SELECT worker, lease_until FROM dap.sagas WHERE id = $1", new.id)
         assert accepted.holder is None and tuple(held) == (None, None)
         idle.take(accepted)  # nothing to run here: it only wakes
@@ -469,8 +497,9 @@ async def test_over_ws_a_saga_is_started_read_and_resolved_by_the_same_operation
 async def test_a_saga_and_its_job_end_in_one_statement_only_while_its_holder_holds_it(
     srv: Bridged, pg_dsn: str
 ) -> None:
-    """``saga_store.move(..., finish=)`` ends the saga and its job in the same statement: a move by
-    a holder that lost the saga (``Lost``) leaves both as they were; its holder's ends both."""
+    """``saga_store.move(..., finish=, event=)`` ends the saga and its job and emits its event in
+    the same statement: a move by a holder that lost the saga (``Lost``) leaves all three as they
+    were, even committed alone; its holder's does all three."""
     template = uuid.UUID(await start(srv, "book", {}))
     await settled(srv, str(template))
     pool = await db.open_pool(pg_dsn, 1)
@@ -490,21 +519,32 @@ async def test_a_saga_and_its_job_end_in_one_statement_only_while_its_holder_hol
                 request_id=None,
             )
             holder = "held:1:here:claim"  # a long lease: no running engine claims it meanwhile
-            async with conn.transaction():
-                await saga_store.accept(conn, (await jobs.enqueue(conn, new)).row, {}, holder, 600.0, None)
+            await saga_store.accept(conn, new, holder, 600.0, None)
             finish = saga_store.Finish("succeeded", {"result": {}, "saga": "completed"}, None, 100.0)
             entry = (None, None, "saga", None, "completed", None)
-            with pytest.raises(saga_store.Lost):
-                async with conn.transaction():
-                    await saga_store.move(
-                        conn, new.id, "other:1:x:claim", entry, finish=finish, state="completed"
-                    )
+            event = outbox.emit_args(
+                tenant=new.tenant,
+                entity="store/trip",
+                record_id=new.id,
+                action="book",
+                event="saga.completed",
+                payload={"saga": str(new.id)},
+                actor_sub="s",
+                actor_username="u",
+                request_id=None,
+            )
+            events = "SELECT count(*) FROM dap.outbox WHERE record_id = $1 AND event = 'saga.completed'"
+            with pytest.raises(saga_store.Lost):  # committed alone: nothing of it may apply
+                await saga_store.move(
+                    conn, new.id, "other:1:x:claim", entry, finish=finish, event=event, state="completed"
+                )
             job = await conn.fetchrow("SELECT state, finished_at FROM dap.jobs WHERE id = $1", new.id)
             assert tuple(job) == ("running", None)
-            async with conn.transaction():
-                await saga_store.move(
-                    conn, new.id, holder, entry, finish=finish, state="completed", worker=None
-                )
+            assert await conn.fetchval(events, new.id) == 0
+            await saga_store.move(
+                conn, new.id, holder, entry, finish=finish, event=event, state="completed", worker=None
+            )
+            assert await conn.fetchval(events, new.id) == 1
             job = await conn.fetchrow("SELECT state, result, progress FROM dap.jobs WHERE id = $1", new.id)
             saga = await conn.fetchval("SELECT state FROM dap.sagas WHERE id = $1", new.id)
     finally:

@@ -155,6 +155,35 @@ async def test_a_write_emits_one_message_and_no_outbox_row(pool: asyncpg.Pool, p
     assert wal.event_of(body, 7).created_at.tzinfo is not None
 
 
+@pytest.mark.parametrize("rows", [pytest.param(1, id="one row"), pytest.param(0, id="no row")])
+async def test_an_event_folded_into_a_larger_statement_is_one_message_per_row_of_its_gate(
+    pool: asyncpg.Pool, pg_dsn: str, rows: int
+) -> None:
+    """``outbox.folded`` (a saga's end emits its event in its move's statement): one message per
+    row of the gate CTE, none when the gate has none (a holder that lost the saga)."""
+    tenant, record = uuid.uuid4(), uuid.uuid4()
+    work = await dispatcher_of(pool, pg_dsn, tenant, Effects())
+    args = outbox.emit_args(
+        tenant=tenant,
+        entity="kx/item",
+        record_id=record,
+        action="poke",
+        event="ping",
+        payload={"i": 5},
+        actor_sub="s",
+        actor_username="u",
+        request_id=None,
+    )
+    ctes, expression = outbox.folded(0, "gate")
+    parts = ["gate AS (SELECT 1 AS one FROM generate_series(1, $12::int))", *ctes]
+    async with pool.acquire() as conn:
+        await conn.fetchval(f"WITH {', '.join(parts)} SELECT {expression}", *args, rows)
+        assert await conn.fetchval("SELECT count(*) FROM dap.outbox WHERE record_id = $1", record) == 0
+        read = wal.parse(await conn.fetch(wal.PEEK, work.slot, 100), "0/0")
+    found = [b for b in read.events if b["record"] == str(record)]
+    assert [(b["event"], b["payload"]) for b in found] == [("ping", {"i": 5})] * rows
+
+
 async def test_a_rewritten_payload_is_read_in_place_of_the_first(pool: asyncpg.Pool, pg_dsn: str) -> None:
     tenant = uuid.uuid4()
     work = await dispatcher_of(pool, pg_dsn, tenant, Effects())

@@ -208,6 +208,35 @@ def _version(payload: Mapping[str, Any]) -> int | None:
     return found if isinstance(found, int) else None
 
 
+def emit_args(
+    *,
+    tenant: uuid.UUID,
+    entity: str,
+    record_id: uuid.UUID | None,
+    action: str,
+    event: str,
+    payload: Mapping[str, Any],
+    actor_sub: str,
+    actor_username: str,
+    request_id: str | None,
+    version: int | None = None,
+) -> tuple[Any, ...]:
+    """The eleven arguments of one event, in the order of :func:`emit`'s and :func:`folded`'s SQL."""
+    return (
+        tenant,
+        entity,
+        record_id,
+        action,
+        event,
+        dict(payload),
+        actor_sub,
+        actor_username,
+        request_id,
+        version if version is not None else _version(payload),
+        tracing.traceparent(),
+    )
+
+
 async def emit(
     conn: db.Connection,
     *,
@@ -224,23 +253,55 @@ async def emit(
 ) -> uuid.UUID:
     """Insert one event in the caller's transaction (and queue its NOTIFY); its public id. With
     ``DAP_EVENTS_SOURCE=wal``, a logical message instead of the row."""
-    found = await conn.fetchrow(
-        _EMIT if selected() else _INSERT,
-        tenant,
-        entity,
-        record_id,
-        action,
-        event,
-        dict(payload),
-        actor_sub,
-        actor_username,
-        request_id,
-        version if version is not None else _version(payload),
-        tracing.traceparent(),
+    args = emit_args(
+        tenant=tenant,
+        entity=entity,
+        record_id=record_id,
+        action=action,
+        event=event,
+        payload=payload,
+        actor_sub=actor_sub,
+        actor_username=actor_username,
+        request_id=request_id,
+        version=version,
     )
+    found = await conn.fetchrow(_EMIT if selected() else _INSERT, *args)
     assert found is not None
     assert isinstance(found["public_id"], uuid.UUID)
     return found["public_id"]
+
+
+def folded(n: int, gate: str) -> tuple[list[str], str]:
+    """SQL: one event emitted inside a larger statement, once per row of its CTE ``gate`` (none
+    when ``gate`` has none), its :func:`emit_args` as ``$n+1`` to ``$n+11``: the CTEs to add to
+    that statement's ``WITH`` and an expression its final ``SELECT`` must include (a CTE that only
+    reads, as the NOTIFY's and the WAL message's would, is not run unless referenced). Pure."""
+    p = [f"${n + i}" for i in range(1, 12)]
+    casts = ("uuid", "text", "uuid", "text", "text", "jsonb", "text", "text", "text", "bigint", "text")
+    a = [f"{x}::{t}" for x, t in zip(p, casts, strict=True)]
+    notify = f"pg_notify('{CHANNEL}', txid_current()::text)"
+    if selected():
+        message = message_sql(
+            id_="gen_random_uuid()",
+            tenant=a[0],
+            entity=a[1],
+            record=a[2],
+            action=a[3],
+            event=a[4],
+            payload=a[5],
+            sub=a[6],
+            user=a[7],
+            request=a[8],
+            version=a[9],
+            trace=a[10],
+        )
+        return [], f"(SELECT count({message}) + count({notify}) FROM {gate})"
+    cte = (
+        "event AS (INSERT INTO dap.outbox (tenant_id, entity, record_id, action, event, payload, "
+        f"actor_sub, actor_username, request_id, version, traceparent) SELECT {', '.join(a)} FROM {gate} "
+        "RETURNING public_id)"
+    )
+    return [cte], f"(SELECT count({notify}) FROM event)"
 
 
 async def ensure_schema(conn: db.Connection) -> None:

@@ -152,8 +152,9 @@ def job_path(slug: str, target: str, job_id: uuid.UUID) -> str:
 async def enqueue(pool: asyncpg.Pool, queue: Queue, order: JobOrder) -> idempotency.Answer:
     """Queue the action as a job: 202 ``{"data": job}`` with its ``Location`` (or the stored answer
     of a repeated key). The callback URL is checked first (422 ``SVC.JOB.CALLBACK_REFUSED``; 501
-    for a signed callback on a server with no secret). A saga is created in the same transaction,
-    handed to this process's saga engine (``sagas.Engine.accept``), which runs it after the commit."""
+    for a signed callback on a server with no secret). A saga is created with its job in one
+    statement (``sagas.Engine.accept``; committed alone unless an ``Idempotency-Key`` joins it),
+    held by this process's saga engine, which runs it after the commit."""
     declared, decl = order.declared, order.declared.callback
     url = queue.callback_url if decl is not None else None
     if url is not None and decl is not None:
@@ -179,28 +180,44 @@ async def enqueue(pool: asyncpg.Pool, queue: Queue, order: JobOrder) -> idempote
         callback_sign=bool(decl is not None and decl.sign),
         callback_retry=decl.retry.model_dump() if decl is not None and decl.retry is not None else None,
     )
-    engine, accepted = queue.worker.sagas, None
+    engine = queue.worker.sagas
     steps = sagas.declared_steps(declared) if engine is not None and order.kind == "service" else None
+    if engine is not None and steps is not None and order.keyed is None:
+        # the job and its saga are one statement, committed alone: no BEGIN and COMMIT round trips
+        async with db.connection(pool) as conn:
+            try:
+                job, accepted = await engine.accept(conn, new, steps)
+            except db.UNREACHABLE as exc:  # sent, then the connection broke: it may have committed
+                raise db.outcome_unknown() from exc
+        engine.take(accepted)  # the engine takes it on now that it committed
+        return _queued(order, job)
+    taken: sagas.Accepted | None = None
     async with db.connection(pool) as conn, db.committed(conn):
         stored = (
             await idempotency.claim(conn, order.tenant, *order.keyed) if order.keyed is not None else None
         )
         if stored is None:
-            job = await jobs.enqueue(conn, new)
             if engine is not None and steps is not None:  # the engine takes it on after the commit
-                accepted = await engine.accept(conn, job, steps)
-            stored = idempotency.Answer(
-                202,
-                operations.encode({"data": job.view()}).decode(),
-                {"Location": job_path(order.slug, order.target, job.id)},
-            )
+                job, taken = await engine.accept(conn, new, steps)
+            else:
+                job = await jobs.enqueue(conn, new)
+            stored = _queued(order, job)
             if order.keyed is not None:
                 await idempotency.store(conn, order.tenant, *order.keyed, stored)
-    if engine is not None and accepted is not None:
-        engine.take(accepted)
+    if engine is not None and taken is not None:
+        engine.take(taken)
     else:
         queue.worker.wake()
     return stored
+
+
+def _queued(order: JobOrder, job: jobs.Job) -> idempotency.Answer:
+    """The 202 of a queued job: the job, and its address as ``Location``."""
+    return idempotency.Answer(
+        202,
+        operations.encode({"data": job.view()}).decode(),
+        {"Location": job_path(order.slug, order.target, job.id)},
+    )
 
 
 async def record_action(

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,8 @@ from dap import tracing
 from dap.server import fieldvalues
 from dap.server.storage import db
 
+# a job's row as fetched, or as a dict when split from a larger statement's row
+Row = asyncpg.Record | Mapping[str, Any]
 MAX_LOST = 3  # leases of one job that may run out (its worker gone); the last one fails it
 DDL = """
 CREATE SCHEMA IF NOT EXISTS dap;
@@ -108,7 +111,7 @@ WHERE id = $1 AND worker = $2 AND state = 'running'
 
 @dataclass(frozen=True)
 class Job:
-    row: asyncpg.Record
+    row: Row
 
     @property
     def id(self) -> uuid.UUID:
@@ -171,11 +174,16 @@ class New:
     callback_retry: dict[str, Any] | None = None
 
 
-async def enqueue(conn: db.Connection, new: New) -> Job:
-    row = await conn.fetchrow(
-        "INSERT INTO dap.jobs (id, tenant_id, target, kind, action, record_id, principal, body, expected, "
-        "request_id, callback_url, callback_sign, callback_retry, traceparent) "
-        f"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING {COLUMNS}",
+# the columns a new job is inserted with, in the order of :func:`values` ($1 to $14)
+INSERTED = (
+    "id, tenant_id, target, kind, action, record_id, principal, body, expected, "
+    "request_id, callback_url, callback_sign, callback_retry, traceparent"
+)
+
+
+def values(new: New) -> tuple[Any, ...]:
+    """The arguments of :data:`INSERTED` for ``new`` (``saga_store.accept`` inserts with them too)."""
+    return (
         new.id,
         new.tenant,
         new.target,
@@ -190,6 +198,14 @@ async def enqueue(conn: db.Connection, new: New) -> Job:
         new.callback_sign,
         new.callback_retry,
         tracing.traceparent(),
+    )
+
+
+async def enqueue(conn: db.Connection, new: New) -> Job:
+    row = await conn.fetchrow(
+        f"INSERT INTO dap.jobs ({INSERTED}) "
+        f"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING {COLUMNS}",
+        *values(new),
     )
     assert row is not None
     return Job(row)

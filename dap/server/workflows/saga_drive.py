@@ -9,9 +9,10 @@ shares (pool, HTTP session, the app process' invoker, the current catalog) throu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -66,7 +67,7 @@ class _Undone(Exception):  # noqa: N818 -- a signal: the call did not apply, rol
 class Drive:
     """One claimed saga driven until it ends or parks (each method commits one transition)."""
 
-    def __init__(self, engine: Means, row: asyncpg.Record, holder: str) -> None:
+    def __init__(self, engine: Means, row: asyncpg.Record | Mapping[str, Any], holder: str) -> None:
         self.engine, self.id, self.holder = engine, row["id"], holder
         self.row: dict[str, Any] = dict(row)
         self.presented: int | None = None  # a step whose first attempt ``done`` recorded as sent
@@ -142,6 +143,8 @@ class Drive:
                 async with db.connection(self.engine.pool) as conn:
                     await on_done(conn, outcome)
             return outcome
+        if call.sidecar is not None:
+            return await self._app_call(catalog, call, step, phase, timeout, on_done)
         async with db.connection(self.engine.pool) as conn:
             try:
                 async with conn.transaction():
@@ -152,6 +155,47 @@ class Drive:
                     return outcome
             except _Undone as undone:
                 return undone.outcome
+
+    async def _app_call(
+        self,
+        catalog: Catalog,
+        call: SagaCall,
+        step: SagaStep,
+        phase: str,
+        seconds: float,
+        on_done: Callable[[db.Connection, saga_steps.Outcome], Any] | None,
+    ) -> saga_steps.Outcome:
+        """An app-process call whose transaction begins only when the app's first ``/ctx``
+        statement joins it: its writes still commit with ``on_done``'s or roll back with the call,
+        and a call that writes nothing through ``/ctx`` (nothing to join) commits ``on_done``
+        alone, one statement with no BEGIN and COMMIT round trips, as an HTTP step's ``done``."""
+        async with db.connection(self.engine.pool) as conn:
+            transaction = conn.transaction()
+            begun = False
+
+            async def begin() -> None:  # under the scope's lock: one /ctx call at a time
+                nonlocal begun
+                if not begun:
+                    await transaction.start()
+                    begun = True
+
+            try:
+                outcome = await saga_steps.run(
+                    self._env(catalog), call, conn, step.name, phase, seconds, begin
+                )
+                if outcome.kind == "done" and on_done is not None:
+                    await on_done(conn, outcome)
+                    if begun:
+                        await transaction.commit()
+                    return outcome
+            except BaseException:
+                if begun and conn.is_in_transaction():  # what was raised matters, not this
+                    with contextlib.suppress(Exception):
+                        await transaction.rollback()
+                raise
+            if begun:  # not applied, or a status check: the call's writes roll back
+                await transaction.rollback()
+            return outcome
 
     async def _move(
         self,
@@ -192,11 +236,7 @@ class Drive:
             entry: store.Entry = (index, step.name, "do", attempts or 1, "done", {"result": outcome.result})
             moved: dict[str, Any] = {"step": index + 1, "attempts": 0, "in_flight": False, "results": results}
             if following is None:  # the last one ends the saga in the same statement and commit
-                if conn.is_in_transaction():  # the step's own (native, record, app process)
-                    await self._end("completed", len(steps), conn, [entry], **moved)
-                else:
-                    async with conn.transaction():
-                        await self._end("completed", len(steps), conn, [entry], **moved)
+                await self._end("completed", len(steps), conn, [entry], **moved)
                 return
             entries: list[store.Entry] = [entry]
             if following.kind in ("http", "sidecar"):
@@ -338,9 +378,9 @@ class Drive:
 
     # --- ends ----------------------------------------------------------------------------------
 
-    async def _event(self, conn: db.Connection, name: str, payload: dict[str, Any]) -> None:
-        await outbox.emit(
-            conn,
+    def _event(self, name: str, payload: dict[str, Any]) -> tuple[Any, ...]:
+        """The saga's event ``name`` as ``outbox.emit_args``: emitted by ``store.move``'s statement."""
+        return outbox.emit_args(
             tenant=self.row["tenant_id"],
             entity=self.row["service"],
             record_id=self.id,
@@ -355,13 +395,12 @@ class Drive:
     async def _park(self, state: str, problem: dict[str, Any], step: SagaStep | None, why: str) -> None:
         async with db.connection(self.engine.pool) as conn, conn.transaction():
             entry = (self.row["step"], step.name if step else None, "saga", None, state, problem)
-            await self._move(conn, entry, state=state, worker=None, lease_until=None)
-            await store.finish_job(conn, self.id, "failed", None, problem, 0.0)
-            await self._event(
-                conn,
+            event = self._event(
                 f"saga.{state}",
                 {"saga": str(self.id), "step": step.name if step else None, "problem": problem},
             )
+            await self._move(conn, entry, event=event, state=state, worker=None, lease_until=None)
+            await store.finish_job(conn, self.id, "failed", None, problem, 0.0)
         log.warning("saga %s parked: %s", self.id, why)
 
     async def _end(
@@ -372,11 +411,11 @@ class Drive:
         before: list[store.Entry] | None = None,
         **changes: Any,
     ) -> None:
-        """The saga's end, its job's and its event in one transaction (``conn``'s when given: the
-        last step's ``done`` ends a completed saga in its own commit and statement, ``before`` its
-        timeline entry and ``changes`` its move)."""
+        """The saga's end, its job's and its event in one statement (on ``conn`` when given, in
+        its transaction if it has one: the last step's ``done`` ends a completed saga in its own
+        statement, ``before`` its timeline entry and ``changes`` its move)."""
         if conn is None:
-            async with db.connection(self.engine.pool) as conn, conn.transaction():
+            async with db.connection(self.engine.pool) as conn:
                 return await self._end(state, count, conn, before, **changes)
         now = dt.datetime.now(dt.UTC)
         entries = [*(before or []), (None, None, "saga", None, state, None)]
@@ -394,5 +433,5 @@ class Drive:
                 + str(failure.get("detail", "")),
             }
             finish = store.Finish("failed", None, problem, 100.0)
-        await self._move(conn, entries, finish=finish, **ended)  # the saga's end and its job's
-        await self._event(conn, f"saga.{state}", {"saga": str(self.id), "results": self.row["results"]})
+        event = self._event(f"saga.{state}", {"saga": str(self.id), "results": row["results"]})
+        await self._move(conn, entries, finish=finish, event=event, **ended)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -99,16 +99,24 @@ def classify_problem(code: str) -> Kind:
 
 
 async def run(
-    env: Env, call: SagaCall, conn: db.Connection | None, step: str, phase: str, seconds: float
+    env: Env,
+    call: SagaCall,
+    conn: db.Connection | None,
+    step: str,
+    phase: str,
+    seconds: float,
+    begin: Callable[[], Awaitable[None]] | None = None,
 ) -> Outcome:
     """Make ``call``: inside ``conn``'s transaction for native, record and sidecar targets; an
-    HTTP call needs none (``conn`` ``None``: no connection is held while it waits)."""
+    HTTP call needs none (``conn`` ``None``: no connection is held while it waits). A sidecar
+    call may be given ``conn`` outside a transaction and ``begin``, which the bridge awaits
+    before the app's first ``/ctx`` statement joins it."""
     key = key_of(env.saga_id, step, phase if phase != "status" else "do")
     if call.http is not None:
         return await _http(env, call.http, key, step, phase, seconds)
     assert conn is not None, "a native, record or sidecar call runs in the engine's transaction"
     if call.sidecar is not None:
-        return await _sidecar(env, call.sidecar, conn, key, step, phase, seconds)
+        return await _sidecar(env, call.sidecar, conn, key, step, phase, seconds, begin)
     if call.native is not None:
         return await _native(env, call.native, conn, key, seconds)
     assert call.record is not None
@@ -165,7 +173,14 @@ async def _http(env: Env, http: HttpCall, key: str, step: str, phase: str, secon
 
 
 async def _sidecar(
-    env: Env, target: str, conn: db.Connection, key: str, step: str, phase: str, seconds: float
+    env: Env,
+    target: str,
+    conn: db.Connection,
+    key: str,
+    step: str,
+    phase: str,
+    seconds: float,
+    begin: Callable[[], Awaitable[None]] | None,
 ) -> Outcome:
     invoker = env.invoker()
     module, name, action = target.split("/")
@@ -189,6 +204,7 @@ async def _sidecar(
                 params=params,
                 timeout=seconds,
                 idempotency_key=key,
+                begin=begin,
             )
         )
     except errors.ApiError as exc:

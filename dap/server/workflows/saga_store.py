@@ -10,10 +10,10 @@ change, so the timeline and the state never disagree.
 
 A saga is claimed like a job (``FOR UPDATE SKIP LOCKED``, a lease extended while it runs); a
 process killed mid-step leaves a lease that runs out, and the next claim resumes it from the row.
-The saga's job row (``dap.jobs``) is handed to the engine in the transaction that queues it
-(:func:`accept`, when the process runs an engine), else when the job worker first claims it
-(:func:`adopt`): ``worker = 'saga'``, a lease that never runs out, so no job claim takes it; it is
-finished by the engine in the transaction that finishes the saga (:func:`finish`).
+The saga's job row (``dap.jobs``) is inserted already handed to the engine, by the statement that
+creates the saga (:func:`accept`, when the process runs an engine), else handed over when the job
+worker first claims it (:func:`adopt`): ``worker = 'saga'``, a lease that never runs out, so no job
+claim takes it; it is finished in the statement that ends the saga (:func:`move` with ``finish``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ from typing import Any
 
 import asyncpg
 
+from dap.server.events import outbox
 from dap.server.storage import db
+from dap.server.workflows import jobs
 
 OWNER = "saga"  # dap.jobs.worker of a job whose saga the engine runs
 ACTIVE = ("running", "compensating")
@@ -94,7 +96,7 @@ async def ensure_schema(conn: db.Connection) -> None:
     await db.ensure_platform(conn, __name__, DDL)
 
 
-async def adopt(conn: db.Connection, job: asyncpg.Record, params: dict[str, Any], worker: str) -> bool:
+async def adopt(conn: db.Connection, job: jobs.Row, params: dict[str, Any], worker: str) -> bool:
     """The saga of a claimed job, created with the job handed to the engine (one transaction);
     ``False`` when the job worker no longer holds the job."""
     async with conn.transaction():
@@ -124,57 +126,53 @@ async def adopt(conn: db.Connection, job: asyncpg.Record, params: dict[str, Any]
     return True
 
 
+# the saga's job inserted already handed to the engine (``running``, ``worker = 'saga'``, a lease
+# that never runs out: no job claim takes it), its saga, the ``accepted`` entry and the first
+# step's ``sent``: one statement, atomic without a transaction of its own
+_SAGA_COLUMNS = ", ".join(f"saga.{c} AS saga_{c}" for c in COLUMNS.split(", "))
 _ACCEPT = f"""
 WITH job AS (
-    UPDATE dap.jobs SET state = 'running', runs = runs + 1, worker = $8, lease_until = 'infinity',
-        started_at = coalesce(started_at, now())
-    WHERE id = $1 AND state = 'queued'
+    INSERT INTO dap.jobs ({jobs.INSERTED}, state, runs, worker, lease_until, started_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,
+        'running', 1, '{OWNER}', 'infinity', now())
+    RETURNING {jobs.COLUMNS}
 ), saga AS (
     INSERT INTO dap.sagas (id, tenant_id, service, action, principal, params, request_id, worker,
         lease_until, attempts, in_flight)
-    VALUES ($1, $2, $3, $4, $5::jsonb, $6::text::jsonb, $7, $9::text,
-        CASE WHEN $9::text IS NULL THEN NULL ELSE now() + make_interval(secs => $10) END,
-        CASE WHEN $11::text IS NULL THEN 0 ELSE 1 END, $11::text IS NOT NULL)
+    SELECT id, tenant_id, target, action, principal, $15::text::jsonb, request_id, $16::text,
+        CASE WHEN $16::text IS NULL THEN NULL ELSE now() + make_interval(secs => $17) END,
+        CASE WHEN $18::text IS NULL THEN 0 ELSE 1 END, $18::text IS NOT NULL
+    FROM job
     RETURNING {COLUMNS}
 ), logged AS (
     INSERT INTO dap.saga_log (saga_id, step, name, phase, attempt, outcome, actor)
-    SELECT id, NULL, NULL, 'saga', NULL, 'accepted', $12::text FROM saga
-    UNION ALL SELECT id, 0, $11::text, 'do', 1, 'sent', NULL FROM saga WHERE $11::text IS NOT NULL
+    SELECT id, NULL, NULL, 'saga', NULL, 'accepted', principal->>'username' FROM saga
+    UNION ALL SELECT id, 0, $18::text, 'do', 1, 'sent', NULL FROM saga WHERE $18::text IS NOT NULL
 )
-SELECT * FROM saga
+SELECT job.*, {_SAGA_COLUMNS} FROM job, saga
 """
 
 
 async def accept(
     conn: db.Connection,
-    job: asyncpg.Record,
-    params: dict[str, Any],
+    new: jobs.New,
     holder: str | None,
     lease: float,
     sent: str | None,
-) -> asyncpg.Record:
-    """In the transaction that queues the saga's job (the request's): the saga's row, its job
-    handed to the engine, held by ``holder`` for ``lease`` seconds (``None``: unheld, for the
-    next claim), and when ``sent`` names the first step, its first attempt recorded as sent — one
-    statement. A process that dies after the commit leaves a lease that runs out; the next claim
-    finds the step in flight: an unknown outcome, as after any ``sent``."""
-    row: asyncpg.Record | None = await conn.fetchrow(
-        _ACCEPT,
-        job["id"],
-        job["tenant_id"],
-        job["target"],
-        job["action"],
-        job["principal"],
-        _json(params),
-        job["request_id"],
-        OWNER,
-        holder,
-        lease,
-        sent,
-        job["principal"].get("username"),
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The saga's job and the saga itself, created together (the request's statement, in its
+    transaction when it has one): the job handed to the engine, the saga held by ``holder`` for
+    ``lease`` seconds (``None``: unheld, for the next claim), and when ``sent`` names the first
+    step, its first attempt recorded as sent — one statement, so one round trip and, alone, one
+    commit. (job row, saga row). A process that dies after the commit leaves a lease that runs
+    out; the next claim finds the step in flight: an unknown outcome, as after any ``sent``."""
+    found: asyncpg.Record | None = await conn.fetchrow(
+        _ACCEPT, *jobs.values(new), _json(jobs.decode(new.body)), holder, lease, sent
     )
-    assert row is not None
-    return row
+    assert found is not None
+    job = {k: v for k, v in found.items() if not k.startswith("saga_")}
+    saga = {k[len("saga_") :]: v for k, v in found.items() if k.startswith("saga_")}
+    return job, saga
 
 
 async def claim(conn: db.Connection, worker: str, lease: float) -> asyncpg.Record | None:
@@ -225,13 +223,15 @@ async def move(
     *,
     progress: float | None = None,
     finish: Finish | None = None,
+    event: tuple[Any, ...] | None = None,
     **changes: Any,
 ) -> None:
     """Set ``changes`` on the saga (while ``holder`` holds it; ``None``: a person's decision) and,
-    when given, append ``entry`` (or several, in order) to its timeline and raise its job's
-    ``progress``, or end its job (``finish``, as :func:`finish_job`), in the same statement (one
-    round trip, atomic). Raises :class:`Lost` when the holder no longer holds it (its transaction
-    must roll back)."""
+    when given, append ``entry`` (or several, in order) to its timeline, raise its job's
+    ``progress`` or end its job (``finish``, as :func:`finish_job`), and emit ``event``
+    (``outbox.emit_args``), in the same statement (one round trip, atomic: alone, one commit
+    without a transaction). Raises :class:`Lost` when the holder no longer holds it (nothing of
+    the statement applied; a transaction around it must roll back)."""
     sets: list[str] = []
     args: list[Any] = [saga_id, holder]
     for name, value in changes.items():
@@ -271,7 +271,13 @@ async def move(
         n, moved = len(args), "(SELECT id FROM moved)"
         finished = _FINISH.format(state=n - 3, result=n - 2, error=n - 1, progress=n, id=moved)
         parts.append(f"finished AS ({finished})")
-    found = await conn.fetchval(f"WITH {', '.join(parts)} SELECT id FROM moved", *args)
+    shown = "id"
+    if event is not None:  # the saga's event, only when the holder still holds it
+        ctes, expression = outbox.folded(len(args), "moved")
+        args += list(event)
+        parts += ctes
+        shown = f"id, {expression}"
+    found = await conn.fetchval(f"WITH {', '.join(parts)} SELECT {shown} FROM moved", *args)
     if found is None:
         raise Lost(saga_id)
 

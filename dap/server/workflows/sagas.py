@@ -1,8 +1,8 @@
 """The saga engine: runs ``impl: {type: saga}`` actions step by step, durably, never guessing.
 
 A saga action is requested like any ``call: async, track: true`` action (every protocol's
-``acting.enqueue``: 202 with a job). The request's transaction creates the saga, held by this
-process's engine, with its job handed over and its first attempt recorded as sent
+``acting.enqueue``: 202 with a job). The request's statement queues the job already handed to
+this process's engine and creates the saga, held by it, with its first attempt recorded as sent
 (:meth:`Engine.accept`); the engine drives it right after the commit (:meth:`Engine.take`). In a
 process without an engine the job worker, claiming the job, hands it over instead (:func:`adopt`).
 :class:`Engine` (one per process, beside the job worker) also claims active sagas nobody holds
@@ -10,8 +10,9 @@ process without an engine the job worker, claiming the job, hands it over instea
 
 - forward, step by step: a call of an HTTP or app-process target is first recorded as sent
   (``in_flight``, committed), then made with the step's idempotency key; a done step's result, the
-  move to the next step and that step's ``sent`` commit together, with the step's own writes for
-  native, record and app-process targets (``saga_steps``);
+  move to the next step and that step's ``sent`` commit together (one statement), with the step's
+  own writes for native, record and app-process targets (``saga_steps``; an app-process step's
+  transaction begins at the app's first ``/ctx`` call, so one that writes nothing commits alone);
 - an outcome that cannot be known (``saga_steps``: timeout, connection lost after sending, 502/504)
   is never guessed: the step's ``status`` check is asked when declared, else the step is sent
   again with the same key while its ``retries`` last, else the saga parks as
@@ -95,7 +96,7 @@ async def adopt(conn: db.Connection, job: jobs.Job, worker: str) -> bool:
 class Accepted:
     """A saga created in its request's transaction, held by ``holder`` (``None``: left to a claim)."""
 
-    row: asyncpg.Record
+    row: jobs.Row  # the saga's
     holder: str | None
     presented: int | None  # the step whose first attempt was recorded as sent with it
     at: float  # time.monotonic() of the acceptance
@@ -158,18 +159,20 @@ class Engine:
             await self._pool.close()
             self._pool = None
 
-    async def accept(self, conn: db.Connection, job: jobs.Job, steps: tuple[SagaStep, ...]) -> Accepted:
-        """Create the saga of ``job`` in the transaction that queues it (``conn``'s), held by a
-        claim of this engine so it runs here right after the commit (:meth:`take`) without the job
-        worker's claim and hand-over nor this engine's claim; its first step's first attempt is
-        recorded as sent in that commit when it is an HTTP or app-process call. More than
-        ``WAITING`` per slot already waiting here: created unheld, for the next claim."""
+    async def accept(
+        self, conn: db.Connection, new: jobs.New, steps: tuple[SagaStep, ...]
+    ) -> tuple[jobs.Job, Accepted]:
+        """Queue the job ``new`` and create its saga in one statement on ``conn`` (the request's,
+        in its transaction when it has one), held by a claim of this engine so it runs here right
+        after the commit (:meth:`take`) without the job worker's claim and hand-over nor this
+        engine's claim; its first step's first attempt is recorded as sent in that commit when it
+        is an HTTP or app-process call. More than ``WAITING`` per slot already waiting here:
+        created unheld, for the next claim."""
         first = steps[0] if steps else None
         sent = first.name if first is not None and first.kind in ("http", "sidecar") else None
         holder = self._holder() if len(self._accepted) < WAITING * self.slots and self._tasks else None
-        params = jobs.decode(job.row["body"])
-        row = await store.accept(conn, job.row, params, holder, self.lease, sent)
-        return Accepted(row, holder, 0 if sent is not None else None, time.monotonic())
+        job, row = await store.accept(conn, new, holder, self.lease, sent)
+        return jobs.Job(job), Accepted(row, holder, 0 if sent is not None else None, time.monotonic())
 
     def take(self, accepted: Accepted) -> None:
         """Run a saga :meth:`accept` created, once its transaction committed (its commit lost:

@@ -19,7 +19,7 @@ either rolls the action back (``events.plans.event_type``).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -66,6 +66,9 @@ class Invocation:
     params: Mapping[str, Any] = field(default_factory=dict)  # JSON form
     timeout: float | None = None  # the action's impl.timeout; None: the process's --invoke-timeout
     idempotency_key: str | None = None  # a saga step's key, sent as ``Idempotency-Key``
+    # awaited before the first /ctx statement joins ``conn``, which is then not yet in a
+    # transaction (a saga step begins it only if the app uses it); None: ``conn`` is in one already
+    begin: Callable[[], Awaitable[None]] | None = None
 
 
 class Invoker(Protocol):
