@@ -178,7 +178,7 @@ async def measure(dsn: str, n: int, flight: int) -> None:
             assert hosting.attach(server.app, opts, state_dir=Path(tmp) / "ds") is not None
             await server.start()
             try:
-                await run(server, port, n, flight, dsn)
+                await run(server, port, n, flight, dsn, app_proc.pid)
             finally:
                 await server.stop()
         finally:
@@ -187,7 +187,53 @@ async def measure(dsn: str, n: int, flight: int) -> None:
                 child.wait(10)
 
 
-async def run(server: web_app.Server, port: int, n: int, flight: int, pool_dsn: str) -> None:
+def on_cpu(pid: int) -> float:
+    """Seconds ``pid`` ran on a CPU (the scheduler's own count, in ns: not sampled by ticks)."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[0]) / 1e9
+    except OSError:  # gone, or no /proc
+        return 0.0
+
+
+def parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def children(parent: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == parent:
+                        found.append(int(entry))
+            except (OSError, IndexError, ValueError):
+                continue
+    return found
+
+
+class Cpu:
+    """CPU seconds of this process (client, server and engine), the app process and Postgres
+    (the postmaster's children: backends, WAL writer, ...), per part of a run."""
+
+    def __init__(self, app_pid: int, postmaster: int) -> None:
+        self.groups = {"dap+client": [os.getpid()], "app": [app_pid], "postgres": children(postmaster)}
+        self.spent = {part: dict.fromkeys(self.groups, 0.0) for part in ("hand", "saga")}
+        self.last = self.read()
+
+    def read(self) -> dict[str, float]:
+        return {g: sum(on_cpu(p) for p in pids) for g, pids in self.groups.items()}
+
+    def charge(self, part: str) -> None:
+        now = self.read()
+        for g in now:
+            self.spent[part][g] += now[g] - self.last[g]
+        self.last = now
+
+
+async def run(server: web_app.Server, port: int, n: int, flight: int, pool_dsn: str, app_pid: int) -> None:
     now = int(time.time())
     token = jwt.encode(
         {
@@ -309,6 +355,12 @@ async def run(server: web_app.Server, port: int, n: int, flight: int, pool_dsn: 
             (until it ended: one query after its end); the calls' times and the saga's phases."""
             hand, sent = [], {}
             for i in range(n + 20):
+                if i == 20:  # warmed up: every connection is open
+                    async with pool.acquire() as conn:
+                        backend = await conn.fetchval("SELECT pg_backend_pid()")
+                    cpus.append(Cpu(app_pid, parent_of(backend)))
+                if cpus:
+                    cpus[0].charge("saga")  # the pause after the last saga's end: its own
                 t = time.perf_counter()
                 for name in STEPS:
                     async with http.post(f"{base}/{name}", data="{}", headers=headers) as r:
@@ -316,7 +368,10 @@ async def run(server: web_app.Server, port: int, n: int, flight: int, pool_dsn: 
                         await r.read()
                 if i >= 20:
                     hand.append(time.perf_counter() - t)
+                    cpus[0].charge("hand")
                 await asyncio.sleep(GAP)
+                if cpus:
+                    cpus[0].charge("hand")  # its pause
                 at = time.time()
                 one = await start(action)
                 if i >= 20:
@@ -325,6 +380,8 @@ async def run(server: web_app.Server, port: int, n: int, flight: int, pool_dsn: 
                     await asyncio.sleep(GAP)
                     if await ended([one]):
                         break
+            if cpus:
+                cpus[0].charge("saga")
             found = await committed_at(list(sent))
             phases: dict[str, list[float]] = {k: [] for k in PHASES}
             for one, (at, got) in sent.items():
@@ -337,6 +394,8 @@ async def run(server: web_app.Server, port: int, n: int, flight: int, pool_dsn: 
                 phases["the 202 read (after send)"].append(got - at)
                 phases["end to end (send -> commit)"].append(r["committed"] - at)
             return hand, phases
+
+        cpus: list[Cpu] = []
 
         async def timeline(action: str) -> str:
             """Where the time of the last saga of ``action`` went: ms after its job was queued."""
@@ -422,8 +481,18 @@ async def run(server: web_app.Server, port: int, n: int, flight: int, pool_dsn: 
             print(line(f"app saga: {name}", xs))
         e2e = pct(round_phases["end to end (send -> commit)"], 0.5)
         print(f"  ratio end to end (commit timestamp) {e2e / pct(round_hand, 0.5):.2f}x (goal <= 1.5x)")
+        spent = cpus[0].spent if cpus else {}
+        for part, label in (("hand", "3 dap calls by hand"), ("saga", "the saga")):
+            cost = ", ".join(f"{g} {s / n * 1000:.2f}" for g, s in spent.get(part, {}).items())
+            print(f"  CPU ms per round, {label} (pause included): {cost}")
         lag = [arrived_wall[i] - float(r["committed"]) for i, r in notified.items() if i in arrived_wall]
         print(line("back to back: commit -> NOTIFY read", lag))
+        print(
+            line(
+                "back to back: ended -> committed",
+                [float(r["committed"] - r["ended"]) for r in notified.values()],
+            )
+        )
     else:
         print("  (no commit timestamps: track_commit_timestamp is off; the interleaved clock is skipped)")
     for action, text in shown.items():
