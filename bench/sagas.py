@@ -95,6 +95,7 @@ svc_app.serve({{f"bench/flow/{{a}}": ok for a in {[*STEPS, *(f"{s}_undo" for s i
 
 
 GAP = 0.01  # seconds between the interleaved rounds' parts
+WAIT = 0.05  # seconds a saga is left alone before the bench looks whether it ended
 PHASES = (
     "send -> request's statement began",
     "statement -> ended (after last call)",
@@ -352,7 +353,7 @@ async def run(server: web_app.Server, port: int, n: int, flight: int, pool_dsn: 
 
         async def rounds(action: str) -> tuple[list[float], dict[str, list[float]]]:
             """``n`` rounds (20 warm-ups) of the three dap calls by hand, a pause, one saga, a pause
-            (until it ended: one query after its end); the calls' times and the saga's phases."""
+            (left alone for WAIT, then a look whether it ended); the calls' times and the saga's phases."""
             hand, sent = [], {}
             for i in range(n + 20):
                 if i == 20:  # warmed up: every connection is open
@@ -376,8 +377,8 @@ async def run(server: web_app.Server, port: int, n: int, flight: int, pool_dsn: 
                 one = await start(action)
                 if i >= 20:
                     sent[one] = (at, time.time())
-                for _ in range(3000):  # the pause, then until it ended
-                    await asyncio.sleep(GAP)
+                for _ in range(600):  # a pause longer than most sagas, then look whether it ended
+                    await asyncio.sleep(WAIT)
                     if await ended([one]):
                         break
             if cpus:
