@@ -124,11 +124,7 @@ async def main(args: argparse.Namespace) -> int:
         servers: dict[str, tuple[int, subprocess.Popen[bytes]]] = {}
         ids: dict[str, list[str]] = {}
         shared = await rest.new_database(server_dsn) if args.shared_database else None
-        modes = dict(MODES)
-        if args.against:  # the same sampled modes served by another checkout's code, interleaved
-            for mode in args.against_modes.split(","):
-                modes[f"{mode}@"] = {**MODES[mode], "PYTHONPATH": args.against}
-        for mode, env in modes.items():
+        for mode, env in MODES.items():
             # a database per mode by default: each server's dispatcher then claims only its own
             # outbox rows (sharing one, any server may deliver another's events, and be charged)
             dsn = shared or await rest.new_database(server_dsn)
@@ -195,7 +191,7 @@ async def main(args: argparse.Namespace) -> int:
                 low, high = fig.spread
                 cost = "" if mode == "off" else f"  cost {100 * (1 - fig.rps / off):5.1f} %"
                 print(
-                    f"  {scenario:6} {mode:6} {fig.rps:8.0f} req/s ({low:.0f}-{high:.0f})"
+                    f"  {scenario:6} {mode:5} {fig.rps:8.0f} req/s ({low:.0f}-{high:.0f})"
                     f"  p50 {fig.p50_ms:6.2f} ms  p99 {fig.p99_ms:6.2f} ms"
                     f"  server CPU {fig.cpu_us:6.0f} µs/req  errors {fig.errors}{cost}"
                 )
@@ -213,14 +209,8 @@ def parse() -> argparse.Namespace:
     parser.add_argument(
         "--shared-database", action="store_true", help="the three servers on one database (as before)"
     )
-    parser.add_argument(
-        "--against",
-        help="a checkout of another commit: its servers of --against-modes (named 100%%@ …) run too",
-    )
-    parser.add_argument("--against-modes", default="100%", help="comma-separated: 1%%,100%% (a server each)")
     parser.add_argument("--quick", action="store_true", help="small and short: proves the benchmark runs")
     args = parser.parse_args()
-    args.against = str(Path(args.against).resolve()) if args.against else None
     if args.quick:
         args.rows, args.seconds, args.rounds = 2_000, 2.0, 1
     return args
