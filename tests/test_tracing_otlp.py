@@ -160,3 +160,14 @@ def test_sampling_reads_the_standard_variables() -> None:
     ratio = {"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.25"}
     assert tracing.sampling(ratio) == (1 << 62, False)
     assert tracing.sampling({"OTEL_TRACES_SAMPLER": "jaeger_remote"}) == (1 << 64, True)
+
+
+def test_a_span_ended_in_another_context_is_still_recorded_and_raises_nothing() -> None:
+    import contextvars
+
+    kept: list[spans.Span] = []
+    with tracing.recording_into(kept.append):
+        block = tracing.span("generator's span")
+        block.__enter__()
+        contextvars.copy_context().run(block.__exit__, None, None, None)
+    assert [s.name for s in kept] == ["generator's span"] and kept[0].end >= kept[0].start

@@ -16,10 +16,13 @@ the sampled flag ``00``.
 from __future__ import annotations
 
 import contextvars
+import logging
 import time
 import traceback
 from collections.abc import Callable
 from typing import Any
+
+log = logging.getLogger("dap.tracing")
 
 KINDS = {"internal": 1, "server": 2, "client": 3, "producer": 4, "consumer": 5}  # OTLP SpanKind
 
@@ -85,7 +88,7 @@ class Span:
                 )
             )
         self.end = time.time_ns()
-        CURRENT.reset(self._token)
+        _reset(self._token)
         sink(self)
 
     def traceparent(self) -> str:
@@ -105,13 +108,23 @@ class Unsampled:
         self._token = CURRENT.set(self)
 
     def __exit__(self, *_: object) -> None:
-        CURRENT.reset(self._token)
+        _reset(self._token)
 
     def traceparent(self) -> str:
         return f"00-{self.trace_id:032x}-{self.span_id:016x}-00"
 
 
 CURRENT: contextvars.ContextVar[Span | Unsampled | None] = contextvars.ContextVar("dap_span", default=None)
+
+
+def _reset(token: contextvars.Token[Span | Unsampled | None]) -> None:
+    """The current span as it was before the block; a block left in another context than it was
+    entered in (a generator finished elsewhere) cannot restore it and must not fail the caller for
+    it: the SDK's ``detach`` logs the same case and goes on."""
+    try:
+        CURRENT.reset(token)
+    except ValueError:
+        log.debug("tracing: a span ended in another context than it began in")
 
 
 def _nowhere(span: Span) -> None:
