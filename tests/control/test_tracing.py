@@ -107,8 +107,8 @@ async def test_a_pods_pull_carries_its_span_to_the_control(
         answer = await client.snapshot("acme", etag=None)
     assert answer.body is not None
     (served,) = _named(exporter, "GET /v1/snapshot")
-    assert served.context.trace_id == pull.get_span_context().trace_id
-    assert served.parent is not None and served.parent.span_id == pull.get_span_context().span_id
+    assert served.context.trace_id == pull.trace_id
+    assert served.parent is not None and served.parent.span_id == pull.span_id
 
 
 async def test_dap_register_sends_its_span_to_the_control(
@@ -184,5 +184,5 @@ async def test_a_cluster_controls_placements_pull_is_a_span_the_region_continues
     with pull_span as pull, pytest.raises(member.PullError, match="404"):  # no Cluster: no API server here
         await puller.pull()
     (served,) = _named(exporter, "GET /v1/placements")
-    assert served.parent is not None and served.parent.span_id == pull.get_span_context().span_id
+    assert served.parent is not None and served.parent.span_id == pull.span_id
     assert served.attributes["http.response.status_code"] == 404

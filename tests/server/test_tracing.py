@@ -197,7 +197,7 @@ async def test_log_lines_carry_the_trace_and_off_means_no_spans_nor_traceparent(
         from dap import logs
 
         line = logs.Entry(__import__("logging").LogRecord("t", 20, __file__, 1, "m", None, None), None)
-        assert line.trace_id == f"{span.get_span_context().trace_id:032x}"
+        assert line.trace_id == f"{span.trace_id:032x}"
         assert tracing.traceparent() is not None
     assert not tracing.enabled() and tracing.traceparent() is None
     assert tracing.span("anything") is tracing.span("else")  # one shared no-op
@@ -257,10 +257,9 @@ async def test_a_job_runs_in_the_trace_of_the_request_that_queued_it(
 
 
 async def test_a_dropped_trace_makes_no_spans_below_its_root_but_still_propagates() -> None:
-    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
-
     exporter = InMemorySpanExporter()
-    with tracing.enabled_for_tests(exporter, ALWAYS_OFF), tracing.span("root") as root:
+    off = {"OTEL_TRACES_SAMPLER": "always_off"}
+    with tracing.enabled_for_tests(exporter, off), tracing.span("root") as root:
         assert not tracing.recording(root)
         assert tracing.span("child") is tracing.span("other")  # the shared no-op: nothing made
         found = tracing.traceparent()
@@ -269,10 +268,8 @@ async def test_a_dropped_trace_makes_no_spans_below_its_root_but_still_propagate
 
 
 async def test_a_request_of_a_dropped_trace_exports_nothing(pg_dsn: str, catalog: Catalog) -> None:
-    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
-
     exporter = InMemorySpanExporter()
-    with tracing.enabled_for_tests(exporter, ALWAYS_OFF):
+    with tracing.enabled_for_tests(exporter, {"OTEL_TRACES_SAMPLER": "always_off"}):
         async with running(pg_dsn, catalog) as srv:
             async with srv.http.get(f"{srv.api}/default/api/tr/parcel", headers=srv.auth()) as resp:
                 assert resp.status == 200
@@ -326,7 +323,9 @@ async def test_batches_are_larger_than_the_sdks_unless_the_variables_say() -> No
         "schedule_delay_millis": 5000,
     }
     given = tracing.batching({"OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "100", "OTEL_BSP_SCHEDULE_DELAY": " "})
-    assert given == {"max_queue_size": 16384, "schedule_delay_millis": 5000}  # the SDK reads the one set
+    assert given == {"max_queue_size": 16384, "max_export_batch_size": 100, "schedule_delay_millis": 5000}
+    given = tracing.batching({"OTEL_BSP_MAX_QUEUE_SIZE": "64", "OTEL_BSP_SCHEDULE_DELAY": "-1"})
+    assert given == {"max_queue_size": 64, "max_export_batch_size": 64, "schedule_delay_millis": 5000}
 
 
 async def test_a_failed_statement_is_an_event_with_its_error_type() -> None:

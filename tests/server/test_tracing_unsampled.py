@@ -1,6 +1,6 @@
 """At 1 % sampling the other 99 requests must cost almost nothing (issue 45): a dropped trace
-makes no span of the SDK anywhere (counted with the SDK's own hook: its sampler is asked about
-every span it makes, recording or not), exports nothing, yet its ``traceparent`` with the sampled
+makes no span anywhere (counted with the recorder's own hook, called for every span it makes),
+exports nothing, yet its ``traceparent`` with the sampled
 flag ``00`` still reaches the outbox row and the webhook, so a receiver drops it too. A sampled
 incoming ``traceparent`` is still honoured at 1 %, with the whole chain exported."""
 
@@ -15,7 +15,6 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.sdk.trace.sampling import Sampler, SamplingResult
 
 from dap import tracing
 from dap.server.catalog import Catalog
@@ -29,18 +28,14 @@ SAMPLED = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 UNSAMPLED = "00-1af7651916cd43dd8448eb211c80319c-c7ad6b7169203331-00"
 
 
-class Counting(Sampler):
-    """The SDK's sampler, counted: the SDK asks it about every span it starts."""
+class Counting:
+    """The spans the recorder makes, counted (``spans.watch``: called for every one)."""
 
-    def __init__(self, inner: Any) -> None:
-        self.inner, self.calls = inner, 0
+    def __init__(self) -> None:
+        self.calls = 0
 
-    def should_sample(self, *args: Any, **kwargs: Any) -> SamplingResult:
+    def __call__(self, span: Any) -> None:
         self.calls += 1
-        return self.inner.should_sample(*args, **kwargs)  # type: ignore[no-any-return]
-
-    def get_description(self) -> str:
-        return f"Counting({self.inner.get_description()})"
 
 
 @pytest.fixture(scope="module")
@@ -72,15 +67,10 @@ def sampling(rate: str) -> dict[str, str]:
 
 
 def watched(rate: str, exporter: InMemorySpanExporter) -> tuple[Counting, Any]:
-    box: list[Counting] = []
-
-    def watch(inner: Any) -> Counting:
-        box.append(Counting(inner))
-        return box[0]
-
-    manager = tracing.enabled_for_tests(exporter, env=sampling(rate), watch=watch)
+    counted = Counting()
+    manager = tracing.enabled_for_tests(exporter, env=sampling(rate), watch=counted)
     manager.__enter__()
-    return box[0], manager
+    return counted, manager
 
 
 @pytest.fixture

@@ -1,0 +1,165 @@
+"""The spans dap records: plain ``__slots__`` objects, current in one ``ContextVar``.
+
+A sampled span is a :class:`Span`: ids (ints), name, kind, start and end (``time.time_ns``), a
+dict of attributes, a list of events as tuples, an error description. Entering it makes it
+current; leaving it stamps the end and hands it to :data:`sink` (the exporter's queue, or a test's
+converter). Nothing else happens per span: no processor chain, no bounded attribute dicts, no
+OpenTelemetry context object, which is what the SDK's span cost (about 50 µs for a write's two
+spans and two statement events, docs/performance.md). Encoding to OTLP happens later, in bulk
+(``dap.tracing.otlp``).
+
+A trace the sampler dropped is an :class:`Unsampled`: its trace id and this process's span id,
+current like a span, so a child knows to make nothing and a ``traceparent`` still goes out with
+the sampled flag ``00``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger("dap.tracing")
+
+KINDS = {"internal": 1, "server": 2, "client": 3, "producer": 4, "consumer": 5}  # OTLP SpanKind
+
+Event = tuple[int, str, dict[str, Any]]  # (time in ns since the epoch, name, attributes)
+
+
+class Span:
+    """A sampled span. ``parent_id`` 0: a root; ``remote``: the parent came from another process
+    (a ``traceparent``). ``error``: ``None`` while the status is unset, else its description."""
+
+    __slots__ = (
+        "_token",
+        "attributes",
+        "end",
+        "error",
+        "events",
+        "kind",
+        "name",
+        "parent_id",
+        "remote",
+        "span_id",
+        "start",
+        "trace_id",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        kind: str,
+        trace_id: int,
+        span_id: int,
+        parent_id: int,
+        remote: bool,
+        attributes: dict[str, Any] | None,
+    ) -> None:
+        self.name, self.kind = name, kind
+        self.trace_id, self.span_id, self.parent_id, self.remote = trace_id, span_id, parent_id, remote
+        self.attributes: dict[str, Any] = attributes if attributes is not None else {}
+        self.events: list[Event] = []
+        self.error: str | None = None
+        self.end = 0
+        self.start = time.time_ns()
+        if watch is not None:
+            watch(self)
+
+    def __enter__(self) -> Span:
+        self._token = CURRENT.set(self)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if isinstance(exc, Exception):  # as the SDK records one (a cancellation is not an error)
+            self.error = f"{type(exc).__name__}: {exc}"
+            self.events.append(
+                (
+                    time.time_ns(),
+                    "exception",
+                    {
+                        "exception.type": type(exc).__name__,
+                        "exception.message": str(exc),
+                        "exception.stacktrace": "".join(traceback.format_exception(exc)),
+                        "exception.escaped": "False",
+                    },
+                )
+            )
+        self.end = time.time_ns()
+        _reset(self._token)
+        sink(self)
+
+    def traceparent(self) -> str:
+        return f"00-{self.trace_id:032x}-{self.span_id:016x}-01"
+
+
+class Unsampled:
+    """A trace the sampler dropped, current for a block: its trace id and this process's span id.
+    Children make nothing; :meth:`traceparent` carries the sampled flag ``00`` onward."""
+
+    __slots__ = ("_token", "span_id", "trace_id")
+
+    def __init__(self, trace_id: int, span_id: int) -> None:
+        self.trace_id, self.span_id = trace_id, span_id
+
+    def __enter__(self) -> None:
+        self._token = CURRENT.set(self)
+
+    def __exit__(self, *_: object) -> None:
+        _reset(self._token)
+
+    def traceparent(self) -> str:
+        return f"00-{self.trace_id:032x}-{self.span_id:016x}-00"
+
+
+CURRENT: contextvars.ContextVar[Span | Unsampled | None] = contextvars.ContextVar("dap_span", default=None)
+
+
+def _reset(token: contextvars.Token[Span | Unsampled | None]) -> None:
+    """The current span as it was before the block; a block left in another context than it was
+    entered in (a generator finished elsewhere) cannot restore it and must not fail the caller for
+    it: the SDK's ``detach`` logs the same case and goes on."""
+    try:
+        CURRENT.reset(token)
+    except ValueError:
+        log.debug("tracing: a span ended in another context than it began in")
+
+
+def _nowhere(span: Span) -> None:
+    """The sink while tracing is off (a span left open across :func:`dap.tracing.shutdown`)."""
+
+
+sink: Callable[[Span], None] = _nowhere  # set by dap.tracing while on
+watch: Callable[[Span], Any] | None = None  # a test's counter of the spans made
+
+
+def readable(span: Span, resource: Any) -> Any:
+    """``span`` as the SDK's ``ReadableSpan``, for a test's in-memory exporter: the same names,
+    ids, parent, attributes, events and status the OTLP encoding carries."""
+    from opentelemetry.sdk.trace import Event as SdkEvent
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+    from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+    context = SpanContext(span.trace_id, span.span_id, is_remote=False, trace_flags=TraceFlags(1))
+    parent = (
+        SpanContext(span.trace_id, span.parent_id, is_remote=span.remote, trace_flags=TraceFlags(1))
+        if span.parent_id
+        else None
+    )
+    status = Status(StatusCode.UNSET) if span.error is None else Status(StatusCode.ERROR, span.error or None)
+    return ReadableSpan(
+        name=span.name,
+        context=context,
+        parent=parent,
+        resource=resource,
+        attributes=dict(span.attributes),
+        events=[SdkEvent(name, dict(attributes), at) for at, name, attributes in span.events],
+        kind=SpanKind(KINDS[span.kind] - 1),
+        status=status,
+        start_time=span.start,
+        end_time=span.end,
+        instrumentation_scope=InstrumentationScope("dap"),
+    )
