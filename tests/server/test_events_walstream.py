@@ -127,7 +127,7 @@ async def test_a_batch_committed_but_not_confirmed_is_not_delivered_again(
     work = await dispatcher_of(pool, pg_dsn, tenant, Effects())
     assert work.slot is not None
     ids = await emit(pool, tenant, [uuid.uuid4() for _ in range(60)])
-    stream = walstream.Stream(pg_dsn, work.slot, work.wake)
+    stream = walstream.Stream(pg_dsn, work.slot, work.arrived)
     stream.start()
     try:
         end = time.monotonic() + 15

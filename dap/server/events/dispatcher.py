@@ -11,7 +11,7 @@ One per server process; several processes share the work safely:
   transaction, its id only); a poll every ``poll`` seconds picks up retries that fell due, and
   rows no NOTIFY announced. A create or update through the adapters NOTIFYs nothing while this
   process's dispatcher runs (:attr:`Dispatcher.running`): it calls :meth:`Dispatcher.wake` after
-  its commit instead (``operations.Call.wake``, ``events.builtin.joined``).
+  its commit instead (``Dispatcher.written``: ``operations.Call.wake``, ``events.builtin.joined``).
 - **Deliver**: one transaction per batch. Each delivery that writes runs in a savepoint and,
   when it succeeds, its ``(consumer, event_id)`` row goes into ``dap.event_deliveries`` in that
   same transaction (one insert for the batch); a delivery already settled is skipped. What a
@@ -184,7 +184,19 @@ class Dispatcher:
         self._notified = True
 
     def wake(self) -> None:
+        """Look for work now, in the outbox too (a row written without a NOTIFY)."""
+        self._notified = True
         self._wake.set()
+
+    def arrived(self) -> None:
+        """The stream queued events (``walstream``)."""
+        self._wake.set()
+
+    def written(self) -> None:
+        """A write of this process committed its event (``state.Events.local_wake``); a stream
+        brings that event by itself."""
+        if not self.streamed:
+            self._wake.set()
 
     @property
     def running(self) -> bool:

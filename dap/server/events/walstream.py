@@ -60,6 +60,11 @@ log = logging.getLogger(__name__)
 
 OPTIONS = {"proto_version": "1", "publication_names": slots.PUBLICATION, "messages": "true"}
 LOCK = "SELECT lsn::text FROM dap.event_slots WHERE slot = $1 FOR UPDATE"
+# seconds from one wake-up of the thread to the next at the least: waking at every message (three
+# per event: begin, message, commit), handing each transaction to the event loop and running a
+# round for it cost the dispatcher's process and Postgres more per event than the outbox's
+# batches (docs/performance.md); under load the pause gathers what came into one hand-over
+GATHER = 0.004
 RETRY = 1.0  # seconds before a stream that ended (the slot held by another process) is opened again
 IN_USE = "55006"  # object_in_use: another walsender streams the slot
 
@@ -168,7 +173,7 @@ class Stream:
             cur = conn.cursor()
             cur.start_replication(slot_name=self.slot, decode=False, options=OPTIONS)
             pending: list[dict[str, Any]] = []
-            sent = 0
+            sent, woke, fresh = 0, 0.0, False
             while not self._stop:
                 with self._lock:
                     target, full = self._confirm, self._queued >= self.limit
@@ -176,11 +181,17 @@ class Stream:
                     cur.send_feedback(flush_lsn=target)
                     sent = target
                 message = None if full else cur.read_message()
+                if message is None and fresh:  # read all there was: what comes in the pause next
+                    fresh = False
+                    time.sleep(max(0.0, woke + GATHER - time.monotonic()))
+                    continue
                 if message is None:  # nothing to read now (or no room): wait for either side
                     select.select([self._rd] if full else [cur, self._rd], [], [], 10.0)
+                    woke = time.monotonic()
                     with contextlib.suppress(BlockingIOError):
                         os.read(self._rd, 4096)
                     continue
+                fresh = True
                 data = message.payload
                 kind = data[0:1]
                 if kind == b"M":
@@ -223,7 +234,7 @@ class Streamer(wal.Reader, Protocol):
     dsn: str
     stream: Stream | None
 
-    def wake(self) -> None: ...
+    def arrived(self) -> None: ...
 
 
 async def drain_once(dispatcher: Streamer, slot: str, batch: int) -> tuple[int, bool]:
@@ -238,8 +249,10 @@ async def drain_once(dispatcher: Streamer, slot: str, batch: int) -> tuple[int, 
         await stream.close()
         dispatcher.stream = stream = None
     if stream is None:
-        stream = dispatcher.stream = Stream(dispatcher.dsn, slot, dispatcher.wake)
+        stream = dispatcher.stream = Stream(dispatcher.dsn, slot, dispatcher.arrived)
         stream.start()
+    if not stream.waiting:
+        return 0, False
     try:
         async with db.connection(dispatcher.pool) as conn, db.committed(conn):
             read, more, last = await drain(dispatcher, conn, stream, slot, batch)
