@@ -92,6 +92,12 @@ async def eventually(check: object, limit: float = 15) -> bool:
     return False
 
 
+@pytest.mark.filterwarnings("ignore")
+def test_an_lsn_is_written_as_postgres_writes_it() -> None:
+    for text in ("0/0", "1/2A", "16/B374D848", "FFFFFFFF/FFFFFFFF"):
+        assert walstream.lsn_text(wal.lsn_value(text)) == text
+
+
 async def test_every_event_is_delivered_once_in_its_records_order(pool: asyncpg.Pool, pg_dsn: str) -> None:
     tenant = uuid.uuid4()
     work = await dispatcher_of(pool, pg_dsn, tenant, Effects())

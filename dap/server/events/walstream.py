@@ -61,9 +61,8 @@ log = logging.getLogger(__name__)
 OPTIONS = {"proto_version": "1", "publication_names": slots.PUBLICATION, "messages": "true"}
 LOCK = "SELECT lsn::text FROM dap.event_slots WHERE slot = $1 FOR UPDATE"
 # seconds from one wake-up of the thread to the next at the least: waking at every message (three
-# per event: begin, message, commit), handing each transaction to the event loop and running a
-# round for it cost the dispatcher's process and Postgres more per event than the outbox's
-# batches (docs/performance.md); under load the pause gathers what came into one hand-over
+# per event: begin, message, commit) cost the thread 44 µs of CPU per event, against 33 with
+# this pause (in-process, under load; docs/decisions.md): what comes in the pause is read at once
 GATHER = 0.004
 RETRY = 1.0  # seconds before a stream that ended (the slot held by another process) is opened again
 IN_USE = "55006"  # object_in_use: another walsender streams the slot
