@@ -71,6 +71,12 @@ async def create_database(server_dsn: str, name: str) -> None:
 async def drop_database(server_dsn: str, name: str) -> None:
     conn = await asyncpg.connect(server_dsn)
     try:  # its events' replication slots first (DAP_EVENTS_SOURCE=wal): they keep a database
+        # a slot a walsender streams (``walstream``) cannot be dropped: end those first
+        await conn.execute(
+            "SELECT pg_terminate_backend(active_pid, 5000) FROM pg_replication_slots "
+            "WHERE database = $1 AND active_pid IS NOT NULL",
+            name,
+        )
         await conn.execute(
             "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1", name
         )

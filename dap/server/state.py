@@ -60,7 +60,7 @@ class Events:
         """The wake of this process's dispatcher when it runs, for a write to call after its commit
         (``operations.Call.wake``); ``None`` when it does not run: then the write NOTIFYs the
         processes that do."""
-        return self.dispatcher.wake if self.dispatcher.running else None
+        return self.dispatcher.written if self.dispatcher.running else None
 
 
 EVENTS: web.AppKey[Events] = web.AppKey("events")

@@ -36,7 +36,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 @pytest.fixture(scope="module", autouse=True)
 def wal_source() -> Iterator[None]:
     saved = os.environ.get(outbox.SOURCE_ENV)
-    os.environ[outbox.SOURCE_ENV] = "wal"  # inherited by the worker processes too
+    os.environ[outbox.SOURCE_ENV] = "wal-sql"  # the SQL reader; inherited by the worker processes too
     yield
     if saved is None:
         os.environ.pop(outbox.SOURCE_ENV, None)

@@ -11,7 +11,7 @@ One per server process; several processes share the work safely:
   transaction, its id only); a poll every ``poll`` seconds picks up retries that fell due, and
   rows no NOTIFY announced. A create or update through the adapters NOTIFYs nothing while this
   process's dispatcher runs (:attr:`Dispatcher.running`): it calls :meth:`Dispatcher.wake` after
-  its commit instead (``operations.Call.wake``, ``events.builtin.joined``).
+  its commit instead (``Dispatcher.written``: ``operations.Call.wake``, ``events.builtin.joined``).
 - **Deliver**: one transaction per batch. Each delivery that writes runs in a savepoint and,
   when it succeeds, its ``(consumer, event_id)`` row goes into ``dap.event_deliveries`` in that
   same transaction (one insert for the batch); a delivery already settled is skipped. What a
@@ -62,7 +62,7 @@ import asyncpg
 from dap import tracing
 from dap.config.entities import EntitySpec
 from dap.config.enums import EventChannel
-from dap.server.events import channels, measures, outbox, plans, slots, wal
+from dap.server.events import channels, measures, outbox, plans, slots, wal, walstream
 from dap.server.events.claims import (  # the tests read them here too
     CLAIM,
     DEAD,
@@ -126,7 +126,7 @@ class Dispatcher:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
-        self._listener = db.Listener(dsn, outbox.CHANNEL, self._wake)
+        self._listener = db.Listener(dsn, outbox.CHANNEL, self._wake, self._heard)
         self._more = False  # the last batch left other rows due (or was full): claim again
         self._retried = False  # a delivery of this process failed since the last ``DUE``
         self._due_checked = -1e9  # loop time of the last ``DUE``
@@ -140,6 +140,10 @@ class Dispatcher:
         # whether the outbox is claimed at the next round (its retries, replays, other writers)
         self.slot: str | None = None
         self.slot_last: str | None = None
+        # ``wal``'s walsender stream (``walstream``; None: not open, or ``wal-sql``'s peeks)
+        self.streamed = False
+        self.stream: walstream.Stream | None = None
+        self._notified = False  # a NOTIFY came (a replay, a row of another writer): claim the outbox
         self.handed = 0
         self._claim_outbox = True
         self.feed_lock, self.feed_channel = FEED_LOCK, outbox.FEED
@@ -171,10 +175,28 @@ class Dispatcher:
             vacuuming.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await vacuuming
+        stream, self.stream = self.stream, None
+        if stream is not None:
+            await stream.close()
         await self._unlisten()
 
+    def _heard(self, _payload: str) -> None:
+        self._notified = True
+
     def wake(self) -> None:
+        """Look for work now, in the outbox too (a row written without a NOTIFY)."""
+        self._notified = True
         self._wake.set()
+
+    def arrived(self) -> None:
+        """The stream queued events (``walstream``)."""
+        self._wake.set()
+
+    def written(self) -> None:
+        """A write of this process committed its event (``state.Events.local_wake``); a stream
+        brings that event by itself."""
+        if not self.streamed:
+            self._wake.set()
 
     @property
     def running(self) -> bool:
@@ -197,7 +219,7 @@ class Dispatcher:
         async with db.connection(self.pool) as conn:
             name = slots.slot_name(await conn.fetchval("SELECT current_database()"), self.settings.tenants)
             await slots.ensure(conn, name)
-        self.slot = name
+        self.slot, self.streamed = name, outbox.source() == "wal"
 
     async def _run(self) -> None:
         rounds = 0
@@ -296,16 +318,21 @@ class Dispatcher:
         self._more = False
         read = 0
         if self.slot is not None:
-            async with db.connection(self.pool) as conn, db.committed(conn):
-                read, more, last = await wal.drain(self, conn, self.slot, self.settings.batch)
-            self.slot_last = last  # committed: the next round advances the slot to it
+            if self.streamed:
+                read, more = await walstream.drain_once(self, self.slot, self.settings.batch)
+            else:
+                async with db.connection(self.pool) as conn, db.committed(conn):
+                    read, more, last = await wal.drain(self, conn, self.slot, self.settings.batch)
+                self.slot_last = last  # committed: the next round advances the slot to it
             self._marked += read
             # the outbox too: when polled (retries due), when this round handed it events, and
-            # when woken with nothing in the slot (a replay's or another writer's row)
-            if read and not self._claim_outbox and not self.handed:
+            # when woken with nothing in the slot (a replay's or another writer's row); a stream
+            # wakes the dispatcher itself, so there only a NOTIFY tells of an outbox row
+            woken = not read and (self._notified or not self.streamed)
+            if not woken and not self._claim_outbox and not self.handed:
                 self._more = more
                 return read
-            self.handed, self._claim_outbox = 0, False
+            self.handed, self._claim_outbox, self._notified = 0, False, False
             claimed = await self._drain_outbox()
             self._more = self._more or more
             return read + claimed
@@ -327,6 +354,7 @@ class Dispatcher:
                 more = more or bool(found is not None and found["more"])
         self._marked += len(done)
         self._more = self._more or more
+        self._claim_outbox = self._claim_outbox or more  # with a slot: its next round claims again
         return len(rows)
 
     async def deliver(

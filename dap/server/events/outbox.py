@@ -121,12 +121,21 @@ _INSERT = (
 )
 
 
+SOURCES = ("outbox", "wal", "wal-sql")
+
+
+def source() -> str:
+    """``DAP_EVENTS_SOURCE``: ``outbox`` (rows), ``wal`` (WAL messages read by a walsender stream:
+    ``walstream``) or ``wal-sql`` (the same messages read by the slot's SQL functions: ``wal``)."""
+    found = os.environ.get(SOURCE_ENV, "outbox").strip().lower()
+    if found not in SOURCES:
+        raise ValueError(f"{SOURCE_ENV} must be one of {', '.join(SOURCES)}, not {found!r}")
+    return found
+
+
 def selected() -> bool:
-    """Whether events travel as WAL messages (``DAP_EVENTS_SOURCE=wal``) rather than outbox rows."""
-    source = os.environ.get(SOURCE_ENV, "outbox").strip().lower()
-    if source not in ("outbox", "wal"):
-        raise ValueError(f"{SOURCE_ENV} must be 'outbox' or 'wal', not {source!r}")
-    return source == "wal"
+    """Whether events travel as WAL messages (``wal``, ``wal-sql``) rather than outbox rows."""
+    return source() != "outbox"
 
 
 # --- events as logical WAL messages (``DAP_EVENTS_SOURCE=wal``) ----------------------------------------

@@ -167,14 +167,19 @@ def parse(rows: Iterable[Any], after: str) -> Read:
             found = message(data)
             if found is None or found[0] != PREFIX:
                 continue
-            body = orjson.loads(found[1])
-            if "fix" in body:
-                for earlier in pending:
-                    if earlier["id"] == body["fix"]:
-                        earlier["payload"] = body["payload"]
-            else:
-                pending.append(body)
+            fold(pending, orjson.loads(found[1]))
     return Read(events, last, count)
+
+
+def fold(pending: list[dict[str, Any]], body: dict[str, Any]) -> None:
+    """``body`` (one message of a transaction) into ``pending`` (its events so far): an event, or
+    a rewrite of an earlier one's payload (``fix``). Pure but for ``pending``."""
+    if "fix" in body:
+        for earlier in pending:
+            if earlier["id"] == body["fix"]:
+                earlier["payload"] = body["payload"]
+    else:
+        pending.append(body)
 
 
 def event_of(body: Mapping[str, Any], id_: int) -> channels.Event:
@@ -228,8 +233,18 @@ async def drain(
         # came since; past them now (both committed: safe inside this transaction), or a gap
         # wider than a batch would stall the slot, and every peek would decode them again
         await conn.execute(ADVANCE, slot, after if read.rows else found["flushed"])
+    count = await settle(dispatcher, conn, read.events)
+    if read.last is not None:
+        await conn.execute(MOVE, slot, read.last)
+    return count, read.rows >= 4 * batch, read.last
+
+
+async def settle(dispatcher: Reader, conn: db.Connection, read: list[dict[str, Any]]) -> int:
+    """The events ``read`` (in commit order) delivered in the caller's transaction, and written
+    into ``dap.outbox``: delivered, or as retry records (see the module); how many were this
+    dispatcher's tenants'. The part both readers share (this module's peek, ``walstream``)."""
     tenants = dispatcher.tenants
-    bodies = [b for b in read.events if tenants is None or uuid.UUID(b["tenant"]) in tenants]
+    bodies = [b for b in read if tenants is None or uuid.UUID(b["tenant"]) in tenants]
     if bodies:
         ids = [r[0] for r in await conn.fetch(IDS, len(bodies))]
         events = [event_of(b, i) for b, i in zip(bodies, ids, strict=True)]
@@ -266,6 +281,4 @@ async def drain(
                 column.append(value)
         await conn.execute(WRITE, *columns, dispatcher.feed_channel)
         dispatcher.handed += sum(1 for e in events if e.id in outcome)
-    if read.last is not None:
-        await conn.execute(MOVE, slot, read.last)
-    return len(bodies), read.rows >= 4 * batch, read.last
+    return len(bodies)

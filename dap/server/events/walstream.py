@@ -1,0 +1,264 @@
+"""The streaming reader of events as WAL messages (``DAP_EVENTS_SOURCE=wal``, issue 46).
+
+Why a stream: the slot's SQL functions (``wal``, ``DAP_EVENTS_SOURCE=wal-sql``) start a new
+decoding context at every call, which reads the WAL again from the slot's ``restart_lsn``
+(docs/performance.md). A walsender (``START_REPLICATION SLOT … LOGICAL``) keeps one decoding
+context for as long as its connection lives and decodes each WAL record once.
+
+Why a thread: asyncpg and psycopg 3 have no replication client (asyncpg never returns from
+``START_REPLICATION``: it does not speak CopyBoth); psycopg2's ``LogicalReplicationConnection``
+does, with libpq underneath (authentication, TLS, keepalive replies). Its calls block, so a thread
+(:class:`Stream`) owns that connection: it reads pgoutput's messages, folds each transaction's
+events (``wal.fold``) and queues the committed transactions (:class:`Committed`: events and end
+LSN) for the event loop, waking the dispatcher when the queue was empty.
+
+**The cursor.** The dispatcher's round (:func:`drain`) takes up to a batch of transactions and, in
+one Postgres transaction, locks the cursor row (``dap.event_slots``), skips what the cursor
+covers, delivers and writes the rest (``wal.settle``: the SQL reader's code) and moves the cursor.
+Only after that commit is the end handed to :meth:`Stream.confirm`, which the thread sends as the
+standby status update's flush position; Postgres moves the slot's ``confirmed_flush_lsn`` only
+there, and a new stream starts from it. So:
+
+- killed (any process) before the commit: nothing confirmed; the next stream, here or in another
+  process, resends the batch, with the same ids (settled deliveries are not repeated);
+- killed between the commit and the confirmation: resent, and the cursor skips it;
+- a round that fails in this process drops its stream (the transactions it took are gone from
+  memory): the next round opens a new one from the confirmed position (:func:`drain_once`).
+
+The walsender holds the slot while it streams: another process's ``START_REPLICATION`` fails
+("replication slot … is active") and it tries again after ``RETRY`` seconds; the slot is the
+leader election. The cursor's row lock stays, so that a leader whose walsender died while its
+batch commits and the next one never both settle a transaction.
+
+Transactions without events are not sent by pgoutput (Postgres 15 and later); once everything
+received is confirmed, psycopg2 answers the server's keepalives with their WAL end as the flush
+position, so the slot does not hold their WAL. The thread stops reading when ``limit`` events
+wait in its queue (the socket then holds the walsender back).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import os
+import select
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import asyncpg
+import orjson
+
+from dap.server.events import slots, wal
+from dap.server.storage import db
+
+log = logging.getLogger(__name__)
+
+OPTIONS = {"proto_version": "1", "publication_names": slots.PUBLICATION, "messages": "true"}
+LOCK = "SELECT lsn::text FROM dap.event_slots WHERE slot = $1 FOR UPDATE"
+# seconds from one wake-up of the thread to the next at the least: waking at every message (three
+# per event: begin, message, commit) cost the thread 44 µs of CPU per event, against 33 with
+# this pause (in-process, under load; docs/decisions.md): what comes in the pause is read at once
+GATHER = 0.004
+RETRY = 1.0  # seconds before a stream that ended (the slot held by another process) is opened again
+IN_USE = "55006"  # object_in_use: another walsender streams the slot
+
+
+def lsn_text(lsn: int) -> str:
+    """Postgres's ``X/Y`` of an LSN. Pure."""
+    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
+
+
+@dataclass(frozen=True)
+class Committed:
+    """One committed transaction's events (rewrites folded) and the end of its commit record."""
+
+    events: list[dict[str, Any]]
+    end: int
+
+
+class Stream:
+    """The thread reading the slot through a walsender; ``start``, then ``take`` and ``confirm``
+    from the event loop, ``close`` at the end. ``error`` says why it ended on its own."""
+
+    def __init__(self, dsn: str, slot: str, wake: Callable[[], None], limit: int = 5000) -> None:
+        self.dsn, self.slot, self.limit = dsn, slot, limit
+        self._loop = asyncio.get_running_loop()
+        self._wake = wake
+        self._lock = threading.Lock()
+        self._queue: collections.deque[Committed] = collections.deque()
+        self._queued = 0  # events in the queue
+        self._confirm = 0  # the flush position to send (the end of what is settled)
+        self._stop = False
+        self._rd, self._wr = os.pipe()  # the event loop's nudge: a confirmation, room, or stop
+        os.set_blocking(self._rd, False)
+        os.set_blocking(self._wr, False)
+        self.error: BaseException | None = None
+        self.ended = 0.0  # monotonic time the thread ended
+        self._thread = threading.Thread(target=self._run, name=f"dap-walstream-{slot}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    @property
+    def waiting(self) -> bool:
+        """Whether transactions wait to be taken."""
+        return bool(self._queue)
+
+    def take(self, events: int) -> list[Committed]:
+        """The oldest queued transactions, about ``events`` events (at least one transaction)."""
+        out: list[Committed] = []
+        count = 0
+        with self._lock:
+            full = self._queued >= self.limit
+            while self._queue and (not out or count + len(self._queue[0].events) <= events):
+                taken = self._queue.popleft()
+                count += len(taken.events)
+                out.append(taken)
+            self._queued -= count
+        if full:
+            self._nudge()
+        return out
+
+    def confirm(self, end: int) -> None:
+        """Everything up to ``end`` is settled: the thread sends it as the flush position."""
+        with self._lock:
+            self._confirm = max(self._confirm, end)
+        self._nudge()
+
+    async def close(self) -> None:
+        self._stop = True
+        self._nudge()
+        await asyncio.to_thread(self._thread.join, 10)
+        for fd in (self._rd, self._wr):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def _nudge(self) -> None:
+        with contextlib.suppress(OSError):  # full (a nudge is pending anyway) or closed
+            os.write(self._wr, b".")
+
+    def _hand(self, committed: Committed) -> None:
+        with self._lock:
+            was_empty = not self._queue
+            self._queue.append(committed)
+            self._queued += len(committed.events)
+        if was_empty:  # a non-empty queue has a wake pending or a round running that sees it
+            self._loop.call_soon_threadsafe(self._wake)
+
+    def _run(self) -> None:
+        try:
+            self._read()
+        except BaseException as exc:  # the thread's end, read by the event loop
+            self.error = exc
+            with contextlib.suppress(RuntimeError):  # the loop closed
+                self._loop.call_soon_threadsafe(self._wake)
+        finally:
+            self.ended = time.monotonic()
+
+    def _read(self) -> None:
+        import psycopg2.extras  # only where a stream runs
+
+        conn = psycopg2.connect(self.dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection)
+        try:
+            cur = conn.cursor()
+            cur.start_replication(slot_name=self.slot, decode=False, options=OPTIONS)
+            pending: list[dict[str, Any]] = []
+            sent, woke, fresh = 0, 0.0, False
+            while not self._stop:
+                with self._lock:
+                    target, full = self._confirm, self._queued >= self.limit
+                if target > sent:
+                    cur.send_feedback(flush_lsn=target)
+                    sent = target
+                message = None if full else cur.read_message()
+                if message is None and fresh:  # read all there was: what comes in the pause next
+                    fresh = False
+                    time.sleep(max(0.0, woke + GATHER - time.monotonic()))
+                    continue
+                if message is None:  # nothing to read now (or no room): wait for either side
+                    select.select([self._rd] if full else [cur, self._rd], [], [], 10.0)
+                    woke = time.monotonic()
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(self._rd, 4096)
+                    continue
+                fresh = True
+                data = message.payload
+                kind = data[0:1]
+                if kind == b"M":
+                    found = wal.message(data)
+                    if found is not None and found[0] == wal.PREFIX:
+                        wal.fold(pending, orjson.loads(found[1]))
+                elif kind == b"C":
+                    if pending:  # the commit's XLogData starts at the commit record's end
+                        self._hand(Committed(pending, message.data_start))
+                    pending = []
+                elif kind == b"B":
+                    pending = []
+        finally:
+            conn.close()
+
+
+async def drain(
+    dispatcher: wal.Reader, conn: db.Connection, stream: Stream, slot: str, batch: int
+) -> tuple[int, bool, int | None]:
+    """One round in the caller's transaction (see the module): (events read, whether more wait,
+    the end to confirm once the caller committed)."""
+    taken = stream.take(batch)
+    if not taken:
+        return 0, False, None
+    cursor = await conn.fetchval(LOCK, slot)
+    if cursor is None:
+        raise RuntimeError(f"no cursor row for the events slot {slot}: it was not ensured at boot")
+    floor = wal.lsn_value(cursor)
+    fresh = [c for c in taken if c.end > floor]  # the rest: settled before a kill, sent again
+    count = await wal.settle(dispatcher, conn, [b for c in fresh for b in c.events])
+    if fresh:
+        await conn.execute(wal.MOVE, slot, lsn_text(fresh[-1].end))
+    return count, stream.waiting, taken[-1].end
+
+
+class Streamer(wal.Reader, Protocol):
+    """What :func:`drain_once` needs of the dispatcher."""
+
+    pool: asyncpg.Pool
+    dsn: str
+    stream: Stream | None
+
+    def arrived(self) -> None: ...
+
+
+async def drain_once(dispatcher: Streamer, slot: str, batch: int) -> tuple[int, bool]:
+    """A round of the dispatcher's stream, opened (again) first when it has none or it ended;
+    (events read, whether more wait). A round that fails drops the stream (see the module)."""
+    stream = dispatcher.stream
+    if stream is not None and not stream.alive:
+        if time.monotonic() < stream.ended + RETRY:
+            return 0, False
+        if stream.error is not None and getattr(stream.error, "pgcode", None) != IN_USE:
+            log.warning("events stream of %s ended: %r; opening it again", slot, stream.error)
+        await stream.close()
+        dispatcher.stream = stream = None
+    if stream is None:
+        stream = dispatcher.stream = Stream(dispatcher.dsn, slot, dispatcher.arrived)
+        stream.start()
+    if not stream.waiting:
+        return 0, False
+    try:
+        async with db.connection(dispatcher.pool) as conn, db.committed(conn):
+            read, more, last = await drain(dispatcher, conn, stream, slot, batch)
+    except BaseException:
+        dispatcher.stream = None
+        await stream.close()
+        raise
+    if last is not None:
+        stream.confirm(last)
+    return read, more

@@ -1,0 +1,313 @@
+"""Events as WAL messages read by a walsender stream (``DAP_EVENTS_SOURCE=wal``, ``walstream``).
+
+The guarantees test_events_wal proves for the SQL reader, on the stream: every event once and in
+its record's order, the feed in commit order, a batch committed but never confirmed (a kill
+between the two: resent, skipped by the cursor), a round that fails (its stream dropped, the batch
+read again with the same ids), failed deliveries held in the outbox, two dispatchers on one slot
+(one streams, the other waits), transactions without events not holding the slot, and dispatcher
+processes killed with SIGKILL again and again."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import asyncpg
+import pytest
+import pytest_asyncio
+
+from dap import config
+from dap.server import booting
+from dap.server.catalog import Catalog
+from dap.server.events import dispatcher, outbox, slots, wal, walstream
+
+from .events_worker import EFFECTS, FILES
+from .test_events_kill import _spawn
+from .test_events_wal import Effects, dispatcher_of, effects, emit, in_order
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def wal_source() -> Iterator[None]:
+    saved = os.environ.get(outbox.SOURCE_ENV)
+    os.environ[outbox.SOURCE_ENV] = "wal"  # the stream; inherited by the worker processes too
+    yield
+    if saved is None:
+        os.environ.pop(outbox.SOURCE_ENV, None)
+    else:
+        os.environ[outbox.SOURCE_ENV] = saved
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def pool(pg_dsn: str) -> AsyncIterator[asyncpg.Pool]:
+    from dap.server.storage import db
+
+    opened = await db.open_pool(pg_dsn, 4)
+    try:
+        await booting.prepare_database(opened, Catalog.from_spec(config.load_files(FILES)))
+        async with opened.acquire() as conn:
+            await conn.execute(EFFECTS)
+        yield opened
+    finally:
+        await opened.close()
+
+
+async def until(
+    work: dispatcher.Dispatcher, pool: asyncpg.Pool, ids: list[uuid.UUID], limit: float = 30
+) -> None:
+    """Rounds of ``work`` until every one of ``ids`` took effect (the stream hands transactions
+    over as the walsender sends them, not at the round's call)."""
+    end = time.monotonic() + limit
+    while len(await effects(pool, ids)) < len(ids) and time.monotonic() < end:
+        if not await work.drain_once() and not work._more:
+            await asyncio.sleep(0.02)
+
+
+async def confirmed(pool: asyncpg.Pool, slot: str | None) -> int:
+    async with pool.acquire() as conn:
+        found = await conn.fetchval(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", slot
+        )
+    return wal.lsn_value(found)
+
+
+async def cursor_of(pool: asyncpg.Pool, slot: str | None) -> int:
+    async with pool.acquire() as conn:
+        return wal.lsn_value(
+            await conn.fetchval("SELECT lsn::text FROM dap.event_slots WHERE slot = $1", slot)
+        )
+
+
+async def eventually(check: object, limit: float = 15) -> bool:
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        if await check():  # type: ignore[operator]
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_an_lsn_is_written_as_postgres_writes_it() -> None:
+    for text in ("0/0", "1/2A", "16/B374D848", "FFFFFFFF/FFFFFFFF"):
+        assert walstream.lsn_text(wal.lsn_value(text)) == text
+
+
+async def test_every_event_is_delivered_once_in_its_records_order(pool: asyncpg.Pool, pg_dsn: str) -> None:
+    tenant = uuid.uuid4()
+    work = await dispatcher_of(pool, pg_dsn, tenant, Effects())
+    assert work.streamed
+    try:
+        records = [uuid.uuid4() for _ in range(7)]
+        ids = await emit(pool, tenant, [records[n % 7] for n in range(230)])
+        await until(work, pool, ids)
+        done = await effects(pool, ids)
+        assert len(done) == len({r["event_id"] for r in done}) == 230
+        assert in_order(done)
+        async with pool.acquire() as conn:
+            fed = await conn.fetch(
+                "SELECT public_id, seq FROM dap.outbox WHERE public_id = ANY($1) ORDER BY seq", ids
+            )
+        assert [r["public_id"] for r in fed] == ids  # the feed: every event, in commit order
+        cursor = await cursor_of(pool, work.slot)
+
+        async def released() -> bool:  # the flush position sent after the commit
+            return await confirmed(pool, work.slot) >= cursor
+
+        assert await eventually(released)
+    finally:
+        await work.stop()
+
+
+async def test_a_batch_committed_but_not_confirmed_is_not_delivered_again(
+    pool: asyncpg.Pool, pg_dsn: str
+) -> None:
+    """A dispatcher killed between its commit and the flush position's update: the next stream
+    (from the slot's confirmed position) sends the batch again; the cursor skips it."""
+    tenant = uuid.uuid4()
+    work = await dispatcher_of(pool, pg_dsn, tenant, Effects())
+    assert work.slot is not None
+    ids = await emit(pool, tenant, [uuid.uuid4() for _ in range(60)])
+    stream = walstream.Stream(pg_dsn, work.slot, work.arrived)
+    stream.start()
+    try:
+        end = time.monotonic() + 15
+        read = 0
+        while read < 60 and time.monotonic() < end:
+            async with pool.acquire() as conn, conn.transaction():
+                read += (await walstream.drain(work, conn, stream, work.slot, 1000))[0]  # never confirmed
+            await asyncio.sleep(0.02)
+        assert read == 60
+    finally:
+        await stream.close()
+    before = await confirmed(pool, work.slot)
+    assert before < await cursor_of(pool, work.slot)  # the slot behind the cursor, as after a kill
+    later = await emit(pool, tenant, [uuid.uuid4() for _ in range(5)], start=60)
+    try:
+        await until(work, pool, [*ids, *later])
+        await asyncio.sleep(0.3)
+        while await work.drain_once() or work._more:  # anything resent is skipped, not delivered
+            pass
+    finally:
+        await work.stop()
+    done = await effects(pool, [*ids, *later])
+    assert len(done) == len({r["event_id"] for r in done}) == 65
+    async with pool.acquire() as conn:
+        fed = await conn.fetchval("SELECT count(*) FROM dap.outbox WHERE public_id = ANY($1)", [*ids, *later])
+    assert fed == 65  # one feed row each
+
+
+async def test_a_failed_round_drops_its_stream_and_reads_the_batch_again(
+    pool: asyncpg.Pool, pg_dsn: str
+) -> None:
+    """A round that fails (here: the cursor table gone for a moment) rolls back and drops the
+    stream; the next stream sends the batch again, the same events under the same ids, once."""
+    tenant = uuid.uuid4()
+    work = await dispatcher_of(pool, pg_dsn, tenant, Effects())
+    ids = await emit(pool, tenant, [uuid.uuid4() for _ in range(20)])
+    try:
+        async with pool.acquire() as conn:
+            await conn.execute("ALTER TABLE dap.event_slots RENAME TO event_slots_away")
+        failed = False
+        end = time.monotonic() + 15
+        while not failed and time.monotonic() < end:
+            try:
+                await work.drain_once()
+            except asyncpg.UndefinedTableError:
+                failed = True
+            await asyncio.sleep(0.02)
+        assert failed and work.stream is None  # dropped with what it had taken
+        async with pool.acquire() as conn:
+            await conn.execute("ALTER TABLE dap.event_slots_away RENAME TO event_slots")
+        assert await effects(pool, ids) == []
+        await until(work, pool, ids)
+    finally:
+        await work.stop()
+    done = await effects(pool, ids)
+    assert sorted(r["event_id"] for r in done) == sorted(ids)
+
+
+async def test_a_failed_delivery_is_retried_from_the_outbox_holding_its_records_later_events(
+    pool: asyncpg.Pool, pg_dsn: str
+) -> None:
+    tenant, down, up = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    runner = Effects()
+    runner.failing.add(down)
+    work = await dispatcher_of(pool, pg_dsn, tenant, runner)
+    try:
+        ids = await emit(pool, tenant, [down, up, down, up])
+        await until(work, pool, [ids[1], ids[3]])
+        assert [r["record_id"] for r in await effects(pool, ids)] == [up, up]
+        async with pool.acquire() as conn:
+            waiting = await conn.fetch(
+                "SELECT public_id, attempts, last_error FROM dap.outbox WHERE delivered_at IS NULL "
+                "AND tenant_id = $1 ORDER BY id",
+                tenant,
+            )
+            assert [r["public_id"] for r in waiting] == [ids[0], ids[2]]  # the failed one, then held
+            assert waiting[0]["attempts"] == 1 and "receiver is down" in waiting[0]["last_error"]
+            runner.failing.clear()
+            await conn.execute("UPDATE dap.outbox SET next_at = now() WHERE tenant_id = $1", tenant)
+        work._claim_outbox = True
+        await until(work, pool, ids)
+    finally:
+        await work.stop()
+    done = await effects(pool, ids)
+    assert [r["event_id"] for r in done if r["record_id"] == down] == [ids[0], ids[2]]
+
+
+async def test_two_dispatchers_on_one_slot_deliver_each_event_once(pool: asyncpg.Pool, pg_dsn: str) -> None:
+    tenant = uuid.uuid4()
+    first = await dispatcher_of(pool, pg_dsn, tenant, Effects())
+    second = await dispatcher_of(pool, pg_dsn, tenant, Effects())
+    assert first.slot == second.slot
+    records = [uuid.uuid4() for _ in range(5)]
+    stop = asyncio.Event()
+
+    async def rounds(work: dispatcher.Dispatcher) -> None:
+        while not stop.is_set():
+            await work.drain_once()
+            await asyncio.sleep(0.01)
+
+    readers = [asyncio.create_task(rounds(w)) for w in (first, second)]
+    try:
+        ids = await emit(pool, tenant, [records[n % 5] for n in range(200)])
+
+        async def all_done() -> bool:
+            return len(await effects(pool, ids)) >= 200
+
+        assert await eventually(all_done, 30)
+        streaming = [w for w in (first, second) if w.stream is not None and w.stream.alive]
+        assert len(streaming) == 1  # the other's START_REPLICATION was refused: the slot is held
+    finally:
+        stop.set()
+        await asyncio.gather(*readers)
+        await first.stop()
+        await second.stop()
+    done = await effects(pool, ids)
+    assert len(done) == len({r["event_id"] for r in done}) == 200
+    assert in_order(done)
+
+
+async def test_transactions_without_events_do_not_hold_the_slot(pool: asyncpg.Pool, pg_dsn: str) -> None:
+    tenant = uuid.uuid4()
+    work = await dispatcher_of(pool, pg_dsn, tenant, Effects())
+    try:
+        [event] = await emit(pool, tenant, [uuid.uuid4()])
+        await until(work, pool, [event])
+        async with pool.acquire() as conn:
+            for _ in range(20):
+                await conn.execute(
+                    "INSERT INTO kill_effects (event_id, outbox_id) VALUES (gen_random_uuid(), 0)"
+                )
+            before = wal.lsn_value(await conn.fetchval("SELECT pg_current_wal_flush_lsn()::text"))
+
+        async def moved() -> bool:
+            await work.drain_once()
+            return await confirmed(pool, work.slot) >= before
+
+        assert await eventually(moved)  # the keepalives' WAL end, once all received is confirmed
+    finally:
+        await work.stop()
+
+
+async def test_events_are_delivered_once_in_order_while_dispatchers_are_killed(
+    pool: asyncpg.Pool, pg_dsn: str
+) -> None:
+    """test_events_kill's test on the stream: two worker processes (``DAP_EVENTS_SOURCE=wal``
+    inherited; one streams, the other waits for the slot) killed with SIGKILL again and again."""
+    events, records = 3000, 30
+    async with pool.acquire() as conn:
+        name = slots.slot_name(await conn.fetchval("SELECT current_database()"))
+        await slots.ensure(conn, name)  # the workers' slot (every tenant), before the writes
+    tenant = uuid.uuid4()
+    keys = [uuid.uuid4() for _ in range(records)]
+    ids = await emit(pool, tenant, [keys[n % records] for n in range(events)])
+    kills, rng, deadline = 0, random.Random(46), time.monotonic() + 180
+    workers = [await _spawn(pg_dsn), await _spawn(pg_dsn)]
+
+    async def pending() -> int:
+        return events - len(await effects(pool, ids))
+
+    try:
+        while await pending() > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(rng.uniform(0.1, 0.4))
+            ready = [i for i, w in enumerate(workers) if w.ready]
+            if ready and await pending() > 0 and kills < 30:
+                victim = rng.choice(ready)
+                await workers[victim].kill()
+                kills += 1
+                workers[victim] = await _spawn(pg_dsn)
+    finally:
+        for w in workers:
+            await w.kill()
+    done = await effects(pool, ids)
+    assert kills >= 3, f"only {kills} kills happened: the test proved too little"
+    assert len(done) == len({r["event_id"] for r in done}) == events  # 0 lost, 0 duplicated
+    assert in_order(done)
+    print(f"{kills} kills")
