@@ -338,27 +338,38 @@ async def test_two_dispatchers_on_one_slot_deliver_each_event_once(pool: asyncpg
     assert in_order(done)
 
 
-async def test_events_are_delivered_once_in_order_while_dispatchers_are_killed(
-    pool: asyncpg.Pool, pg_dsn: str
-) -> None:
-    """The kill -9 test of the outbox (test_events_kill), with the events as WAL messages: worker
-    processes (``DAP_EVENTS_SOURCE=wal`` inherited) killed with SIGKILL again and again."""
-    events, records = 3000, 30
+async def deliveries_under_kills(
+    pool: asyncpg.Pool, pg_dsn: str, least: int = 3
+) -> tuple[list[uuid.UUID], int]:
+    """Two worker processes (the event source inherited) delivering events of one tenant while
+    they are killed with SIGKILL again and again: the events' ids and the kills. A worker is
+    killed only while events wait; when the workers drain faster than ``least`` kills come (a quiet
+    machine), another wave of events is written, so that each kill comes while events wait."""
+    records = 30
     async with pool.acquire() as conn:
         name = slots.slot_name(await conn.fetchval("SELECT current_database()"))
         await slots.ensure(conn, name)  # the workers' slot (every tenant), before the writes
     tenant = uuid.uuid4()
     keys = [uuid.uuid4() for _ in range(records)]
-    ids = await emit(pool, tenant, [keys[n % records] for n in range(events)])
+
+    async def wave(size: int) -> list[uuid.UUID]:
+        return await emit(
+            pool, tenant, [keys[n % records] for n in range(len(ids), len(ids) + size)], len(ids)
+        )
+
+    ids: list[uuid.UUID] = []
+    ids += await wave(3000)
     kills, rng, deadline = 0, random.Random(46), time.monotonic() + 180
     workers = [await _spawn(pg_dsn), await _spawn(pg_dsn)]
 
     async def pending() -> int:
-        return events - len(await effects(pool, ids))
+        return len(ids) - len(await effects(pool, ids))
 
     try:
-        while await pending() > 0 and time.monotonic() < deadline:
+        while (kills < least or await pending() > 0) and time.monotonic() < deadline:
             await asyncio.sleep(rng.uniform(0.1, 0.4))
+            if kills < least and await pending() == 0:
+                ids += await wave(1000)
             ready = [i for i, w in enumerate(workers) if w.ready]
             if ready and await pending() > 0 and kills < 30:
                 victim = rng.choice(ready)
@@ -368,11 +379,20 @@ async def test_events_are_delivered_once_in_order_while_dispatchers_are_killed(
     finally:
         for w in workers:
             await w.kill()
+    return ids, kills
+
+
+async def test_events_are_delivered_once_in_order_while_dispatchers_are_killed(
+    pool: asyncpg.Pool, pg_dsn: str
+) -> None:
+    """The kill -9 test of the outbox (test_events_kill), with the events as WAL messages: worker
+    processes (``DAP_EVENTS_SOURCE=wal-sql`` inherited) killed with SIGKILL again and again."""
+    ids, kills = await deliveries_under_kills(pool, pg_dsn)
     done = await effects(pool, ids)
     assert kills >= 3, f"only {kills} kills happened: the test proved too little"
-    assert len(done) == len({r["event_id"] for r in done}) == events  # 0 lost, 0 duplicated
+    assert len(done) == len({r["event_id"] for r in done}) == len(ids)  # 0 lost, 0 duplicated
     assert in_order(done)
-    print(f"{kills} kills")
+    print(f"{kills} kills, {len(ids)} events")
 
 
 @pytest.mark.filterwarnings("ignore")

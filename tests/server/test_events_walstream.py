@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -23,11 +22,10 @@ import pytest_asyncio
 from dap import config
 from dap.server import booting
 from dap.server.catalog import Catalog
-from dap.server.events import dispatcher, outbox, slots, wal, walstream
+from dap.server.events import dispatcher, outbox, wal, walstream
 
 from .events_worker import EFFECTS, FILES
-from .test_events_kill import _spawn
-from .test_events_wal import Effects, dispatcher_of, effects, emit, in_order
+from .test_events_wal import Effects, deliveries_under_kills, dispatcher_of, effects, emit, in_order
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -281,33 +279,9 @@ async def test_events_are_delivered_once_in_order_while_dispatchers_are_killed(
 ) -> None:
     """test_events_kill's test on the stream: two worker processes (``DAP_EVENTS_SOURCE=wal``
     inherited; one streams, the other waits for the slot) killed with SIGKILL again and again."""
-    events, records = 3000, 30
-    async with pool.acquire() as conn:
-        name = slots.slot_name(await conn.fetchval("SELECT current_database()"))
-        await slots.ensure(conn, name)  # the workers' slot (every tenant), before the writes
-    tenant = uuid.uuid4()
-    keys = [uuid.uuid4() for _ in range(records)]
-    ids = await emit(pool, tenant, [keys[n % records] for n in range(events)])
-    kills, rng, deadline = 0, random.Random(46), time.monotonic() + 180
-    workers = [await _spawn(pg_dsn), await _spawn(pg_dsn)]
-
-    async def pending() -> int:
-        return events - len(await effects(pool, ids))
-
-    try:
-        while await pending() > 0 and time.monotonic() < deadline:
-            await asyncio.sleep(rng.uniform(0.1, 0.4))
-            ready = [i for i, w in enumerate(workers) if w.ready]
-            if ready and await pending() > 0 and kills < 30:
-                victim = rng.choice(ready)
-                await workers[victim].kill()
-                kills += 1
-                workers[victim] = await _spawn(pg_dsn)
-    finally:
-        for w in workers:
-            await w.kill()
+    ids, kills = await deliveries_under_kills(pool, pg_dsn)
     done = await effects(pool, ids)
     assert kills >= 3, f"only {kills} kills happened: the test proved too little"
-    assert len(done) == len({r["event_id"] for r in done}) == events  # 0 lost, 0 duplicated
+    assert len(done) == len({r["event_id"] for r in done}) == len(ids)  # 0 lost, 0 duplicated
     assert in_order(done)
-    print(f"{kills} kills")
+    print(f"{kills} kills, {len(ids)} events")
