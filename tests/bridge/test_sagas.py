@@ -312,19 +312,7 @@ async def test_a_saga_accepted_by_a_process_that_died_before_its_first_call_left
     pool = await db.open_pool(pg_dsn, 1)  # the platform's JSON codecs, as the server's
     try:
         async with db.connection(pool) as conn:
-            model = await conn.fetchrow("SELECT tenant_id, principal FROM dap.jobs WHERE id = $1", template)
-            new = jobs.New(
-                id=uuid.uuid4(),
-                tenant=model["tenant_id"],
-                target="store/trip",
-                kind="service",
-                action="book",
-                record_id=None,
-                principal=model["principal"],
-                body='{"faults": {}}',
-                expected=None,
-                request_id=None,
-            )
+            new = await booking_like(conn, template)
             # what a request's commit leaves, its process then gone
             await saga_store.accept(conn, new, "gone:1:dead:claim", 0.2, "hold")
     finally:
@@ -353,19 +341,7 @@ async def test_a_saga_accepted_where_no_loop_can_take_it_is_left_unheld_to_the_n
     pool = await db.open_pool(pg_dsn, 1)
     try:
         async with db.connection(pool) as conn, conn.transaction():
-            model = await conn.fetchrow("SELECT * FROM dap.jobs WHERE id = $1", template)
-            new = jobs.New(
-                id=uuid.uuid4(),
-                tenant=model["tenant_id"],
-                target="store/trip",
-                kind="service",
-                action="book",
-                record_id=None,
-                principal=model["principal"],
-                body='{"faults": {}}',
-                expected=None,
-                request_id=None,
-            )
+            new = await booking_like(conn, template)
             _job, accepted = await idle.accept(conn, new, steps_of(srv, "book"))
             held = await conn.fetchrow("SELECT worker, lease_until FROM dap.sagas WHERE id = $1", new.id)
         assert accepted.holder is None and tuple(held) == (None, None)
@@ -375,6 +351,25 @@ async def test_a_saga_accepted_where_no_loop_can_take_it_is_left_unheld_to_the_n
         await pool.close()
     assert end["state"] == "completed", end
     assert await effects(srv, str(new.id)) == {"applied": ALL, "undone": [], "max_per_key": 1}
+
+
+async def booking_like(conn: db.Connection, template: uuid.UUID) -> jobs.New:
+    """A new ``book`` job of the tenant and principal of the job ``template`` (an empty fault
+    table): what a request would insert, for tests that accept a saga by hand."""
+    model = await conn.fetchrow("SELECT tenant_id, principal FROM dap.jobs WHERE id = $1", template)
+    assert model is not None
+    return jobs.New(
+        id=uuid.uuid4(),
+        tenant=model["tenant_id"],
+        target="store/trip",
+        kind="service",
+        action="book",
+        record_id=None,
+        principal=model["principal"],
+        body='{"faults": {}}',
+        expected=None,
+        request_id=None,
+    )
 
 
 def steps_of(srv: Bridged, action: str) -> tuple[Any, ...]:
@@ -505,19 +500,7 @@ async def test_a_saga_and_its_job_end_in_one_statement_only_while_its_holder_hol
     pool = await db.open_pool(pg_dsn, 1)
     try:
         async with db.connection(pool) as conn:
-            model = await conn.fetchrow("SELECT tenant_id, principal FROM dap.jobs WHERE id = $1", template)
-            new = jobs.New(
-                id=uuid.uuid4(),
-                tenant=model["tenant_id"],
-                target="store/trip",
-                kind="service",
-                action="book",
-                record_id=None,
-                principal=model["principal"],
-                body='{"faults": {}}',
-                expected=None,
-                request_id=None,
-            )
+            new = await booking_like(conn, template)
             holder = "held:1:here:claim"  # a long lease: no running engine claims it meanwhile
             await saga_store.accept(conn, new, holder, 600.0, None)
             finish = saga_store.Finish("succeeded", {"result": {}, "saga": "completed"}, None, 100.0)
