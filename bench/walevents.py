@@ -93,7 +93,8 @@ def args_of(variant: str, action: str, tenant: uuid.UUID, ids: list[uuid.UUID], 
     if variant == "floor":
         return own
     name = "created" if action == "create" else "updated"
-    return [*own, tenant, "bench/item", action, name, "sub", "bench", None, None]
+    made = [] if variant == "outbox" else [uuid.uuid4()]  # a message's id is the writer's (builtin.written)
+    return [*own, tenant, "bench/item", action, name, "sub", "bench", None, None, *made]
 
 
 async def load(

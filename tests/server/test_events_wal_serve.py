@@ -1,6 +1,8 @@
 """Events as WAL messages through the command users run: a spawned ``dap serve`` with
 ``DAP_EVENTS_SOURCE=wal`` streams its slot through a walsender and settles a sync event before
-answering the create (``Event-Delivery: settled``), its feed row written by the dispatcher."""
+answering the create (``Event-Delivery: settled``), its feed row written by the dispatcher; the
+messages of a create and an update carry the record each answer shows (the statement writes it
+from the row: ``events.builtin._messaged``)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 import urllib.request
 import uuid
 from pathlib import Path
@@ -73,7 +76,17 @@ def test_dap_serve_settles_a_sync_event_read_from_its_walsender_stream(pg_dsn: s
             assert resp.status == 201
             # ``created`` is sync by its name: answered once the dispatcher settled it
             assert resp.headers["Event-Delivery"] == "settled"
-            rid = uuid.UUID(json.loads(resp.read())["data"]["id"])
+            created = json.loads(resp.read())["data"]
+            rid = uuid.UUID(created["id"])
+        patch = urllib.request.Request(
+            f"http://127.0.0.1:{port}/default/api/inv/thing/{rid}",
+            data=json.dumps({"label": "streamed again"}).encode(),
+            headers={"Authorization": f"Bearer {token()}", "Content-Type": "application/json"},
+            method="PATCH",
+        )
+        with urllib.request.urlopen(patch, timeout=30) as resp:
+            assert resp.status == 200
+            updated = json.loads(resp.read())["data"]
         streaming = asyncio.run(
             _fetch(
                 pg_dsn,
@@ -83,10 +96,18 @@ def test_dap_serve_settles_a_sync_event_read_from_its_walsender_stream(pg_dsn: s
             )
         )
         assert [(r["active"], r["walsender"]) for r in streaming] == [(True, True)]  # read by a stream
-        feed = asyncio.run(
-            _fetch(pg_dsn, "SELECT event, delivered_at FROM dap.outbox WHERE record_id = $1", rid)
-        )
-        assert [r["event"] for r in feed] == ["created"] and feed[0]["delivered_at"] is not None
+        feed: list[asyncpg.Record] = []
+        deadline = time.monotonic() + 30
+        while len(feed) < 2 and time.monotonic() < deadline:  # ``updated`` is not sync: delivered soon
+            feed = asyncio.run(
+                _fetch(pg_dsn, "SELECT * FROM dap.outbox WHERE record_id = $1 ORDER BY seq", rid)
+            )
+            time.sleep(0.1)
+        assert [r["event"] for r in feed] == ["created", "updated"]
+        assert all(r["delivered_at"] is not None for r in feed)
+        assert [json.loads(r["payload"])["record"] for r in feed] == [created, updated]
+        assert [r["version"] for r in feed] == [created["version"], updated["version"]]
+        assert len({r["public_id"] for r in feed}) == 2
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:

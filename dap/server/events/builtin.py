@@ -163,13 +163,17 @@ def _joined_sql(
 
 def _messaged(statement: str, n: int, notify: bool, payload: str, texts: list[str], trace: int) -> str:
     """The statement of :func:`joined` or :func:`written` with ``DAP_EVENTS_SOURCE=wal``: the event
-    as a logical message (``outbox.message_sql``), its public id made by the statement; a null
-    ``payload`` (a failed check) raises what the outbox's ``NOT NULL`` would (:func:`refused`).
-    ``texts``: the parameters of tenant, entity, action, event, actor sub, username, request id."""
+    as a logical message (``outbox.message_sql``) emitted by the final ``SELECT``'s condition, once
+    per written row (none when nothing was written), its public id the parameter after the trace
+    (made by the caller: a ``MATERIALIZED`` CTE making it, and a ``LATERAL`` emitting, cost the
+    statement ~15 µs of Postgres CPU more: docs/performance.md); a null ``payload`` (a failed
+    check) raises what the outbox's ``NOT NULL`` would (:func:`refused`). ``texts``: the parameters
+    of tenant, entity, action, event, actor sub, username, request id."""
     tenant, entity, action, event, sub, user, request = texts
-    wake = f", pg_notify('{outbox.CHANNEL}', txid_current()::text)" if notify else ""
+    id_ = f"${trace + 1}::uuid"
+    wake = f" AND pg_notify('{outbox.CHANNEL}', txid_current()::text) IS NOT NULL" if notify else ""
     emitted = outbox.message_sql(
-        id_=f"w.{EVENT_COLUMN}",
+        id_=id_,
         tenant=f"{tenant}::uuid",
         entity=entity,
         record="w.id",
@@ -182,11 +186,9 @@ def _messaged(statement: str, n: int, notify: bool, payload: str, texts: list[st
         request=request,
         trace=f"${trace}::text",
     )
-    return (
-        f"WITH w AS ({statement}), "
-        f"e AS MATERIALIZED (SELECT w.*, gen_random_uuid() AS {EVENT_COLUMN} FROM w) "
-        f"SELECT w.* FROM e AS w, LATERAL (SELECT {emitted}{wake}) m"
-    )
+    # a volatile condition on ``w``'s columns: evaluated for each written row, never folded away
+    row = f"SELECT w.*, {id_} AS {EVENT_COLUMN} FROM w"
+    return f"WITH w AS ({statement}) {row} WHERE {emitted} IS NOT NULL{wake}"
 
 
 def joined(
@@ -233,12 +235,14 @@ def joined(
         write.request_id,
     ]
     trace = tracing.traceparent()  # the request's trace, for the delivery (last: after the check's)
+    wal = outbox.selected()
+    made = [uuid.uuid4()] if wal else []  # the message's public id (``_messaged``)
     if check is None:
-        text = _joined_sql(statement, len(args), notify, None, len(args) + len(extra) + 1, outbox.selected())
-        return Joined(text, [*args, *extra, trace], body)
+        text = _joined_sql(statement, len(args), notify, None, len(args) + len(extra) + 1, wal)
+        return Joined(text, [*args, *extra, trace, *made], body)
     at = len(args) + len(extra) + len(check.args) + 1
-    text = _joined_sql(statement, len(args), notify, check.sql, at, outbox.selected())
-    return Joined(text, [*args, *extra, *check.args, trace], body)
+    text = _joined_sql(statement, len(args), notify, check.sql, at, wal)
+    return Joined(text, [*args, *extra, *check.args, trace, *made], body)
 
 
 @dataclass(frozen=True)
@@ -467,10 +471,10 @@ def written(
     if changed is not None:
         extra.append(orjson.dumps(sorted(changed)).decode())
     extra.append(tracing.traceparent())  # the request's trace, for the delivery
-    text = _written_sql(
-        statement, len(args), notify, record, changed is not None, len(args) + len(extra), outbox.selected()
-    )
-    return text, [*args, *extra]
+    wal = outbox.selected()
+    at = len(args) + len(extra)  # the trace's parameter
+    text = _written_sql(statement, len(args), notify, record, changed is not None, at, wal)
+    return text, [*args, *extra, *([uuid.uuid4()] if wal else [])]  # the message's id (``_messaged``)
 
 
 def event_of(row: asyncpg.Record) -> uuid.UUID:

@@ -156,9 +156,11 @@ def message_sql(
     request: str,
     trace: str,
 ) -> str:
-    """SQL: ``pg_logical_emit_message`` of one event, from SQL expressions for its fields. Pure."""
+    """SQL: ``pg_logical_emit_message`` of one event, from SQL expressions for its fields. Pure.
+    The message is ``json``'s text, not ``jsonb``'s: nothing reads it but a JSON parser, and the
+    ``jsonb`` value would be built only to be printed."""
     return (
-        f"pg_logical_emit_message(true, '{PREFIX}', jsonb_build_object('id', {id_}, 'tenant', {tenant}, "
+        f"pg_logical_emit_message(true, '{PREFIX}', json_build_object('id', {id_}, 'tenant', {tenant}, "
         f"'entity', {entity}, 'record', {record}, 'action', {action}, 'event', {event}, "
         f"'payload', {payload}, 'version', {version}, 'sub', {sub}, 'user', {user}, "
         f"'request', {request}, 'trace', {trace}, 'at', extract(epoch FROM now()))::text)"
