@@ -143,6 +143,7 @@ class Dispatcher:
         # ``wal``'s walsender stream (``walstream``; None: not open, or ``wal-sql``'s peeks)
         self.streamed = False
         self.stream: walstream.Stream | None = None
+        self.watch = walstream.Watch(counters.stream)  # its streams' opens, waits and ends, logged
         self._notified = False  # a NOTIFY came (a replay, a row of another writer): claim the outbox
         self.handed = 0
         self._claim_outbox = True

@@ -66,6 +66,8 @@ LOCK = "SELECT lsn::text FROM dap.event_slots WHERE slot = $1 FOR UPDATE"
 GATHER = 0.004
 RETRY = 1.0  # seconds before a stream that ended (the slot held by another process) is opened again
 IN_USE = "55006"  # object_in_use: another walsender streams the slot
+HELD = 1.0  # seconds of a full queue (flow control) past which the wait is logged
+BUSY_TOLD = 30.0  # seconds between two logs of one wait for a busy slot (a standby replica waits for ever)
 
 
 def lsn_text(lsn: int) -> str:
@@ -81,12 +83,60 @@ class Committed:
     end: int
 
 
+@dataclass
+class Watch:
+    """What a dispatcher's streams did besides reading, across reopenings: logged and counted
+    (``measures.Counters.stream``), so that a stream that stalls says why. Written by the event
+    loop while no stream thread runs, and by the stream's thread while it runs."""
+
+    counter: Any = None  # ``Counters.stream`` (labels ``what``), or None
+    opens: int = 0
+    busy_since: float | None = None  # monotonic time of the first refused start in a row
+    busy_told: float = 0.0
+
+    def _count(self, what: str) -> None:
+        if self.counter is not None:
+            self.counter.labels(what).inc()
+
+    def opened(self, slot: str) -> None:
+        ctx: dict[str, Any] = {"slot": slot, "opens": self.opens + 1}
+        if self.busy_since is not None:
+            ctx["busy_s"] = round(time.monotonic() - self.busy_since, 3)
+        self.opens, self.busy_since = self.opens + 1, None
+        self._count("opened")
+        log.info("events stream opened" if self.opens == 1 else "events stream reopened", extra={"ctx": ctx})
+
+    def busy(self, slot: str, since: float) -> None:
+        """A start refused (``55006``): logged at the first and then every ``BUSY_TOLD`` seconds."""
+        now = time.monotonic()
+        first = self.busy_since is None
+        self.busy_since = since if self.busy_since is None else self.busy_since
+        self._count("busy")
+        if first or now - self.busy_told >= BUSY_TOLD:
+            self.busy_told = now
+            ctx = {"slot": slot, "waited_s": round(now - self.busy_since, 3)}
+            log.info("events stream: the slot is held by another walsender; retrying", extra={"ctx": ctx})
+
+    def ended(self, slot: str, error: BaseException | None) -> None:
+        self._count("ended")
+        ctx = {"slot": slot, "error": repr(error)}
+        log.warning("events stream ended; opening it again", extra={"ctx": ctx})
+
+    def held(self, slot: str, seconds: float, queued: int) -> None:
+        self._count("held")
+        ctx = {"slot": slot, "held_s": round(seconds, 3), "queued": queued}
+        log.warning("events stream: its queue was full, reading held back", extra={"ctx": ctx})
+
+
 class Stream:
     """The thread reading the slot through a walsender; ``start``, then ``take`` and ``confirm``
     from the event loop, ``close`` at the end. ``error`` says why it ended on its own."""
 
-    def __init__(self, dsn: str, slot: str, wake: Callable[[], None], limit: int = 5000) -> None:
+    def __init__(
+        self, dsn: str, slot: str, wake: Callable[[], None], limit: int = 5000, watch: Watch | None = None
+    ) -> None:
         self.dsn, self.slot, self.limit = dsn, slot, limit
+        self.watch = watch or Watch()
         self._loop = asyncio.get_running_loop()
         self._wake = wake
         self._lock = threading.Lock()
@@ -98,10 +148,11 @@ class Stream:
         os.set_blocking(self._rd, False)
         os.set_blocking(self._wr, False)
         self.error: BaseException | None = None
-        self.ended = 0.0  # monotonic time the thread ended
+        self.started = self.ended = 0.0  # monotonic times the thread started and ended
         self._thread = threading.Thread(target=self._run, name=f"dap-walstream-{slot}", daemon=True)
 
     def start(self) -> None:
+        self.started = time.monotonic()
         self._thread.start()
 
     @property
@@ -171,11 +222,18 @@ class Stream:
         try:
             cur = conn.cursor()
             cur.start_replication(slot_name=self.slot, decode=False, options=OPTIONS)
+            self.watch.opened(self.slot)
             pending: list[dict[str, Any]] = []
             sent, woke, fresh = 0, 0.0, False
+            held: float | None = None  # monotonic time the queue became full
             while not self._stop:
                 with self._lock:
                     target, full = self._confirm, self._queued >= self.limit
+                if full != (held is not None):  # flow control began or ended: rare, timed
+                    now = time.monotonic()
+                    if held is not None and now - held > HELD:
+                        self.watch.held(self.slot, now - held, self._queued)
+                    held = now if full else None
                 if target > sent:
                     cur.send_feedback(flush_lsn=target)
                     sent = target
@@ -232,6 +290,7 @@ class Streamer(wal.Reader, Protocol):
     pool: asyncpg.Pool
     dsn: str
     stream: Stream | None
+    watch: Watch
 
     def arrived(self) -> None: ...
 
@@ -243,12 +302,14 @@ async def drain_once(dispatcher: Streamer, slot: str, batch: int) -> tuple[int, 
     if stream is not None and not stream.alive:
         if time.monotonic() < stream.ended + RETRY:
             return 0, False
-        if stream.error is not None and getattr(stream.error, "pgcode", None) != IN_USE:
-            log.warning("events stream of %s ended: %r; opening it again", slot, stream.error)
+        if getattr(stream.error, "pgcode", None) == IN_USE:
+            dispatcher.watch.busy(slot, stream.started)
+        else:
+            dispatcher.watch.ended(slot, stream.error)
         await stream.close()
         dispatcher.stream = stream = None
     if stream is None:
-        stream = dispatcher.stream = Stream(dispatcher.dsn, slot, dispatcher.arrived)
+        stream = dispatcher.stream = Stream(dispatcher.dsn, slot, dispatcher.arrived, watch=dispatcher.watch)
         stream.start()
     if not stream.waiting:
         return 0, False
