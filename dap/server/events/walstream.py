@@ -16,12 +16,17 @@ LSN) for the event loop, waking the dispatcher when the queue was empty.
 one Postgres transaction, locks the cursor row (``dap.event_slots``), skips what the cursor
 covers, delivers and writes the rest (``wal.settle``: the SQL reader's code) and moves the cursor.
 Only after that commit is the end handed to :meth:`Stream.confirm`, which the thread sends as the
-standby status update's flush position; Postgres moves the slot's ``confirmed_flush_lsn`` only
-there, and a new stream starts from it. So:
+standby status update's flush position, at once (forced: psycopg2 sends a position given without
+``force`` only once its 10 s status interval has passed, so a kill left up to 10 s of settled
+events to be sent again); Postgres moves the slot's ``confirmed_flush_lsn`` only there, and a new
+stream starts from it. So:
 
 - killed (any process) before the commit: nothing confirmed; the next stream, here or in another
   process, resends the batch, with the same ids (settled deliveries are not repeated);
-- killed between the commit and the confirmation: resent, and the cursor skips it;
+- killed between the commit and the confirmation: resent, and the cursor skips it (a round that
+  only skipped, or only met other tenants' events, still counts as progress: the dispatcher's loop
+  goes on while the queue holds transactions, since the stream wakes it only when the queue was
+  empty; it once waited for its poll there, one batch a second: issue 46's stall);
 - a round that fails in this process drops its stream (the transactions it took are gone from
   memory): the next round opens a new one from the confirmed position (:func:`drain_once`).
 
@@ -234,8 +239,8 @@ class Stream:
                     if held is not None and now - held > HELD:
                         self.watch.held(self.slot, now - held, self._queued)
                     held = now if full else None
-                if target > sent:
-                    cur.send_feedback(flush_lsn=target)
+                if target > sent:  # forced: psycopg2 would otherwise send it after 10 s only
+                    cur.send_feedback(flush_lsn=target, force=True)
                     sent = target
                 message = None if full else cur.read_message()
                 if message is None and fresh:  # read all there was: what comes in the pause next
