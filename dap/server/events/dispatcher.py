@@ -235,10 +235,7 @@ class Dispatcher:
             self._wake.clear()
             wait = self.settings.poll
             try:
-                # on while more waits, even after a round that settled nothing: a stream's round
-                # that only skipped (transactions the cursor covers, sent again after a kill, or
-                # other tenants') is progress, and its stream wakes nobody while its queue is not
-                # empty: stopping there read one batch per poll (issue 46's stall)
+                # on while more waits, even if the round settled nothing (issue 46: ``walstream``)
                 while not self._stopping:
                     await self.drain_once()
                     if not self._more:

@@ -71,6 +71,9 @@ LOCK = "SELECT lsn::text FROM dap.event_slots WHERE slot = $1 FOR UPDATE"
 GATHER = 0.004
 RETRY = 1.0  # seconds before a stream that ended (the slot held by another process) is opened again
 IN_USE = "55006"  # object_in_use: another walsender streams the slot
+# seconds between two status updates sent for keepalives (see ``_read``): a busy walsender sends
+# one whenever it catches up, and one update per 100 ms bounds what they cost
+KEEPALIVE = 0.1
 HELD = 1.0  # seconds of a full queue (flow control) past which the wait is logged
 BUSY_TOLD = 30.0  # seconds between two logs of one wait for a busy slot (a standby replica waits for ever)
 
@@ -230,6 +233,8 @@ class Stream:
             self.watch.opened(self.slot)
             pending: list[dict[str, Any]] = []
             sent, woke, fresh = 0, 0.0, False
+            handed, seen = 0, 0  # the end of the last transaction handed, the server's WAL end
+            told, owed = 0.0, False  # when the last keepalive's update went, whether one is due
             held: float | None = None  # monotonic time the queue became full
             while not self._stop:
                 with self._lock:
@@ -243,12 +248,22 @@ class Stream:
                     cur.send_feedback(flush_lsn=target, force=True)
                     sent = target
                 message = None if full else cur.read_message()
+                if message is None and not full and cur.wal_end > seen:
+                    # a keepalive came: psycopg2 moved its flush position to the server's WAL end
+                    # if everything received was confirmed (WAL without events since), but sends
+                    # it only at its 10 s status interval: sent here, so that WAL is released
+                    seen, owed = cur.wal_end, True
+                if owed and sent >= handed and time.monotonic() >= told + KEEPALIVE:
+                    cur.send_feedback(force=True)
+                    told, owed = time.monotonic(), False
                 if message is None and fresh:  # read all there was: what comes in the pause next
                     fresh = False
                     time.sleep(max(0.0, woke + GATHER - time.monotonic()))
                     continue
                 if message is None:  # nothing to read now (or no room): wait for either side
-                    select.select([self._rd] if full else [cur, self._rd], [], [], 10.0)
+                    select.select(
+                        [self._rd] if full else [cur, self._rd], [], [], KEEPALIVE if owed else 10.0
+                    )
                     woke = time.monotonic()
                     with contextlib.suppress(BlockingIOError):
                         os.read(self._rd, 4096)
@@ -263,6 +278,7 @@ class Stream:
                 elif kind == b"C":
                     if pending:  # the commit's XLogData starts at the commit record's end
                         self._hand(Committed(pending, message.data_start))
+                        handed = message.data_start
                     pending = []
                 elif kind == b"B":
                     pending = []
