@@ -36,8 +36,8 @@ leader election. The cursor's row lock stays, so that a leader whose walsender d
 batch commits and the next one never both settle a transaction.
 
 Transactions without events are not sent by pgoutput (Postgres 15 and later); once everything
-received is confirmed, psycopg2 answers the server's keepalives with their WAL end as the flush
-position, so the slot does not hold their WAL. The thread stops reading when ``limit`` events
+received is confirmed, psycopg2 takes a keepalive's WAL end as the flush position, and the thread
+sends it (at most every ``KEEPALIVE``), so the slot does not hold their WAL. The thread stops reading when ``limit`` events
 wait in its queue (the socket then holds the walsender back).
 """
 
