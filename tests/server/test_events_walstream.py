@@ -10,6 +10,7 @@ processes killed with SIGKILL again and again."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 import uuid
@@ -381,3 +382,45 @@ async def test_a_settled_round_is_confirmed_to_postgres_at_once(pool: asyncpg.Po
         assert await eventually(released, 3)
     finally:
         await work.stop()
+
+
+async def test_a_burst_past_the_flow_control_after_an_idle_gap_is_delivered_at_once(
+    pool: asyncpg.Pool, pg_dsn: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The bench's other candidates for the stall: a stream idle for a while (its thread in its
+    10 s wait), then a burst twelve times its queue's limit (reading held back, then resumed)."""
+    monkeypatch.setattr(walstream, "LIMIT", 50)
+    caplog.set_level(logging.INFO, logger="dap.server.events.walstream")
+    tenant = uuid.uuid4()
+    work = await dispatcher_of(pool, pg_dsn, tenant, Effects())
+    work.start()
+    try:
+
+        async def opened() -> bool:
+            return work.watch.opens == 1
+
+        assert await eventually(opened, 10)
+        await asyncio.sleep(2)  # idle: the thread waits on its socket
+        async with pool.acquire() as conn, conn.transaction():  # rounds held back: the queue fills
+            await conn.execute("SELECT 1 FROM dap.event_slots WHERE slot = $1 FOR UPDATE", work.slot)
+            ids = await emit(pool, tenant, [uuid.uuid4() for _ in range(600)])
+
+            async def full() -> bool:
+                return work.stream is not None and work.stream._queued >= 50
+
+            assert await eventually(full, 10)
+            await asyncio.sleep(1.2)  # past ``HELD``: the wait is logged when it ends
+        began = time.monotonic()
+
+        async def done() -> bool:
+            return len(await effects(pool, ids)) == 600
+
+        assert await eventually(done, 20)
+        assert time.monotonic() - began < 15
+        assert work.watch.opens == 1  # one stream throughout: held back, never dropped
+        held = [r for r in caplog.records if r.getMessage().startswith("events stream: its queue was full")]
+        assert held and held[0].ctx["held_s"] > walstream.HELD  # type: ignore[attr-defined]
+    finally:
+        await work.stop()
+    done_rows = await effects(pool, ids)
+    assert len(done_rows) == len({r["event_id"] for r in done_rows}) == 600 and in_order(done_rows)

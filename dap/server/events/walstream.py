@@ -37,8 +37,8 @@ batch commits and the next one never both settle a transaction.
 
 Transactions without events are not sent by pgoutput (Postgres 15 and later); once everything
 received is confirmed, psycopg2 takes a keepalive's WAL end as the flush position, and the thread
-sends it (at most every ``KEEPALIVE``), so the slot does not hold their WAL. The thread stops reading when ``limit`` events
-wait in its queue (the socket then holds the walsender back).
+sends it (at most every ``KEEPALIVE``), so the slot does not hold their WAL. The thread stops
+reading when ``limit`` events wait in its queue (the socket then holds the walsender back).
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ IN_USE = "55006"  # object_in_use: another walsender streams the slot
 # seconds between two status updates sent for keepalives (see ``_read``): a busy walsender sends
 # one whenever it catches up, and one update per 100 ms bounds what they cost
 KEEPALIVE = 0.1
+LIMIT = 5000  # events queued past which the thread stops reading (the socket holds the walsender)
 HELD = 1.0  # seconds of a full queue (flow control) past which the wait is logged
 BUSY_TOLD = 30.0  # seconds between two logs of one wait for a busy slot (a standby replica waits for ever)
 
@@ -141,9 +142,14 @@ class Stream:
     from the event loop, ``close`` at the end. ``error`` says why it ended on its own."""
 
     def __init__(
-        self, dsn: str, slot: str, wake: Callable[[], None], limit: int = 5000, watch: Watch | None = None
+        self,
+        dsn: str,
+        slot: str,
+        wake: Callable[[], None],
+        limit: int | None = None,
+        watch: Watch | None = None,
     ) -> None:
-        self.dsn, self.slot, self.limit = dsn, slot, limit
+        self.dsn, self.slot, self.limit = dsn, slot, limit or LIMIT
         self.watch = watch or Watch()
         self._loop = asyncio.get_running_loop()
         self._wake = wake
