@@ -1,7 +1,7 @@
 """Events as outbox rows against events as logical WAL messages, read two ways (issue 46), in one run:
 
     .venv/bin/python bench/walevents.py [--seconds 5] [--rounds 3] [--conns 8] [--burst 20000]
-                                        [--notify] [--quick]
+                                        [--notify] [--logs DIR] [--quick]
 
 Four ways to write a row of ``bench_item``, each a single autocommitted statement sent by
 ``--conns`` connections as fast as they answer, for ``--seconds`` per round:
@@ -26,7 +26,9 @@ variant's minus the floor's, per write) as a share of the row's (the floor's), e
 p50/p99 (``delivered_at - created_at`` of the round's events: Postgres's own clocks), and the
 drain rate: events/s of a dispatcher started on ``--burst`` events already written.
 The client runs in this process (Python, asyncpg): on a loaded machine compare ratios of the same
-run only.
+run only. ``--logs DIR``: each dispatcher process's log lines (dap's JSON lines, INFO and up: the
+stream's opens, busy slot, flow control) go to a file of its own in ``DIR``, named after its
+round, and each round's line says when its writes began.
 """
 
 from __future__ import annotations
@@ -74,6 +76,8 @@ SLOT = "walbench"
 # as dap serve's writes wake their own process's dispatcher without a NOTIFY (one commit at a time);
 # the stream's dispatcher is woken by its stream, and keeps dap serve's poll (1 s)
 NOTIFY = "--notify" in sys.argv
+LOGS: Path | None = None  # ``--logs``: where each dispatcher process's stderr goes
+started = 0  # dispatcher processes started, for their log files' names
 
 
 def statement(variant: str, action: str) -> tuple[str, int]:
@@ -126,7 +130,10 @@ async def delivered(conn: asyncpg.Connection, began: Any) -> int:
     )
 
 
-def dispatcher(dsn: str, variant: str) -> subprocess.Popen[bytes]:
+def dispatcher(dsn: str, variant: str, name: str) -> subprocess.Popen[bytes]:
+    global started
+    started += 1
+    stderr = open(LOGS / f"{started:02d}-{name}.log", "wb") if LOGS else None  # noqa: SIM115 (the child's)
     variant, _, gather = variant.partition("@")
     env = {
         **os.environ,
@@ -136,16 +143,20 @@ def dispatcher(dsn: str, variant: str) -> subprocess.Popen[bytes]:
     }
     flags = ["--notify"] if NOTIFY else []
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--dispatch", dsn, *flags], env=env, stdout=subprocess.PIPE
+        [sys.executable, __file__, "--dispatch", dsn, *flags], env=env, stdout=subprocess.PIPE, stderr=stderr
     )
+    if stderr is not None:
+        stderr.close()  # the child has its own copy
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == b"ready"
     return proc
 
 
 async def dispatch(dsn: str) -> None:
+    from dap import logs
     from dap.server.events import channels, dispatcher, measures, walstream
 
+    logs.configure("info")
     if os.environ.get("BENCH_GATHER"):
         walstream.GATHER = float(os.environ["BENCH_GATHER"])
     from dap.server.storage import db
@@ -199,7 +210,7 @@ async def walsender(conn: asyncpg.Connection) -> int | None:
 async def round_of(
     dsn: str, pg: int, variant: str, action: str, seconds: float, conns: int, ids: list[uuid.UUID]
 ) -> dict[str, float]:
-    proc = dispatcher(dsn, variant) if variant != "floor" else None
+    proc = dispatcher(dsn, variant, f"{action}-{variant}") if variant != "floor" else None
     conn = await asyncpg.connect(dsn)
     clients = [await asyncpg.connect(dsn) for _ in range(conns)]  # their backends live through the round
     writers = {await c.fetchval("SELECT pg_backend_pid()") for c in clients}
@@ -210,6 +221,8 @@ async def round_of(
                 await caught_up(conn)  # the WAL of the rounds before, decoded before the clock starts
         sender = await walsender(conn) if variant.startswith("wal-stream") else None
         began = await conn.fetchval("SELECT clock_timestamp()")
+        if LOGS:
+            print(f"{action} {variant}: writes begin at {began.isoformat()}", flush=True)
         before = loadgen.children_cpu(pg)
         own_before = loadgen.cpu_seconds([proc.pid]) if proc else 0.0
         writes = await load(clients, variant, action, seconds, ids)
@@ -276,7 +289,7 @@ async def burst(dsn: str, variant: str, count: int) -> float:
                     sql, [args_of(variant, "create", tenant, [], i) for i in range(at, at + 500)]
                 )
         started = time.monotonic()
-        proc = dispatcher(dsn, variant)
+        proc = dispatcher(dsn, variant, f"drain-{variant}")
         try:
             await drained(conn, began, count, limit=300)
             return count / (time.monotonic() - started)
@@ -380,9 +393,13 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true", help="1 s rounds, 1 round, 2,000 events")
     parser.add_argument("--notify", action="store_true", help="each write NOTIFYs (else a 10 ms poll)")
     parser.add_argument("--variants", default=",".join(VARIANTS), help="floor first, comma-separated")
+    parser.add_argument("--logs", type=Path, help="a directory for the dispatcher processes' logs")
     parser.add_argument("--dispatch", help=argparse.SUPPRESS)
     opts = parser.parse_args()
     opts.variants = tuple(opts.variants.split(","))
+    if opts.logs:
+        opts.logs.mkdir(parents=True, exist_ok=True)
+        LOGS = opts.logs
     if opts.dispatch:
         asyncio.run(dispatch(opts.dispatch))
     else:

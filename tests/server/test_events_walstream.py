@@ -10,6 +10,7 @@ processes killed with SIGKILL again and again."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 import uuid
@@ -242,6 +243,13 @@ async def test_two_dispatchers_on_one_slot_deliver_each_event_once(pool: asyncpg
         assert await eventually(all_done, 30)
         streaming = [w for w in (first, second) if w.stream is not None and w.stream.alive]
         assert len(streaming) == 1  # the other's START_REPLICATION was refused: the slot is held
+        [waiting] = [w for w in (first, second) if w not in streaming]
+        assert streaming[0].watch.opens == 1 and streaming[0].watch.busy_since is None
+
+        async def refused() -> bool:  # seen at its next try (``RETRY``), logged and counted
+            return waiting.watch.busy_since is not None
+
+        assert await eventually(refused, 10) and waiting.watch.opens == 0
     finally:
         stop.set()
         await asyncio.gather(*readers)
@@ -269,7 +277,9 @@ async def test_transactions_without_events_do_not_hold_the_slot(pool: asyncpg.Po
             await work.drain_once()
             return await confirmed(pool, work.slot) >= before
 
-        assert await eventually(moved)  # the keepalives' WAL end, once all received is confirmed
+        # the keepalives' WAL end, once all received is confirmed: sent at once, not at psycopg2's
+        # 10 s status interval
+        assert await eventually(moved, 3)
     finally:
         await work.stop()
 
@@ -285,3 +295,132 @@ async def test_events_are_delivered_once_in_order_while_dispatchers_are_killed(
     assert len(done) == len({r["event_id"] for r in done}) == len(ids)  # 0 lost, 0 duplicated
     assert in_order(done)
     print(f"{kills} kills, {len(ids)} events")
+
+
+async def settled_unconfirmed(pool: asyncpg.Pool, dsn: str, work: dispatcher.Dispatcher, count: int) -> None:
+    """``count`` events read and settled by a stream of their own that never confirms: the state a
+    dispatcher killed between its rounds' commits and their confirmations leaves."""
+    assert work.slot is not None
+    stream = walstream.Stream(dsn, work.slot, work.arrived)
+    stream.start()
+    try:
+        end = time.monotonic() + 30
+        read = 0
+        while read < count and time.monotonic() < end:
+            async with pool.acquire() as conn, conn.transaction():
+                read += (await walstream.drain(work, conn, stream, work.slot, 1000))[0]
+            await asyncio.sleep(0.02)
+        assert read == count
+    finally:
+        await stream.close()
+
+
+async def delivered_within(pool: asyncpg.Pool, work: dispatcher.Dispatcher, ids: list[uuid.UUID]) -> float:
+    """Seconds from ``work``'s start (its own loop: wakes, poll) to every one of ``ids`` delivered;
+    20 s at most (the dispatchers' poll here is 30 s: a loop that waits for it fails)."""
+    began = time.monotonic()
+    work.start()
+    try:
+
+        async def done() -> bool:
+            return len(await effects(pool, ids)) == len(ids)
+
+        assert await eventually(done, 20), "stalled: the stream's queue was read one batch per poll"
+        return time.monotonic() - began
+    finally:
+        await work.stop()
+
+
+async def test_a_stream_sent_again_from_behind_the_cursor_is_passed_at_once(
+    pool: asyncpg.Pool, pg_dsn: str
+) -> None:
+    """Issue 46's stall: after a kill, the next stream sends again what was settled but not
+    confirmed, and the cursor skips it. A round that only skipped counted as no work: the loop
+    waited for its poll before the next batch, and the stream, its queue not empty, never woke
+    it (a backlog of 15,000 events read 100 per second in the bench)."""
+    tenant = uuid.uuid4()
+    work = await dispatcher_of(pool, pg_dsn, tenant, Effects())
+    await emit(pool, tenant, [uuid.uuid4() for _ in range(600)])
+    await settled_unconfirmed(pool, pg_dsn, work, 600)
+    assert await confirmed(pool, work.slot) < await cursor_of(pool, work.slot)
+    later = await emit(pool, tenant, [uuid.uuid4() for _ in range(5)], start=600)
+    assert await delivered_within(pool, work, later) < 10
+    done = await effects(pool, later)
+    assert len(done) == len({r["event_id"] for r in done}) == 5
+
+
+async def test_a_tenants_dispatcher_passes_other_tenants_events_at_once(
+    pool: asyncpg.Pool, pg_dsn: str
+) -> None:
+    """The same stall from the other kind of round that settles nothing: a resource pod's
+    dispatcher (its tenants only) reading a slot whose next transactions are other tenants'."""
+    tenant = uuid.uuid4()
+    work = await dispatcher_of(pool, pg_dsn, tenant, Effects())
+    await emit(pool, uuid.uuid4(), [uuid.uuid4() for _ in range(600)])  # another tenant's
+    mine = await emit(pool, tenant, [uuid.uuid4() for _ in range(5)])
+    assert await delivered_within(pool, work, mine) < 10
+
+
+async def test_a_settled_round_is_confirmed_to_postgres_at_once(pool: asyncpg.Pool, pg_dsn: str) -> None:
+    """The flush position goes to the walsender after each round's commit, not at psycopg2's
+    status interval (10 s): what a kill leaves to send again is one round, not 10 s of events."""
+    tenant = uuid.uuid4()
+    work = await dispatcher_of(pool, pg_dsn, tenant, Effects())
+    work.start()
+    try:
+        ids = await emit(pool, tenant, [uuid.uuid4() for _ in range(30)])
+
+        async def done() -> bool:
+            return len(await effects(pool, ids)) == 30
+
+        assert await eventually(done, 15)
+        cursor = await cursor_of(pool, work.slot)
+
+        async def released() -> bool:
+            return await confirmed(pool, work.slot) >= cursor
+
+        assert await eventually(released, 3)
+    finally:
+        await work.stop()
+
+
+async def test_a_burst_past_the_flow_control_after_an_idle_gap_is_delivered_at_once(
+    pool: asyncpg.Pool, pg_dsn: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The bench's other candidates for the stall: a stream idle for a while (its thread in its
+    10 s wait), then a burst twelve times its queue's limit (reading held back, then resumed)."""
+    monkeypatch.setattr(walstream, "LIMIT", 50)
+    caplog.set_level(logging.INFO, logger="dap.server.events.walstream")
+    tenant = uuid.uuid4()
+    work = await dispatcher_of(pool, pg_dsn, tenant, Effects())
+    work.start()
+    try:
+
+        async def opened() -> bool:
+            return work.watch.opens == 1
+
+        assert await eventually(opened, 10)
+        await asyncio.sleep(2)  # idle: the thread waits on its socket
+        async with pool.acquire() as conn, conn.transaction():  # rounds held back: the queue fills
+            await conn.execute("SELECT 1 FROM dap.event_slots WHERE slot = $1 FOR UPDATE", work.slot)
+            ids = await emit(pool, tenant, [uuid.uuid4() for _ in range(600)])
+
+            async def full() -> bool:
+                return work.stream is not None and work.stream._queued >= 50
+
+            assert await eventually(full, 10)
+            await asyncio.sleep(1.2)  # past ``HELD``: the wait is logged when it ends
+        began = time.monotonic()
+
+        async def done() -> bool:
+            return len(await effects(pool, ids)) == 600
+
+        assert await eventually(done, 20)
+        assert time.monotonic() - began < 15
+        assert work.watch.opens == 1  # one stream throughout: held back, never dropped
+        held = [r for r in caplog.records if r.getMessage().startswith("events stream: its queue was full")]
+        assert held and held[0].ctx["held_s"] > walstream.HELD  # type: ignore[attr-defined]
+    finally:
+        await work.stop()
+    done_rows = await effects(pool, ids)
+    assert len(done_rows) == len({r["event_id"] for r in done_rows}) == 600 and in_order(done_rows)

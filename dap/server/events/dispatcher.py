@@ -143,6 +143,7 @@ class Dispatcher:
         # ``wal``'s walsender stream (``walstream``; None: not open, or ``wal-sql``'s peeks)
         self.streamed = False
         self.stream: walstream.Stream | None = None
+        self.watch = walstream.Watch(counters.stream)  # its streams' opens, waits and ends, logged
         self._notified = False  # a NOTIFY came (a replay, a row of another writer): claim the outbox
         self.handed = 0
         self._claim_outbox = True
@@ -234,7 +235,11 @@ class Dispatcher:
             self._wake.clear()
             wait = self.settings.poll
             try:
-                while not self._stopping and await self.drain_once() and self._more:
+                # on while more waits, even if the round settled nothing (issue 46: ``walstream``)
+                while not self._stopping:
+                    await self.drain_once()
+                    if not self._more:
+                        break
                     self._vacuum_if_due()
                 if self._stopping:
                     return

@@ -4,6 +4,10 @@ A delivery counts ``emitted`` on its first try and then exactly one of ``deliver
 when it settles, so once the outbox is drained ``delivered + dead = emitted`` per channel;
 ``retried`` counts failed tries that will be repeated (with ``dead``: the delivery failures);
 ``dap_events_delivery_lag_seconds`` is the time from the event's commit to its delivery.
+``dap_events_stream_total`` counts what the walsender stream (``DAP_EVENTS_SOURCE=wal``) did
+besides reading, per ``what``: ``opened``, ``ended`` (on its own, e.g. its connection lost),
+``busy`` (a start refused: another walsender holds the slot) and ``held`` (its queue full for
+more than a second): a stalled stream shows there.
 Counters live in the registry they are given (the server's), as ``dap.server.metrics`` does.
 """
 
@@ -32,4 +36,10 @@ class Counters:
             ["channel"],
             registry=registry,
             buckets=LAG_BUCKETS,
+        )
+        self.stream = Counter(
+            "dap_events_stream_total",
+            "What the events' walsender stream did besides reading: opened, ended, busy, held",
+            ["what"],
+            registry=registry,
         )
