@@ -2,14 +2,16 @@
 and update -- one aiohttp handler each, sending the SQL dap builds, one autocommitted statement per
 request, no auth, no validation, no event -- run in its own process by ``rest.spawn_baseline``:
 
-    .venv/bin/python bench/floor.py PORT DSN TENANT [--fifo] [--events]
+    .venv/bin/python bench/floor.py PORT DSN TENANT [--fifo] [--events] [--wal]
 
 ``--events``: the floor that does a write's whole work, as dap must -- each create and update
-sends dap's statement that also inserts the ``created``/``updated`` event into ``dap.outbox``
-(``events.builtin.joined``: one statement, the event atomic with the row), and the events are
-delivered by the dispatcher of the ``dap serve`` running beside it on the same database. What is
-left between dap and this floor is dap's own work per request; between this floor and the plain
-one, what an event costs.
+sends dap's own statement that also writes the ``created``/``updated`` event, its record built
+from the row in SQL (``events.builtin.written``, what ``dap serve`` sends for ``bench/item``: one
+statement, the event atomic with the row), and the events are delivered by the dispatcher of a
+``dap serve`` running beside it on the same database. With ``--wal`` the statement is the one
+``DAP_EVENTS_SOURCE=wal`` gives (the event as a logical WAL message, no outbox row), delivered by
+a ``dap serve`` reading the slot; without it, the outbox row. What is left between dap and this
+floor is dap's own work per request; between this floor and the plain one, what an event costs.
 
 It runs on the event loop and with the JSON encoder that ``dap serve`` uses, so that a ratio
 against it measures dap's own work and nothing a library choice would give either side.
@@ -43,10 +45,17 @@ def FLOOR_LOOP() -> asyncio.AbstractEventLoop:  # noqa: N802 -- the loop dap ser
     return loops.factory()()
 
 
-def serve(port_: int, dsn: str, tenant: str, fifo: bool = False, events: bool = False) -> None:
+def serve(
+    port_: int, dsn: str, tenant: str, fifo: bool = False, events: bool = False, wal: bool = False
+) -> None:
     """The floor; ``fifo`` puts dap's first-come, first-served gate (``storage.gates``) in front of
-    its pool, as ``db.connection`` does: the floor that also serves its callers in arrival order."""
+    its pool, as ``db.connection`` does: the floor that also serves its callers in arrival order.
+    ``wal``: its events as WAL messages (``builtin.written`` reads the source at each call)."""
     import contextlib
+    import os
+
+    if wal:
+        os.environ["DAP_EVENTS_SOURCE"] = "wal"
 
     from aiohttp import web
 
@@ -86,21 +95,20 @@ def serve(port_: int, dsn: str, tenant: str, fifo: bool = False, events: bool = 
             out["price"] = Decimal(str(body["price"]))
         return out
 
-    empty = {**{slot.column: None for slot in resource.slots if slot.column}, "owner": "alice"}
+    record = builtin.rendering(resource)
+    assert record is not None  # bench/item: every shown column has an exact SQL rendering
+    write = auditing.Write(catalog, resource, tenant_id, "u", "alice", None)
 
     def with_event(
         statement: str, args: list[Any], action: str, values: dict[str, Any]
     ) -> tuple[str, list[Any]]:
         """``statement`` joined with its built-in event, as dap sends it (no NOTIFY: dap's
-        dispatcher, draining under load, finds the rows, as it finds dap's own)."""
+        dispatcher, draining under load, finds the rows, as it finds dap's own; the stream needs
+        none)."""
         if not events:
             return statement, args
-        write = auditing.Write(catalog, resource, tenant_id, "u", "alice", None)
         changed = list(values) if action == "update" else None
-        joined = builtin.joined(
-            statement, args, write, action, {**empty, **values}, changed=changed, notify=False
-        )
-        return joined.sql, joined.args
+        return builtin.written(statement, args, write, action, record, changed=changed, notify=False)
 
     async def create(request: web.Request) -> web.Response:
         body = await request.json()
@@ -144,4 +152,11 @@ if __name__ == "__main__":
         print("bench/floor.py: the floor of bench/rest.py and bench/peers.py, started by them")
         sys.exit(0)
     flags = sys.argv[4:]
-    serve(int(sys.argv[1]), sys.argv[2], sys.argv[3], fifo="--fifo" in flags, events="--events" in flags)
+    serve(
+        int(sys.argv[1]),
+        sys.argv[2],
+        sys.argv[3],
+        fifo="--fifo" in flags,
+        events="--events" in flags,
+        wal="--wal" in flags,
+    )

@@ -31,7 +31,17 @@ also writes each write's event as dap does, in the same statement, delivered by 
 a code no other request sends (``loadgen.UNIQUE``). After each write scenario the rows each
 target wrote are counted against its 2xx answers, and the outbox against the writes of dap and
 the floor with events (exactly one event per created row). The cached server is stopped before
-the writes (its dispatcher would wake at every write too). ``--statements`` then logs, through
+the writes (its dispatcher would wake at every write too).
+
+Each event design has its two targets (issue 46): ``dap`` and ``floor events`` write outbox rows,
+delivered by ``dap``'s dispatcher; ``dap wal`` (the same spec served with
+``DAP_EVENTS_SOURCE=wal``) and ``floor events wal`` (``bench/floor.py --events --wal``) write the
+event as a logical WAL message in the same statement, delivered by ``dap wal``'s dispatcher
+streaming the slot. ``dap wal`` runs only through those two targets' rounds, so that its
+walsender decodes no other round's WAL, and every write round is taken to its settled end
+(``bench/peerevents.py``): the settled Postgres CPU per write, emit → delivered p50/p99 from the
+feed, and the event's own Postgres CPU as a share of the row's, per design (``floor events``
+minus ``floor``, ``floor events wal`` minus ``floor``). ``--statements`` then logs, through
 Postgres's own log, the statements each server sends for one create and one update
 (``bench/statements.py``).
 
@@ -59,6 +69,7 @@ import aiohttp
 import asyncpg
 import jwt
 import loadgen
+import peerevents
 import postgraphile
 import rest
 import statements
@@ -69,8 +80,17 @@ WRITES: dict[str, dict[str, Any]] = {
     "POST": {"code": f"@WHO@{loadgen.UNIQUE}", "title": "new", "price": "12.50", "qty": 3, "category": "red"},
     "PATCH": {"title": f"@WHO@{loadgen.UNIQUE}", "qty": 7},
 }
-WHO = {"dap": "D", "dap before": "B", "floor": "F", "floor events": "E", "postgraphile": "P"}
-WITH_EVENTS = ("dap", "dap before", "floor events")  # the targets whose writes emit events
+WHO = {
+    "dap": "D",
+    "dap wal": "W",
+    "dap before": "B",
+    "floor": "F",
+    "floor events": "E",
+    "floor events wal": "V",
+    "postgraphile": "P",
+}
+# the targets whose writes emit events (the wal ones' delivered events are in dap.outbox too)
+WITH_EVENTS = ("dap", "dap wal", "dap before", "floor events", "floor events wal")
 
 
 async def check_writes(dsn: str, name: str, figures: dict[str, loadgen.Figure]) -> str:
@@ -182,6 +202,12 @@ async def warm_cache(base: str, ids: list[str], auth: dict[str, str]) -> None:
 async def main(args: argparse.Namespace) -> int:
     bin_dir = postgraphile.install()
     tmp = Path(tempfile.mkdtemp(prefix="dap-peers-"))
+    # two dap serves (each ~16 connections of saga workers beside its pool of 10), three floors'
+    # and PostGraphile's pools, the bench's own: more than Postgres's default 100 at the writes
+    from dap import embedded
+
+    embedded.SETTINGS["max_connections"] = "200"
+    embedded.RESTART = embedded.RESTART | {"max_connections"}
     server_dsn, server = rest.start_postgres(tmp)
     db_pid = loadgen.postmaster_pid(tmp / "pg")  # None with DAP_BENCH_DSN: no Postgres CPU figures
     procs: list[subprocess.Popen[bytes]] = []
@@ -207,10 +233,11 @@ async def main(args: argparse.Namespace) -> int:
         fifo_port = rest.port()
         floor = rest.spawn_baseline(floor_port, dsn, tenant)
         fifo = rest.spawn_baseline(fifo_port, dsn, tenant, fifo=True)
-        events_port = rest.port()
+        events_port, wal_events_port = rest.port(), rest.port()
         floor_events = rest.spawn_baseline(events_port, dsn, tenant, events=True)
-        procs += [floor, fifo, floor_events]
-        for port in (floor_port, fifo_port, events_port):
+        floor_wal = rest.spawn_baseline(wal_events_port, dsn, tenant, events=True, wal=True)
+        procs += [floor, fifo, floor_events, floor_wal]
+        for port in (floor_port, fifo_port, events_port, wal_events_port):
             await rest.wait_http(f"http://127.0.0.1:{port}/default/api/bench/item/{ids[0]}", limit=60)
         # the same table served by a second dap serve whose spec declares the find cache
         cached_spec = tmp / "spec-cached"
@@ -284,34 +311,58 @@ async def main(args: argparse.Namespace) -> int:
         }
         create_body, update_body = await postgraphile.mutations(gql_url, tenant)
 
+        wal_serve = peerevents.WalServe(spec, dsn, rest.port(), loop_env)
+        rounds = peerevents.Rounds(dsn, db_pid, json_headers)
+
         def write_target(
-            port: int, paths: list[str], proc: subprocess.Popen[bytes], method: str, who: str
+            port: int,
+            paths: list[str],
+            proc: subprocess.Popen[bytes] | Callable[[], int],
+            method: str,
+            who: str,
         ) -> Target:
             url = f"http://127.0.0.1:{port}"
             bodies = [json.dumps(WRITES[method]).replace("@WHO@", who)]
-            return lambda: loadgen.load(
+            pid = proc if callable(proc) else (lambda: proc.pid)  # dap wal's changes round to round
+            name = next(n for n, w in WHO.items() if w == who)
+            run = lambda: loadgen.load(  # noqa: E731
                 url,
                 paths,
                 seconds=args.seconds,
                 headers=json_headers,
                 bodies=bodies,
                 method=method,
-                pids=[proc.pid],
+                pids=[pid()],
                 db_pid=db_pid,
+            )
+            wal = name.endswith("wal")
+            return rounds.target(
+                "create" if method == "POST" else "update",
+                name,
+                run,
+                prefix=who if name in WITH_EVENTS else None,
+                marker_url=url + item if wal else None,
+                wal=wal_serve if wal else None,
             )
 
         writes: dict[str, dict[str, Target]] = {
             "create": {
                 "dap": write_target(api_port, [item], serve, "POST", "D"),
+                "dap wal": write_target(wal_serve.port, [item], wal_serve.pid, "POST", "W"),
                 "floor": write_target(floor_port, [item], floor, "POST", "F"),
                 "floor events": write_target(events_port, [item], floor_events, "POST", "E"),
-                "postgraphile": peer_target([create_body]),
+                "floor events wal": write_target(wal_events_port, [item], floor_wal, "POST", "V"),
+                "postgraphile": rounds.target("create", "postgraphile", peer_target([create_body])),
             },
             "update": {
                 "dap": write_target(api_port, finds, serve, "PATCH", "D"),
+                "dap wal": write_target(wal_serve.port, finds, wal_serve.pid, "PATCH", "W"),
                 "floor": write_target(floor_port, finds, floor, "PATCH", "F"),
                 "floor events": write_target(events_port, finds, floor_events, "PATCH", "E"),
-                "postgraphile": peer_target([update_body.replace("@ID@", i) for i in ids]),
+                "floor events wal": write_target(wal_events_port, finds, floor_wal, "PATCH", "V"),
+                "postgraphile": rounds.target(
+                    "update", "postgraphile", peer_target([update_body.replace("@ID@", i) for i in ids])
+                ),
             },
         }
         if old_serve is not None:
@@ -329,6 +380,9 @@ async def main(args: argparse.Namespace) -> int:
                 # events dispatcher and feed would wake at every write of the others as well
                 cached_rss = rest.rss_mib(cached.pid)
                 rest.stop(cached)
+                # the fifo floor serves the reads only; its pool's connections would leave too few
+                # of Postgres's 100 for dap wal's server (about 30 through its rounds)
+                rest.stop(fifo)
             print(f"running {name}: {args.rounds} rounds of {args.seconds}s per target ...", flush=True)
             settle = (lambda: settle_writes(dsn)) if name in writes else None
             results[name] = loadgen.interleave(targets, args.rounds, before=settle)
@@ -386,12 +440,8 @@ async def main(args: argparse.Namespace) -> int:
                 if "floor fifo" in by_target
                 else ""
             )
-            if "floor events" in by_target:
-                fifo_part += (
-                    f"dap/floor events {loadgen.ratio(by_target['dap'], by_target['floor events'])}, "
-                    f"floor events/postgraphile "
-                    f"{loadgen.ratio(by_target['floor events'], by_target['postgraphile'])}, "
-                )
+            if name in rounds.figures:
+                print(peerevents.report(by_target, rounds.figures[name]))
             if "dap before" in by_target:
                 print(
                     f"  {name}: dap/dap before {loadgen.ratio(by_target['dap'], by_target['dap before'])}, "

@@ -174,7 +174,14 @@ def spawn_serve(
 
 
 def spawn_baseline(
-    port_: int, dsn: str, tenant: str, log: Path | None = None, *, fifo: bool = False, events: bool = False
+    port_: int,
+    dsn: str,
+    tenant: str,
+    log: Path | None = None,
+    *,
+    fifo: bool = False,
+    events: bool = False,
+    wal: bool = False,
 ) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [
@@ -185,6 +192,7 @@ def spawn_baseline(
             tenant,
             *(["--fifo"] if fifo else []),
             *(["--events"] if events else []),
+            *(["--wal"] if wal else []),
         ],
         stdout=subprocess.DEVNULL,
         stderr=log.open("wb") if log is not None else subprocess.DEVNULL,
