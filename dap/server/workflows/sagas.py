@@ -196,6 +196,8 @@ class Engine:
         wakes one (:meth:`take`), and the wake is counted while every loop is busy, so the claim
         that used to follow every saga (a query per saga, on the next request's heels) is gone."""
         claim = True
+        if index > 0:  # at start only loop 0 looks: 48 claims at once opened the whole pool at boot
+            await self._wake.acquire()
         while True:
             try:
                 worked = await self._step(claim)
