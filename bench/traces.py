@@ -2,6 +2,7 @@
 100 %, driven alike in interleaved rounds (bench/loadgen.py), each on a database of its own.
 
     .venv/bin/python bench/traces.py [--rows 10000] [--seconds 8] [--rounds 3] [--quick]
+                                     [--before DIR [--mode 100%|1%]]
 
 Three servers run the spec of bench/rest.py at once: one without ``OTEL_*`` variables (tracing
 off: nothing of OpenTelemetry is imported), one with ``OTEL_TRACES_SAMPLER=parentbased_traceidratio``
@@ -11,6 +12,13 @@ not a backend's). Two scenarios: find-by-id (a request, an operation and one SQL
 find) and create (a request, an operation, the insert joined with its outbox event carrying the
 traceparent). Goals (issue 45): off = today's figure; 1 % costs at most 3 %; 100 % at most 15 %.
 Prints every figure and ratio; exits non-zero only when something fails to run.
+
+``--before DIR`` measures a change: the servers are then off, ``--mode`` (100 % unless given) from
+this tree and the same mode from the source tree ``DIR`` (its ``dap`` package first on
+``PYTHONPATH``), interleaved alike. Three servers at most: a fourth (each with its pool of
+``rest.POOL`` connections, its dispatcher and listeners) exceeds the embedded Postgres's
+``max_connections``, and every server then answers errors (``TooManyConnectionsError``, seen
+in the logs), which is what an earlier four-server run of this benchmark showed.
 """
 
 from __future__ import annotations
@@ -50,19 +58,16 @@ MODES = {
 
 def micro(n: int) -> None:
     """The spans of one REST write in-process, CPU time per request: a server span, the operation,
-    two SQL statements (through the asyncpg query logger's callback: events on the operation) and
+    two SQL statements (``statements.event``, what the connection of a sampled span makes of each:
+    events on the operation; the statements themselves are not run here) and
     the traceparent taken for the outbox row; then the OTLP encoding of what was recorded, in
     batches of 2,048 as the export thread sends them (that thread shares the GIL with the event
     loop, so it is the server's CPU too). The HTTP export itself is in the end-to-end figures.
     ``0%``: the same sampler at a ratio of 0, every request dropped (the 99 of 100 at 1 %)."""
-    from collections import namedtuple
-
     from dap import tracing
-    from dap.tracing import otlp
+    from dap.tracing import otlp, statements
 
-    record = namedtuple("record", "query elapsed exception")(
-        "SELECT x FROM t_bench__item WHERE id = $1", 1e-4, None
-    )
+    query = "SELECT x FROM t_bench__item WHERE id = $1"
     operation = {
         "dap.tenant": "t-1",
         "dap.workspace": "default",
@@ -75,8 +80,8 @@ def micro(n: int) -> None:
     def one() -> None:
         with tracing.span("POST", kind="server") as root:
             with tracing.span("create bench/item", attributes=operation):
-                tracing.sql_logger(record)
-                tracing.sql_logger(record)
+                statements.event(query, time.time_ns(), 1e-4, None)
+                statements.event(query, time.time_ns(), 1e-4, None)
                 tracing.traceparent()
             tracing.annotate(root, **answered)
 
@@ -124,14 +129,15 @@ async def main(args: argparse.Namespace) -> int:
         servers: dict[str, tuple[int, subprocess.Popen[bytes]]] = {}
         ids: dict[str, list[str]] = {}
         shared = await rest.new_database(server_dsn) if args.shared_database else None
-        for mode, env in MODES.items():
+        for mode, (env, tree) in modes(args).items():
             # a database per mode by default: each server's dispatcher then claims only its own
             # outbox rows (sharing one, any server may deliver another's events, and be charged)
             dsn = shared or await rest.new_database(server_dsn)
             otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink_port}", **env} if env else {}
             api_port = rest.port()
+            source = {"PYTHONPATH": tree} if tree else {}
             proc = rest.spawn_serve(
-                spec, dsn, api_port, extra_env={**otel, "OTEL_SERVICE_NAME": f"bench-{mode}"}
+                spec, dsn, api_port, extra_env={**otel, "OTEL_SERVICE_NAME": "bench", **source}
             )
             procs.append(proc)
             servers[mode] = (api_port, proc)
@@ -186,18 +192,33 @@ async def main(args: argparse.Namespace) -> int:
             results[scenario] = loadgen.interleave(targets, args.rounds)
         print("\ntracing's cost (median of the rounds; spread min-max; cost against off)")
         for scenario, figures in results.items():
-            off = figures["off"].rps
+            off, off_cpu = figures["off"].rps, figures["off"].cpu_us
             for mode, fig in figures.items():
                 low, high = fig.spread
-                cost = "" if mode == "off" else f"  cost {100 * (1 - fig.rps / off):5.1f} %"
+                cost = (
+                    ""
+                    if mode == "off"
+                    else f"  cost {100 * (1 - fig.rps / off):5.1f} %, {fig.cpu_us - off_cpu:+4.0f} µs CPU"
+                )
                 print(
-                    f"  {scenario:6} {mode:5} {fig.rps:8.0f} req/s ({low:.0f}-{high:.0f})"
+                    f"  {scenario:6} {mode:11} {fig.rps:8.0f} req/s ({low:.0f}-{high:.0f})"
                     f"  p50 {fig.p50_ms:6.2f} ms  p99 {fig.p99_ms:6.2f} ms"
                     f"  server CPU {fig.cpu_us:6.0f} µs/req  errors {fig.errors}{cost}"
                 )
         return 0
     finally:
         rest.clean_up(procs, server, tmp)
+
+
+def modes(args: argparse.Namespace) -> dict[str, tuple[dict[str, str], str | None]]:
+    """The servers to run: each mode's ``OTEL_*`` variables and the source tree (``None``: this one)."""
+    if not args.before:
+        return {mode: (env, None) for mode, env in MODES.items()}
+    return {
+        "off": ({}, None),
+        args.mode: (MODES[args.mode], None),
+        f"{args.mode} before": (MODES[args.mode], args.before),
+    }
 
 
 def parse() -> argparse.Namespace:
@@ -210,7 +231,11 @@ def parse() -> argparse.Namespace:
         "--shared-database", action="store_true", help="the three servers on one database (as before)"
     )
     parser.add_argument("--quick", action="store_true", help="small and short: proves the benchmark runs")
+    parser.add_argument("--before", help="a source tree to compare with: off, --mode and --mode from DIR")
+    parser.add_argument("--mode", choices=["1%", "100%"], default="100%")
     args = parser.parse_args()
+    if args.before:
+        args.before = str(Path(args.before).resolve())
     if args.quick:
         args.rows, args.seconds, args.rounds = 2_000, 2.0, 1
     return args

@@ -171,3 +171,34 @@ def test_a_span_ended_in_another_context_is_still_recorded_and_raises_nothing() 
         block.__enter__()
         contextvars.copy_context().run(block.__exit__, None, None, None)
     assert [s.name for s in kept] == ["generator's span"] and kept[0].end >= kept[0].start
+
+
+def test_the_exporter_sends_what_was_queued_when_it_woke_and_whole_batches_when_a_batch_woke_it() -> None:
+    kept: list[spans.Span] = []
+    with tracing.recording_into(kept.append):
+        for n in range(6):
+            with tracing.span(f"s{n}"):
+                pass
+    sizes: list[int] = []
+    exporter: exporting.Exporter | None = None
+
+    def send(data: bytes) -> bool:
+        sizes.append(len(decoded(data).resource_spans[0].scope_spans[0].spans))
+        if exporter is not None and len(sizes) == 1:
+            exporter.queue.append(kept[5])  # a span that ends while the first batch is sent
+        return True
+
+    exporter = exporting.Exporter(
+        send, {"service.name": "x"}, max_queue_size=100, max_export_batch_size=2, schedule_delay_millis=60_000
+    )
+    try:
+        exporter.queue.extend(kept[:3])  # queued without put: the thread is not woken
+        exporter.drain(full_only=True)  # a full batch woke it: the third span waits
+        assert sizes == [2] and [s.name for s in exporter.queue] == ["s2", "s5"]
+        exporter.queue.extend(kept[3:5])
+        sizes.clear()
+        exporter.drain()  # the delay woke it: what was queued then (4 spans), not what ends meanwhile
+        assert sizes == [2, 2] and [s.name for s in exporter.queue] == ["s5"]
+    finally:
+        exporter.shutdown()
+    assert sizes == [2, 2, 1] and not exporter.queue

@@ -46,8 +46,9 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMappi
 from typing import Any, TypeVar
 
 from dap import logs
-from dap.tracing import exporting, spans
+from dap.tracing import exporting, spans, statements
 from dap.tracing.spans import Span, Unsampled
+from dap.tracing.statements import statement_name
 
 __all__ = [
     "TRACEPARENT",
@@ -72,6 +73,8 @@ __all__ = [
     "spans",
     "sql_logger",
     "statement_name",
+    "statements",
+    "timed",
     "traceparent",
     "wanted",
 ]
@@ -263,7 +266,7 @@ def _clean(attributes: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 def recording_now() -> bool:
     """Whether the current span records: SQL statements get events only then (``storage.db``
-    attaches the query logger to a connection taken inside a sampled span, and only then)."""
+    hands out a connection taken inside a sampled span through :func:`timed`, and only then)."""
     return _on and type(_CURRENT.get()) is Span
 
 
@@ -347,39 +350,18 @@ def operation(verb: str) -> Callable[[F], F]:
 
 # -- SQL statements ---------------------------------------------------------------------------
 
-_VERB = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|COPY|VACUUM|LISTEN|NOTIFY)\b", re.IGNORECASE)
-_FIRST = re.compile(r"\s*(\w+)")
-_TABLE = re.compile(r"\b(?:FROM|INTO|UPDATE|TABLE|JOIN)\s+([\w.\"]+)", re.IGNORECASE)
 
-
-@functools.lru_cache(maxsize=1024)
-def statement_name(query: str) -> str:
-    """A statement's event name: its verb and first table (``SELECT dap.outbox``), never its text's
-    values (they are ``$n`` parameters anyway) nor its parameters. Cached: dap's statements are a
-    few hundred constant texts (prepared), so each is read once."""
-    verb = _VERB.search(query) or _FIRST.match(query)  # WITH … AS (INSERT …): the INSERT
-    table = _TABLE.search(query)
-    head = verb.group(1).upper() if verb else "SQL"
-    return f"{head} {table.group(1)}" if table else head
+def timed(conn: Any) -> Any:
+    """``conn`` with an event per statement on the span that runs it (``dap.tracing.statements``):
+    what ``storage.db`` hands out in a sampled span (:func:`recording_now`), and only there."""
+    return statements.Timed(conn)
 
 
 def sql_logger(record: Any) -> None:
-    """An asyncpg query logger (``Connection.add_query_logger``): one event per statement on the
-    span that ran it, named by :func:`statement_name`, stamped when the statement started, with
-    its duration (``db.duration_ms``) and, when it failed, ``error.type``. asyncpg calls it with
-    ``call_soon`` from the statement's own task, so the current span is the one that ran it.
-
-    An event, not a span of its own: a span costs its creation and its encoding; an event a tuple
-    on its span. Attached by ``storage.db`` to a connection taken inside a sampled span, for as
-    long as that caller holds it: a dropped trace (most at 1 %) pays no logger on any statement."""
-    current = _CURRENT.get()
-    if type(current) is not Span:  # off, outside a span, or a dropped trace
-        return
+    """An asyncpg query logger (``Connection.add_query_logger``) making the same event as
+    :func:`timed` from asyncpg's record: for a connection dap does not hand out itself."""
     elapsed = record.elapsed
-    attributes: dict[str, Any] = {"db.duration_ms": round(elapsed * 1000.0, 3)}
-    if record.exception is not None:
-        attributes["error.type"] = type(record.exception).__name__
-    current.events.append((time.time_ns() - int(elapsed * 1e9), statement_name(record.query), attributes))
+    statements.event(record.query, time.time_ns() - int(elapsed * 1e9), elapsed, record.exception)
 
 
 @contextlib.contextmanager

@@ -57,16 +57,25 @@ class Exporter:
 
     def _run(self) -> None:
         while not self._stopped:
-            self._wake.wait(self.delay)
+            full = self._wake.wait(self.delay)  # True: put saw a full batch; False: the delay
             self._wake.clear()
-            self.drain()
+            self.drain(full_only=full)
 
-    def drain(self) -> None:
-        """Send everything queued now, a batch per request."""
+    def drain(self, full_only: bool = False) -> None:
+        """Send what is queued now, a batch per request; ``full_only``: only whole batches.
+
+        Spans that end while a batch is encoded and sent wait for the next wake. Sending until the
+        queue was empty never ended under load: every send let a few dozen spans in, so the thread
+        sent one small batch after another (34 requests a second of about 55 spans each, at 1.6 ms
+        of CPU per request whatever its size, against 3 of 2,048), which cost a sampled find about
+        28 µs of the server's CPU (docs/performance.md, "Tracing's cost on the cheapest request")."""
         with self._sending:
             queue = self.queue
-            while queue:
-                batch = [queue.popleft() for _ in range(min(self.batch, len(queue)))]
+            left = len(queue)
+            while left and (left >= self.batch or not full_only):
+                size = min(self.batch, left)
+                batch = [queue.popleft() for _ in range(size)]
+                left -= size
                 try:
                     data = otlp.request(self.resource, "dap", batch)
                 except Exception:  # a span that cannot be encoded must not stop the export

@@ -19,7 +19,6 @@ from typing import Any
 from dap.tracing import spans
 
 _DOUBLE = struct.Struct("<d")
-_FIXED64 = struct.Struct("<Q")
 _CACHED = 4096  # key-value pairs and names kept encoded; cleared when full (values vary little)
 
 
@@ -41,6 +40,8 @@ def _field(tag: int, payload: bytes) -> bytes:
 
 def _any(value: Any) -> bytes:
     """An ``AnyValue``; a value of another type goes as its text (spans.clean does so already)."""
+    if type(value) is str:  # most values: ids, names, routes
+        return _field(0x0A, value.encode())
     if isinstance(value, bool):  # before int: a bool is an int
         return b"\x10\x01" if value else b"\x10\x00"
     if isinstance(value, int):
@@ -50,20 +51,23 @@ def _any(value: Any) -> bytes:
     return _field(0x0A, str(value).encode())
 
 
-_pairs: dict[tuple[str, type, Any], bytes] = {}
+_pairs: dict[tuple[bytes, str, type, Any], bytes] = {}
 _names: dict[str, bytes] = {}
+# values that differ on every span: a cache entry for them is never read again, and filling the
+# cache with them clears the entries that are (the keys of every span, tenants, routes)
+_UNIQUE = frozenset({"dap.request_id"})
 
 
-def _pair(key: str, value: Any) -> bytes:
-    """A ``KeyValue`` as a repeated field's element (tag and length included, tag added later)."""
-    if type(value) is float:  # durations: rarely equal twice, not worth a cache entry
-        return _varint_len(_field(0x0A, key.encode()) + _field(0x12, _any(value)))
-    cache = (key, type(value), value)
+def _pair(tag: bytes, key: str, value: Any) -> bytes:
+    """A ``KeyValue`` as an element of the repeated field ``tag``: tag, length and message."""
+    if type(value) is float or key in _UNIQUE:  # durations are rarely equal twice either
+        return tag + _varint_len(_field(0x0A, key.encode()) + _field(0x12, _any(value)))
+    cache = (tag, key, type(value), value)
     found = _pairs.get(cache)
     if found is None:
         if len(_pairs) >= _CACHED:
             _pairs.clear()
-        found = _pairs[cache] = _varint_len(_field(0x0A, key.encode()) + _field(0x12, _any(value)))
+        found = _pairs[cache] = tag + _varint_len(_field(0x0A, key.encode()) + _field(0x12, _any(value)))
     return found
 
 
@@ -72,7 +76,7 @@ def _varint_len(payload: bytes) -> bytes:
 
 
 def _attributes(tag: bytes, attributes: Mapping[str, Any]) -> bytes:
-    return b"".join(tag + _pair(k, v) for k, v in attributes.items())
+    return b"".join([_pair(tag, k, v) for k, v in attributes.items()])
 
 
 def _name(name: str) -> bytes:
@@ -96,22 +100,27 @@ _LOCAL = b"\x85\x01" + (0x100).to_bytes(4, "little")  # flags: "is remote" known
 _REMOTE = b"\x85\x01" + (0x300).to_bytes(4, "little")
 
 
+# the fixed-size head of a span: trace id (field 1), span id (2), [parent span id (4)], each
+# tag and length then the id big-endian, as OTLP's bytes fields carry them
+_IDS = struct.Struct(">HQQHQ")
+_IDS_PARENT = struct.Struct(">HQQHQHQ")
+_TIMES = struct.Struct("<BQBQ")  # start (field 7) and end (8): fixed64
+_AT = struct.Struct("<BQB")  # an event's time (field 1), then its name's tag (2)
+_LOW64 = (1 << 64) - 1
+
+
 def span(s: spans.Span) -> bytes:
     """One ``Span`` message, its fields numbered as in trace.proto."""
-    parts = [
-        b"\x0a\x10",
-        s.trace_id.to_bytes(16, "big"),
-        b"\x12\x08",
-        s.span_id.to_bytes(8, "big"),
-    ]
+    trace = s.trace_id
     if s.parent_id:
-        parts += (b"\x22\x08", s.parent_id.to_bytes(8, "big"))
-    parts += (b"\x2a", _name(s.name), _KIND[s.kind], b"\x39", _FIXED64.pack(s.start), b"\x41")
-    parts.append(_FIXED64.pack(s.end))
+        head = _IDS_PARENT.pack(0x0A10, trace >> 64, trace & _LOW64, 0x1208, s.span_id, 0x2208, s.parent_id)
+    else:
+        head = _IDS.pack(0x0A10, trace >> 64, trace & _LOW64, 0x1208, s.span_id)
+    parts = [head, b"\x2a", _name(s.name), _KIND[s.kind], _TIMES.pack(0x39, s.start, 0x41, s.end)]
     if s.attributes:
         parts.append(_attributes(b"\x4a", s.attributes))
     for at, name, attributes in s.events:
-        event = b"\x09" + _FIXED64.pack(at) + b"\x12" + _name(name) + _attributes(b"\x1a", attributes)
+        event = _AT.pack(0x09, at, 0x12) + _name(name) + _attributes(b"\x1a", attributes)
         parts += (b"\x5a", _varint_len(event))
     parts.append(_status(s.error))
     parts.append(_REMOTE if s.remote else _LOCAL)
@@ -125,7 +134,7 @@ def resource(attributes: Mapping[str, Any]) -> bytes:
 
 def request(resource_body: bytes, scope: str, batch: Iterable[spans.Span]) -> bytes:
     """An ``ExportTraceServiceRequest``: one resource, one instrumentation scope, ``batch``."""
-    body = b"".join(b"\x12" + _varint_len(span(s)) for s in batch)
+    body = b"".join([b"\x12" + _varint_len(span(s)) for s in batch])
     scope_spans = _field(0x0A, _field(0x0A, scope.encode())) + body
     resource_spans = _field(0x0A, resource_body) + _field(0x12, scope_spans)
     return _field(0x0A, resource_spans)

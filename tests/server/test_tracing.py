@@ -21,6 +21,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from dap import tracing
 from dap.server import state
 from dap.server.catalog import Catalog
+from dap.server.storage import db
 
 from .conftest import load, running
 
@@ -340,3 +341,30 @@ async def test_a_failed_statement_is_an_event_with_its_error_type() -> None:
     assert event.name == "UPDATE t_x"
     assert dict(event.attributes) == {"db.duration_ms": 2.0, "error.type": "ValueError"}
     assert span.start_time - 5_000_000 <= event.timestamp <= span.end_time
+
+
+async def test_a_sampled_spans_connection_records_each_statement_and_a_dropped_ones_is_untouched(
+    pg_dsn: str,
+) -> None:
+    exporter = InMemorySpanExporter()
+    pool = await asyncpg.create_pool(pg_dsn, min_size=1, max_size=1)
+    try:
+        with tracing.enabled_for_tests(exporter):
+            with tracing.span("op"):
+                async with db.connection(pool) as conn:
+                    assert await conn.fetchval("SELECT count(*) FROM pg_class WHERE relname = $1", "x") == 0
+                    with pytest.raises(asyncpg.DivisionByZeroError):
+                        await conn.execute("SELECT 1 / $1::int", 0)
+                    async with conn.transaction():  # the connection's own methods still answer
+                        assert dict(await conn.fetchrow("SELECT 1 AS one")) == {"one": 1}
+            with tracing.span("plain", parent="00-" + "1" * 32 + "-" + "2" * 16 + "-00"):  # dropped
+                async with db.connection(pool) as conn:
+                    assert type(conn) is not tracing.statements.Timed
+                    assert await conn.fetchval("SELECT 2") == 2
+    finally:
+        await pool.close()
+    (span,) = exporter.get_finished_spans()
+    assert [e.name for e in span.events] == ["SELECT pg_class", "SELECT", "SELECT"]  # no BEGIN, COMMIT
+    assert [e.attributes.get("error.type") for e in span.events] == [None, "DivisionByZeroError", None]
+    assert all(span.start_time <= e.timestamp <= span.end_time for e in span.events)
+    assert all(0 <= e.attributes["db.duration_ms"] < 60_000 for e in span.events)

@@ -122,13 +122,12 @@ class connection:  # noqa: N801 -- used as a function: ``async with db.connectio
     every request enters one, and the generator's machinery costs more than the acquire itself.
     """
 
-    __slots__ = ("_conn", "_gate", "_pool", "_traced")
+    __slots__ = ("_conn", "_gate", "_pool")
 
     def __init__(self, pool: asyncpg.Pool[asyncpg.Record]) -> None:
         self._pool = pool
         self._gate = gate(pool)
         self._conn: PoolConnectionProxy[asyncpg.Record] | None = None
-        self._traced = False
 
     async def __aenter__(self) -> Connection:
         handed = await self._gate.acquire()
@@ -141,17 +140,13 @@ class connection:  # noqa: N801 -- used as a function: ``async with db.connectio
                 self._gate.release()
                 raise
         if tracing.recording_now():  # an event per statement of a sampled trace (``dap.tracing``)
-            self._conn.add_query_logger(tracing.sql_logger)
-            self._traced = True
+            return tracing.timed(self._conn)  # type: ignore[no-any-return]
         return self._conn
 
     async def __aexit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
         conn, self._conn = self._conn, None
         if conn is None:
             return
-        if self._traced:  # before the connection goes to anyone else
-            self._traced = False
-            conn.remove_query_logger(tracing.sql_logger)
         clean = exc_type is None and not conn.is_closed() and not conn.is_in_transaction()
         if clean and self._gate.hand_over(conn):
             return
