@@ -395,6 +395,34 @@ async def test_events_are_delivered_once_in_order_while_dispatchers_are_killed(
     print(f"{kills} kills, {len(ids)} events")
 
 
+async def test_a_tenants_dispatcher_passes_other_tenants_events_at_once(
+    pool: asyncpg.Pool, pg_dsn: str
+) -> None:
+    """Issue 46's stall under the SQL reader: a resource pod's dispatcher (its tenants only) whose
+    peeks return only other tenants' events settles nothing in those rounds. Its loop ended on a
+    round that settled nothing and waited for its poll (30 s here) before the next peek; it now
+    goes on while the peek was full."""
+    tenant = uuid.uuid4()
+    work = await dispatcher_of(pool, pg_dsn, tenant, Effects())
+    await emit(pool, uuid.uuid4(), [uuid.uuid4() for _ in range(600)])  # another tenant's
+    mine = await emit(pool, tenant, [uuid.uuid4() for _ in range(5)])
+    began = time.monotonic()
+    work.start()
+    try:
+        for _ in range(400):  # 20 s at most
+            if len(await effects(pool, mine)) == len(mine):
+                break
+            await asyncio.sleep(0.05)
+        took = time.monotonic() - began
+    finally:
+        await work.stop()
+    done = await effects(pool, mine)
+    assert len(done) == len({r["event_id"] for r in done}) == 5, (
+        "stalled: a peek of others' events ended the loop"
+    )
+    assert took < 10, took
+
+
 @pytest.mark.filterwarnings("ignore")
 def test_the_refusal_says_what_to_set() -> None:
     said = str(slots.NotLogicalError("replica"))
