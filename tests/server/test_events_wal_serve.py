@@ -15,6 +15,7 @@ import time
 import urllib.request
 import uuid
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
@@ -46,6 +47,18 @@ async def _fetch(dsn: str, sql: str, *args: object) -> list[asyncpg.Record]:
         await conn.close()
 
 
+def _send(method: str, url: str, body: dict[str, str]) -> tuple[int, Any, dict[str, Any]]:
+    """A REST write as a user sends it: its status, headers and ``data``."""
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {token()}", "Content-Type": "application/json"},
+        method=method,
+    )
+    with urllib.request.urlopen(request, timeout=30) as resp:
+        return resp.status, resp.headers, json.loads(resp.read())["data"]
+
+
 @pytest.mark.slow
 def test_dap_serve_settles_a_sync_event_read_from_its_walsender_stream(pg_dsn: str, tmp_path: Path) -> None:
     spec = tmp_path / "spec"
@@ -66,27 +79,14 @@ def test_dap_serve_settles_a_sync_event_read_from_its_walsender_stream(pg_dsn: s
     )
     try:
         _wait_banner(proc)
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{port}/default/api/inv/thing",
-            data=json.dumps({"label": "streamed"}).encode(),
-            headers={"Authorization": f"Bearer {token()}", "Content-Type": "application/json"},
-            method="POST",
-        )
-        with urllib.request.urlopen(request, timeout=30) as resp:
-            assert resp.status == 201
-            # ``created`` is sync by its name: answered once the dispatcher settled it
-            assert resp.headers["Event-Delivery"] == "settled"
-            created = json.loads(resp.read())["data"]
-            rid = uuid.UUID(created["id"])
-        patch = urllib.request.Request(
-            f"http://127.0.0.1:{port}/default/api/inv/thing/{rid}",
-            data=json.dumps({"label": "streamed again"}).encode(),
-            headers={"Authorization": f"Bearer {token()}", "Content-Type": "application/json"},
-            method="PATCH",
-        )
-        with urllib.request.urlopen(patch, timeout=30) as resp:
-            assert resp.status == 200
-            updated = json.loads(resp.read())["data"]
+        base = f"http://127.0.0.1:{port}/default/api/inv/thing"
+        status, headers, created = _send("POST", base, {"label": "streamed"})
+        assert status == 201
+        # ``created`` is sync by its name: answered once the dispatcher settled it
+        assert headers["Event-Delivery"] == "settled"
+        rid = uuid.UUID(created["id"])
+        status, _, updated = _send("PATCH", f"{base}/{rid}", {"label": "streamed again"})
+        assert status == 200
         streaming = asyncio.run(
             _fetch(
                 pg_dsn,
