@@ -6,7 +6,7 @@ encoder makes of the same spans. Nothing is mocked: the bytes are the ones that 
 from __future__ import annotations
 
 import threading
-from collections import namedtuple
+import time
 from typing import Any
 
 import pytest
@@ -15,10 +15,14 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.resources import Resource
 
 from dap import tracing
-from dap.tracing import exporting, otlp, spans
+from dap.tracing import exporting, otlp, spans, statements
 
 INCOMING = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-Record = namedtuple("Record", "query elapsed exception")
+
+
+def statement(query: str, elapsed: float, exception: BaseException | None) -> None:
+    """A statement's event as the connection wrapper makes it (``tracing.statements``)."""
+    statements.event(query, time.time_ns() - int(elapsed * 1e9), elapsed, exception)
 
 
 def write(kept: list[spans.Span]) -> None:
@@ -28,8 +32,8 @@ def write(kept: list[spans.Span]) -> None:
         with tracing.span("POST", kind="server", parent=INCOMING) as root:
             attributes = {"dap.tenant": "t-1", "dap.workspace": "acme", "enduser.id": "u-7", "n": -3}
             with tracing.span("create tr/parcel", attributes={**attributes, "skip": None}):
-                tracing.sql_logger(Record("INSERT INTO t_tr_parcel (a) VALUES ($1)", 0.00125, None))
-                tracing.sql_logger(Record("SELECT x FROM dap.outbox", 0.002, ValueError("secret")))
+                statement("INSERT INTO t_tr_parcel (a) VALUES ($1)", 0.00125, None)
+                statement("SELECT x FROM dap.outbox", 0.002, ValueError("secret"))
                 assert tracing.traceparent() is not None
             tracing.rename(root, "POST /{ws}/api/{module}/{entity}")
             tracing.annotate(root, **{"http.response.status_code": 503, "ok": False, "ratio": 0.5})
@@ -110,7 +114,7 @@ def test_a_dropped_trace_records_nothing_and_a_sampled_parent_inside_it_does() -
         tracing.span("root", kind="server"),
         tracing.span("child"),
     ):
-        tracing.sql_logger(Record("SELECT 1", 0.001, None))
+        statement("SELECT 1", 0.001, None)
         with tracing.span("delivery", parent=INCOMING) as inner:
             assert tracing.recording(inner)
     assert made == ["delivery"] and [s.name for s in kept] == ["delivery"]
@@ -166,10 +170,15 @@ def test_a_span_ended_in_another_context_is_still_recorded_and_raises_nothing() 
     import contextvars
 
     kept: list[spans.Span] = []
-    with tracing.recording_into(kept.append):
+
+    def begun_here_ended_elsewhere() -> None:
         block = tracing.span("generator's span")
         block.__enter__()
         contextvars.copy_context().run(block.__exit__, None, None, None)
+
+    with tracing.recording_into(kept.append):
+        # in a context of its own: the span stays current there, not in the tests that follow
+        contextvars.copy_context().run(begun_here_ended_elsewhere)
     assert [s.name for s in kept] == ["generator's span"] and kept[0].end >= kept[0].start
 
 

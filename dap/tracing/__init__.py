@@ -41,7 +41,6 @@ import logging
 import os
 import random
 import re
-import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping
 from typing import Any, TypeVar
 
@@ -71,7 +70,6 @@ __all__ = [
     "shutdown",
     "span",
     "spans",
-    "sql_logger",
     "statement_name",
     "statements",
     "timed",
@@ -355,13 +353,6 @@ def timed(conn: Any) -> Any:
     """``conn`` with an event per statement on the span that runs it (``dap.tracing.statements``):
     what ``storage.db`` hands out in a sampled span (:func:`recording_now`), and only there."""
     return statements.Timed(conn)
-
-
-def sql_logger(record: Any) -> None:
-    """An asyncpg query logger (``Connection.add_query_logger``) making the same event as
-    :func:`timed` from asyncpg's record: for a connection dap does not hand out itself."""
-    elapsed = record.elapsed
-    statements.event(record.query, time.time_ns() - int(elapsed * 1e9), elapsed, record.exception)
 
 
 @contextlib.contextmanager

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import subprocess
 import time
 import urllib.request
 import uuid
@@ -20,8 +18,8 @@ from typing import Any
 import asyncpg
 import pytest
 
-from .conftest import ORIGIN, SECRET, token
-from .test_serve_cli import DAP, _port, _wait_banner
+from .conftest import token
+from .test_serve_cli import _port, _serve, _wait_banner
 
 MODULE = "apiVersion: dap.io/v1\nkind: Module\nmetadata: {name: inv}\nspec: {title: Inventory}\n"
 ENTITY = """apiVersion: dap.io/v1
@@ -65,18 +63,8 @@ def test_dap_serve_settles_a_sync_event_read_from_its_walsender_stream(pg_dsn: s
     spec.mkdir()
     (spec / "module.yaml").write_text(MODULE)
     (spec / "thing.yaml").write_text(ENTITY)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DAP_")}
-    env.update(
-        {"DAP_DSN": pg_dsn, "DAP_JWT_SECRET": SECRET, "DAP_CORS_ORIGIN": ORIGIN, "DAP_EVENTS_SOURCE": "wal"}
-    )
     port = _port()
-    proc = subprocess.Popen(
-        [DAP, "serve", "--spec", str(spec), "--addr", f"127.0.0.1:{port}", "--metrics-addr", ""],
-        env=env,
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-    )
+    proc = _serve(spec, pg_dsn, port, DAP_EVENTS_SOURCE="wal")
     try:
         _wait_banner(proc)
         base = f"http://127.0.0.1:{port}/default/api/inv/thing"

@@ -49,10 +49,11 @@ def _env(dsn: str) -> dict[str, str]:
     return env
 
 
-def _serve(spec: Path, dsn: str, port: int) -> subprocess.Popen[str]:
+def _serve(spec: Path, dsn: str, port: int, **env: str) -> subprocess.Popen[str]:
+    """``dap serve`` of ``spec`` on ``port``; ``env``: variables beside the test's (``DAP_…``)."""
     return subprocess.Popen(
         [DAP, "serve", "--spec", str(spec), "--addr", f"127.0.0.1:{port}", "--metrics-addr", ""],
-        env=_env(dsn),
+        env={**_env(dsn), **env},
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -330,12 +331,10 @@ async def test_batches_are_larger_than_the_sdks_unless_the_variables_say() -> No
 
 
 async def test_a_failed_statement_is_an_event_with_its_error_type() -> None:
-    from collections import namedtuple
-
     exporter = InMemorySpanExporter()
-    record = namedtuple("record", "query elapsed exception")
     with tracing.enabled_for_tests(exporter), tracing.span("op"):
-        tracing.sql_logger(record("UPDATE t_x SET a = $1", 0.002, ValueError("secret value")))
+        began = time.time_ns() - 2_000_000
+        tracing.statements.event("UPDATE t_x SET a = $1", began, 0.002, ValueError("secret value"))
     (span,) = exporter.get_finished_spans()
     (event,) = span.events
     assert event.name == "UPDATE t_x"
