@@ -1,11 +1,10 @@
-"""dap's own span recording and OTLP encoding (dap/tracing/spans.py, otlp.py, exporting.py): what a
+"""dap's own span recording and OTLP encoding (dap/tracing/spans.py, otlp.py): what a
 collector receives is parsed with OpenTelemetry's protobuf schema and must hold every name, id,
 parent link, attribute, event and status the spans were given, and equal what the SDK's own
 encoder makes of the same spans. Nothing is mocked: the bytes are the ones that go on the wire."""
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
@@ -15,7 +14,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.resources import Resource
 
 from dap import tracing
-from dap.tracing import exporting, otlp, spans, statements
+from dap.tracing import otlp, spans, statements
 
 INCOMING = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
@@ -56,7 +55,7 @@ def test_the_wire_holds_every_name_parent_attribute_event_and_status() -> None:
     kept: list[spans.Span] = []
     write(kept)
     resource = {"service.name": "svc", "telemetry.sdk.language": "python"}
-    message = decoded(otlp.request(otlp.resource(resource), "dap", kept))
+    message = decoded(otlp.request(otlp.resource(resource), "dap", map(spans.record, kept)))
     (resource_spans,) = message.resource_spans
     assert values(resource_spans.resource.attributes) == resource
     (scope,) = resource_spans.scope_spans
@@ -97,10 +96,11 @@ def test_the_encoding_equals_the_sdks_for_the_same_spans() -> None:
     kept: list[spans.Span] = []
     write(kept)
     resource = Resource.create({"service.name": "svc"})
-    ours = decoded(otlp.request(otlp.resource(resource.attributes), "dap", kept))
+    ours = decoded(otlp.request(otlp.resource(resource.attributes), "dap", map(spans.record, kept)))
     theirs = encode_spans([spans.readable(s, resource) for s in kept])
     assert ours == theirs
-    again = decoded(otlp.request(otlp.resource(resource.attributes), "dap", kept))  # from the caches
+    # from the caches
+    again = decoded(otlp.request(otlp.resource(resource.attributes), "dap", map(spans.record, kept)))
     assert again == theirs
 
 
@@ -119,42 +119,6 @@ def test_a_dropped_trace_records_nothing_and_a_sampled_parent_inside_it_does() -
             assert tracing.recording(inner)
     assert made == ["delivery"] and [s.name for s in kept] == ["delivery"]
     assert kept[0].parent_id == int(INCOMING.split("-")[2], 16) and kept[0].remote
-
-
-def test_the_exporter_sends_batches_and_drops_the_newest_when_full() -> None:
-    sent: list[bytes] = []
-    done = threading.Event()
-
-    def send(data: bytes) -> bool:
-        sent.append(data)
-        done.set()
-        return True
-
-    kept: list[spans.Span] = []
-    with tracing.recording_into(kept.append):
-        for n in range(7):
-            with tracing.span(f"s{n}"):
-                pass
-    exporter = exporting.Exporter(
-        send, {"service.name": "x"}, max_queue_size=5, max_export_batch_size=2, schedule_delay_millis=60_000
-    )
-    try:
-        for s in kept:
-            exporter.put(s)
-        assert exporter.dropped == 2
-        assert done.wait(5.0)  # a full batch woke the thread before its delay
-        exporter.drain()
-    finally:
-        exporter.shutdown()
-    names = [
-        s.name
-        for data in sent
-        for r in decoded(data).resource_spans
-        for sc in r.scope_spans
-        for s in sc.spans
-    ]
-    assert names == ["s0", "s1", "s2", "s3", "s4"]
-    assert max(len(decoded(d).resource_spans[0].scope_spans[0].spans) for d in sent) <= 2
 
 
 def test_sampling_reads_the_standard_variables() -> None:
@@ -180,34 +144,3 @@ def test_a_span_ended_in_another_context_is_still_recorded_and_raises_nothing() 
         # in a context of its own: the span stays current there, not in the tests that follow
         contextvars.copy_context().run(begun_here_ended_elsewhere)
     assert [s.name for s in kept] == ["generator's span"] and kept[0].end >= kept[0].start
-
-
-def test_the_exporter_sends_what_was_queued_when_it_woke_and_whole_batches_when_a_batch_woke_it() -> None:
-    kept: list[spans.Span] = []
-    with tracing.recording_into(kept.append):
-        for n in range(6):
-            with tracing.span(f"s{n}"):
-                pass
-    sizes: list[int] = []
-    exporter: exporting.Exporter | None = None
-
-    def send(data: bytes) -> bool:
-        sizes.append(len(decoded(data).resource_spans[0].scope_spans[0].spans))
-        if exporter is not None and len(sizes) == 1:
-            exporter.queue.append(kept[5])  # a span that ends while the first batch is sent
-        return True
-
-    exporter = exporting.Exporter(
-        send, {"service.name": "x"}, max_queue_size=100, max_export_batch_size=2, schedule_delay_millis=60_000
-    )
-    try:
-        exporter.queue.extend(kept[:3])  # queued without put: the thread is not woken
-        exporter.drain(full_only=True)  # a full batch woke it: the third span waits
-        assert sizes == [2] and [s.name for s in exporter.queue] == ["s2", "s5"]
-        exporter.queue.extend(kept[3:5])
-        sizes.clear()
-        exporter.drain()  # the delay woke it: what was queued then (4 spans), not what ends meanwhile
-        assert sizes == [2, 2] and [s.name for s in exporter.queue] == ["s5"]
-    finally:
-        exporter.shutdown()
-    assert sizes == [2, 2, 1] and not exporter.queue

@@ -12,9 +12,11 @@ exporter's client, which sends the batches). Jaeger, the OpenTelemetry Collector
 vendors take OTLP/HTTP on port 4318.
 
 The spans themselves are dap's (``dap.tracing.spans``): ``__slots__`` objects in a ``ContextVar``,
-queued when they end, encoded to OTLP's protobuf bytes in bulk (``dap.tracing.otlp``) and sent by
-one thread (``dap.tracing.exporting``). The SDK's span objects, batch processor and encoder cost a
-sampled write about 150 µs of the server's CPU; these a small fraction (docs/performance.md).
+turned into plain records when they end and written in chunks to a sending process of their own
+(``dap.tracing.exporting``), which encodes them to OTLP's protobuf bytes in bulk
+(``dap.tracing.otlp``) and sends them (``dap.tracing.sender``). The SDK's span objects, batch
+processor and encoder cost a sampled write about 150 µs of the server's CPU; these a small fraction
+(docs/performance.md).
 
 Off, nothing of OpenTelemetry is imported and every helper here is a constant-time no-op:
 :func:`span` hands back one shared empty context manager, :func:`traceparent` is ``None``.
@@ -89,7 +91,6 @@ _on = False
 _BOUND = _ALL  # a root is sampled when its trace id's low 64 bits are under it
 _PARENT_BASED = True  # whether a traceparent's sampled flag decides (parentbased_…)
 _exporter: exporting.Exporter | None = None
-_closing: Callable[[], None] | None = None
 _CURRENT = spans.CURRENT
 
 
@@ -141,7 +142,7 @@ def enabled() -> bool:
 def configure(service: str, env: Mapping[str, str] = os.environ) -> bool:
     """Start exporting spans when the environment asks for them (``OTEL_SERVICE_NAME`` wins over
     ``service``); whether tracing is on. Idempotent: a second call keeps the first exporter."""
-    global _exporter, _closing
+    global _exporter
     if _on:
         return True
     if not wanted(env):
@@ -149,8 +150,14 @@ def configure(service: str, env: Mapping[str, str] = os.environ) -> bool:
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 
     resource = Resource.create({SERVICE_NAME: env.get("OTEL_SERVICE_NAME") or service})
-    send, _closing = exporting.sender(_endpoint(env))
-    _exporter = exporting.Exporter(send, dict(resource.attributes), **batching(env))
+    sizes = batching(env)
+    spawn = exporting.spawner(_endpoint(env), sizes["max_export_batch_size"], sizes["schedule_delay_millis"])
+    _exporter = exporting.Exporter(
+        spawn,
+        dict(resource.attributes),
+        max_queue_size=sizes["max_queue_size"],
+        schedule_delay_millis=sizes["schedule_delay_millis"],
+    )
     _start(_exporter.put, *sampling(env))
     return True
 
@@ -187,22 +194,19 @@ def _endpoint(env: Mapping[str, str]) -> str | None:
 
 def shutdown() -> None:
     """Send what is queued and stop exporting (process exit, tests)."""
-    global _on, _exporter, _closing, _BOUND, _PARENT_BASED
-    exporter, closing, _exporter, _closing = _exporter, _closing, None, None
+    global _on, _exporter, _BOUND, _PARENT_BASED
+    exporter, _exporter = _exporter, None
     _on, _BOUND, _PARENT_BASED = False, _ALL, True
     logs.trace_ids = None
     spans.sink = spans._nowhere
     if exporter is not None:
         exporter.shutdown()
-    if closing is not None:
-        closing()
 
 
-def flush(timeout_ms: int = 5000) -> None:
-    """Send what is queued now (``dap register`` before it exits). ``timeout_ms``: the exporter's
-    client bounds each request by ``OTEL_EXPORTER_OTLP_TIMEOUT``; kept for the callers."""
-    if _exporter is not None:
-        _exporter.drain()
+def flush(timeout_ms: int = 10_000) -> bool:
+    """Send what is queued now and wait until it was sent (``dap register`` before it exits);
+    whether it was within ``timeout_ms``."""
+    return _exporter is None or _exporter.flush(timeout_ms / 1000.0)
 
 
 def _span_id() -> int:

@@ -1,110 +1,247 @@
-"""Export: ended spans queued by the event loop, encoded and sent by one thread in large batches.
+"""Export: ended spans leave the traced process as plain records, for a sending process to encode.
 
-The event loop's share per span is a ``deque.append`` and a length test (:meth:`Exporter.put`);
-the thread wakes when a batch is full or every ``schedule_delay_millis`` (the ``OTEL_BSP_*``
-variables, as the SDK's batch processor reads them), not per span. It encodes with
-``dap.tracing.otlp`` and sends with the OTLP/HTTP exporter's own client, so the endpoint, headers,
-compression, timeout, certificates and retries follow the standard ``OTEL_EXPORTER_OTLP_*``
-variables exactly as before. A full queue drops the newest spans and counts them, as the SDK does.
+Encoding OTLP and sending it over HTTP are about 25 µs of CPU per sampled find, and done by a
+thread of the traced process they cost it more than that: the thread shares the GIL with the event
+loop, and every system call of the loop (a socket's send) let the thread take the GIL for up to a
+switch interval, about +30 µs per sampled find spent waiting in the loop's sends
+(docs/performance.md, "Tracing's export in a process of its own"). So the traced process keeps
+only records (``spans.Record``: tuples of plain values) and, every :data:`CHUNK` of them, writes
+one ``marshal`` frame (C: about 0.3 µs a span) to the stdin of a child process
+(``dap.tracing.sender``), which batches, encodes and sends with the OTLP/HTTP exporter's own client,
+so the endpoint, headers, compression, timeout, certificates and retries follow the standard
+``OTEL_EXPORTER_OTLP_*`` variables exactly as before.
+
+The frame is written by the thread that filled the chunk (the event loop's), and never blocks: the
+pipe is non-blocking, a frame it cannot take waits with those after it, and the spans beyond
+``max_queue_size`` waiting are dropped and counted, as the SDK's batch processor drops them. A thread
+wakes every ``schedule_delay_millis`` to write what is queued (a quiet process's last spans). The
+child ends with its stdin: when the traced process exits (or dies) it sends what it has and stops.
+A child that died is started again at the next write, at most once per :data:`RESPAWN` seconds.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
+import fcntl
 import logging
+import marshal
+import os
+import select
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from dap.tracing import otlp, spans
+from dap.tracing import spans
 
 log = logging.getLogger("dap.tracing")
 
-Send = Callable[[bytes], bool]
+CHUNK = 256  # records per frame: about 50 KB and 80 µs of marshal, once per 256 spans
+RESPAWN = 10.0  # seconds between two starts of a child that keeps dying
+PIPE_SIZE = 1 << 20  # the pipe's buffer (Linux's default limit for an unprivileged process)
+
+# frames on the child's stdin: a kind byte, the payload's length (4 bytes, little-endian), the payload
+RESOURCE, SPANS, FLUSH = b"R", b"S", b"F"
+HEAD = 5
+
+Spawn = Callable[[], "subprocess.Popen[bytes]"]
+
+
+def frame(kind: bytes, payload: bytes = b"") -> bytes:
+    return kind + len(payload).to_bytes(4, "little") + payload
 
 
 class Exporter:
-    """The queue between the loop and the sending thread; :meth:`put` is ``spans.sink``."""
+    """The traced process's side: :meth:`put` is ``spans.sink``; ``spawn`` starts the sender."""
 
     def __init__(
         self,
-        send: Send,
+        spawn: Spawn,
         resource: Mapping[str, Any],
         *,
         max_queue_size: int,
-        max_export_batch_size: int,
         schedule_delay_millis: int,
+        chunk: int = CHUNK,
     ) -> None:
-        self.send, self.resource = send, otlp.resource(resource)
-        self.queue: collections.deque[spans.Span] = collections.deque()
-        self.limit, self.batch = max_queue_size, max_export_batch_size
+        self._spawn, self._resource = spawn, frame(RESOURCE, marshal.dumps(dict(resource)))
+        self.queue: collections.deque[spans.Record] = collections.deque()
+        self.limit, self.chunk = max_queue_size, chunk
         self.delay = schedule_delay_millis / 1000.0
         self.dropped = 0
-        self._wake = threading.Event()
-        self._sending = threading.Lock()  # the thread's drain and a flush from another thread
-        self._stopped = False
+        # frames the pipe has not taken yet, each with its number of spans; the first may be half
+        # written (``_begun``): a new child must not get its rest
+        self._waiting: collections.deque[tuple[memoryview, int]] = collections.deque()
+        self._waiting_spans = 0
+        self._begun = False
+        self._child: subprocess.Popen[bytes] | None = None
+        self._started = -RESPAWN  # when the last child was started (time.monotonic)
+        self._lock = threading.Lock()  # the loop's writes and the thread's
+        self._stopped = threading.Event()
+        with self._lock:  # at start, not in a request: a fork and exec block their thread
+            self._pipe()
         self._thread = threading.Thread(target=self._run, name="dap-otlp-export", daemon=True)
         self._thread.start()
 
     def put(self, span: spans.Span) -> None:
         queue = self.queue
-        if len(queue) >= self.limit:
-            self.dropped += 1
-            return
-        queue.append(span)
-        if len(queue) >= self.batch and not self._wake.is_set():
-            self._wake.set()
+        queue.append(spans.record(span))
+        if len(queue) >= self.chunk:
+            self.ship()
 
-    def _run(self) -> None:
-        while not self._stopped:
-            full = self._wake.wait(self.delay)  # True: put saw a full batch; False: the delay
-            self._wake.clear()
-            self.drain(full_only=full)
-
-    def drain(self, full_only: bool = False) -> None:
-        """Send what is queued now, a batch per request; ``full_only``: only whole batches.
-
-        Spans that end while a batch is encoded and sent wait for the next wake. Sending until the
-        queue was empty never ended under load: every send let a few dozen spans in, so the thread
-        sent one small batch after another (34 requests a second of about 55 spans each, at 1.6 ms
-        of CPU per request whatever its size, against 3 of 2,048), which cost a sampled find about
-        28 µs of the server's CPU (docs/performance.md, "Tracing's cost on the cheapest request")."""
-        with self._sending:
-            queue = self.queue
-            left = len(queue)
-            while left and (left >= self.batch or not full_only):
-                size = min(self.batch, left)
-                batch = [queue.popleft() for _ in range(size)]
-                left -= size
-                try:
-                    data = otlp.request(self.resource, "dap", batch)
-                except Exception:  # a span that cannot be encoded must not stop the export
-                    log.exception("tracing: a batch of %d spans could not be encoded", len(batch))
-                    continue
-                if not self.send(data):
-                    log.warning("tracing: a batch of %d spans was not accepted", len(batch))
+    def ship(self) -> None:
+        """Write what is queued as a frame, after the frames still waiting, as far as the pipe takes."""
+        with self._lock:
+            self._frame_queued()
+            self._write()
             if self.dropped:
                 log.warning("tracing: the span queue was full, %d spans dropped", self.dropped)
                 self.dropped = 0
 
-    def shutdown(self) -> None:
-        self._stopped = True
-        self._wake.set()
-        self._thread.join(timeout=10.0)
-        self.drain()
+    def _frame_queued(self) -> None:
+        queue = self.queue
+        n = len(queue)
+        if not n:
+            return
+        batch = [queue.popleft() for _ in range(n)]  # popleft: a span put meanwhile stays queued
+        if self._waiting_spans + n > self.limit:
+            self.dropped += n
+            return
+        self._waiting.append((memoryview(frame(SPANS, marshal.dumps(batch))), n))
+        self._waiting_spans += n
+
+    def _write(self) -> None:
+        waiting = self._waiting
+        while waiting:
+            fd = self._pipe()
+            if fd is None:  # no child now (one keeps dying): what waits is dropped
+                self._drop_waiting()
+                return
+            data, n = waiting[0]
+            try:
+                written = os.write(fd, data)
+            except BlockingIOError:
+                return
+            except OSError as exc:  # the child is gone (EPIPE): what it had not read is lost
+                log.warning("tracing: the sending process ended (%s); starting another", exc)
+                self._lost()
+                continue
+            if written < len(data):
+                waiting[0], self._begun = (data[written:], n), True
+                return
+            waiting.popleft()
+            self._waiting_spans -= n
+            self._begun = False
+
+    def _pipe(self) -> int | None:
+        """The child's stdin, a child started (and sent the resource) first if there is none."""
+        child = self._child
+        if child is not None and child.stdin is not None:
+            return child.stdin.fileno()
+        if time.monotonic() - self._started < RESPAWN:
+            return None
+        self._started = time.monotonic()
+        try:
+            child = self._spawn()
+        except OSError as exc:
+            log.error("tracing: the sending process could not be started: %s", exc)
+            return None
+        assert child.stdin is not None
+        fd = child.stdin.fileno()
+        with contextlib.suppress(OSError):  # above the system's limit: 64 KB does, with more waits
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+        os.set_blocking(fd, False)
+        self._child = child
+        self._waiting.appendleft((memoryview(self._resource), 0))
+        return fd
+
+    def _lost(self) -> None:
+        child, self._child = self._child, None
+        if child is not None:
+            _close(child)
+        if self._begun:  # its rest would corrupt the next child's stream
+            _, n = self._waiting.popleft()
+            self._waiting_spans -= n
+            self.dropped += n
+            self._begun = False
+
+    def _drop_waiting(self) -> None:
+        self.dropped += self._waiting_spans
+        self._waiting.clear()
+        self._waiting_spans, self._begun = 0, False
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self.delay):
+            self.ship()
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Write everything queued and wait until the child has sent it (a short-lived process
+        before it exits); whether that happened within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            self._frame_queued()
+            self._waiting.append((memoryview(frame(FLUSH)), 0))
+            if not self._written_by(deadline):
+                return False
+            child = self._child
+            if child is None or child.stdout is None:
+                return False
+            answered, _, _ = select.select([child.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            return bool(answered) and os.read(child.stdout.fileno(), 1) == FLUSH
+
+    def _written_by(self, deadline: float) -> bool:
+        while True:
+            self._write()
+            child = self._child
+            if not self._waiting:
+                return True
+            left = deadline - time.monotonic()
+            if child is None or child.stdin is None or left <= 0:
+                return False
+            select.select([], [child.stdin], [], left)
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Write what is queued, let the child send it and end (its stdin closed); stop the thread."""
+        self._stopped.set()
+        self._thread.join(timeout=timeout)
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            self._frame_queued()
+            self._written_by(deadline)
+            if self._waiting_spans:
+                log.warning("tracing: %d spans not sent at shutdown", self._waiting_spans)
+            child, self._child = self._child, None
+        if child is not None:
+            _close(child, max(0.0, deadline - time.monotonic()))
 
 
-def sender(endpoint: str | None) -> tuple[Send, Callable[[], None]]:
-    """A function that POSTs encoded bytes with the OTLP/HTTP exporter's client (which reads the
-    ``OTEL_EXPORTER_OTLP_*`` variables), and one that closes it."""
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+def _close(child: subprocess.Popen[bytes], timeout: float = 0.0) -> None:
+    """Close ``child``'s stdin (it sends what it has and ends) and reap it within ``timeout``."""
+    for stream in (child.stdin, child.stdout):
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
+    try:
+        child.wait(timeout)
+    except subprocess.TimeoutExpired:
+        log.warning("tracing: the sending process did not end within %.0f s; killed", timeout)
+        child.kill()
+        child.wait()
 
-    exporter = OTLPSpanExporter(endpoint=endpoint)
-    client = getattr(exporter, "_client", None)
-    if client is None or not callable(getattr(client, "export", None)):  # fail at start, not silently
-        raise RuntimeError("dap needs opentelemetry-exporter-otlp-proto-http >= 1.45 (_client.export)")
 
-    def send(data: bytes) -> bool:
-        return bool(client.export(data).success)
+def spawner(endpoint: str | None, batch: int, delay_millis: int) -> Spawn:
+    """How the traced process starts its sender: this interpreter, ``-P`` (the working directory
+    is not put first on ``sys.path``: the ``dap`` package is the one this process runs), the same
+    environment (the ``OTEL_EXPORTER_OTLP_*`` variables), stderr shared (its log lines go where
+    the process's go)."""
+    command = [sys.executable, "-P", "-m", "dap.tracing.sender", "--batch", str(batch)]
+    command += ["--delay", str(delay_millis), "--log-level", logging.getLevelName(log.getEffectiveLevel())]
+    if endpoint:
+        command += ["--endpoint", endpoint]
 
-    return send, exporter.shutdown
+    def spawn() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    return spawn

@@ -1,5 +1,8 @@
 """OTLP's protobuf bytes (``ExportTraceServiceRequest``), written directly for dap's spans.
 
+It runs in the sending process (``dap.tracing.sender``), on the records (``spans.Record``) the
+traced process sends it.
+
 The SDK's encoder builds a protobuf object per span, attribute and event, field by field, and
 groups spans by hashing their resource: about 25 µs a span, in a thread that shares the GIL with
 the event loop. dap's spans have one shape (``spans.Span``) and one resource and scope per
@@ -109,21 +112,21 @@ _AT = struct.Struct("<BQB")  # an event's time (field 1), then its name's tag (2
 _LOW64 = (1 << 64) - 1
 
 
-def span(s: spans.Span) -> bytes:
+def span(record: spans.Record) -> bytes:
     """One ``Span`` message, its fields numbered as in trace.proto."""
-    trace = s.trace_id
-    if s.parent_id:
-        head = _IDS_PARENT.pack(0x0A10, trace >> 64, trace & _LOW64, 0x1208, s.span_id, 0x2208, s.parent_id)
+    name, kind, trace, span_id, parent_id, remote, start, end, attributes, events, error = record
+    if parent_id:
+        head = _IDS_PARENT.pack(0x0A10, trace >> 64, trace & _LOW64, 0x1208, span_id, 0x2208, parent_id)
     else:
-        head = _IDS.pack(0x0A10, trace >> 64, trace & _LOW64, 0x1208, s.span_id)
-    parts = [head, b"\x2a", _name(s.name), _KIND[s.kind], _TIMES.pack(0x39, s.start, 0x41, s.end)]
-    if s.attributes:
-        parts.append(_attributes(b"\x4a", s.attributes))
-    for at, name, attributes in s.events:
-        event = _AT.pack(0x09, at, 0x12) + _name(name) + _attributes(b"\x1a", attributes)
+        head = _IDS.pack(0x0A10, trace >> 64, trace & _LOW64, 0x1208, span_id)
+    parts = [head, b"\x2a", _name(name), _KIND[kind], _TIMES.pack(0x39, start, 0x41, end)]
+    if attributes:
+        parts.append(_attributes(b"\x4a", attributes))
+    for at, event_name, event_attributes in events:
+        event = _AT.pack(0x09, at, 0x12) + _name(event_name) + _attributes(b"\x1a", event_attributes)
         parts += (b"\x5a", _varint_len(event))
-    parts.append(_status(s.error))
-    parts.append(_REMOTE if s.remote else _LOCAL)
+    parts.append(_status(error))
+    parts.append(_REMOTE if remote else _LOCAL)
     return b"".join(parts)
 
 
@@ -132,7 +135,7 @@ def resource(attributes: Mapping[str, Any]) -> bytes:
     return _attributes(b"\x0a", attributes)
 
 
-def request(resource_body: bytes, scope: str, batch: Iterable[spans.Span]) -> bytes:
+def request(resource_body: bytes, scope: str, batch: Iterable[spans.Record]) -> bytes:
     """An ``ExportTraceServiceRequest``: one resource, one instrumentation scope, ``batch``."""
     body = b"".join([b"\x12" + _varint_len(span(s)) for s in batch])
     scope_spans = _field(0x0A, _field(0x0A, scope.encode())) + body

@@ -28,6 +28,10 @@ KINDS = {"internal": 1, "server": 2, "client": 3, "producer": 4, "consumer": 5} 
 
 Event = tuple[int, str, dict[str, Any]]  # (time in ns since the epoch, name, attributes)
 
+# An ended span as it leaves the process: (name, kind, trace id, span id, parent id, remote, start,
+# end, attributes, events, error). Plain values only, so ``marshal`` writes a batch of them in C.
+Record = tuple[str, str, int, int, int, bool, int, int, dict[str, Any], tuple[Event, ...], "str | None"]
+
 
 class Span:
     """A sampled span. ``parent_id`` 0: a root; ``remote``: the parent came from another process
@@ -96,6 +100,23 @@ class Span:
 
     def traceparent(self) -> str:
         return f"00-{self.trace_id:032x}-{self.span_id:016x}-01"
+
+
+def record(span: Span) -> Record:
+    """``span`` as it leaves the process (see :data:`Record`)."""
+    return (
+        span.name,
+        span.kind,
+        span.trace_id,
+        span.span_id,
+        span.parent_id,
+        span.remote,
+        span.start,
+        span.end,
+        span.attributes,
+        tuple(span.events),
+        span.error,
+    )
 
 
 class Unsampled:
