@@ -78,17 +78,17 @@ def ended(names: list[str], attributes: dict[str, Any] | None = None) -> list[sp
 
 
 def exporter(spawn: exporting.Spawn, **sizes: int) -> exporting.Exporter:
-    settings = {"max_queue_size": 1000, "schedule_delay_millis": 60_000, "chunk": 3, **sizes}
+    settings = {"max_queue_size": 1000, "schedule_delay_millis": 60_000, "chunk": 1, **sizes}
     return exporting.Exporter(spawn, {"service.name": "export-test"}, **settings)
 
 
 def test_a_flush_returns_when_the_receiver_has_every_span(receiver: Receiver) -> None:
     names = [f"s{n}" for n in range(7)]
-    sent = exporter(exporting.spawner(receiver.url, 2048, 60_000))
+    sent = exporter(exporting.spawner(receiver.url, 2048, 60_000), chunk=1 << 20)
     try:
         for s in ended(names):
-            sent.put(s)  # two chunks of 3 are written at once, the seventh waits in the queue
-        assert len(sent.queue) == 1
+            sent.put(s)  # no chunk is full: they wait in the traced process
+        assert sent.queued == 7 and not sent._waiting
         assert sent.flush(10.0)
         assert receiver.names() == names and receiver.services() == {"export-test"}
         assert len(receiver.requests) == 1  # the sender waited for its batch: one request
@@ -107,12 +107,12 @@ def test_a_sender_that_died_is_started_again(receiver: Receiver, monkeypatch: py
         assert first is not None
         first.kill()
         first.wait()
-        for s in ended([f"after{n}" for n in range(6)]):
-            sent.put(s)
+        names = [f"after{n}" for n in range(6)]
+        for s in ended(names):
+            sent.put(s)  # a frame each: the first meets the dead pipe, and goes to the next child
         assert sent.flush(10.0)
         assert sent._child is not first
-        # the chunk written into the dead child's pipe is lost; what came after it is sent
-        assert receiver.names()[-3:] == ["after3", "after4", "after5"]
+        assert receiver.names() == names
     finally:
         sent.shutdown()
 
@@ -123,7 +123,7 @@ def test_a_sender_that_stops_reading_costs_dropped_spans_never_a_blocked_put(
     def stuck() -> subprocess.Popen[bytes]:  # a child that never reads its stdin
         return subprocess.Popen(["sleep", "60"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
-    big = {"blob": "x" * 20_000}  # 60 KB a chunk: the pipe's 1 MB is full after about 50 chunks
+    big = {"blob": "x" * 20_000}  # a frame each: the pipe's 1 MB is full after about 50
     sent = exporter(stuck, max_queue_size=30)
     try:
         began = time.monotonic()
@@ -143,7 +143,12 @@ def test_a_sender_that_stops_reading_costs_dropped_spans_never_a_blocked_put(
 
 
 def write(fd: int, kind: bytes, payload: Any = None) -> None:
-    os.write(fd, exporting.frame(kind, b"" if payload is None else marshal.dumps(payload)))
+    """A frame as the exporter writes it: spans' records each ``marshal``-ed, one after the other."""
+    if kind == exporting.SPANS:
+        data = b"".join(marshal.dumps(record, 2) for record in payload)
+    else:
+        data = b"" if payload is None else marshal.dumps(payload)
+    os.write(fd, exporting.frame(kind, data))
 
 
 def test_the_sender_sends_whole_batches_then_on_a_flush_then_at_its_end() -> None:

@@ -44,7 +44,7 @@ import os
 import random
 import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 from dap import logs
 from dap.tracing import exporting, spans, statements
@@ -69,6 +69,7 @@ __all__ = [
     "recording_now",
     "rename",
     "sampling",
+    "served",
     "shutdown",
     "span",
     "spans",
@@ -272,7 +273,7 @@ def recording_now() -> bool:
     return _on and type(_CURRENT.get()) is Span
 
 
-def recording(span: Any) -> bool:
+def recording(span: Any) -> TypeGuard[Span]:
     """Whether ``span`` (what :func:`span` yielded: ``None`` when off or dropped) records."""
     return type(span) is Span
 
@@ -293,6 +294,15 @@ def rename(span: Any, name: str) -> None:
 def failed(span: Any, status: int) -> None:
     """Mark a server span as an error for a 5xx answer (a 4xx is the client's, per the semconv)."""
     if status >= 500 and type(span) is Span and span.error is None:
+        span.error = ""
+
+
+def served(span: Span, name: str, attributes: dict[str, str | int], status: int) -> None:
+    """A server span's answer: its name (method and route), ``attributes`` (texts and integers
+    already: not cleaned) and, for a 5xx ``status``, the error mark (see :func:`failed`)."""
+    span.name = name
+    span.attributes.update(attributes)
+    if status >= 500 and span.error is None:
         span.error = ""
 
 
@@ -322,6 +332,13 @@ def current_ids() -> tuple[str, str] | None:
 
 # -- operations -------------------------------------------------------------------------------
 
+
+@functools.lru_cache(maxsize=4096)
+def _text(tenant: Any) -> str:
+    """A tenant's id as text, once per tenant (``UUID.__str__`` formats and slices every time)."""
+    return str(tenant)
+
+
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
 
@@ -333,16 +350,26 @@ def operation(verb: str) -> Callable[[F], F]:
     def wrap(fn: F) -> F:
         @functools.wraps(fn)
         async def traced(call: Any, *args: Any, **kwargs: Any) -> Any:
-            if not _on or type(_CURRENT.get()) is Unsampled:
+            if not _on:
+                return await fn(call, *args, **kwargs)
+            current = _CURRENT.get()
+            if type(current) is Unsampled:
                 return await fn(call, *args, **kwargs)
             attributes = {
-                "dap.tenant": str(call.workspace.tenant_id),
+                "dap.tenant": _text(call.workspace.tenant_id),
                 "dap.workspace": call.workspace.slug,
                 "dap.entity": call.resource.key,
                 "enduser.id": call.principal.sub,
                 "dap.request_id": call.request_id,
             }
-            with span(f"{verb} {call.resource.key}", attributes=attributes):
+            name = f"{verb} {call.resource.key}"
+            # texts all: a child of the current span is made here, without span()'s cleaning
+            block = (
+                Span(name, "internal", current.trace_id, _span_id(), current.span_id, False, attributes)
+                if type(current) is Span
+                else span(name, attributes=attributes)
+            )
+            with block:
                 return await fn(call, *args, **kwargs)
 
         return traced  # type: ignore[return-value]

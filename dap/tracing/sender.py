@@ -3,8 +3,9 @@
     python -P -m dap.tracing.sender [--endpoint URL] [--batch N] [--delay MS] [--log-level LEVEL]
 
 Started by ``dap.tracing.exporting`` (never by hand): its stdin carries frames (a kind byte, the
-payload's length in 4 bytes little-endian, the payload): ``R`` the resource's attributes and ``S``
-a list of ``spans.Record``, both ``marshal``-ed, and ``F`` a flush, answered with one ``F`` byte on
+payload's length in 4 bytes little-endian, the payload): ``R`` the resource's attributes
+(``marshal``-ed), ``S`` records (``spans.Record``, each ``marshal``-ed, one after the other) and
+``F`` a flush, answered with one ``F`` byte on
 stdout once everything before it was sent. A request goes out when ``--batch`` spans wait or
 ``--delay`` milliseconds after the oldest waiting one arrived; it is encoded by ``dap.tracing.otlp``
 and sent by the OTLP/HTTP exporter's client, which reads every ``OTEL_EXPORTER_OTLP_*`` variable
@@ -15,6 +16,7 @@ stdin (the traced process exited or died) it sends what it has and ends.
 from __future__ import annotations
 
 import argparse
+import io
 import logging
 import marshal
 import os
@@ -61,6 +63,14 @@ class Reader:
             buffer += data
 
 
+def records(payload: bytes) -> list[spans.Record]:
+    """The records of a ``SPANS`` frame: ``marshal``-ed one after the other."""
+    stream, found = io.BytesIO(payload), []
+    while stream.tell() < len(payload):
+        found.append(marshal.load(stream))
+    return found
+
+
 def serve(fd: int, answer: int, send: Send, batch: int, delay: float) -> None:
     """Read frames from ``fd`` until its end, sending whole batches and late ones (see the module);
     ``answer``: where a flush is acknowledged."""
@@ -90,7 +100,7 @@ def serve(fd: int, answer: int, send: Send, batch: int, delay: float) -> None:
         if kind == exporting.SPANS:
             if not waiting:
                 oldest = time.monotonic()
-            waiting += marshal.loads(payload)
+            waiting += records(payload)
             while len(waiting) >= batch:
                 export(waiting[:batch])
                 del waiting[:batch]

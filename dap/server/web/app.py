@@ -182,18 +182,14 @@ def _front(app: web.Application, opts: options.ServeOptions, meter: metrics.Metr
             workspace=workspace, route=route, method=request.method, status=response.status, seconds=seconds
         )
         if tracing.recording(span):  # not for a trace the sampler dropped
-            tracing.rename(span, f"{request.method} {route}")
-            tracing.annotate(
-                span,
-                **{
-                    "http.request.method": request.method,
-                    "http.route": route,
-                    "http.response.status_code": response.status,
-                    "dap.workspace": workspace,
-                    "dap.request_id": request_id,
-                },
-            )
-            tracing.failed(span, response.status)
+            attributes = {
+                "http.request.method": request.method,
+                "http.route": route,
+                "http.response.status_code": response.status,
+                "dap.workspace": workspace,
+                "dap.request_id": request_id,
+            }
+            tracing.served(span, f"{request.method} {route}", attributes, response.status)
         if log.isEnabledFor(logging.DEBUG):  # never bodies or values: masked fields stay out of logs
             ctx = {
                 "request_id": request_id,
