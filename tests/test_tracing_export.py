@@ -143,9 +143,8 @@ def test_a_sender_that_stops_reading_costs_dropped_spans_never_a_blocked_put(
 
 
 def write(fd: int, kind: bytes, payload: Any = None) -> None:
-    """A frame as the exporter writes it: spans' records each ``marshal``-ed, one after the other."""
     if kind == exporting.SPANS:
-        data = b"".join(marshal.dumps(record, 2) for record in payload)
+        data = marshal.dumps(payload, 2)
     else:
         data = b"" if payload is None else marshal.dumps(payload)
     os.write(fd, exporting.frame(kind, data))

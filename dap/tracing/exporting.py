@@ -46,9 +46,12 @@ RESPAWN = 10.0  # seconds between two starts of a child that keeps dying
 PIPE_SIZE = 1 << 20  # the pipe's buffer (Linux's default limit for an unprivileged process)
 
 # frames on the child's stdin: a kind byte, the payload's length (4 bytes, little-endian), the
-# payload (``SPANS``: records, each ``marshal``-ed on its own, one after the other)
+# payload. ``SPANS``'s is a ``marshal``-ed list of records, made of records ``marshal``-ed one by
+# one: version 2 writes a list as ``[``, its length (4 bytes, little-endian) and its items, and
+# an item without references to others, so the sender reads the whole frame in one C call
 RESOURCE, SPANS, FLUSH = b"R", b"S", b"F"
 HEAD = 5
+LIST = 5  # a marshal-ed list's head
 
 Spawn = Callable[[], "subprocess.Popen[bytes]"]
 
@@ -70,9 +73,10 @@ class Exporter:
         chunk: int = CHUNK,
     ) -> None:
         self._spawn, self._resource = spawn, frame(RESOURCE, marshal.dumps(dict(resource)))
-        # the records not yet framed, after room for the frame's head, and how many they are
-        self._queued, self.queued = bytearray(HEAD), 0
-        self.limit, self.chunk = max_queue_size, chunk + HEAD
+        # the records not yet framed, after room for the frame's and the list's heads, and how
+        # many they are
+        self._queued, self.queued = bytearray(HEAD + LIST), 0
+        self.limit, self.chunk = max_queue_size, chunk + HEAD + LIST
         self.delay = schedule_delay_millis / 1000.0
         self.dropped = 0
         # frames the pipe has not taken yet, each with its number of spans; the first may be half
@@ -112,11 +116,14 @@ class Exporter:
         n = self.queued
         if not n:
             return
-        data, self._queued, self.queued = self._queued, bytearray(HEAD), 0
+        data, self._queued, self.queued = self._queued, bytearray(HEAD + LIST), 0
         if self._waiting_spans + n > self.limit:
             self.dropped += n
             return
-        data[:HEAD] = SPANS + (len(data) - HEAD).to_bytes(4, "little")  # the head, in its room
+        # the heads, in their room
+        data[: HEAD + LIST] = (
+            SPANS + (len(data) - HEAD).to_bytes(4, "little") + b"[" + n.to_bytes(4, "little")
+        )
         self._waiting.append((memoryview(data), n))
         self._waiting_spans += n
 
