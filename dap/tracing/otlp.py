@@ -25,9 +25,12 @@ _DOUBLE = struct.Struct("<d")
 _CACHED = 4096  # key-value pairs and names kept encoded; cleared when full (values vary little)
 
 
+_SMALL = [bytes((n,)) for n in range(0x80)]  # the varints of one byte, made once
+
+
 def _varint(n: int) -> bytes:
     if n < 0x80:
-        return bytes((n,))
+        return _SMALL[n]
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
@@ -38,7 +41,7 @@ def _varint(n: int) -> bytes:
 
 def _field(tag: int, payload: bytes) -> bytes:
     """A length-delimited field: ``tag`` is (number << 3) | 2, below 128 for every field here."""
-    return bytes((tag,)) + _varint(len(payload)) + payload
+    return _SMALL[tag] + _varint(len(payload)) + payload
 
 
 def _any(value: Any) -> bytes:
@@ -61,17 +64,17 @@ _names: dict[str, bytes] = {}
 _UNIQUE = frozenset({"dap.request_id"})
 
 
+_keys: dict[str, bytes] = {}
+
+
 def _pair(tag: bytes, key: str, value: Any) -> bytes:
     """A ``KeyValue`` as an element of the repeated field ``tag``: tag, length and message."""
-    if type(value) is float or key in _UNIQUE:  # durations are rarely equal twice either
-        return tag + _varint_len(_field(0x0A, key.encode()) + _field(0x12, _any(value)))
-    cache = (tag, key, type(value), value)
-    found = _pairs.get(cache)
-    if found is None:
-        if len(_pairs) >= _CACHED:
-            _pairs.clear()
-        found = _pairs[cache] = tag + _varint_len(_field(0x0A, key.encode()) + _field(0x12, _any(value)))
-    return found
+    field = _keys.get(key)
+    if field is None:
+        if len(_keys) >= _CACHED:
+            _keys.clear()
+        field = _keys[key] = _field(0x0A, key.encode())
+    return tag + _varint_len(field + _field(0x12, _any(value)))
 
 
 def _varint_len(payload: bytes) -> bytes:
@@ -79,7 +82,22 @@ def _varint_len(payload: bytes) -> bytes:
 
 
 def _attributes(tag: bytes, attributes: Mapping[str, Any]) -> bytes:
-    return b"".join([_pair(tag, k, v) for k, v in attributes.items()])
+    """The repeated ``KeyValue`` field ``tag``: a pair seen before (by key, type and value) comes
+    from a cache, a float (a duration) or a :data:`_UNIQUE` key's value is encoded each time."""
+    parts = []
+    for key, value in attributes.items():
+        kind = type(value)
+        if kind is float or key in _UNIQUE:  # durations are rarely equal twice either
+            parts.append(_pair(tag, key, value))
+            continue
+        cache = (tag, key, kind, value)
+        found = _pairs.get(cache)
+        if found is None:
+            if len(_pairs) >= _CACHED:
+                _pairs.clear()
+            found = _pairs[cache] = _pair(tag, key, value)
+        parts.append(found)
+    return b"".join(parts)
 
 
 def _name(name: str) -> bytes:
