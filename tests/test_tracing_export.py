@@ -199,3 +199,20 @@ def test_the_sender_sends_what_waits_once_the_delay_has_passed() -> None:
         os.close(write_end)
         serving.join(10.0)
     os.close(read)
+
+
+def test_a_span_with_a_value_that_cannot_be_sent_is_dropped_and_the_caller_goes_on(
+    receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    odd, fine = ended(["odd", "fine"])
+    odd.attributes["dap.odd"] = object()  # set past span()'s cleaning, which makes such values text
+    sent = exporter(exporting.spawner(receiver.url, 2048, 60_000), chunk=1 << 20)
+    try:
+        with caplog.at_level(logging.WARNING, logger="dap.tracing"):
+            sent.put(odd)
+            sent.put(fine)
+        assert "'odd' has a value that cannot be sent" in caplog.text
+        assert sent.queued == 1 and sent.flush(10.0)
+    finally:
+        sent.shutdown()
+    assert receiver.names() == ["fine"]

@@ -9,13 +9,13 @@ only records (``spans.Record``: tuples of plain values), each ``marshal``-ed as 
 (C, while the span is still in the CPU's caches: about 1 µs; a chunk ``marshal``-ed at once later
 cost a sampled find 4.6 µs), and writes every :data:`CHUNK` bytes of them as one frame to the stdin
 of a child process (``dap.tracing.sender``), which batches, encodes and sends with the OTLP/HTTP
-exporter's own client,
-so the endpoint, headers, compression, timeout, certificates and retries follow the standard
-``OTEL_EXPORTER_OTLP_*`` variables exactly as before.
+exporter's own client, so the endpoint, headers, compression, timeout, certificates and retries
+follow the standard ``OTEL_EXPORTER_OTLP_*`` variables exactly as before.
 
 The frame is written by the thread that filled the chunk (the event loop's), and never blocks: the
 pipe is non-blocking, a frame it cannot take waits with those after it, and the spans beyond
-``max_queue_size`` waiting are dropped and counted, as the SDK's batch processor drops them. A thread
+``max_queue_size`` waiting are dropped and counted (a warning at most every :data:`SAID` seconds),
+as the SDK's batch processor drops them. A thread
 wakes every ``schedule_delay_millis`` to write what is queued (a quiet process's last spans). The
 child ends with its stdin: when the traced process exits (or dies) it sends what it has and stops.
 A child that died is started again at the next write, at most once per :data:`RESPAWN` seconds.
@@ -43,6 +43,7 @@ log = logging.getLogger("dap.tracing")
 
 CHUNK = 64 * 1024  # bytes of records per frame (about 200 spans): one write per chunk
 RESPAWN = 10.0  # seconds between two starts of a child that keeps dying
+SAID = 10.0  # seconds between two warnings of dropped spans
 PIPE_SIZE = 1 << 20  # the pipe's buffer (Linux's default limit for an unprivileged process)
 
 # frames on the child's stdin: a kind byte, the payload's length (4 bytes, little-endian), the
@@ -78,7 +79,8 @@ class Exporter:
         self._queued, self.queued = bytearray(HEAD + LIST), 0
         self.limit, self.chunk = max_queue_size, chunk + HEAD + LIST
         self.delay = schedule_delay_millis / 1000.0
-        self.dropped = 0
+        self.dropped = 0  # spans dropped since the last warning
+        self._said = -SAID  # when that warning was given (time.monotonic)
         # frames the pipe has not taken yet, each with its number of spans; the first may be half
         # written (``_begun``): a new child must not get its rest
         self._waiting: collections.deque[tuple[memoryview, int]] = collections.deque()
@@ -95,7 +97,11 @@ class Exporter:
         self._thread.start()
 
     def put(self, span: spans.Span) -> None:
-        record = marshal.dumps(spans.record(span), 2)  # 2: no table of shared objects to build
+        try:
+            record = marshal.dumps(spans.record(span), 2)  # 2: no table of shared objects to build
+        except ValueError:  # a value marshal cannot write: the span is lost, never the request
+            log.warning("tracing: span %r has a value that cannot be sent; dropped", span.name)
+            return
         with self._lock:
             self._queued += record
             self.queued += 1
@@ -108,9 +114,9 @@ class Exporter:
         with self._lock:
             self._frame_queued()
             self._write()
-            if self.dropped:
+            if self.dropped and time.monotonic() - self._said >= SAID:
                 log.warning("tracing: the span queue was full, %d spans dropped", self.dropped)
-                self.dropped = 0
+                self.dropped, self._said = 0, time.monotonic()
 
     def _frame_queued(self) -> None:
         n = self.queued

@@ -135,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     # (the end of stdin) ends this one after the last send
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     level = args.log_level.lower()
+    os.environ.pop("DAP_LOGS_FILE", None)  # the traced process's files: one writer each
     logs.configure({"warning": "warn", "critical": "error"}.get(level, level))
     send, close = client(args.endpoint)
     # what was imported lives as long as the process: out of the collector's sight, a collection
