@@ -216,3 +216,28 @@ def test_a_span_with_a_value_that_cannot_be_sent_is_dropped_and_the_caller_goes_
     finally:
         sent.shutdown()
     assert receiver.names() == ["fine"]
+
+
+def test_the_sender_skips_a_frame_it_cannot_read_and_goes_on() -> None:
+    records = [spans.record(s) for s in ended(["kept"])]
+    sent: list[bytes] = []
+
+    def send(data: bytes) -> bool:
+        sent.append(data)
+        return True
+
+    read, write_end = os.pipe()
+    serving = threading.Thread(target=sender.serve, args=(read, write_end, send, 100, 60.0))
+    serving.start()
+    try:
+        broken = b"[\x05\x00\x00\x00\xfe"  # a list of 5 records, the first of no known type
+        os.write(write_end, exporting.frame(exporting.SPANS, broken))
+        write(write_end, exporting.SPANS, records)
+    finally:
+        os.close(write_end)
+        serving.join(10.0)
+    os.close(read)
+    assert not serving.is_alive() and len(sent) == 1  # the good frame, sent at the end of its input
+    message = ExportTraceServiceRequest()
+    message.ParseFromString(sent[0])
+    assert [s.name for s in message.resource_spans[0].scope_spans[0].spans] == ["kept"]

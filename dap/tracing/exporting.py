@@ -171,8 +171,10 @@ class Exporter:
             return None
         assert child.stdin is not None
         fd = child.stdin.fileno()
-        with contextlib.suppress(OSError):  # above the system's limit: 64 KB does, with more waits
-            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+        resize = getattr(fcntl, "F_SETPIPE_SZ", None)  # Linux's; elsewhere the pipe stays as it is
+        if resize is not None:
+            with contextlib.suppress(OSError):  # above the system's limit: 64 KB does, with more waits
+                fcntl.fcntl(fd, resize, PIPE_SIZE)
         os.set_blocking(fd, False)
         self._child = child
         self._waiting.appendleft((memoryview(self._resource), 0))

@@ -90,9 +90,14 @@ def serve(fd: int, answer: int, send: Send, batch: int, delay: float) -> None:
             continue
         kind, payload = got
         if kind == exporting.SPANS:
+            try:
+                records = marshal.loads(payload)
+            except (EOFError, ValueError, TypeError):  # not what the exporter writes: skipped
+                log.exception("tracing: a frame of %d bytes could not be read", len(payload))
+                continue
             if not waiting:
                 oldest = time.monotonic()
-            waiting += marshal.loads(payload)
+            waiting += records
             while len(waiting) >= batch:
                 export(waiting[:batch])
                 del waiting[:batch]
@@ -131,9 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--delay", type=int, default=5000, help="milliseconds")
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
-    # a terminal's ^C reaches the whole process group: the traced process decides, and its exit
-    # (the end of stdin) ends this one after the last send
+    # its life is its stdin's: a terminal's ^C (or a supervisor's SIGTERM to the whole group)
+    # reaches this process too, and the traced process decides; its exit (the end of stdin) ends
+    # this one after the last send
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     level = args.log_level.lower()
     os.environ.pop("DAP_LOGS_FILE", None)  # the traced process's files: one writer each
     logs.configure({"warning": "warn", "critical": "error"}.get(level, level))
