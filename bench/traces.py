@@ -63,13 +63,13 @@ def micro(n: int) -> None:
     """The spans of one REST write in-process, CPU time per request: a server span, the operation,
     two SQL statements (``statements.event``, what the connection of a sampled span makes of each:
     events on the operation; the statements themselves are not run here) and
-    the traceparent taken for the outbox row, each span made a record and written in ``marshal``
-    chunks as the exporter does; then the OTLP encoding of what was recorded, in batches of 2,048,
+    the traceparent taken for the outbox row, each span's record ``marshal``-ed as the exporter
+    does; then the OTLP encoding of what was recorded, in batches of 2,048,
     as the sending process does (``dap.tracing.sender``: a process of its own, not the server's
     CPU). The pipe's writes and the HTTP export are in the end-to-end figures.
     ``0%``: the same sampler at a ratio of 0, every request dropped (the 99 of 100 at 1 %)."""
     from dap import tracing
-    from dap.tracing import exporting, otlp, spans, statements
+    from dap.tracing import otlp, spans, statements
 
     query = "SELECT x FROM t_bench__item WHERE id = $1"
     operation = {
@@ -107,16 +107,13 @@ def micro(n: int) -> None:
         )
 
     def sink(kept: list[spans.Record]) -> Callable[[spans.Span], None]:
-        """What the exporter's put does: a record per span, a marshal frame per chunk (the pipe's
-        write is left out: a system call, in the end-to-end figures)."""
-        chunk: list[spans.Record] = []
+        """What the exporter's put does: each span's record ``marshal``-ed as the span ends (the
+        pipe's writes are left out: system calls, in the end-to-end figures)."""
 
         def put(span: spans.Span) -> None:
-            chunk.append(spans.record(span))
-            if len(chunk) >= exporting.CHUNK:
-                marshal.dumps(chunk)
-                kept.extend(chunk)
-                chunk.clear()
+            record = spans.record(span)
+            marshal.dumps(record, 2)
+            kept.append(record)
 
         return put
 
