@@ -302,8 +302,7 @@ def served(span: Span, name: str, attributes: dict[str, str | int], status: int)
     already: not cleaned) and, for a 5xx ``status``, the error mark (see :func:`failed`)."""
     span.name = name
     span.attributes.update(attributes)
-    if status >= 500 and span.error is None:
-        span.error = ""
+    failed(span, status)
 
 
 def traceparent() -> str | None:

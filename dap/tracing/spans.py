@@ -29,7 +29,7 @@ KINDS = {"internal": 1, "server": 2, "client": 3, "producer": 4, "consumer": 5} 
 Event = tuple[int, str, dict[str, Any]]  # (time in ns since the epoch, name, attributes)
 
 # An ended span as it leaves the process: (name, kind, trace id, span id, parent id, remote, start,
-# end, attributes, events, error). Plain values only, so ``marshal`` writes a batch of them in C.
+# end, attributes, events, error). Plain values only, so ``marshal`` writes each one in C.
 Record = tuple[str, str, int, int, int, bool, int, int, dict[str, Any], tuple[Event, ...], "str | None"]
 
 
