@@ -21,7 +21,8 @@ INCOMING = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 def statement(query: str, elapsed: float, exception: BaseException | None) -> None:
     """A statement's event as the connection wrapper makes it (``tracing.statements``)."""
-    statements.event(query, time.time_ns() - int(elapsed * 1e9), elapsed, exception)
+    ended = time.time_ns()
+    statements.event(query, ended - int(elapsed * 1e9), ended, exception)
 
 
 def write(kept: list[spans.Span]) -> None:

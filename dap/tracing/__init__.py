@@ -233,7 +233,8 @@ def span(
         return _root(name, kind, attributes)
     if type(current) is Unsampled:  # a dropped trace: nothing below its root either
         return _NOOP
-    return Span(name, kind, current.trace_id, _span_id(), current.span_id, False, _clean(attributes))
+    cleaned = _clean(attributes) if attributes else None
+    return Span(name, kind, current.trace_id, _span_id(), current.span_id, False, cleaned)
 
 
 def _root(name: str, kind: str, attributes: Mapping[str, Any] | None) -> Span | Unsampled:
@@ -299,9 +300,13 @@ def failed(span: Any, status: int) -> None:
 
 def served(span: Span, name: str, attributes: dict[str, str | int], status: int) -> None:
     """A server span's answer: its name (method and route), ``attributes`` (texts and integers
-    already: not cleaned) and, for a 5xx ``status``, the error mark (see :func:`failed`)."""
+    already: not cleaned; the span may keep the dict itself) and, for a 5xx ``status``, the
+    error mark (see :func:`failed`)."""
     span.name = name
-    span.attributes.update(attributes)
+    if span.attributes:
+        span.attributes.update(attributes)
+    else:  # the usual case: a dict of the caller's own, taken rather than copied
+        span.attributes = attributes
     failed(span, status)
 
 
@@ -339,6 +344,7 @@ def _text(tenant: Any) -> str:
 
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+C = TypeVar("C")
 
 
 def operation(verb: str) -> Callable[[F], F]:
@@ -379,10 +385,12 @@ def operation(verb: str) -> Callable[[F], F]:
 # -- SQL statements ---------------------------------------------------------------------------
 
 
-def timed(conn: Any) -> Any:
-    """``conn`` with an event per statement on the span that runs it (``dap.tracing.statements``):
-    what ``storage.db`` hands out in a sampled span (:func:`recording_now`), and only there."""
-    return statements.Timed(conn)
+def timed(conn: C) -> C:
+    """``conn`` with an event per statement on the span that runs it (``dap.tracing.statements``)
+    inside a sampled span (:func:`recording_now`); elsewhere ``conn`` itself."""
+    if _on and type(_CURRENT.get()) is Span:
+        return statements.Timed(conn)  # type: ignore[return-value]  # conn's methods, and events
+    return conn
 
 
 @contextlib.contextmanager

@@ -74,10 +74,11 @@ class Exporter:
         chunk: int = CHUNK,
     ) -> None:
         self._spawn, self._resource = spawn, frame(RESOURCE, marshal.dumps(dict(resource)))
-        # the records not yet framed, after room for the frame's and the list's heads, and how
-        # many they are
-        self._queued, self.queued = bytearray(HEAD + LIST), 0
-        self.limit, self.chunk = max_queue_size, chunk + HEAD + LIST
+        # the records not yet framed (each ``marshal``-ed), how many bytes they are; joined once
+        # per frame: a bytearray grown record by record copied itself about every tenth record
+        self._queued: list[bytes] = []
+        self._size = 0
+        self.limit, self.chunk = max_queue_size, chunk
         self.delay = schedule_delay_millis / 1000.0
         self.dropped = 0  # spans dropped since the last warning
         self._said = -SAID  # when that warning was given (time.monotonic)
@@ -96,6 +97,11 @@ class Exporter:
         self._thread = threading.Thread(target=self._run, name="dap-otlp-export", daemon=True)
         self._thread.start()
 
+    @property
+    def queued(self) -> int:
+        """How many spans wait for their frame."""
+        return len(self._queued)
+
     def put(self, span: spans.Span) -> None:
         try:
             record = marshal.dumps(spans.record(span), 2)  # 2: no table of shared objects to build
@@ -103,9 +109,9 @@ class Exporter:
             log.warning("tracing: span %r has a value that cannot be sent; dropped", span.name)
             return
         with self._lock:
-            self._queued += record
-            self.queued += 1
-            full = len(self._queued) >= self.chunk
+            self._queued.append(record)
+            self._size += len(record)
+            full = self._size >= self.chunk
         if full:
             self.ship()
 
@@ -119,18 +125,16 @@ class Exporter:
                 self.dropped, self._said = 0, time.monotonic()
 
     def _frame_queued(self) -> None:
-        n = self.queued
+        records, size = self._queued, self._size
+        n = len(records)
         if not n:
             return
-        data, self._queued, self.queued = self._queued, bytearray(HEAD + LIST), 0
+        self._queued, self._size = [], 0
         if self._waiting_spans + n > self.limit:
             self.dropped += n
             return
-        # the heads, in their room
-        data[: HEAD + LIST] = (
-            SPANS + (len(data) - HEAD).to_bytes(4, "little") + b"[" + n.to_bytes(4, "little")
-        )
-        self._waiting.append((memoryview(data), n))
+        head = SPANS + (size + LIST).to_bytes(4, "little") + b"[" + n.to_bytes(4, "little")
+        self._waiting.append((memoryview(b"".join([head, *records])), n))
         self._waiting_spans += n
 
     def _write(self) -> None:

@@ -30,7 +30,7 @@ Event = tuple[int, str, dict[str, Any]]  # (time in ns since the epoch, name, at
 
 # An ended span as it leaves the process: (name, kind, trace id, span id, parent id, remote, start,
 # end, attributes, events, error). Plain values only, so ``marshal`` writes each one in C.
-Record = tuple[str, str, int, int, int, bool, int, int, dict[str, Any], tuple[Event, ...], "str | None"]
+Record = tuple[str, str, int, int, int, bool, int, int, dict[str, Any], list[Event], "str | None"]
 
 
 class Span:
@@ -114,7 +114,7 @@ def record(span: Span) -> Record:
         span.start,
         span.end,
         span.attributes,
-        tuple(span.events),
+        span.events,  # ended: nothing appends to it any more
         span.error,
     )
 

@@ -334,7 +334,9 @@ async def test_a_failed_statement_is_an_event_with_its_error_type() -> None:
     exporter = InMemorySpanExporter()
     with tracing.enabled_for_tests(exporter), tracing.span("op"):
         began = time.time_ns() - 2_000_000
-        tracing.statements.event("UPDATE t_x SET a = $1", began, 0.002, ValueError("secret value"))
+        tracing.statements.event(
+            "UPDATE t_x SET a = $1", began, began + 2_000_000, ValueError("secret value")
+        )
     (span,) = exporter.get_finished_spans()
     (event,) = span.events
     assert event.name == "UPDATE t_x"

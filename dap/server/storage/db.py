@@ -139,9 +139,7 @@ class connection:  # noqa: N801 -- used as a function: ``async with db.connectio
             except BaseException:
                 self._gate.release()
                 raise
-        if tracing.recording_now():  # an event per statement of a sampled trace (``dap.tracing``)
-            return tracing.timed(self._conn)  # type: ignore[no-any-return]
-        return self._conn
+        return tracing.timed(self._conn)  # an event per statement of a sampled trace
 
     async def __aexit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
         conn, self._conn = self._conn, None
