@@ -68,8 +68,8 @@ def receiver() -> Iterator[Receiver]:
     found.server.shutdown()
 
 
-def ended(names: list[str], attributes: dict[str, Any] | None = None) -> list[spans.Span]:
-    kept: list[spans.Span] = []
+def ended(names: list[str], attributes: dict[str, Any] | None = None) -> list[spans.Record]:
+    kept: list[spans.Record] = []
     with tracing.recording_into(kept.append):
         for name in names:
             with tracing.span(name, attributes=attributes):
@@ -151,7 +151,7 @@ def write(fd: int, kind: bytes, payload: Any = None) -> None:
 
 
 def test_the_sender_sends_whole_batches_then_on_a_flush_then_at_its_end() -> None:
-    records = [spans.record(s) for s in ended([f"s{n}" for n in range(8)])]
+    records = ended([f"s{n}" for n in range(8)])
     requests: list[list[str]] = []
 
     def send(data: bytes) -> bool:
@@ -182,7 +182,7 @@ def test_the_sender_sends_whole_batches_then_on_a_flush_then_at_its_end() -> Non
 
 
 def test_the_sender_sends_what_waits_once_the_delay_has_passed() -> None:
-    records = [spans.record(s) for s in ended(["late0", "late1"])]
+    records = ended(["late0", "late1"])
     sent = threading.Event()
 
     def send(data: bytes) -> bool:
@@ -205,7 +205,7 @@ def test_a_span_with_a_value_that_cannot_be_sent_is_dropped_and_the_caller_goes_
     receiver: Receiver, caplog: pytest.LogCaptureFixture
 ) -> None:
     odd, fine = ended(["odd", "fine"])
-    odd.attributes["dap.odd"] = object()  # set past span()'s cleaning, which makes such values text
+    odd[8]["dap.odd"] = object()  # its attributes, set past span()'s cleaning (which makes such values text)
     sent = exporter(exporting.spawner(receiver.url, 2048, 60_000), chunk=1 << 20)
     try:
         with caplog.at_level(logging.WARNING, logger="dap.tracing"):
@@ -219,7 +219,7 @@ def test_a_span_with_a_value_that_cannot_be_sent_is_dropped_and_the_caller_goes_
 
 
 def test_the_sender_skips_a_frame_it_cannot_read_and_goes_on() -> None:
-    records = [spans.record(s) for s in ended(["kept"])]
+    records = ended(["kept"])
     sent: list[bytes] = []
 
     def send(data: bytes) -> bool:

@@ -115,7 +115,7 @@ def sampling(env: Mapping[str, str]) -> tuple[int, bool]:
     return _ALL, True
 
 
-def _start(sink: Callable[[spans.Span], None], bound: int, parent_based: bool) -> None:
+def _start(sink: Callable[[spans.Record], None], bound: int, parent_based: bool) -> None:
     global _on, _BOUND, _PARENT_BASED
     spans.sink = sink
     _BOUND, _PARENT_BASED, _on = bound, parent_based, True
@@ -395,11 +395,11 @@ def timed(conn: C) -> C:
 
 @contextlib.contextmanager
 def recording_into(
-    sink: Callable[[spans.Span], None],
+    sink: Callable[[spans.Record], None],
     env: Mapping[str, str] | None = None,
     watch: Callable[[spans.Span], Any] | None = None,
 ) -> Iterator[None]:
-    """Tracing on for a block, every ended span handed to ``sink`` in the ending thread; ``env``:
+    """Tracing on for a block, every ended span's record handed to ``sink`` in the ending thread; ``env``:
     ``OTEL_TRACES_SAMPLER(_ARG)`` as :func:`configure` reads them; ``watch``: called with every
     span made (tests count them). Off again after it, as it was before."""
     saved = (_on, _BOUND, _PARENT_BASED, logs.trace_ids, spans.sink, spans.watch)
@@ -434,5 +434,5 @@ def enabled_for_tests(
     from opentelemetry.sdk.resources import Resource
 
     resource = Resource.create({})
-    with recording_into(lambda s: exporter.export([spans.readable(s, resource)]), env, watch):
+    with recording_into(lambda r: exporter.export([spans.readable(r, resource)]), env, watch):
         yield

@@ -7,7 +7,7 @@ switch interval, about +30 µs per sampled find spent waiting in the loop's send
 (docs/performance.md, "Tracing's export in a process of its own"). So the traced process keeps
 only records (``spans.Record``: tuples of plain values), each ``marshal``-ed as its span ends
 (C, while the span is still in the CPU's caches: about 1 µs; a chunk ``marshal``-ed at once later
-cost a sampled find 4.6 µs), and writes every :data:`CHUNK` bytes of them as one frame to the stdin
+cost a sampled find 4.6 µs), and writes every :data:`CHUNK` of them as one frame to the stdin
 of a child process (``dap.tracing.sender``), which batches, encodes and sends with the OTLP/HTTP
 exporter's own client, so the endpoint, headers, compression, timeout, certificates and retries
 follow the standard ``OTEL_EXPORTER_OTLP_*`` variables exactly as before.
@@ -41,7 +41,7 @@ from dap.tracing import spans
 
 log = logging.getLogger("dap.tracing")
 
-CHUNK = 64 * 1024  # bytes of records per frame (about 200 spans): one write per chunk
+CHUNK = 192  # records per frame (about 64 KB): one write per chunk
 RESPAWN = 10.0  # seconds between two starts of a child that keeps dying
 SAID = 10.0  # seconds between two warnings of dropped spans
 PIPE_SIZE = 1 << 20  # the pipe's buffer (Linux's default limit for an unprivileged process)
@@ -74,10 +74,10 @@ class Exporter:
         chunk: int = CHUNK,
     ) -> None:
         self._spawn, self._resource = spawn, frame(RESOURCE, marshal.dumps(dict(resource)))
-        # the records not yet framed (each ``marshal``-ed), how many bytes they are; joined once
-        # per frame: a bytearray grown record by record copied itself about every tenth record
+        # the records not yet framed, each ``marshal``-ed, joined once per frame (a bytearray grown
+        # record by record copied itself about every tenth one). Always this one list: a put
+        # appends without the lock (one call, atomic), a frame takes the first n and deletes them
         self._queued: list[bytes] = []
-        self._size = 0
         self.limit, self.chunk = max_queue_size, chunk
         self.delay = schedule_delay_millis / 1000.0
         self.dropped = 0  # spans dropped since the last warning
@@ -89,7 +89,7 @@ class Exporter:
         self._begun = False
         self._child: subprocess.Popen[bytes] | None = None
         self._started = -RESPAWN  # when the last child was started (time.monotonic)
-        self._lock = threading.Lock()  # the loop's puts and writes, and the thread's
+        self._lock = threading.Lock()  # frames and writes: the loop's, the timer thread's, a flush's
         self._stopped = threading.Event()
         with self._lock:  # at start, not in a request: a fork and exec block their thread
             self._pipe()
@@ -102,17 +102,15 @@ class Exporter:
         """How many spans wait for their frame."""
         return len(self._queued)
 
-    def put(self, span: spans.Span) -> None:
+    def put(self, record: spans.Record) -> None:
         try:
-            record = marshal.dumps(spans.record(span), 2)  # 2: no table of shared objects to build
+            data = marshal.dumps(record, 2)  # 2: no table of shared objects to build
         except ValueError:  # a value marshal cannot write: the span is lost, never the request
-            log.warning("tracing: span %r has a value that cannot be sent; dropped", span.name)
+            log.warning("tracing: span %r has a value that cannot be sent; dropped", record[0])
             return
-        with self._lock:
-            self._queued.append(record)
-            self._size += len(record)
-            full = self._size >= self.chunk
-        if full:
+        queued = self._queued
+        queued.append(data)
+        if len(queued) >= self.chunk:
             self.ship()
 
     def ship(self) -> None:
@@ -125,16 +123,18 @@ class Exporter:
                 self.dropped, self._said = 0, time.monotonic()
 
     def _frame_queued(self) -> None:
-        records, size = self._queued, self._size
-        n = len(records)
+        queued = self._queued
+        n = len(queued)
         if not n:
             return
-        self._queued, self._size = [], 0
+        records = queued[:n]  # what another thread appends meanwhile stays, after them
+        del queued[:n]
         if self._waiting_spans + n > self.limit:
             self.dropped += n
             return
-        head = SPANS + (size + LIST).to_bytes(4, "little") + b"[" + n.to_bytes(4, "little")
-        self._waiting.append((memoryview(b"".join([head, *records])), n))
+        payload = b"".join(records)
+        head = SPANS + (len(payload) + LIST).to_bytes(4, "little") + b"[" + n.to_bytes(4, "little")
+        self._waiting.append((memoryview(head + payload), n))
         self._waiting_spans += n
 
     def _write(self) -> None:

@@ -29,7 +29,8 @@ KINDS = {"internal": 1, "server": 2, "client": 3, "producer": 4, "consumer": 5} 
 Event = tuple[int, str, dict[str, Any]]  # (time in ns since the epoch, name, attributes)
 
 # An ended span as it leaves the process: (name, kind, trace id, span id, parent id, remote, start,
-# end, attributes, events, error). Plain values only, so ``marshal`` writes each one in C.
+# end, attributes, events, error). Plain values only, so ``marshal`` writes each one in C. Made
+# by :meth:`Span.__exit__` and handed to :data:`sink`.
 Record = tuple[str, str, int, int, int, bool, int, int, dict[str, Any], list[Event], "str | None"]
 
 
@@ -91,32 +92,29 @@ class Span:
                     },
                 )
             )
-        self.end = time.time_ns()
+        self.end = end = time.time_ns()
         _reset(self._token)
-        # the token holds the task's whole Context: a span kept after its end (a test's sink, a
-        # queue) must not keep that alive too (8 GC-tracked objects per sampled find, not 5)
+        # the token holds the task's whole Context, and a span may outlive its block (a caller's
+        # reference): it must not keep that Context alive
         del self._token
-        sink(self)
+        sink(
+            (
+                self.name,
+                self.kind,
+                self.trace_id,
+                self.span_id,
+                self.parent_id,
+                self.remote,
+                self.start,
+                end,
+                self.attributes,
+                self.events,  # ended: nothing appends to it any more
+                self.error,
+            )
+        )
 
     def traceparent(self) -> str:
         return f"00-{self.trace_id:032x}-{self.span_id:016x}-01"
-
-
-def record(span: Span) -> Record:
-    """``span`` as it leaves the process (see :data:`Record`)."""
-    return (
-        span.name,
-        span.kind,
-        span.trace_id,
-        span.span_id,
-        span.parent_id,
-        span.remote,
-        span.start,
-        span.end,
-        span.attributes,
-        span.events,  # ended: nothing appends to it any more
-        span.error,
-    )
 
 
 class Unsampled:
@@ -151,39 +149,38 @@ def _reset(token: contextvars.Token[Span | Unsampled | None]) -> None:
         log.debug("tracing: a span ended in another context than it began in")
 
 
-def _nowhere(span: Span) -> None:
+def _nowhere(record: Record) -> None:
     """The sink while tracing is off (a span left open across :func:`dap.tracing.shutdown`)."""
 
 
-sink: Callable[[Span], None] = _nowhere  # set by dap.tracing while on
+sink: Callable[[Record], None] = _nowhere  # set by dap.tracing while on
 watch: Callable[[Span], Any] | None = None  # a test's counter of the spans made
 
 
-def readable(span: Span, resource: Any) -> Any:
-    """``span`` as the SDK's ``ReadableSpan``, for a test's in-memory exporter: the same names,
+def readable(record: Record, resource: Any) -> Any:
+    """``record`` as the SDK's ``ReadableSpan``, for a test's in-memory exporter: the same names,
     ids, parent, attributes, events and status the OTLP encoding carries."""
     from opentelemetry.sdk.trace import Event as SdkEvent
     from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
     from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-    context = SpanContext(span.trace_id, span.span_id, is_remote=False, trace_flags=TraceFlags(1))
+    name, kind, trace_id, span_id, parent_id, remote, start, end, attributes, events, error = record
+    context = SpanContext(trace_id, span_id, is_remote=False, trace_flags=TraceFlags(1))
     parent = (
-        SpanContext(span.trace_id, span.parent_id, is_remote=span.remote, trace_flags=TraceFlags(1))
-        if span.parent_id
-        else None
+        SpanContext(trace_id, parent_id, is_remote=remote, trace_flags=TraceFlags(1)) if parent_id else None
     )
-    status = Status(StatusCode.UNSET) if span.error is None else Status(StatusCode.ERROR, span.error or None)
+    status = Status(StatusCode.UNSET) if error is None else Status(StatusCode.ERROR, error or None)
     return ReadableSpan(
-        name=span.name,
+        name=name,
         context=context,
         parent=parent,
         resource=resource,
-        attributes=dict(span.attributes),
-        events=[SdkEvent(name, dict(attributes), at) for at, name, attributes in span.events],
-        kind=SpanKind(KINDS[span.kind] - 1),
+        attributes=dict(attributes),
+        events=[SdkEvent(at_name, dict(at_attributes), at) for at, at_name, at_attributes in events],
+        kind=SpanKind(KINDS[kind] - 1),
         status=status,
-        start_time=span.start,
-        end_time=span.end,
+        start_time=start,
+        end_time=end,
         instrumentation_scope=InstrumentationScope("dap"),
     )
