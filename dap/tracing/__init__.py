@@ -243,7 +243,7 @@ def _root(name: str, kind: str, attributes: Mapping[str, Any] | None) -> Span | 
     trace_id, span_id = (bits >> 64) or 1, (bits & _LOW64) or 1
     if (trace_id & _LOW64) >= _BOUND:
         return Unsampled(trace_id, span_id)
-    return Span(name, kind, trace_id, span_id, 0, False, _clean(attributes))
+    return Span(name, kind, trace_id, span_id, 0, False, _clean(attributes) if attributes else None)
 
 
 def _continued(name: str, kind: str, parent: str, attributes: Mapping[str, Any] | None) -> Span | Unsampled:
@@ -255,7 +255,8 @@ def _continued(name: str, kind: str, parent: str, attributes: Mapping[str, Any] 
     sampled = bool(int(parent[53:55], 16) & 1) if _PARENT_BASED else (trace_id & _LOW64) < _BOUND
     if not sampled:
         return Unsampled(trace_id, _span_id())
-    return Span(name, kind, trace_id, _span_id(), parent_id, True, _clean(attributes))
+    cleaned = _clean(attributes) if attributes else None
+    return Span(name, kind, trace_id, _span_id(), parent_id, True, cleaned)
 
 
 def _clean(attributes: Mapping[str, Any] | None) -> dict[str, Any] | None:

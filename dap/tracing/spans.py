@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import time
 import traceback
 from collections.abc import Callable
+from time import time_ns
 from typing import Any
 
 log = logging.getLogger("dap.tracing")
@@ -69,7 +69,7 @@ class Span:
         self.events: list[Event] = []
         self.error: str | None = None
         self.end = 0
-        self.start = time.time_ns()
+        self.start = time_ns()
         if watch is not None:
             watch(self)
 
@@ -78,11 +78,11 @@ class Span:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
-        if isinstance(exc, Exception):  # as the SDK records one (a cancellation is not an error)
+        if exc is not None and isinstance(exc, Exception):  # as the SDK records one (not a cancellation)
             self.error = f"{type(exc).__name__}: {exc}"
             self.events.append(
                 (
-                    time.time_ns(),
+                    time_ns(),
                     "exception",
                     {
                         "exception.type": type(exc).__name__,
@@ -92,7 +92,7 @@ class Span:
                     },
                 )
             )
-        self.end = end = time.time_ns()
+        self.end = end = time_ns()
         _reset(self._token)
         # the token holds the task's whole Context, and a span may outlive its block (a caller's
         # reference): it must not keep that Context alive

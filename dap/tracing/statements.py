@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import re
-import time
+from time import time_ns
 from typing import Any
 
 from dap.tracing.spans import CURRENT, Span
@@ -58,13 +58,13 @@ def _timed(method: str) -> Any:
     """The statement method ``method`` of the wrapped connection, with its event."""
 
     async def timed(self: Timed, query: str, *args: Any, **kwargs: Any) -> Any:
-        began = time.time_ns()
+        began = time_ns()
         try:
             answer = await getattr(self._conn, method)(query, *args, **kwargs)
         except BaseException as exc:  # a cancelled statement too, as asyncpg's logger had it
-            event(query, began, time.time_ns(), exc)
+            event(query, began, time_ns(), exc)
             raise
-        event(query, began, time.time_ns(), None)
+        event(query, began, time_ns(), None)
         return answer
 
     timed.__name__ = method
