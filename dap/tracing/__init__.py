@@ -361,14 +361,15 @@ def operation(verb: str) -> Callable[[F], F]:
             current = _CURRENT.get()
             if type(current) is Unsampled:
                 return await fn(call, *args, **kwargs)
+            workspace, entity = call.workspace, call.resource.key
             attributes = {
-                "dap.tenant": _text(call.workspace.tenant_id),
-                "dap.workspace": call.workspace.slug,
-                "dap.entity": call.resource.key,
+                "dap.tenant": _text(workspace.tenant_id),
+                "dap.workspace": workspace.slug,
+                "dap.entity": entity,
                 "enduser.id": call.principal.sub,
                 "dap.request_id": call.request_id,
             }
-            name = f"{verb} {call.resource.key}"
+            name = f"{verb} {entity}"
             # texts all: a child of the current span is made here, without span()'s cleaning
             block = (
                 Span(name, "internal", current.trace_id, _span_id(), current.span_id, False, attributes)
