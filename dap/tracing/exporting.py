@@ -7,7 +7,8 @@ switch interval, about +30 µs per sampled find spent waiting in the loop's send
 (docs/performance.md, "Tracing's export in a process of its own"). So the traced process keeps
 only records (``spans.Record``: tuples of plain values), each ``marshal``-ed as its span ends
 (C, while the span is still in the CPU's caches: about 1 µs; a chunk ``marshal``-ed at once later
-cost a sampled find 4.6 µs), and writes every :data:`CHUNK` of them as one frame to the stdin
+was no cheaper in the server, and keeps the records for the collector to scan), and writes every
+:data:`CHUNK` of them as one frame to the stdin
 of a child process (``dap.tracing.sender``), which batches, encodes and sends with the OTLP/HTTP
 exporter's own client, so the endpoint, headers, compression, timeout, certificates and retries
 follow the standard ``OTEL_EXPORTER_OTLP_*`` variables exactly as before.
