@@ -401,9 +401,10 @@ def recording_into(
     env: Mapping[str, str] | None = None,
     watch: Callable[[spans.Span], Any] | None = None,
 ) -> Iterator[None]:
-    """Tracing on for a block, every ended span's record handed to ``sink`` in the ending thread; ``env``:
-    ``OTEL_TRACES_SAMPLER(_ARG)`` as :func:`configure` reads them; ``watch``: called with every
-    span made (tests count them). Off again after it, as it was before."""
+    """Tracing on for a block, every ended span's record (``spans.Record``) handed to ``sink`` in
+    the ending thread; ``env``: ``OTEL_TRACES_SAMPLER(_ARG)`` as :func:`configure` reads them;
+    ``watch``: called with every span made (tests count them). Off again after it, as it was
+    before."""
     saved = (_on, _BOUND, _PARENT_BASED, logs.trace_ids, spans.sink, spans.watch)
     spans.watch = watch
     _start(sink, *sampling(env or {}))

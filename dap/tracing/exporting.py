@@ -8,10 +8,10 @@ switch interval, about +30 µs per sampled find spent waiting in the loop's send
 only records (``spans.Record``: tuples of plain values), each ``marshal``-ed as its span ends
 (C, while the span is still in the CPU's caches: about 1 µs; a chunk ``marshal``-ed at once later
 was no cheaper in the server, and keeps the records for the collector to scan), and writes every
-:data:`CHUNK` of them as one frame to the stdin
-of a child process (``dap.tracing.sender``), which batches, encodes and sends with the OTLP/HTTP
-exporter's own client, so the endpoint, headers, compression, timeout, certificates and retries
-follow the standard ``OTEL_EXPORTER_OTLP_*`` variables exactly as before.
+:data:`CHUNK` of them as one frame to the stdin of a child process (``dap.tracing.sender``),
+which batches, encodes and sends with the OTLP/HTTP exporter's own client, so the endpoint,
+headers, compression, timeout, certificates and retries follow the standard
+``OTEL_EXPORTER_OTLP_*`` variables exactly as before.
 
 The frame is written by the thread that filled the chunk (the event loop's), and never blocks: the
 pipe is non-blocking, a frame it cannot take waits with those after it, and the spans beyond
