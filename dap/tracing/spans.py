@@ -3,9 +3,10 @@
 A sampled span is a :class:`Span`: ids (ints), name, kind, start and end (``time.time_ns``), a
 dict of attributes, a list of events as tuples, an error description. Entering it makes it
 current; leaving it stamps the end and hands its :data:`Record` (a tuple of those values) to
-:data:`sink` (the exporter's queue, or a test's converter). Nothing else happens per span: no processor chain, no bounded attribute dicts, no
-OpenTelemetry context object, which is what the SDK's span cost (about 50 µs for a write's two
-spans and two statement events, docs/performance.md). Encoding to OTLP happens later, in bulk
+:data:`sink` (the exporter's queue, or a test's converter). Nothing else happens per span: no
+processor chain, no bounded attribute dicts, no OpenTelemetry context object, which is what the
+SDK's span cost (about 50 µs for a write's two spans and two statement events,
+docs/performance.md). Encoding to OTLP happens later, in bulk
 (``dap.tracing.otlp``).
 
 A trace the sampler dropped is an :class:`Unsampled`: its trace id and this process's span id,
