@@ -133,9 +133,9 @@ class Exporter:
         if self._waiting_spans + n > self.limit:
             self.dropped += n
             return
-        payload = b"".join(records)
-        head = SPANS + (len(payload) + LIST).to_bytes(4, "little") + b"[" + n.to_bytes(4, "little")
-        self._waiting.append((memoryview(head + payload), n))
+        size = sum(map(len, records)) + LIST
+        head = SPANS + size.to_bytes(4, "little") + b"[" + n.to_bytes(4, "little")
+        self._waiting.append((memoryview(b"".join([head, *records])), n))  # one copy of the records
         self._waiting_spans += n
 
     def _write(self) -> None:
