@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import json
 import marshal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -205,15 +206,18 @@ async def main(args: argparse.Namespace) -> int:
             print(f"running {scenario}: {args.rounds} rounds of {args.seconds}s per mode ...", flush=True)
             targets = {mode: target(port_, proc, by_mode[mode]) for mode, (port_, proc) in servers.items()}
             results[scenario] = loadgen.interleave(targets, args.rounds)
-        print("\ntracing's cost (median of the rounds; spread min-max; cost against off)")
+        print(
+            "\ntracing's cost (median of the rounds; spread min-max; cost against off: of the medians,"
+            " then the median and range of each round's against the same round's off)"
+        )
         for scenario, figures in results.items():
-            off, off_cpu = figures["off"].rps, figures["off"].cpu_us
+            off_cpu = figures["off"].cpu_us
             for mode, fig in figures.items():
                 low, high = fig.spread
                 cost = (
                     ""
                     if mode == "off"
-                    else f"  cost {100 * (1 - fig.rps / off):5.1f} %, {fig.cpu_us - off_cpu:+4.0f} µs CPU"
+                    else f"  cost {costs(fig, figures['off'])}, {fig.cpu_us - off_cpu:+4.0f} µs CPU"
                 )
                 print(
                     f"  {scenario:6} {mode:11} {fig.rps:8.0f} req/s ({low:.0f}-{high:.0f})"
@@ -223,6 +227,17 @@ async def main(args: argparse.Namespace) -> int:
         return 0
     finally:
         rest.clean_up(procs, server, tmp)
+
+
+def costs(traced: loadgen.Figure, off: loadgen.Figure) -> str:
+    """``traced``'s throughput cost against ``off``: of the medians, and paired round by round (a
+    round's servers run back to back, so a drift of the shared machine between rounds, which moved
+    a server's figures by 10-15 %, weighs on both sides of each pair alike)."""
+    paired = sorted(100 * (1 - t.rps / o.rps) for t, o in zip(traced.runs, off.runs, strict=True))
+    return (
+        f"{100 * (1 - traced.rps / off.rps):5.1f} % (paired: median {statistics.median(paired):.1f} %,"
+        f" rounds {paired[0]:.1f} to {paired[-1]:.1f} %)"
+    )
 
 
 def modes(args: argparse.Namespace) -> dict[str, tuple[dict[str, str], str | None]]:
