@@ -13,7 +13,9 @@ find) and create (a request, an operation, the insert joined with its outbox eve
 traceparent). A traced server's CPU includes its sending process's (``dap.tracing.sender``, the
 child that encodes and sends the spans). Goals (issue 45): off = today's figure; 1 % costs at most
 3 %; 100 % at most 15 %.
-Prints every figure and ratio; exits non-zero only when something fails to run.
+Prints every figure and each traced mode's cost against off twice: of the medians, and paired
+(each round against the same round's off: the median and range of those costs, steadier when the
+machine drifts). Exits non-zero only when something fails to run.
 
 ``--before DIR`` measures a change: the servers are then off, ``--mode`` (100 % unless given) from
 this tree and the same mode from the source tree ``DIR`` (its ``dap`` package first on
