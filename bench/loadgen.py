@@ -185,9 +185,14 @@ def postmaster_pid(data_dir: Path) -> int | None:
         return None
 
 
+def paired(a: Figure, b: Figure) -> list[float]:
+    """``a``'s throughput over ``b``'s, round by round (same round, same machine)."""
+    return [x.rps / y.rps for x, y in zip(a.runs, b.runs, strict=True)]
+
+
 def ratio(a: Figure, b: Figure) -> str:
     """``a``/``b`` as the median ratio and the range over paired rounds (same round, same machine)."""
-    pairs = [x.rps / y.rps for x, y in zip(a.runs, b.runs, strict=True)]
+    pairs = paired(a, b)
     return f"{a.rps / b.rps:.2f}x (rounds {min(pairs):.2f}-{max(pairs):.2f})"
 
 

@@ -235,7 +235,7 @@ def costs(traced: loadgen.Figure, off: loadgen.Figure) -> str:
     """``traced``'s throughput cost against ``off``: of the medians, and paired round by round (a
     round's servers run back to back, so a drift of the shared machine between rounds, which moved
     a server's figures by 10-15 %, weighs on both sides of each pair alike)."""
-    paired = sorted(100 * (1 - t.rps / o.rps) for t, o in zip(traced.runs, off.runs, strict=True))
+    paired = sorted(100 * (1 - r) for r in loadgen.paired(traced, off))
     return (
         f"{100 * (1 - traced.rps / off.rps):5.1f} % (paired: median {statistics.median(paired):.1f} %,"
         f" rounds {paired[0]:.1f} to {paired[-1]:.1f} %)"
