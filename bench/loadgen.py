@@ -86,6 +86,7 @@ class Load:
     seconds: float  # measured
     cpu_us: float = float("nan")  # the server processes' CPU time per request (user + system)
     db_cpu_us: float = float("nan")  # Postgres's (the postmaster's children), the same way
+    helpers_cpu_us: float = float("nan")  # of ``cpu_us``, the helper processes' (``load``'s ``helpers``)
     answered: int = 0  # 2xx answers, the unmeasured warm-up's included (a write's row count)
 
 
@@ -126,6 +127,10 @@ class Figure:
     @property
     def db_cpu_us(self) -> float:
         return statistics.median(r.db_cpu_us for r in self.runs)
+
+    @property
+    def helpers_cpu_us(self) -> float:
+        return statistics.median(r.helpers_cpu_us for r in self.runs)
 
     def line(self, name: str) -> str:
         low, high = self.spread
@@ -216,6 +221,7 @@ def load(
     pids: Sequence[int] = (),
     method: str | None = None,
     db_pid: int | None = None,
+    helpers: Sequence[int] = (),
 ) -> Load:
     """Drive ``base`` + a random one of ``paths`` for ``seconds`` (after ``warm`` seconds unmeasured).
 
@@ -225,22 +231,26 @@ def load(
     record's unique code). With ``pids`` (the server's processes), the answer carries their CPU
     time per request over the measured seconds; with ``db_pid`` (the postmaster), Postgres's too
     (its backends and workers, but not one that began and ended within the seconds measured: an
-    autovacuum worker's CPU can be missed).
+    autovacuum worker's CPU can be missed); with ``helpers`` (some of ``pids``: a server's child
+    that does work off its request path), their part of the server's CPU on its own.
     """
     verb = method or ("POST" if bodies else "GET")
-    watched = _Watched(tuple(pids), db_pid)
+    watched = _Watched(tuple(pids), db_pid, tuple(helpers))
     return _measure(base, paths, seconds, headers or {}, connections, warm, bodies, watched, verb)
 
 
 @dataclasses.dataclass(frozen=True)
 class _Watched:
-    """The processes whose CPU a load measures: the server's, and Postgres's children."""
+    """The processes whose CPU a load measures: the server's (and of them, its helpers' alone), and
+    Postgres's children."""
 
     pids: tuple[int, ...]
     db_pid: int | None
+    helpers: tuple[int, ...] = ()
 
-    def sample(self) -> tuple[float, dict[int, float]]:
-        return cpu_seconds(self.pids), (children_cpu(self.db_pid) if self.db_pid else {})
+    def sample(self) -> tuple[float, dict[int, float], float]:
+        db = children_cpu(self.db_pid) if self.db_pid else {}
+        return cpu_seconds(self.pids), db, cpu_seconds(self.helpers)
 
 
 def _measure(
@@ -307,13 +317,16 @@ def run_apart(work: Coroutine[Any, Any, _T]) -> _T:
         return pool.submit(asyncio.run, work).result()
 
 
-def _with_cpu(got: Load, before: tuple[float, dict[int, float]], watched: _Watched) -> Load:
+def _with_cpu(got: Load, before: tuple[float, dict[int, float], float], watched: _Watched) -> Load:
     served = got.rps * got.seconds
     if not served:
         return got
-    (server_before, db_before), (server_after, db_after) = before, watched.sample()
+    server_before, db_before, helpers_before = before
+    server_after, db_after, helpers_after = watched.sample()
     if watched.pids:
         got = dataclasses.replace(got, cpu_us=(server_after - server_before) / served * 1e6)
+    if watched.helpers:
+        got = dataclasses.replace(got, helpers_cpu_us=(helpers_after - helpers_before) / served * 1e6)
     if watched.db_pid:
         db_used = sum(used - db_before.get(pid, 0.0) for pid, used in db_after.items())
         got = dataclasses.replace(got, db_cpu_us=db_used / served * 1e6)

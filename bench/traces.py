@@ -15,7 +15,10 @@ child that encodes and sends the spans). Goals (issue 45): off = today's figure;
 3 %; 100 % at most 15 %.
 Prints every figure and each traced mode's cost against off twice: of the medians, and paired
 (each round against the same round's off: the median and range of those costs, steadier when the
-machine drifts). Exits non-zero only when something fails to run.
+machine drifts). The off line says how far off's rounds moved from their median: a cost smaller
+than that range is within the run's noise. The CPU per request is the server's with its sending
+process, and its own alone (``own``): a server busy on its core pays its own, the sender works on
+another core when there is one. Exits non-zero only when something fails to run.
 
 ``--before DIR`` measures a change: the servers are then off, ``--mode`` (100 % unless given) from
 this tree and the same mode from the source tree ``DIR`` (its ``dap`` package first on
@@ -31,6 +34,7 @@ import argparse
 import asyncio
 import json
 import marshal
+import math
 import statistics
 import subprocess
 import sys
@@ -194,16 +198,21 @@ async def main(args: argparse.Namespace) -> int:
             def target(
                 port_: int, proc: subprocess.Popen[bytes], paths: list[str]
             ) -> Callable[[], loadgen.Load]:
-                return lambda: loadgen.load(
-                    f"http://127.0.0.1:{port_}",
-                    paths,
-                    seconds=args.seconds,
-                    headers=auth,
-                    connections=args.workers,
-                    warm=1.0,
-                    bodies=bodies,  # noqa: B023
-                    pids=[proc.pid, *loadgen.children_cpu(proc.pid)],  # its sending process too
-                )
+                def run() -> loadgen.Load:
+                    senders = list(loadgen.children_cpu(proc.pid))  # a traced server's sending process
+                    return loadgen.load(
+                        f"http://127.0.0.1:{port_}",
+                        paths,
+                        seconds=args.seconds,
+                        headers=auth,
+                        connections=args.workers,
+                        warm=1.0,
+                        bodies=bodies,  # noqa: B023
+                        pids=[proc.pid, *senders],
+                        helpers=senders,
+                    )
+
+                return run
 
             print(f"running {scenario}: {args.rounds} rounds of {args.seconds}s per mode ...", flush=True)
             targets = {mode: target(port_, proc, by_mode[mode]) for mode, (port_, proc) in servers.items()}
@@ -213,18 +222,22 @@ async def main(args: argparse.Namespace) -> int:
             " then the median and range of each round's against the same round's off)"
         )
         for scenario, figures in results.items():
-            off_cpu = figures["off"].cpu_us
+            off = figures["off"]
             for mode, fig in figures.items():
                 low, high = fig.spread
-                cost = (
-                    ""
-                    if mode == "off"
-                    else f"  cost {costs(fig, figures['off'])}, {fig.cpu_us - off_cpu:+4.0f} µs CPU"
-                )
+                if mode == "off":  # how far the same server moved between rounds: the run's noise
+                    below, above = 100 * (low / fig.rps - 1), 100 * (high / fig.rps - 1)
+                    said = f"  noise: rounds {below:+.1f} to {above:+.1f} % of their median"
+                else:
+                    said = (
+                        f"  cost {costs(fig, off)}, {fig.cpu_us - off.cpu_us:+4.0f} µs CPU"
+                        f" ({own_cpu(fig) - own_cpu(off):+.0f} in the server's own process)"
+                    )
                 print(
                     f"  {scenario:6} {mode:11} {fig.rps:8.0f} req/s ({low:.0f}-{high:.0f})"
                     f"  p50 {fig.p50_ms:6.2f} ms  p99 {fig.p99_ms:6.2f} ms"
-                    f"  server CPU {fig.cpu_us:6.0f} µs/req  errors {fig.errors}{cost}"
+                    f"  server CPU {fig.cpu_us:6.0f} µs/req (own {own_cpu(fig):.0f})"
+                    f"  errors {fig.errors}{said}"
                 )
         return 0
     finally:
@@ -239,6 +252,14 @@ def costs(traced: loadgen.Figure, off: loadgen.Figure) -> str:
     return (
         f"{100 * (1 - traced.rps / off.rps):5.1f} % (paired: median {statistics.median(paired):.1f} %,"
         f" rounds {paired[0]:.1f} to {paired[-1]:.1f} %)"
+    )
+
+
+def own_cpu(figure: loadgen.Figure) -> float:
+    """The server process's own CPU per request, its sending process's taken off: what a server
+    busy on its core pays (the sender works on another core when there is one)."""
+    return statistics.median(
+        r.cpu_us - (0.0 if math.isnan(r.helpers_cpu_us) else r.helpers_cpu_us) for r in figure.runs
     )
 
 
