@@ -1,7 +1,7 @@
 """Benchmark of tracing's cost: ``dap serve`` with tracing off, on with 1 % sampling and on with
 100 %, driven alike in interleaved rounds (bench/loadgen.py), each on a database of its own.
 
-    .venv/bin/python bench/traces.py [--rows 10000] [--seconds 8] [--rounds 3] [--quick]
+    .venv/bin/python bench/traces.py [--rows 10000] [--seconds 8] [--rounds 3] [--quick] [--pin]
                                      [--before DIR [--mode 100%|1%]]
 
 Three servers run the spec of bench/rest.py at once: one without ``OTEL_*`` variables (tracing
@@ -18,7 +18,11 @@ Prints every figure and each traced mode's cost against off twice: of the median
 machine drifts). The off line says how far off's rounds moved from their median: a cost smaller
 than that range is within the run's noise. The CPU per request is the server's with its sending
 process, and its own alone (``own``): a server busy on its core pays its own, the sender works on
-another core when there is one. Exits non-zero only when something fails to run.
+another core when there is one. ``--pin`` gives that core: each server runs alone on core 0, and
+Postgres, wrk, the senders and the sink on the other cores (Linux affinities), as in a pod with
+a core for the event loop and room beside it; without it everything shares the machine's cores,
+and on two of them the sender's CPU slows the server too (docs/performance.md). Exits non-zero
+only when something fails to run.
 
 ``--before DIR`` measures a change: the servers are then off, ``--mode`` (100 % unless given) from
 this tree and the same mode from the source tree ``DIR`` (its ``dap`` package first on
@@ -35,6 +39,7 @@ import asyncio
 import json
 import marshal
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -138,6 +143,9 @@ def micro(n: int) -> None:
 
 async def main(args: argparse.Namespace) -> int:
     micro(2_000 if args.quick else 20_000)
+    if args.pin:  # all that starts from here runs on the other cores, until a server is given its own
+        os.sched_setaffinity(0, OTHER_CORES)
+        print(f"a server's own core: {SERVER_CORE}; the rest on {sorted(OTHER_CORES)}", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="dap-bench-tracing-"))
     server_dsn, server = rest.start_postgres(tmp)
     procs: list[subprocess.Popen[bytes]] = []
@@ -166,6 +174,8 @@ async def main(args: argparse.Namespace) -> int:
             await rest.wait_http(
                 f"http://127.0.0.1:{api_port}/default/_ui/_meta/apps"
             )  # one migrates at a time
+            if args.pin:  # its sending process, started by now, stays on the other cores
+                own_core(proc.pid)
             if shared is None or not ids:
                 print(f"loading {args.rows} rows ({mode}) ...", flush=True)
                 ids[mode] = (await rest.load_rows(dsn, args.rows))[1]
@@ -255,6 +265,17 @@ def costs(traced: loadgen.Figure, off: loadgen.Figure) -> str:
     )
 
 
+SERVER_CORE = 0
+OTHER_CORES = (os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else {0, 1}) - {SERVER_CORE}
+
+
+def own_core(pid: int) -> None:
+    """Every thread of the server ``pid`` on :data:`SERVER_CORE` (Linux: an affinity is a thread's;
+    a thread started later inherits its creator's)."""
+    for task in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(task), {SERVER_CORE})
+
+
 def own_cpu(figure: loadgen.Figure) -> float:
     """The server process's own CPU per request, its sending process's taken off: what a server
     busy on its core pays (the sender works on another core when there is one)."""
@@ -283,10 +304,17 @@ def parse() -> argparse.Namespace:
     parser.add_argument(
         "--shared-database", action="store_true", help="the three servers on one database (as before)"
     )
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="each server on core 0 alone, all else (Postgres, wrk, senders, the sink) on the other cores",
+    )
     parser.add_argument("--quick", action="store_true", help="small and short: proves the benchmark runs")
     parser.add_argument("--before", help="a source tree to compare with: off, --mode and --mode from DIR")
     parser.add_argument("--mode", choices=["1%", "100%"], default="100%")
     args = parser.parse_args()
+    if args.pin and not OTHER_CORES:
+        parser.error("--pin needs at least two cores")
     if args.before:
         args.before = str(Path(args.before).resolve())
     if args.quick:
