@@ -128,10 +128,6 @@ class Figure:
     def db_cpu_us(self) -> float:
         return statistics.median(r.db_cpu_us for r in self.runs)
 
-    @property
-    def helpers_cpu_us(self) -> float:
-        return statistics.median(r.helpers_cpu_us for r in self.runs)
-
     def line(self, name: str) -> str:
         low, high = self.spread
         return (

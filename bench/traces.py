@@ -266,7 +266,7 @@ def costs(traced: loadgen.Figure, off: loadgen.Figure) -> str:
 
 
 SERVER_CORE = 0
-OTHER_CORES = (os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else {0, 1}) - {SERVER_CORE}
+OTHER_CORES = os.sched_getaffinity(0) - {SERVER_CORE}  # Linux, as the CPU figures (``/proc``)
 
 
 def own_core(pid: int) -> None:
