@@ -86,7 +86,7 @@ class Load:
     seconds: float  # measured
     cpu_us: float = float("nan")  # the server processes' CPU time per request (user + system)
     db_cpu_us: float = float("nan")  # Postgres's (the postmaster's children), the same way
-    helpers_cpu_us: float = float("nan")  # of ``cpu_us``, the helper processes' (``load``'s ``helpers``)
+    helpers_cpu_us: float = 0.0  # of ``cpu_us``, the helper processes' (``load``'s ``helpers``): none, 0
     answered: int = 0  # 2xx answers, the unmeasured warm-up's included (a write's row count)
 
 

@@ -38,7 +38,6 @@ import argparse
 import asyncio
 import json
 import marshal
-import math
 import os
 import statistics
 import subprocess
@@ -233,20 +232,22 @@ async def main(args: argparse.Namespace) -> int:
         )
         for scenario, figures in results.items():
             off = figures["off"]
+            off_own = own_cpu(off)
             for mode, fig in figures.items():
                 low, high = fig.spread
+                own = own_cpu(fig)
                 if mode == "off":  # how far the same server moved between rounds: the run's noise
                     below, above = 100 * (low / fig.rps - 1), 100 * (high / fig.rps - 1)
                     said = f"  noise: rounds {below:+.1f} to {above:+.1f} % of their median"
                 else:
                     said = (
                         f"  cost {costs(fig, off)}, {fig.cpu_us - off.cpu_us:+4.0f} µs CPU"
-                        f" ({own_cpu(fig) - own_cpu(off):+.0f} in the server's own process)"
+                        f" ({own - off_own:+.0f} in the server's own process)"
                     )
                 print(
                     f"  {scenario:6} {mode:11} {fig.rps:8.0f} req/s ({low:.0f}-{high:.0f})"
                     f"  p50 {fig.p50_ms:6.2f} ms  p99 {fig.p99_ms:6.2f} ms"
-                    f"  server CPU {fig.cpu_us:6.0f} µs/req (own {own_cpu(fig):.0f})"
+                    f"  server CPU {fig.cpu_us:6.0f} µs/req (own {own:.0f})"
                     f"  errors {fig.errors}{said}"
                 )
         return 0
@@ -279,9 +280,7 @@ def own_core(pid: int) -> None:
 def own_cpu(figure: loadgen.Figure) -> float:
     """The server process's own CPU per request, its sending process's taken off: what a server
     busy on its core pays (the sender works on another core when there is one)."""
-    return statistics.median(
-        r.cpu_us - (0.0 if math.isnan(r.helpers_cpu_us) else r.helpers_cpu_us) for r in figure.runs
-    )
+    return statistics.median(r.cpu_us - r.helpers_cpu_us for r in figure.runs)
 
 
 def modes(args: argparse.Namespace) -> dict[str, tuple[dict[str, str], str | None]]:
